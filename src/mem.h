@@ -1,0 +1,27 @@
+/* mem.h - the one allocation seam of the engine.
+ *
+ * Every heap allocation in src/ goes through mem_alloc / mem_free, so a test can
+ * count bytes and calls, find leaks (live count back to zero) and inject
+ * failures (fail the N-th allocation) without touching the code under test.
+ * Counters are process-wide and not thread-safe: allocate from one thread. */
+#ifndef MEM_H
+#define MEM_H
+#include <stddef.h>
+
+void *mem_alloc(size_t bytes);               /* zeroed; NULL on failure (or injected failure) */
+void *mem_realloc(void *p, size_t bytes);    /* like realloc; new tail is not zeroed */
+void  mem_free(void *p);                     /* accepts NULL */
+char *mem_strdup(const char *s);
+
+typedef struct {
+    size_t live_bytes;     /* bytes allocated and not yet freed */
+    size_t peak_bytes;     /* high-water mark of live_bytes */
+    size_t live_count;     /* blocks allocated and not yet freed */
+    size_t total_count;    /* every successful allocation since start */
+} MemStats;
+
+MemStats mem_stats(void);
+/* Make the n-th allocation from now fail (n = 1: the next one). 0 disarms. */
+void mem_fail_after(long n);
+
+#endif

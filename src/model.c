@@ -1,0 +1,435 @@
+/* model.c - the Llama forward pass, and the loaders that bind a file's weights.
+ *
+ * What this file promises: for a sequence of tokens, the logits a Llama-style
+ * transformer computes, to within float rounding of an independent float64
+ * implementation (tests/test_model.c checks every position against one).
+ *
+ * The architecture, in reading order (see notes/model.md for shapes):
+ *
+ *   x = embedding[token]                                 (T, D)
+ *   for each layer:
+ *       h = rmsnorm(x) * attn_norm
+ *       q, k, v = h Wq^T, h Wk^T, h Wv^T                 one matmul each, all T rows
+ *       rotate q and k by their position (RoPE)          Su et al. 2021
+ *       append k, v to this layer's cache
+ *       each query head attends to its KV head's cache   grouped-query attention,
+ *                                                        Ainslie et al. 2023
+ *       x += attention_out Wo^T
+ *       h = rmsnorm(x) * ffn_norm
+ *       x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T       SwiGLU, Shazeer 2020
+ *   logits = rmsnorm(x) * out_norm  Wout^T
+ *
+ * Attention uses the online softmax (Milakov & Gimelshein 2018): one pass over
+ * the cached keys keeps a running maximum and running sum, rescaling the
+ * partial output when the maximum grows, so no row of scores is stored. This
+ * is the form the paged cache will need, where keys live in scattered blocks.
+ *
+ * Loading: the big matrices are never copied. A Mat points into the memory
+ * mapping of the file, in whatever type the file stores (F32, F16, Q8_0), and
+ * the kernels in ops.c read that type directly. */
+#include "model.h"
+#include "mem.h"
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Limits that no real model exceeds; a header beyond them is corrupt, and
+ * checking here keeps every size product below far from overflow. */
+enum { MAX_DIM = 65536, MAX_LAYERS = 1024, MAX_HEADS = 1024, MAX_VOCAB = 1 << 22,
+       MAX_CTX = 1 << 20 };
+
+/* ------------------------------------------------------------ validation */
+
+static int check_config(const ModelConfig *c, const char *path, Err *e) {
+    struct { const char *name; long v, lo, hi; } f[] = {
+        {"dim", c->dim, 1, MAX_DIM},           {"hidden_dim", c->hidden_dim, 1, 4 * MAX_DIM},
+        {"n_layers", c->n_layers, 1, MAX_LAYERS}, {"n_heads", c->n_heads, 1, MAX_HEADS},
+        {"n_kv_heads", c->n_kv_heads, 1, MAX_HEADS}, {"vocab_size", c->vocab_size, 1, MAX_VOCAB},
+        {"seq_len", c->seq_len, 1, MAX_CTX},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].v < f[i].lo || f[i].v > f[i].hi)
+            return err_set(e, ST_FORMAT, "%s: absurd %s = %ld (want %ld..%ld)", path, f[i].name,
+                           f[i].v, f[i].lo, f[i].hi);
+    if (c->dim % c->n_heads)
+        return err_set(e, ST_FORMAT, "%s: dim %d is not a multiple of n_heads %d", path, c->dim,
+                       c->n_heads);
+    if (c->n_heads % c->n_kv_heads)
+        return err_set(e, ST_FORMAT, "%s: n_heads %d is not a multiple of n_kv_heads %d", path,
+                       c->n_heads, c->n_kv_heads);
+    if (c->n_rot < 2 || c->n_rot > c->head_dim || c->n_rot % 2)
+        return err_set(e, ST_FORMAT, "%s: rope dimension %d must be even and in 2..%d", path,
+                       c->n_rot, c->head_dim);
+    if (!(c->rope_base > 0.0f) || !(c->rms_eps > 0.0f) || !(c->rms_eps < 1.0f))
+        return err_set(e, ST_FORMAT, "%s: bad rope base %g or rms epsilon %g", path,
+                       (double)c->rope_base, (double)c->rms_eps);
+    return ST_OK;
+}
+
+/* ------------------------------------------------------------ GGUF */
+
+static int gguf_int_or(const Gguf *g, const char *key, int64_t dflt, int64_t lo, int64_t hi,
+                       int *out, Err *e) {
+    int64_t v = dflt;
+    if (gguf_find(g, key) && gguf_get_int(g, key, &v, e)) return ST_FORMAT;
+    if (v < lo || v > hi)
+        return err_set(e, ST_FORMAT, "%s: absurd %s = %lld (want %lld..%lld)", g->path, key,
+                       (long long)v, (long long)lo, (long long)hi);
+    *out = (int)v;
+    return ST_OK;
+}
+
+/* Bind a 2-D weight tensor as a Mat of N rows by K columns, checking shape. */
+static int bind_mat(Model *m, const char *name, int N, int K, Mat *out, Err *e) {
+    const GgufTensor *t = gguf_tensor(&m->gguf, name);
+    if (!t) return err_set(e, ST_FORMAT, "%s: missing tensor %s", m->gguf.path, name);
+    if (t->ne[0] != (uint64_t)K || t->ne[1] != (uint64_t)N || t->ne[2] != 1 || t->ne[3] != 1)
+        return err_set(e, ST_FORMAT, "%s: tensor %s has shape [%llu, %llu], want [%d, %d]",
+                       m->gguf.path, name, (unsigned long long)t->ne[0],
+                       (unsigned long long)t->ne[1], K, N);
+    out->type = (DType)t->type;
+    out->N = N;
+    out->K = K;
+    out->data = t->data;
+    m->weight_bytes += t->nbytes;
+    return ST_OK;
+}
+
+/* Bind a norm vector of n floats. Norms are tiny; a file that stores them as
+ * F16 gets them widened into dst (part of m->owned). */
+static int bind_vec(Model *m, const char *name, int n, float *dst, const float **out, Err *e) {
+    const GgufTensor *t = gguf_tensor(&m->gguf, name);
+    if (!t) return err_set(e, ST_FORMAT, "%s: missing tensor %s", m->gguf.path, name);
+    if (t->ne[0] != (uint64_t)n || t->ne[1] * t->ne[2] * t->ne[3] != 1)
+        return err_set(e, ST_FORMAT, "%s: tensor %s has %llu values, want %d", m->gguf.path, name,
+                       (unsigned long long)t->ne[0], n);
+    m->weight_bytes += t->nbytes;
+    if (t->type == DT_F32 && ((uintptr_t)t->data % 4) == 0) {
+        *out = t->data;
+    } else {
+        dequantize_row(dst, t->data, (DType)t->type, n);
+        *out = dst;
+    }
+    return ST_OK;
+}
+
+static int load_gguf(Model *m, const char *path, Err *e) {
+    int st = gguf_open(&m->gguf, path, e);
+    if (st) return st;
+    Gguf *g = &m->gguf;
+    GgufStr arch;
+    if (gguf_get_str(g, "general.architecture", &arch, e)) return ST_FORMAT;
+    if (!gguf_str_eq(arch, "llama"))
+        return err_set(e, ST_UNSUPPORTED, "%s: architecture '%.*s' is not supported (want llama)",
+                       path, (int)(arch.len > 32 ? 32 : arch.len), arch.s);
+    ModelConfig *c = &m->cfg;
+    if (gguf_int_or(g, "llama.embedding_length", -1, 1, MAX_DIM, &c->dim, e) ||
+        gguf_int_or(g, "llama.block_count", -1, 1, MAX_LAYERS, &c->n_layers, e) ||
+        gguf_int_or(g, "llama.feed_forward_length", -1, 1, 4 * MAX_DIM, &c->hidden_dim, e) ||
+        gguf_int_or(g, "llama.attention.head_count", -1, 1, MAX_HEADS, &c->n_heads, e) ||
+        gguf_int_or(g, "llama.attention.head_count_kv", c->n_heads, 1, MAX_HEADS, &c->n_kv_heads, e) ||
+        gguf_int_or(g, "llama.context_length", -1, 1, MAX_CTX, &c->seq_len, e))
+        return ST_FORMAT;
+    if (c->dim % c->n_heads)
+        return err_set(e, ST_FORMAT, "%s: dim %d is not a multiple of n_heads %d", path, c->dim,
+                       c->n_heads);
+    c->head_dim = c->dim / c->n_heads;
+    if (gguf_int_or(g, "llama.rope.dimension_count", c->head_dim, 0, MAX_DIM, &c->n_rot, e))
+        return ST_FORMAT;
+    double base = 10000.0, eps = 1e-5;
+    if (gguf_find(g, "llama.rope.freq_base") && gguf_get_float(g, "llama.rope.freq_base", &base, e))
+        return ST_FORMAT;
+    if (gguf_find(g, "llama.attention.layer_norm_rms_epsilon") &&
+        gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &eps, e))
+        return ST_FORMAT;
+    c->rope_base = (float)base;
+    c->rms_eps = (float)eps;
+    const GgufTensor *emb = gguf_tensor(g, "token_embd.weight");
+    if (!emb) return err_set(e, ST_FORMAT, "%s: missing tensor token_embd.weight", path);
+    c->vocab_size = emb->ne[1] > MAX_VOCAB ? MAX_VOCAB + 1 : (int)emb->ne[1];
+    if ((st = check_config(c, path, e))) return st;
+
+    int D = c->dim, F = c->hidden_dim, kvd = c->n_kv_heads * c->head_dim, V = c->vocab_size;
+    int L = c->n_layers;
+    m->layers = mem_alloc((size_t)L * sizeof(Layer));
+    m->owned = mem_alloc((size_t)(2 * L + 1) * D * sizeof(float));
+    if (!m->layers || !m->owned) return err_set(e, ST_NOMEM, "%s: out of memory", path);
+    if ((st = bind_mat(m, "token_embd.weight", V, D, &m->tok_embd, e))) return st;
+    char name[96];
+    for (int l = 0; l < L; l++) {
+        Layer *w = &m->layers[l];
+        float *own = m->owned + (size_t)2 * l * D;
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), name)
+        if ((st = bind_vec(m, NAME("attn_norm.weight"), D, own, &w->attn_norm, e)) ||
+            (st = bind_mat(m, NAME("attn_q.weight"), D, D, &w->wq, e)) ||
+            (st = bind_mat(m, NAME("attn_k.weight"), kvd, D, &w->wk, e)) ||
+            (st = bind_mat(m, NAME("attn_v.weight"), kvd, D, &w->wv, e)) ||
+            (st = bind_mat(m, NAME("attn_output.weight"), D, D, &w->wo, e)) ||
+            (st = bind_vec(m, NAME("ffn_norm.weight"), D, own + D, &w->ffn_norm, e)) ||
+            (st = bind_mat(m, NAME("ffn_gate.weight"), F, D, &w->w_gate, e)) ||
+            (st = bind_mat(m, NAME("ffn_down.weight"), D, F, &w->w_down, e)) ||
+            (st = bind_mat(m, NAME("ffn_up.weight"), F, D, &w->w_up, e)))
+            return st;
+#undef NAME
+    }
+    if ((st = bind_vec(m, "output_norm.weight", D, m->owned + (size_t)2 * L * D, &m->out_norm, e)))
+        return st;
+    if (gguf_tensor(g, "output.weight")) {
+        if ((st = bind_mat(m, "output.weight", V, D, &m->output, e))) return st;
+    } else {
+        m->output = m->tok_embd;   /* tied classifier: the embedding read backwards */
+    }
+    m->wtype = m->layers[0].wq.type;
+    return tok_from_gguf(&m->tok, g, e);
+}
+
+/* ------------------------------------------------------------ llama2.c */
+
+/* llama2.c's checkpoint: seven int32 (dim, hidden_dim, n_layers, n_heads,
+ * n_kv_heads, vocab_size, seq_len; a negative vocab_size means a separate
+ * classifier follows), then float32 arrays in a fixed order, all layers of one
+ * kind together. It has no RoPE settings: base 10000 over the whole head. */
+static int load_llama2c(Model *m, const char *path, const char *tok_path, Err *e) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return err_set(e, ST_IO, "%s: cannot open: %m", path);
+    struct stat st_;
+    if (fstat(fd, &st_) != 0 || !S_ISREG(st_.st_mode)) {
+        close(fd);
+        return err_set(e, ST_IO, "%s: not a regular file", path);
+    }
+    size_t size = (size_t)st_.st_size;
+    if (size < 28) {
+        close(fd);
+        return err_set(e, ST_FORMAT, "%s: truncated: %zu bytes is shorter than the 28-byte llama2.c "
+                       "header", path, size);
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return err_set(e, ST_IO, "%s: cannot map: %m", path);
+    m->map = map;
+    m->map_size = size;
+
+    int32_t h[7];
+    memcpy(h, map, sizeof h);
+    ModelConfig *c = &m->cfg;
+    int shared = h[5] > 0;
+    *c = (ModelConfig){.dim = h[0], .hidden_dim = h[1], .n_layers = h[2], .n_heads = h[3],
+                       .n_kv_heads = h[4], .vocab_size = h[5] == INT32_MIN ? 0 : abs(h[5]),
+                       .seq_len = h[6], .rope_base = 10000.0f, .rms_eps = 1e-5f};
+    c->head_dim = c->n_heads > 0 ? c->dim / c->n_heads : 0;
+    c->n_rot = c->head_dim;
+    int st = check_config(c, path, e);
+    if (st) return st;
+
+    size_t D = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size, P = c->seq_len;
+    size_t kvd = (size_t)c->n_kv_heads * c->head_dim, S = c->head_dim;
+    size_t floats = V * D + L * D + L * D * D + 2 * L * kvd * D + L * D * D + L * D + 3 * L * F * D +
+                    D + P * S + (shared ? 0 : V * D);   /* P*S: the unused RoPE tables */
+    if (size - 28 < floats * 4)
+        return err_set(e, ST_FORMAT, "%s: truncated: the header's shape needs %zu bytes of weights, "
+                       "the file has %zu", path, floats * 4, size - 28);
+    const float *p = (const float *)((const char *)map + 28);
+    m->layers = mem_alloc(L * sizeof(Layer));
+    if (!m->layers) return err_set(e, ST_NOMEM, "%s: out of memory", path);
+#define TAKE(n) (p += (n), p - (n))
+    m->tok_embd = (Mat){DT_F32, (int)V, (int)D, TAKE(V * D)};
+    for (size_t l = 0; l < L; l++) m->layers[l].attn_norm = TAKE(D);
+    for (size_t l = 0; l < L; l++) m->layers[l].wq = (Mat){DT_F32, (int)D, (int)D, TAKE(D * D)};
+    for (size_t l = 0; l < L; l++) m->layers[l].wk = (Mat){DT_F32, (int)kvd, (int)D, TAKE(kvd * D)};
+    for (size_t l = 0; l < L; l++) m->layers[l].wv = (Mat){DT_F32, (int)kvd, (int)D, TAKE(kvd * D)};
+    for (size_t l = 0; l < L; l++) m->layers[l].wo = (Mat){DT_F32, (int)D, (int)D, TAKE(D * D)};
+    for (size_t l = 0; l < L; l++) m->layers[l].ffn_norm = TAKE(D);
+    for (size_t l = 0; l < L; l++) m->layers[l].w_gate = (Mat){DT_F32, (int)F, (int)D, TAKE(F * D)};
+    for (size_t l = 0; l < L; l++) m->layers[l].w_down = (Mat){DT_F32, (int)D, (int)F, TAKE(D * F)};
+    for (size_t l = 0; l < L; l++) m->layers[l].w_up = (Mat){DT_F32, (int)F, (int)D, TAKE(F * D)};
+    m->out_norm = TAKE(D);
+    p += P * S;    /* freq_cis_real and freq_cis_imag: recomputed in runstate_init */
+    m->output = shared ? m->tok_embd : (Mat){DT_F32, (int)V, (int)D, TAKE(V * D)};
+#undef TAKE
+    m->weight_bytes = (floats - P * S) * 4;
+    m->wtype = DT_F32;
+
+    char buf[4096];
+    if (!tok_path) {   /* tokenizer.bin beside the checkpoint */
+        const char *slash = strrchr(path, '/');
+        int dir = slash ? (int)(slash - path + 1) : 0;
+        snprintf(buf, sizeof buf, "%.*stokenizer.bin", dir, path);
+        tok_path = buf;
+    }
+    return tok_from_llama2c(&m->tok, tok_path, c->vocab_size, e);
+}
+
+int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e) {
+    memset(m, 0, sizeof *m);
+    char magic[4] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(e, ST_IO, "%s: cannot open: %m", path);
+    size_t got = fread(magic, 1, 4, f);
+    fclose(f);
+    int st;
+    if (got == 4 && memcmp(magic, "GGUF", 4) == 0) {
+        m->format = "gguf";
+        st = load_gguf(m, path, e);
+    } else {
+        m->format = "llama2.c";
+        st = load_llama2c(m, path, tokenizer_path, e);
+    }
+    if (st == ST_OK && tok_n_vocab(m->tok) != m->cfg.vocab_size)
+        st = err_set(e, ST_FORMAT, "%s: the tokenizer has %d tokens but the model's vocabulary is %d",
+                     path, tok_n_vocab(m->tok), m->cfg.vocab_size);
+    if (st) model_free(m);
+    return st;
+}
+
+void model_free(Model *m) {
+    tok_free(m->tok);
+    gguf_close(&m->gguf);
+    if (m->map) munmap((void *)m->map, m->map_size);
+    mem_free(m->layers);
+    mem_free(m->owned);
+    memset(m, 0, sizeof *m);
+}
+
+/* ------------------------------------------------------------ run state */
+
+int runstate_init(RunState *s, const Model *m, int max_T, Err *e) {
+    memset(s, 0, sizeof *s);
+    const ModelConfig *c = &m->cfg;
+    if (max_T < 1 || max_T > c->seq_len)
+        return err_set(e, ST_ARG, "runstate: max_T %d outside 1..%d", max_T, c->seq_len);
+    size_t T = max_T, D = c->dim, F = c->hidden_dim, V = c->vocab_size, P = c->seq_len;
+    size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    size_t L = c->n_layers;
+    size_t scratch = 0;
+    const Mat *mats[] = {&m->layers[0].wq, &m->layers[0].wk, &m->layers[0].w_gate,
+                         &m->layers[0].w_down, &m->output};
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+        size_t b = matmul_scratch_bytes(mats[i]->type, max_T, mats[i]->K);
+        if (b > scratch) scratch = b;
+    }
+    /* One allocation, carved into 64-byte aligned pieces (sizes in floats). */
+    size_t sizes[] = {T * D, T * D, T * qd, T * kvd, T * kvd, T * qd, T * D, T * F, T * F,
+                      T * V, P * (c->n_rot / 2) * 2, L * P * kvd, L * P * kvd,
+                      (scratch + 3) / 4};
+    float **ptrs[] = {&s->x, &s->xb, &s->q, &s->k, &s->v, &s->att_out, &s->proj, &s->hb,
+                      &s->hb2, &s->logits, &s->rope_cs, &s->key_cache, &s->value_cache,
+                      (float **)&s->scratch};
+    size_t n = sizeof sizes / sizeof sizes[0], total = 0;
+    for (size_t i = 0; i < n; i++) total += (sizes[i] + 15) / 16 * 16;
+    s->bytes = total * sizeof(float) + 64;
+    char *block = mem_alloc(s->bytes);
+    if (!block)
+        return err_set(e, ST_NOMEM, "runstate: cannot allocate %zu bytes of activations and cache",
+                       s->bytes);
+    float *p = (float *)(((uintptr_t)block + 63) & ~(uintptr_t)63);
+    s->block_ = block;
+    for (size_t i = 0; i < n; i++) {
+        *ptrs[i] = p;
+        p += (sizes[i] + 15) / 16 * 16;
+    }
+    s->max_T = max_T;
+    /* RoPE angles in double: pair i of position pos turns by pos * base^(-2i/n_rot). */
+    for (size_t pos = 0; pos < P; pos++)
+        for (int i = 0; i < c->n_rot / 2; i++) {
+            double freq = pow((double)c->rope_base, -2.0 * i / c->n_rot);
+            double a = (double)pos * freq;
+            s->rope_cs[(pos * (c->n_rot / 2) + i) * 2] = (float)cos(a);
+            s->rope_cs[(pos * (c->n_rot / 2) + i) * 2 + 1] = (float)sin(a);
+        }
+    return ST_OK;
+}
+
+void runstate_free(RunState *s) {
+    mem_free(s->block_);
+    memset(s, 0, sizeof *s);
+}
+
+/* ------------------------------------------------------------ forward */
+
+/* One query head attending to positions 0..n-1 of its KV head, online softmax.
+ * q, out: (S); keys, values: rows of stride kvd starting at this KV head. */
+static void attend_one(float *out, const float *q, const float *keys, const float *values,
+                       int n, int S, size_t kvd, float scale) {
+    float max = -INFINITY, sum = 0.0f;
+    for (int i = 0; i < S; i++) out[i] = 0.0f;
+    for (int p = 0; p < n; p++) {
+        const float *k = keys + (size_t)p * kvd;
+        float score = 0.0f;
+        for (int i = 0; i < S; i++) score += q[i] * k[i];
+        score *= scale;
+        if (score > max) {   /* new maximum: rescale what was summed so far */
+            float c = expf(max - score);
+            sum *= c;
+            for (int i = 0; i < S; i++) out[i] *= c;
+            max = score;
+        }
+        float w = expf(score - max);
+        sum += w;
+        const float *v = values + (size_t)p * kvd;
+        for (int i = 0; i < S; i++) out[i] += w * v[i];
+    }
+    for (int i = 0; i < S; i++) out[i] /= sum;
+}
+
+float *model_forward(const Model *m, RunState *s, const int *tokens, int T, int pos, int all_logits) {
+    const ModelConfig *c = &m->cfg;
+    int D = c->dim, F = c->hidden_dim, S = c->head_dim, H = c->n_heads, Hkv = c->n_kv_heads;
+    int V = c->vocab_size, P = c->seq_len, half = c->n_rot / 2;
+    size_t qd = (size_t)H * S, kvd = (size_t)Hkv * S;
+    float scale = 1.0f / sqrtf((float)S);
+
+    for (int t = 0; t < T; t++)
+        dequantize_row(s->x + (size_t)t * D,
+                       (const char *)m->tok_embd.data +
+                           (size_t)tokens[t] * dtype_row_bytes(m->tok_embd.type, D),
+                       m->tok_embd.type, D);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const Layer *w = &m->layers[l];
+        float *kc = s->key_cache + (size_t)l * P * kvd, *vc = s->value_cache + (size_t)l * P * kvd;
+
+        for (int t = 0; t < T; t++)
+            rmsnorm(s->xb + (size_t)t * D, s->x + (size_t)t * D, w->attn_norm, D, c->rms_eps);
+        matmul(s->q, s->xb, &w->wq, T, s->scratch);
+        matmul(s->k, s->xb, &w->wk, T, s->scratch);
+        matmul(s->v, s->xb, &w->wv, T, s->scratch);
+        for (int t = 0; t < T; t++) {
+            const float *cs = s->rope_cs + (size_t)(pos + t) * half * 2;
+            rope(s->q + t * qd, H, S, c->n_rot, cs);
+            rope(s->k + t * kvd, Hkv, S, c->n_rot, cs);
+            memcpy(kc + (size_t)(pos + t) * kvd, s->k + t * kvd, kvd * sizeof(float));
+            memcpy(vc + (size_t)(pos + t) * kvd, s->v + t * kvd, kvd * sizeof(float));
+        }
+        /* Query head h reads KV head h / (H / Hkv): grouped-query attention. */
+#pragma omp parallel for collapse(2) schedule(static) if (T * H >= 64)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) {
+                int kvh = h / (H / Hkv);
+                attend_one(s->att_out + t * qd + (size_t)h * S, s->q + t * qd + (size_t)h * S,
+                           kc + (size_t)kvh * S, vc + (size_t)kvh * S, pos + t + 1, S, kvd, scale);
+            }
+        matmul(s->proj, s->att_out, &w->wo, T, s->scratch);
+        for (size_t i = 0; i < (size_t)T * D; i++) s->x[i] += s->proj[i];
+
+        for (int t = 0; t < T; t++)
+            rmsnorm(s->xb + (size_t)t * D, s->x + (size_t)t * D, w->ffn_norm, D, c->rms_eps);
+        matmul(s->hb, s->xb, &w->w_gate, T, s->scratch);
+        matmul(s->hb2, s->xb, &w->w_up, T, s->scratch);
+        swiglu(s->hb, s->hb2, T * F);
+        matmul(s->proj, s->hb, &w->w_down, T, s->scratch);
+        for (size_t i = 0; i < (size_t)T * D; i++) s->x[i] += s->proj[i];
+    }
+
+    /* Logits only for the rows that need them: the last one when generating. */
+    int first = all_logits ? 0 : T - 1, rows = T - first;
+    for (int t = first; t < T; t++)
+        rmsnorm(s->xb + (size_t)t * D, s->x + (size_t)t * D, m->out_norm, D, c->rms_eps);
+    matmul(s->logits, s->xb + (size_t)first * D, &m->output, rows, s->scratch);
+    (void)V;
+    return s->logits;
+}

@@ -1,0 +1,91 @@
+/* model.h - a Llama-style transformer: weights, loading, and the forward pass.
+ *
+ * Dimensions, named once: T tokens in this call, D model width (dim),
+ * F FFN width (hidden_dim), H query heads, Hkv key/value heads, S head size
+ * (D / H), V vocabulary, L layers, P context length (seq_len). */
+#ifndef MODEL_H
+#define MODEL_H
+#include "err.h"
+#include "gguf.h"
+#include "ops.h"
+#include "tokenizer.h"
+
+typedef struct {
+    int dim;          /* D */
+    int hidden_dim;   /* F */
+    int n_layers;     /* L */
+    int n_heads;      /* H */
+    int n_kv_heads;   /* Hkv; H % Hkv == 0, each KV head serves H / Hkv query heads */
+    int head_dim;     /* S = D / H */
+    int vocab_size;   /* V */
+    int seq_len;      /* P: positions the model was trained for */
+    int n_rot;        /* RoPE rotates the first n_rot dims of each head (usually S) */
+    float rope_base;  /* theta: pair i turns by pos * base^(-2i / n_rot) */
+    float rms_eps;
+} ModelConfig;
+
+typedef struct {
+    const float *attn_norm;   /* (D) */
+    Mat wq;                   /* (H*S, D) */
+    Mat wk;                   /* (Hkv*S, D) */
+    Mat wv;                   /* (Hkv*S, D) */
+    Mat wo;                   /* (D, H*S) */
+    const float *ffn_norm;    /* (D) */
+    Mat w_gate;               /* (F, D)  "w1" in llama2.c */
+    Mat w_down;               /* (D, F)  "w2" */
+    Mat w_up;                 /* (F, D)  "w3" */
+} Layer;
+
+typedef struct {
+    ModelConfig cfg;
+    const char *format;       /* "gguf" or "llama2.c" */
+    DType wtype;              /* type of the big matrices (for reports) */
+    Mat tok_embd;             /* (V, D), rows looked up, any type */
+    Layer *layers;            /* (L) */
+    const float *out_norm;    /* (D) */
+    Mat output;               /* (V, D) classifier; may share tok_embd's data */
+    size_t weight_bytes;      /* bytes of all weights (what one token reads, about) */
+    Tokenizer *tok;
+    /* ownership */
+    Gguf gguf;                /* when format is gguf */
+    const void *map;          /* llama2.c: the mapped checkpoint */
+    size_t map_size;
+    float *owned;             /* norms widened to float when the file stores them narrower */
+} Model;
+
+/* Load a model by content: GGUF ("GGUF" magic) or a llama2.c checkpoint, whose
+ * tokenizer.bin is tokenizer_path (NULL: tokenizer.bin beside the model).
+ * Weights stay in the mapping; nothing big is copied. */
+int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e);
+void model_free(Model *m);                  /* accepts a zeroed Model */
+
+/* Activations and a contiguous KV cache for one sequence of up to P tokens.
+ * Everything the forward pass touches is allocated here, once. */
+typedef struct {
+    int max_T;            /* most tokens one forward call may take */
+    float *x;             /* (max_T, D) residual stream */
+    float *xb;            /* (max_T, D) normed input of a sublayer */
+    float *q;             /* (max_T, H*S) */
+    float *k, *v;         /* (max_T, Hkv*S) */
+    float *att_out;       /* (max_T, H*S) */
+    float *proj;          /* (max_T, D) output of wo / w_down */
+    float *hb, *hb2;      /* (max_T, F) gate and up */
+    float *logits;        /* (max_T, V) */
+    float *rope_cs;       /* (P, n_rot/2, 2) cos and sin for every position */
+    float *key_cache;     /* (L, P, Hkv*S) */
+    float *value_cache;   /* (L, P, Hkv*S) */
+    void *scratch;        /* quantized activations, widened weight rows */
+    void *block_;         /* the one allocation all of the above are carved from */
+    size_t bytes;         /* total allocated */
+} RunState;
+
+int runstate_init(RunState *s, const Model *m, int max_T, Err *e);
+void runstate_free(RunState *s);            /* accepts a zeroed RunState */
+
+/* Run T tokens at positions pos .. pos+T-1 (causal; earlier positions must
+ * already be in the cache). Returns the logits: of the last token, or of all T
+ * rows (T, V) when all_logits is set. Preconditions, checked by the caller:
+ * 1 <= T <= max_T, pos + T <= P, 0 <= tokens[i] < V. */
+float *model_forward(const Model *m, RunState *s, const int *tokens, int T, int pos, int all_logits);
+
+#endif

@@ -1,0 +1,83 @@
+/* ops.h - numeric kernels of the forward pass.
+ *
+ * Every kernel has a plain-loop reference (suffix _ref) written to be read, and
+ * the public entry point that model.c calls, which may take a fast path
+ * (OpenBLAS, AVX-512, VNNI). tests/test_ops.c checks that the two agree.
+ *
+ * Names of dimensions: T tokens (rows of activations), N output features
+ * (rows of a weight matrix), K input features (columns). */
+#ifndef OPS_H
+#define OPS_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* Weight storage types, numbered as GGUF numbers them (ggml_type). */
+typedef enum { DT_F32 = 0, DT_F16 = 1, DT_Q8_0 = 8 } DType;
+
+/* Q8_0: blocks of 32 values sharing one scale: value = d * qs[i].
+ * 34 bytes, packed, exactly as in GGUF files (d is IEEE half precision). */
+#define QK8_0 32
+typedef struct {
+    uint16_t d;          /* scale, fp16 bits */
+    int8_t qs[QK8_0];    /* quantized values */
+} BlockQ8_0;
+
+const char *dtype_name(int type);        /* "F32", "F16", "Q8_0", or "unknown" */
+int dtype_known(int type);               /* 1 for the three types above */
+/* Bytes of one row of n values; 0 if n is not a whole number of blocks. */
+size_t dtype_row_bytes(DType type, int64_t n);
+
+float fp16_to_fp32(uint16_t h);
+uint16_t fp32_to_fp16(float f);          /* round to nearest even */
+
+/* A weight matrix W of N rows by K columns, row-major, as stored in the file.
+ * out = x @ W^T, the convention of every linear layer here. */
+typedef struct {
+    DType type;
+    int N, K;
+    const void *data;    /* usually points into the memory-mapped file */
+} Mat;
+
+/* Threads used by the kernels and by OpenBLAS (1 .. cores). */
+void ops_set_threads(int n);
+int ops_threads(void);
+
+/* Instruction sets the fast paths are written for. matmul() takes the best one
+ * the CPU has; tests and tools/kbench name one to compare them. */
+typedef enum { OPS_PLAIN = 0, OPS_AVX512 = 1 } OpsIsa;
+OpsIsa ops_best_isa(void);               /* AVX-512 needs F, BW, VL, VNNI, F16C, FMA */
+const char *ops_isa_name(OpsIsa isa);    /* "plain" or "avx512" */
+
+/* Scratch bytes that matmul needs for T rows of K inputs against type. */
+size_t matmul_scratch_bytes(DType type, int T, int K);
+
+/* out (T, N) = x (T, K) @ W^T.
+ * F32: OpenBLAS sgemm (or a matrix-vector kernel for T == 1).
+ * F16: rows widened to float in the kernel, activations stay float.
+ * Q8_0: each row of x is rounded to Q8_0 blocks first (as llama.cpp does) and
+ *       the products are int8 x int8 with one float multiply per block.
+ * scratch must hold matmul_scratch_bytes(W->type, T, K) bytes. */
+void matmul(float *out, const float *x, const Mat *W, int T, void *scratch);
+/* matmul with a chosen instruction set (one the CPU lacks falls back to plain). */
+void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, OpsIsa isa);
+/* Plain loops, same arithmetic contract as matmul (Q8_0 activations rounded too). */
+void matmul_ref(float *out, const float *x, const Mat *W, int T);
+
+/* Round one row of K floats (K % 32 == 0) to Q8_0 blocks: d = max|x| / 127.
+ * The fast version (AVX-512 when present) is bit-identical to the plain one. */
+void quantize_row_q8_0(BlockQ8_0 *out, const float *x, int K);
+void quantize_row_q8_0_ref(BlockQ8_0 *out, const float *x, int K);
+/* Widen one row of a weight matrix to float. */
+void dequantize_row(float *out, const void *row, DType type, int K);
+
+/* out = x / sqrt(mean(x^2) + eps) * w, over n values (out may alias x). */
+void rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+/* In place, numerically stable (subtracts the max). */
+void softmax(float *x, int n);
+/* Rotate pairs (x[2i], x[2i+1]) of the first n_rot dims of each of n_heads heads
+ * by angle pos * inv_freq[i]; cos_sin holds (cos, sin) for each i at this pos. */
+void rope(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin);
+/* h = silu(h) * g, over n values. */
+void swiglu(float *h, const float *g, int n);
+
+#endif

@@ -1,0 +1,199 @@
+/* test_loaders.c - every loader refuses bad files with one clear line.
+ *
+ * Each case starts from a good fixture file, breaks one thing in a copy
+ * (truncate it, change the magic, give a tensor an unknown type, point a
+ * tensor past the end, make a dimension absurd) and checks that loading fails
+ * with a format error whose message names the file and the problem. */
+#include "gguf.h"
+#include "mem.h"
+#include "model.h"
+#include "testutil.h"
+
+typedef struct {
+    unsigned char *bytes;
+    size_t size;
+} Blob;
+
+static int load_fixture(Blob *b, const char *rel) {
+    char path[512];
+    if (!fixture(path, sizeof path, rel)) return 0;
+    b->bytes = read_file(path, &b->size);
+    assert_non_null(b->bytes);
+    return 1;
+}
+
+/* Load a broken copy; expect failure with a message containing `want`. */
+static void expect_refused(const Blob *b, size_t size, const char *want) {
+    char path[64];
+    write_temp(path, sizeof path, b->bytes, size);
+    MemStats before = mem_stats();
+    Model m;
+    Err e = {{0}};
+    int rc = model_load(&m, path, "/nonexistent/tokenizer.bin", &e);
+    unlink(path);
+    if (rc == ST_OK) {
+        model_free(&m);
+        fail_msg("a broken file (%s expected) was accepted", want);
+    }
+    assert_true(rc == ST_FORMAT || rc == ST_UNSUPPORTED);
+    if (!strstr(e.msg, path) || !strstr(e.msg, want))
+        fail_msg("message \"%s\" should name the file and say \"%s\"", e.msg, want);
+    assert_null(strchr(e.msg, '\n'));   /* one line */
+    assert_int_equal(mem_stats().live_count, before.live_count);
+}
+
+/* Where tensor i's header fields sit in the file (found with the reader). */
+typedef struct { size_t name, dims, type, offset; } TensorAt;
+
+static TensorAt tensor_at(const Blob *b, uint64_t i) {
+    char path[64];
+    write_temp(path, sizeof path, b->bytes, b->size);
+    Gguf g;
+    Err e;
+    assert_int_equal(gguf_open(&g, path, &e), ST_OK);
+    const GgufTensor *t = &g.tensors[i];
+    TensorAt at;
+    at.name = (size_t)((const unsigned char *)t->name.s - g.map) - 8;
+    at.dims = at.name + 8 + t->name.len + 4;
+    at.type = at.dims + 8 * t->n_dims;
+    at.offset = at.type + 4;
+    gguf_close(&g);
+    unlink(path);
+    return at;
+}
+
+static void gguf_truncated_header_is_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny-f32.gguf")) return;
+    expect_refused(&b, 100, "truncated");
+    expect_refused(&b, 10, "truncated");
+    free(b.bytes);
+}
+
+static void gguf_truncated_data_is_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny-f32.gguf")) return;
+    expect_refused(&b, b.size / 2, "past the end");
+    expect_refused(&b, b.size - 1, "past the end");
+    free(b.bytes);
+}
+
+static void gguf_wrong_magic_is_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny-f32.gguf")) return;
+    /* "GGUX": not GGUF, so it is read as a llama2.c checkpoint whose header
+     * is absurd; "GGUF" with a bad version is the reader's own error. */
+    b.bytes[3] = 'X';
+    expect_refused(&b, b.size, "absurd");
+    b.bytes[3] = 'F';
+    b.bytes[4] = 9;
+    expect_refused(&b, b.size, "version 9");
+    free(b.bytes);
+}
+
+static void gguf_unknown_tensor_type_is_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny-f32.gguf")) return;
+    TensorAt at = tensor_at(&b, 3);
+    uint32_t bad = 42;
+    memcpy(b.bytes + at.type, &bad, 4);
+    expect_refused(&b, b.size, "unknown or unsupported type 42");
+    free(b.bytes);
+}
+
+static void gguf_tensor_past_the_end_is_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny-f32.gguf")) return;
+    TensorAt at = tensor_at(&b, 0);
+    uint64_t off = (uint64_t)b.size;   /* aligned to 32 only by luck: round up */
+    off = (off + 31) / 32 * 32;
+    memcpy(b.bytes + at.offset, &off, 8);
+    expect_refused(&b, b.size, "past the end");
+    free(b.bytes);
+}
+
+static void gguf_absurd_dimensions_are_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny-f32.gguf")) return;
+    TensorAt at = tensor_at(&b, 1);
+    uint64_t huge = (uint64_t)1 << 50;
+    memcpy(b.bytes + at.dims, &huge, 8);
+    expect_refused(&b, b.size, "absurd dimension");
+    free(b.bytes);
+}
+
+static void gguf_absurd_tensor_count_is_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny-f32.gguf")) return;
+    uint64_t huge = (uint64_t)1 << 60;
+    memcpy(b.bytes + 8, &huge, 8);
+    expect_refused(&b, b.size, "absurd counts");
+    free(b.bytes);
+}
+
+static void gguf_absurd_layer_count_is_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny-f32.gguf")) return;
+    /* Find the value of llama.block_count and make it a million. */
+    const char key[] = "llama.block_count";
+    unsigned char *p = memmem(b.bytes, b.size, key, sizeof key - 1);
+    assert_non_null(p);
+    uint32_t type;
+    memcpy(&type, p + sizeof key - 1, 4);
+    assert_true(type == GG_U32 || type == GG_I32);
+    uint32_t big = 1000000;
+    memcpy(p + sizeof key - 1 + 4, &big, 4);
+    expect_refused(&b, b.size, "absurd llama.block_count");
+    free(b.bytes);
+}
+
+static void llama2c_truncated_checkpoint_is_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny.bin")) return;
+    expect_refused(&b, b.size - 4, "truncated");
+    expect_refused(&b, 20, "truncated");
+    free(b.bytes);
+}
+
+static void llama2c_absurd_header_is_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny.bin")) return;
+    int32_t h[7];
+    memcpy(h, b.bytes, sizeof h);
+    int32_t bad = -5;
+    memcpy(b.bytes, &bad, 4);   /* dim */
+    expect_refused(&b, b.size, "absurd dim");
+    memcpy(b.bytes, h, sizeof h);
+    bad = 3;                    /* n_kv_heads that does not divide n_heads */
+    memcpy(b.bytes + 16, &bad, 4);
+    expect_refused(&b, b.size, "not a multiple of n_kv_heads");
+    memcpy(b.bytes, h, sizeof h);
+    bad = 1 << 30;              /* seq_len */
+    memcpy(b.bytes + 24, &bad, 4);
+    expect_refused(&b, b.size, "absurd seq_len");
+    free(b.bytes);
+}
+
+static void missing_file_is_an_io_error(void **st) {
+    Model m;
+    Err e;
+    assert_int_equal(model_load(&m, "/nonexistent/model.gguf", NULL, &e), ST_IO);
+    assert_non_null(strstr(e.msg, "/nonexistent/model.gguf"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(gguf_truncated_header_is_refused),
+        cmocka_unit_test(gguf_truncated_data_is_refused),
+        cmocka_unit_test(gguf_wrong_magic_is_refused),
+        cmocka_unit_test(gguf_unknown_tensor_type_is_refused),
+        cmocka_unit_test(gguf_tensor_past_the_end_is_refused),
+        cmocka_unit_test(gguf_absurd_dimensions_are_refused),
+        cmocka_unit_test(gguf_absurd_tensor_count_is_refused),
+        cmocka_unit_test(gguf_absurd_layer_count_is_refused),
+        cmocka_unit_test(llama2c_truncated_checkpoint_is_refused),
+        cmocka_unit_test(llama2c_absurd_header_is_refused),
+        cmocka_unit_test(missing_file_is_an_io_error),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,62 @@
+/* testutil.h - helpers shared by the cmocka suites.
+ *
+ * Golden data lives in ../shared/fixtures (override with FIXTURES=dir). A
+ * user's clone may not have it: then tests that need it are skipped, loudly.
+ * Under CI (CI=true) a missing fixture is a failure, never a skip. */
+#ifndef TESTUTIL_H
+#define TESTUTIL_H
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Full path of a fixture file into buf, or NULL (after skip/fail) if absent. */
+static inline const char *fixture(char *buf, size_t cap, const char *rel) {
+    const char *dir = getenv("FIXTURES");
+    if (!dir || !*dir) dir = "../shared/fixtures";
+    snprintf(buf, cap, "%s/%s", dir, rel);
+    if (access(buf, R_OK) == 0) return buf;
+    const char *ci = getenv("CI");
+    if (ci && strcmp(ci, "true") == 0) {
+        print_error("fixture %s is missing, and under CI that is a failure\n", buf);
+        fail();
+    }
+    print_message("[  SKIP    ] fixture %s not found (no ../shared here)\n", buf);
+    skip();
+    return NULL;
+}
+
+/* Read a whole file into malloc'd memory; NULL if it cannot. */
+static inline void *read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    if (buf) buf[n] = 0;
+    fclose(f);
+    if (size) *size = (size_t)n;
+    return buf;
+}
+
+/* Write bytes to a fresh temporary file; returns its path in buf. */
+static inline const char *write_temp(char *buf, size_t cap, const void *data, size_t n) {
+    snprintf(buf, cap, "/tmp/llm-test-XXXXXX");
+    int fd = mkstemp(buf);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, data, n), (ssize_t)n);
+    close(fd);
+    return buf;
+}
+
+#endif

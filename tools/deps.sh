@@ -1,0 +1,16 @@
+#!/bin/sh
+# deps.sh - make sure the Debian packages the build needs are installed.
+# As root it installs what is missing; otherwise it prints the command to run.
+need=""
+[ -f /usr/include/x86_64-linux-gnu/cblas.h ] || [ -f /usr/include/cblas.h ] || need="$need libopenblas-dev"
+[ -f /usr/include/cmocka.h ] || need="$need libcmocka-dev"
+[ -f /usr/include/pcre2.h ] || need="$need libpcre2-dev"
+[ -z "$need" ] && exit 0
+if [ "$(id -u)" = 0 ]; then
+    echo "deps: installing$need" >&2
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null || {
+        echo "deps: apt-get install$need failed" >&2; exit 1; }
+else
+    echo "deps: missing packages:$need. Run: sudo apt-get install -y$need" >&2
+    exit 1
+fi
