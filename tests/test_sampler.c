@@ -1,0 +1,140 @@
+/* test_sampler.c - greedy, temperature, top-k and top-p sampling.
+ *
+ * The distribution tests draw many samples and compare frequencies with the
+ * probabilities computed independently here in double precision; the bounds
+ * are several standard deviations wide, so they fail for a wrong sampler, not
+ * for an unlucky seed (and the seed is fixed, so a run repeats exactly). */
+#include "mem.h"
+#include "sampler.h"
+#include "testutil.h"
+#include <math.h>
+
+enum { V = 8, DRAWS = 200000 };
+static const float LOGITS[V] = {2.0f, 1.0f, 0.5f, 3.0f, -1.0f, 0.0f, 2.5f, 1.5f};
+
+/* Probabilities the sampler should follow: softmax(logits / temperature),
+ * restricted to the top k (0 = all) and the top-p nucleus, renormalised. */
+static void expected(double *p, float temperature, int k, float top_p) {
+    int order[V];
+    double sum = 0;
+    for (int i = 0; i < V; i++) {
+        p[i] = exp(LOGITS[i] / temperature);
+        sum += p[i];
+        order[i] = i;
+    }
+    for (int i = 0; i < V; i++) p[i] /= sum;
+    for (int i = 0; i < V; i++)   /* selection sort by probability, descending */
+        for (int j = i + 1; j < V; j++)
+            if (p[order[j]] > p[order[i]]) { int t = order[i]; order[i] = order[j]; order[j] = t; }
+    int keep = k > 0 && k < V ? k : V;
+    double kept = 0;
+    for (int i = 0; i < keep; i++) kept += p[order[i]];
+    double cum = 0;
+    int last = keep - 1;
+    for (int i = 0; i < keep; i++) {
+        cum += p[order[i]];
+        if (cum > top_p * kept) { last = i; break; }
+    }
+    double total = 0;
+    for (int i = 0; i <= last; i++) total += p[order[i]];
+    double q[V] = {0};
+    for (int i = 0; i <= last; i++) q[order[i]] = p[order[i]] / total;
+    memcpy(p, q, sizeof q);
+}
+
+static void check_distribution(float temperature, int k, float top_p) {
+    Sampler s;
+    Err e;
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){temperature, k, top_p, 1234}, &e), ST_OK);
+    int count[V] = {0};
+    for (int n = 0; n < DRAWS; n++) {
+        float lg[V];
+        memcpy(lg, LOGITS, sizeof lg);
+        int id = sampler_sample(&s, lg);
+        assert_true(id >= 0 && id < V);
+        count[id]++;
+    }
+    double p[V];
+    expected(p, temperature, k, top_p);
+    for (int i = 0; i < V; i++) {
+        double f = (double)count[i] / DRAWS, sd = sqrt(p[i] * (1 - p[i]) / DRAWS);
+        if (p[i] == 0) {
+            if (count[i]) fail_msg("token %d outside top-k/top-p was drawn %d times", i, count[i]);
+        } else if (fabs(f - p[i]) > 6 * sd + 1e-4) {
+            fail_msg("T=%g k=%d p=%g: token %d drawn %.4f, want %.4f", (double)temperature, k,
+                     (double)top_p, i, f, p[i]);
+        }
+    }
+    sampler_free(&s);
+}
+
+static void temperature_zero_is_argmax_with_lowest_id_on_ties(void **st) {
+    Sampler s;
+    Err e;
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){0.0f, 0, 1.0f, 1}, &e), ST_OK);
+    float lg[V];
+    memcpy(lg, LOGITS, sizeof lg);
+    assert_int_equal(sampler_sample(&s, lg), 3);
+    lg[6] = 3.0f;   /* tie between 3 and 6 */
+    assert_int_equal(sampler_sample(&s, lg), 3);
+    sampler_free(&s);
+}
+
+static void plain_sampling_follows_softmax(void **st) { check_distribution(1.0f, 0, 1.0f); }
+static void temperature_sharpens_and_flattens(void **st) {
+    check_distribution(0.5f, 0, 1.0f);
+    check_distribution(2.0f, 0, 1.0f);
+}
+static void top_k_keeps_only_the_k_best(void **st) {
+    check_distribution(1.0f, 3, 1.0f);
+    check_distribution(1.0f, 1, 1.0f);
+}
+static void top_p_keeps_the_smallest_nucleus(void **st) {
+    check_distribution(1.0f, 0, 0.5f);
+    check_distribution(1.0f, 0, 0.9f);
+    check_distribution(0.7f, 4, 0.8f);
+}
+
+static void same_seed_repeats_and_other_seed_differs(void **st) {
+    int runs[3][64];
+    uint64_t seeds[3] = {7, 7, 8};
+    for (int r = 0; r < 3; r++) {
+        Sampler s;
+        Err e;
+        assert_int_equal(sampler_init(&s, V, (SamplerParams){1.0f, 0, 0.95f, seeds[r]}, &e), ST_OK);
+        for (int n = 0; n < 64; n++) {
+            float lg[V];
+            memcpy(lg, LOGITS, sizeof lg);
+            runs[r][n] = sampler_sample(&s, lg);
+        }
+        sampler_free(&s);
+    }
+    assert_memory_equal(runs[0], runs[1], sizeof runs[0]);
+    assert_memory_not_equal(runs[0], runs[2], sizeof runs[0]);
+}
+
+static void bad_parameters_are_refused_with_a_reason(void **st) {
+    Sampler s;
+    Err e;
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){-0.1f, 0, 1.0f, 1}, &e), ST_ARG);
+    assert_non_null(strstr(e.msg, "temperature"));
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){1.0f, 0, 0.0f, 1}, &e), ST_ARG);
+    assert_non_null(strstr(e.msg, "top-p"));
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){1.0f, 0, 1.5f, 1}, &e), ST_ARG);
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){1.0f, -2, 1.0f, 1}, &e), ST_ARG);
+    assert_non_null(strstr(e.msg, "top-k"));
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){NAN, 0, 1.0f, 1}, &e), ST_ARG);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(temperature_zero_is_argmax_with_lowest_id_on_ties),
+        cmocka_unit_test(plain_sampling_follows_softmax),
+        cmocka_unit_test(temperature_sharpens_and_flattens),
+        cmocka_unit_test(top_k_keeps_only_the_k_best),
+        cmocka_unit_test(top_p_keeps_the_smallest_nucleus),
+        cmocka_unit_test(same_seed_repeats_and_other_seed_differs),
+        cmocka_unit_test(bad_parameters_are_refused_with_a_reason),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
