@@ -1,13 +1,70 @@
 /* ops.c - numeric kernels (see ops.h).
  *
  * Reading order: number formats (fp16, Q8_0), the plain-loop references, then
- * the fast paths that model.c calls through matmul(). */
+ * the fast paths that model.c calls through matmul().
+ *
+ * Why decoding is a memory problem. Generating one token multiplies one
+ * activation row by every weight matrix: out[n] = sum_k W[n][k] * x[k]. Each
+ * weight is read once and used for one multiply-add, so a core that could do
+ * a hundred GFLOP/s is fed by a memory bus that delivers 10 to 40 GB/s: with
+ * 4-byte weights that is 2.5 to 10 GFLOP/s. The speed of a matrix-vector
+ * product is therefore bytes of weights divided by bandwidth, and the kernel's
+ * only jobs are to keep enough loads in flight and to do little work per byte.
+ * It reads several rows at once (independent streams the hardware prefetcher
+ * follows, independent accumulators), and it prefers small formats: F16 halves
+ * the bytes, Q8_0 takes 34 bytes per 32 weights.
+ *
+ * Why prefill is a compute problem. With T tokens each weight can serve T
+ * multiply-adds if the kernel keeps it in registers or cache while it visits
+ * the tokens. F32 goes to OpenBLAS sgemm; F16 widens a tile of rows to float
+ * and calls sgemm on the tile; Q8_0 has its own register tile of 4 rows by 4
+ * tokens (below), because sgemm knows nothing of int8.
+ *
+ * The Q8_0 layout and VNNI. A Q8_0 block is 34 bytes: an fp16 scale d and 32
+ * int8 values. The AVX-512 VNNI instruction vpdpbusd multiplies 64 unsigned
+ * bytes by 64 signed bytes and adds each group of four products into one of
+ * 16 int32 lanes. Two blocks fill one 512-bit register: lanes 0-7 sum block b,
+ * lanes 8-15 block b+1. The scales sit between the quants in the file, so the
+ * 64 bytes come from two 32-byte loads; weights stay exactly as mapped.
+ * Because one side must be unsigned, the kernel flips the sign bit of each
+ * weight byte, which turns w into w + 128 (0..255), and starts the accumulator
+ * at -128 * (sum of the four activation values of each lane), computed once
+ * per activation row. The integer sums are exact; each block then costs one
+ * float multiply by d_w * d_x.
+ *
+ * Why activations are quantized too, and the llama.cpp way. int8 x int8 needs
+ * both sides in int8, so each activation row is rounded to Q8_0 blocks before
+ * the products: d = amax / 127 stored as fp16, values multiplied by 127 / amax
+ * and rounded to nearest even, as llama.cpp does on x86. The same rounding
+ * gives the same integer sums, so the logits agree with llama.cpp up to the
+ * order of float additions and greedy outputs match.
+ *
+ * Threads and determinism. Output rows are split into contiguous ranges, in
+ * whole groups of 16 rows (one 64-byte line of a float output row), one range
+ * per OpenMP thread; small matrices stay on one thread because starting a
+ * team costs more than it saves. Every (row, token) result is computed by the
+ * same instruction sequence whatever the tile shape, thread count or T, so the
+ * results of our own kernels do not depend on the number of threads.
+ *
+ * Dispatch. The AVX-512 functions are compiled with a target attribute and
+ * chosen at run time, so the debug build (no -march) runs on any x86-64 and
+ * the plain loops are the fallback everywhere else. */
 #include "ops.h"
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define OPS_X86 1
+#include <immintrin.h>
+/* Functions that use AVX-512 instructions; callers check ops_best_isa() first. */
+#define AVX512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
+/* Small helpers inlined into their AVX-512 callers even at -O0, so that their
+ * register arrays (accumulators of a tile) become registers. */
+#define AVX512_INLINE static inline __attribute__((always_inline)) AVX512_FN
 #endif
 
 void openblas_set_num_threads(int n);   /* from OpenBLAS; not in every cblas.h */
@@ -89,19 +146,96 @@ void ops_set_threads(int n) {
 
 int ops_threads(void) { return g_threads; }
 
+/* Below this many bytes of weight traffic (weight bytes times T) a matmul runs
+ * on one thread: waking a second thread costs microseconds, about what one
+ * core needs for 64 KiB anyway. */
+enum { OPS_MIN_PARALLEL_BYTES = 256 * 1024 };
+
+/* Rows are handed out in groups of 16: one 64-byte cache line of a float row
+ * of out, so two threads never write the same line. */
+enum { OPS_ROW_GROUP = 16 };
+
+/* Rows [*n0, *n1) of N that part p of P computes (contiguous, whole groups). */
+static void ops_part_rows(int N, int P, int p, int *n0, int *n1) {
+    int64_t groups = (N + OPS_ROW_GROUP - 1) / OPS_ROW_GROUP;
+    int64_t g0 = groups * p / P, g1 = groups * (p + 1) / P;
+    *n0 = g0 * OPS_ROW_GROUP < N ? (int)(g0 * OPS_ROW_GROUP) : N;
+    *n1 = g1 * OPS_ROW_GROUP < N ? (int)(g1 * OPS_ROW_GROUP) : N;
+}
+
+/* ---------------------------------------------------- instruction sets */
+
+OpsIsa ops_best_isa(void) {
+#ifdef OPS_X86
+    /* libgcc's checks include the operating system's support (XCR0) for
+     * saving the 512-bit registers, not only the CPUID bits. */
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+        __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma"))
+        return OPS_AVX512;
+#endif
+    return OPS_PLAIN;
+}
+
+const char *ops_isa_name(OpsIsa isa) { return isa == OPS_AVX512 ? "avx512" : "plain"; }
+
 /* ------------------------------------------------------------ quantizing */
 
+/* The multiplier 127 / amax of a Q8_0 block. For amax below about 3.7e-37 it
+ * overflows to inf; d = amax / 127 then rounds to 0 in fp16, so the block adds
+ * nothing to any dot product, and we store zeros instead of converting inf or
+ * NaN to int8 (undefined behaviour in C). */
+static float q8_0_multiplier(float amax) {
+    float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    return isinf(id) ? 0.0f : id;
+}
+
+/* One block of 32 floats to 32 int8 values; returns d as fp16 bits. */
+static uint16_t q8_0_quantize_block_ref(int8_t qs[QK8_0], const float *xb) {
+    float amax = 0.0f;
+    for (int i = 0; i < QK8_0; i++) amax = fmaxf(amax, fabsf(xb[i]));
+    /* llama.cpp (x86): d = amax / 127 stored as fp16; values scaled by 127 / amax
+     * and rounded to nearest even. Matching this lets greedy outputs match. */
+    float id = q8_0_multiplier(amax);
+    for (int i = 0; i < QK8_0; i++) qs[i] = (int8_t)nearbyintf(xb[i] * id);
+    return fp32_to_fp16(amax / 127.0f);
+}
+
+void quantize_row_q8_0_ref(BlockQ8_0 *out, const float *x, int K) {
+    for (int b = 0; b < K / QK8_0; b++) out[b].d = q8_0_quantize_block_ref(out[b].qs, x + b * QK8_0);
+}
+
+#ifdef OPS_X86
+/* The same block, 16 values per instruction. Bit-identical to the plain one:
+ * the product x * id is the same IEEE multiply, vrndscaleps with mode 0 rounds
+ * to nearest even like nearbyintf, and the integers fit int8 exactly. (For NaN
+ * inputs the two may differ: maxps and fmaxf treat NaN differently.) */
+AVX512_INLINE uint16_t q8_0_quantize_block_avx512(int8_t *qs, const float *xb) {
+    __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    __m512 id = _mm512_set1_ps(q8_0_multiplier(amax));
+    __m512 r0 = _mm512_roundscale_ps(_mm512_mul_ps(v0, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r1 = _mm512_roundscale_ps(_mm512_mul_ps(v1, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128((__m128i *)qs, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r0)));
+    _mm_storeu_si128((__m128i *)(qs + 16), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r1)));
+    return fp32_to_fp16(amax / 127.0f);
+}
+
+static AVX512_FN void quantize_row_q8_0_avx512(BlockQ8_0 *out, const float *x, int K) {
+    for (int b = 0; b < K / QK8_0; b++)
+        out[b].d = q8_0_quantize_block_avx512(out[b].qs, x + b * QK8_0);
+}
+#endif
+
 void quantize_row_q8_0(BlockQ8_0 *out, const float *x, int K) {
-    for (int b = 0; b < K / QK8_0; b++) {
-        const float *xb = x + b * QK8_0;
-        float amax = 0.0f;
-        for (int i = 0; i < QK8_0; i++) amax = fmaxf(amax, fabsf(xb[i]));
-        /* llama.cpp: d = amax / 127 stored as fp16; values scaled by 127 / amax
-         * and rounded to nearest even. Matching this lets greedy outputs match. */
-        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        out[b].d = fp32_to_fp16(amax / 127.0f);
-        for (int i = 0; i < QK8_0; i++) out[b].qs[i] = (int8_t)nearbyintf(xb[i] * id);
+#ifdef OPS_X86
+    if (ops_best_isa() == OPS_AVX512) {
+        quantize_row_q8_0_avx512(out, x, K);
+        return;
     }
+#endif
+    quantize_row_q8_0_ref(out, x, K);
 }
 
 void dequantize_row(float *out, const void *row, DType type, int K) {
@@ -131,36 +265,39 @@ static const uint8_t *row_ptr(const Mat *W, int n) {
     return (const uint8_t *)W->data + (size_t)n * dtype_row_bytes(W->type, W->K);
 }
 
-/* One Q8_0 row of W dotted with one Q8_0 row of activations: per block an
- * integer dot product, then one multiply by both scales. */
-static float dot_q8_0_ref(const BlockQ8_0 *w, const BlockQ8_0 *x, int K) {
-    float sum = 0.0f;
-    for (int b = 0; b < K / QK8_0; b++) {
-        int32_t isum = 0;
-        for (int i = 0; i < QK8_0; i++) isum += (int32_t)w[b].qs[i] * x[b].qs[i];
-        sum += (float)isum * (fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
-    }
-    return sum;
+/* Weight (n, k) of a float-typed W (F32 or F16) as a float. */
+static float weight_at(const Mat *W, int n, int k) {
+    const uint8_t *row = row_ptr(W, n);
+    if (W->type == DT_F16) return fp16_to_fp32(((const uint16_t *)row)[k]);
+    return ((const float *)row)[k];
+}
+
+/* Integer dot product of one Q8_0 weight block with one activation block. */
+static int32_t dot_q8_0_block_ref(const BlockQ8_0 *w, const BlockQ8_0 *x) {
+    int32_t isum = 0;
+    for (int i = 0; i < QK8_0; i++) isum += (int32_t)w->qs[i] * x->qs[i];
+    return isum;
 }
 
 void matmul_ref(float *out, const float *x, const Mat *W, int T) {
     int N = W->N, K = W->K;
-    if (W->type == DT_Q8_0) {
-        BlockQ8_0 xq[K / QK8_0 > 0 ? K / QK8_0 : 1];   /* one row at a time */
-        for (int t = 0; t < T; t++) {
-            quantize_row_q8_0(xq, x + (size_t)t * K, K);
-            for (int n = 0; n < N; n++)
-                out[(size_t)t * N + n] = dot_q8_0_ref((const BlockQ8_0 *)row_ptr(W, n), xq, K);
-        }
-        return;
-    }
-    float wrow[K];
-    for (int n = 0; n < N; n++) {
-        dequantize_row(wrow, row_ptr(W, n), W->type, K);
-        for (int t = 0; t < T; t++) {
-            const float *xt = x + (size_t)t * K;
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * K;
+        for (int n = 0; n < N; n++) {
             float sum = 0.0f;
-            for (int k = 0; k < K; k++) sum += wrow[k] * xt[k];
+            if (W->type == DT_Q8_0) {
+                /* Per block: round the activations to Q8_0 as quantize_row_q8_0
+                 * does, an exact integer dot product, one multiply by both scales. */
+                const BlockQ8_0 *w = (const BlockQ8_0 *)row_ptr(W, n);
+                for (int b = 0; b < K / QK8_0; b++) {
+                    BlockQ8_0 xb;
+                    xb.d = q8_0_quantize_block_ref(xb.qs, xt + b * QK8_0);
+                    int32_t isum = dot_q8_0_block_ref(&w[b], &xb);
+                    sum += (float)isum * (fp16_to_fp32(w[b].d) * fp16_to_fp32(xb.d));
+                }
+            } else {
+                for (int k = 0; k < K; k++) sum += weight_at(W, n, k) * xt[k];
+            }
             out[(size_t)t * N + n] = sum;
         }
     }
@@ -202,48 +339,397 @@ void swiglu(float *h, const float *g, int n) {
 
 /* ------------------------------------------------------------ fast paths */
 
+/* What one range of rows needs to know: the whole problem, and for Q8_0 the
+ * activations already quantized (layout below). */
+typedef struct {
+    float *out;            /* (T, N) */
+    const float *x;        /* (T, K) */
+    const Mat *W;          /* (N, K) */
+    int T;
+    const uint8_t *act;    /* Q8_0 only: T rows of act_stride(K) bytes */
+} MatmulJob;
+
+/* Computes out[t][n] for every t and n in [n0, n1). */
+typedef void (*RowsFn)(const MatmulJob *job, int n0, int n1);
+
+/* Runs fn over all rows, split between `team` threads. */
+static void ops_run_rows(RowsFn fn, const MatmulJob *job, int team) {
+    if (team <= 1) {
+        fn(job, 0, job->W->N);
+        return;
+    }
+#pragma omp parallel for schedule(static, 1) num_threads(team)
+    for (int p = 0; p < team; p++) {
+        int n0, n1;
+        ops_part_rows(job->W->N, team, p, &n0, &n1);
+        if (n0 < n1) fn(job, n0, n1);
+    }
+}
+
+static int ops_team_size(const Mat *W, int T) {
+    double traffic = (double)dtype_row_bytes(W->type, W->K) * W->N * T;
+    if (g_threads < 2 || W->N < 2 * OPS_ROW_GROUP || traffic < OPS_MIN_PARALLEL_BYTES) return 1;
+    return g_threads;
+}
+
+/* --- Q8_0 activations, in the layout the int8 kernels read.
+ *
+ * For each of the T rows, at a stride of act_stride(K) bytes (a multiple of 64):
+ *   int8_t  qs[K]        the Q8_0 values, blocks back to back (no scales in
+ *                        between, so two blocks are one 64-byte load)
+ *   int32_t corr[K / 4]  -128 * (sum of each group of four values): the start
+ *                        value of a VNNI lane, cancelling the weights' +128
+ *   float   d[K / 32]    the block scales, already widened from fp16
+ * The values and scales are exactly quantize_row_q8_0's. */
+typedef struct {
+    const int8_t *qs;
+    const int32_t *corr;
+    const float *d;
+} ActRow;
+
+static size_t act_stride(int K) { return ((size_t)K * 2 + (size_t)K / 8 + 63) / 64 * 64; }
+
+static uint8_t *scratch_base(void *scratch) {
+    return (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+}
+
+static ActRow act_row(const uint8_t *act, int K, int t) {
+    const uint8_t *p = act + (size_t)t * act_stride(K);
+    ActRow r = {(const int8_t *)p, (const int32_t *)(p + K), (const float *)(p + 2 * (size_t)K)};
+    return r;
+}
+
+static void act_pack_ref(uint8_t *act, const float *x, int T, int K) {
+    for (int t = 0; t < T; t++) {
+        uint8_t *p = act + (size_t)t * act_stride(K);
+        int8_t *qs = (int8_t *)p;
+        int32_t *corr = (int32_t *)(p + K);
+        float *d = (float *)(p + 2 * (size_t)K);
+        for (int b = 0; b < K / QK8_0; b++)
+            d[b] = fp16_to_fp32(q8_0_quantize_block_ref(qs + b * QK8_0, x + (size_t)t * K + b * QK8_0));
+        for (int j = 0; j < K / 4; j++)
+            corr[j] = -128 * (qs[4 * j] + qs[4 * j + 1] + qs[4 * j + 2] + qs[4 * j + 3]);
+    }
+}
+
+/* --- plain fallbacks, used where AVX-512 is missing (and by the tests) */
+
+static void q8_rows_plain(const MatmulJob *job, int n0, int n1) {
+    int N = job->W->N, K = job->W->K;
+    for (int t = 0; t < job->T; t++) {
+        ActRow xr = act_row(job->act, K, t);
+        for (int n = n0; n < n1; n++) {
+            const BlockQ8_0 *w = (const BlockQ8_0 *)row_ptr(job->W, n);
+            float sum = 0.0f;     /* the same arithmetic as matmul_ref */
+            for (int b = 0; b < K / QK8_0; b++) {
+                int32_t isum = 0;
+                for (int i = 0; i < QK8_0; i++) isum += (int32_t)w[b].qs[i] * xr.qs[b * QK8_0 + i];
+                sum += (float)isum * (fp16_to_fp32(w[b].d) * xr.d[b]);
+            }
+            job->out[(size_t)t * N + n] = sum;
+        }
+    }
+}
+
+static void f16_rows_plain(const MatmulJob *job, int n0, int n1) {
+    int N = job->W->N, K = job->W->K;
+    for (int n = n0; n < n1; n++) {
+        const uint16_t *w = (const uint16_t *)row_ptr(job->W, n);
+        for (int t = 0; t < job->T; t++) {
+            const float *xt = job->x + (size_t)t * K;
+            float sum = 0.0f;
+            for (int k = 0; k < K; k++) sum += fp16_to_fp32(w[k]) * xt[k];
+            job->out[(size_t)t * N + n] = sum;
+        }
+    }
+}
+
+#ifdef OPS_X86
+/* --- AVX-512: activations to the int8 layout */
+
+static AVX512_FN void act_pack_avx512(uint8_t *act, const float *x, int T, int K) {
+    const __m256i u128 = _mm256_set1_epi8((char)0x80);   /* 128 as an unsigned byte */
+    for (int t = 0; t < T; t++) {
+        uint8_t *p = act + (size_t)t * act_stride(K);
+        int8_t *qs = (int8_t *)p;
+        int32_t *corr = (int32_t *)(p + K);
+        float *d = (float *)(p + 2 * (size_t)K);
+        for (int b = 0; b < K / QK8_0; b++) {
+            int8_t *q = qs + b * QK8_0;
+            d[b] = fp16_to_fp32(q8_0_quantize_block_avx512(q, x + (size_t)t * K + b * QK8_0));
+            /* vpdpbusd(0, 128, q): 128 * (sum of four values) in each lane */
+            __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u128,
+                                            _mm256_loadu_si256((const __m256i *)q));
+            _mm256_storeu_si256((__m256i *)(corr + b * 8), _mm256_sub_epi32(_mm256_setzero_si256(), s));
+        }
+    }
+}
+
+/* --- AVX-512: reading weights from memory
+ *
+ * A tile reads R rows side by side: R streams, which the hardware prefetcher
+ * follows less well than one, and the int8 kernel does enough work per byte
+ * that the out-of-order core alone does not keep enough loads in flight. So
+ * each step also asks for the same place R rows further on, the next tile's
+ * rows, into L2 (not L1: for long rows the next tile is bigger than L1). With
+ * it one core reads Q8_0 weights at the speed of a plain memory read. */
+AVX512_INLINE void prefetch_next_tile(const uint8_t *p, int R, size_t wstride) {
+    _mm_prefetch((const char *)(p + (size_t)R * wstride), _MM_HINT_T1);
+}
+
+/* --- AVX-512: Q8_0 register tile of R weight rows by TT tokens (R, TT <= 4)
+ *
+ * acc[r][t] holds 16 float partial sums of out[t][row r]; lanes 0-7 gather
+ * the even blocks, lanes 8-15 the odd ones. Per pair of blocks and per (r, t):
+ * one vpdpbusd, one conversion, one multiply for the scales, one FMA. */
+
+/* The scales of a block pair, (s0, s1) in the low two lanes of s, spread to
+ * the lanes that hold each block's sums: s0 in lanes 0-7, s1 in lanes 8-15. */
+AVX512_INLINE __m512 q8_pair_spread(__m128 s) {
+    const __m512i pick = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(s));
+}
+
+/* Weight scales d_w[b], d_w[b+1] (0 when `two` is 0: the odd block at the end
+ * of a row, whose upper lanes hold zeros) spread over the lanes. */
+AVX512_INLINE __m512 q8_weight_scales(const BlockQ8_0 *blk, int two) {
+    uint32_t h = blk[0].d | (two ? (uint32_t)blk[1].d << 16 : 0u);
+    return q8_pair_spread(_mm_cvtph_ps(_mm_cvtsi32_si128((int)h)));
+}
+
+/* Activation scales d_x[b], d_x[b+1] (already float), likewise. */
+AVX512_INLINE __m512 q8_act_scales(const float *d, int b, int two) {
+    __m128 s = two ? _mm_castpd_ps(_mm_load_sd((const double *)(d + b))) : _mm_load_ss(d + b);
+    return q8_pair_spread(s);
+}
+
+/* Blocks b and b+1 (only b when two == 0; the upper lanes then add zeros). */
+AVX512_INLINE void q8_tile_step(__m512 acc[4][4], const uint8_t *w, size_t wstride,
+                                    const ActRow *xr, int b, int R, int TT, int two) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512i wq[4];
+    __m512 ws[4];
+    for (int r = 0; r < R; r++) {
+        const BlockQ8_0 *blk = (const BlockQ8_0 *)(w + r * wstride) + b;
+        prefetch_next_tile((const uint8_t *)blk, R, wstride);
+        __m256i lo = _mm256_loadu_si256((const __m256i *)blk[0].qs);
+        __m256i hi = two ? _mm256_loadu_si256((const __m256i *)blk[1].qs) : _mm256_setzero_si256();
+        wq[r] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
+        ws[r] = q8_weight_scales(blk, two);
+    }
+    for (int t = 0; t < TT; t++) {
+        __m512i xq, corr;
+        if (two) {
+            xq = _mm512_loadu_si512(xr[t].qs + b * QK8_0);
+            corr = _mm512_loadu_si512(xr[t].corr + b * 8);
+        } else {
+            xq = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(xr[t].qs + b * QK8_0)));
+            corr = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(xr[t].corr + b * 8)));
+        }
+        __m512 xs = q8_act_scales(xr[t].d, b, two);
+        for (int r = 0; r < R; r++) {
+            __m512i isum = _mm512_dpbusd_epi32(corr, wq[r], xq);   /* exact */
+            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(ws[r], xs), acc[r][t]);
+        }
+    }
+}
+
+/* out[t * ldo + r] = row r of w (rows wstride bytes apart) . activation row t. */
+AVX512_INLINE void q8_tile(float *out, size_t ldo, const uint8_t *w, size_t wstride,
+                               const ActRow *xr, int nb, int R, int TT) {
+    __m512 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
+    int b = 0;
+    for (; b + 2 <= nb; b += 2) q8_tile_step(acc, w, wstride, xr, b, R, TT, 1);
+    if (b < nb) q8_tile_step(acc, w, wstride, xr, b, R, TT, 0);
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) out[t * ldo + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+/* The four shapes the row loop needs, each compiled with constant R and TT so
+ * the loops above unroll and acc lives in registers. */
+static AVX512_FN void q8_tile_4x4(float *o, size_t ldo, const uint8_t *w, size_t ws, const ActRow *xr, int nb) { q8_tile(o, ldo, w, ws, xr, nb, 4, 4); }
+static AVX512_FN void q8_tile_1x4(float *o, size_t ldo, const uint8_t *w, size_t ws, const ActRow *xr, int nb) { q8_tile(o, ldo, w, ws, xr, nb, 1, 4); }
+static AVX512_FN void q8_tile_4x1(float *o, size_t ldo, const uint8_t *w, size_t ws, const ActRow *xr, int nb) { q8_tile(o, ldo, w, ws, xr, nb, 4, 1); }
+static AVX512_FN void q8_tile_1x1(float *o, size_t ldo, const uint8_t *w, size_t ws, const ActRow *xr, int nb) { q8_tile(o, ldo, w, ws, xr, nb, 1, 1); }
+
+/* Weight rows of one pass over the tokens: small enough to stay in L2 while
+ * every token tile visits them (only matters for T > 1). */
+enum { Q8_CHUNK_BYTES = 256 * 1024 };
+
+/* Rows [n0, n1) for all T tokens. Tokens go four at a time (their activations
+ * stay in L1) over a chunk of rows that stays in L2; T == 1 is one pass. */
+static AVX512_FN void q8_rows_avx512(const MatmulJob *job, int n0, int n1) {
+    int N = job->W->N, K = job->W->K, T = job->T, nb = K / QK8_0;
+    size_t wstride = dtype_row_bytes(DT_Q8_0, K);
+    int chunk = (int)(Q8_CHUNK_BYTES / wstride) / 4 * 4;
+    if (chunk < 4) chunk = 4;
+    for (int c0 = n0; c0 < n1; c0 += chunk) {
+        int c1 = c0 + chunk < n1 ? c0 + chunk : n1;
+        int t = 0;
+        for (; t + 4 <= T; t += 4) {
+            ActRow xr[4];
+            for (int i = 0; i < 4; i++) xr[i] = act_row(job->act, K, t + i);
+            float *o = job->out + (size_t)t * N;
+            int n = c0;
+            for (; n + 4 <= c1; n += 4) q8_tile_4x4(o + n, N, row_ptr(job->W, n), wstride, xr, nb);
+            for (; n < c1; n++) q8_tile_1x4(o + n, N, row_ptr(job->W, n), wstride, xr, nb);
+        }
+        for (; t < T; t++) {
+            ActRow xr = act_row(job->act, K, t);
+            float *o = job->out + (size_t)t * N;
+            int n = c0;
+            for (; n + 4 <= c1; n += 4) q8_tile_4x1(o + n, N, row_ptr(job->W, n), wstride, &xr, nb);
+            for (; n < c1; n++) q8_tile_1x1(o + n, N, row_ptr(job->W, n), wstride, &xr, nb);
+        }
+    }
+}
+
+/* --- AVX-512: F32 and F16 matrix-vector (T == 1)
+ *
+ * R rows at once share each load of x; one FMA chain per row. F16 rows are
+ * widened in registers (vcvtph2ps), so they cost 2 bytes of memory per weight. */
+
+/* 16 weights from k (only `m` of them at the end of a row) as floats. */
+AVX512_INLINE __m512 wide_load(const uint8_t *row, int k, DType type, __mmask16 m) {
+    if (type == DT_F16)
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + k));
+    return _mm512_maskz_loadu_ps(m, (const float *)row + k);
+}
+
+AVX512_INLINE void float_matvec_tile(float *out, const uint8_t *w, size_t wstride, DType type,
+                                         const float *x, int K, int R) {
+    __m512 acc[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    int k = 0;
+    for (; k + 16 <= K; k += 16) {
+        __m512 xv = _mm512_loadu_ps(x + k);
+        for (int r = 0; r < R; r++) {
+            prefetch_next_tile(w + r * wstride + k * (type == DT_F16 ? 2 : 4), R, wstride);
+            acc[r] = _mm512_fmadd_ps(wide_load(w + r * wstride, k, type, 0xffff), xv, acc[r]);
+        }
+    }
+    if (k < K) {   /* masked loads read nothing past the row */
+        __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
+        __m512 xv = _mm512_maskz_loadu_ps(m, x + k);
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm512_fmadd_ps(wide_load(w + r * wstride, k, type, m), xv, acc[r]);
+    }
+    for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+static AVX512_FN void f32_tile_4(float *o, const uint8_t *w, size_t ws, const float *x, int K) { float_matvec_tile(o, w, ws, DT_F32, x, K, 4); }
+static AVX512_FN void f32_tile_1(float *o, const uint8_t *w, size_t ws, const float *x, int K) { float_matvec_tile(o, w, ws, DT_F32, x, K, 1); }
+static AVX512_FN void f16_tile_4(float *o, const uint8_t *w, size_t ws, const float *x, int K) { float_matvec_tile(o, w, ws, DT_F16, x, K, 4); }
+static AVX512_FN void f16_tile_1(float *o, const uint8_t *w, size_t ws, const float *x, int K) { float_matvec_tile(o, w, ws, DT_F16, x, K, 1); }
+
+static AVX512_FN void float_rows_avx512(const MatmulJob *job, int n0, int n1) {
+    const Mat *W = job->W;
+    size_t ws = dtype_row_bytes(W->type, W->K);
+    int f16 = W->type == DT_F16, n = n0;
+    for (; n + 4 <= n1; n += 4) {
+        if (f16) f16_tile_4(job->out + n, row_ptr(W, n), ws, job->x, W->K);
+        else f32_tile_4(job->out + n, row_ptr(W, n), ws, job->x, W->K);
+    }
+    for (; n < n1; n++) {
+        if (f16) f16_tile_1(job->out + n, row_ptr(W, n), ws, job->x, W->K);
+        else f32_tile_1(job->out + n, row_ptr(W, n), ws, job->x, W->K);
+    }
+}
+
+static AVX512_FN void f16_widen_avx512(float *out, const uint16_t *h, int K) {
+    int k = 0;
+    for (; k + 16 <= K; k += 16)
+        _mm512_storeu_ps(out + k, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + k))));
+    if (k < K) {
+        __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
+        _mm512_mask_storeu_ps(out + k, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h + k)));
+    }
+}
+#endif /* OPS_X86 */
+
+/* --- F16 with T > 1: widen a tile of rows to float, multiply it with sgemm.
+ * The widening is 1/T of the work of the product, so it stays on one thread
+ * and OpenBLAS's threads run the product. */
+enum { F16_TILE_ROWS = 64 };
+
+static void f16_matmul_tiled(float *out, const float *x, const Mat *W, int T, float *wide, OpsIsa isa) {
+    int N = W->N, K = W->K;
+    for (int n0 = 0; n0 < N; n0 += F16_TILE_ROWS) {
+        int rows = N - n0 < F16_TILE_ROWS ? N - n0 : F16_TILE_ROWS;
+        for (int r = 0; r < rows; r++) {
+            const uint16_t *h = (const uint16_t *)row_ptr(W, n0 + r);
+#ifdef OPS_X86
+            if (isa == OPS_AVX512) {
+                f16_widen_avx512(wide + (size_t)r * K, h, K);
+                continue;
+            }
+#endif
+            dequantize_row(wide + (size_t)r * K, h, DT_F16, K);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, rows, K, 1.0f, x, K, wide, K, 0.0f,
+                    out + n0, N);
+    }
+}
+
 size_t matmul_scratch_bytes(DType type, int T, int K) {
-    if (type == DT_Q8_0) return (size_t)T * dtype_row_bytes(DT_Q8_0, K);
-    if (type == DT_F16) return (size_t)ops_threads() * K * sizeof(float);
+    if (type == DT_Q8_0) return (size_t)T * act_stride(K) + 64;   /* + 64: we align it */
+    if (type == DT_F16) return (size_t)F16_TILE_ROWS * K * sizeof(float) + 64;
     return 0;
 }
 
-void matmul(float *out, const float *x, const Mat *W, int T, void *scratch) {
+void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, OpsIsa isa) {
     int N = W->N, K = W->K;
+    if (isa == OPS_AVX512 && ops_best_isa() != OPS_AVX512) isa = OPS_PLAIN;
+    MatmulJob job = {out, x, W, T, NULL};
+    int team = ops_team_size(W, T);
     switch (W->type) {
     case DT_F32:
+        if (T == 1) {
+#ifdef OPS_X86
+            if (isa == OPS_AVX512) {
+                ops_run_rows(float_rows_avx512, &job, team);
+                return;
+            }
+#endif
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, (const float *)W->data, K, x, 1,
+                        0.0f, out, 1);
+            return;
+        }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, N, K, 1.0f, x, K,
                     (const float *)W->data, K, 0.0f, out, N);
         return;
-    case DT_F16: {
-        float *wrows = scratch;
-#pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++) {
-#ifdef _OPENMP
-            float *wrow = wrows + (size_t)omp_get_thread_num() * K;
-#else
-            float *wrow = wrows;
+    case DT_F16:
+        if (T > 1) {
+            f16_matmul_tiled(out, x, W, T, (float *)scratch_base(scratch), isa);
+            return;
+        }
+#ifdef OPS_X86
+        if (isa == OPS_AVX512) {
+            ops_run_rows(float_rows_avx512, &job, team);
+            return;
+        }
 #endif
-            dequantize_row(wrow, row_ptr(W, n), DT_F16, K);
-            for (int t = 0; t < T; t++) {
-                const float *xt = x + (size_t)t * K;
-                float sum = 0.0f;
-                for (int k = 0; k < K; k++) sum += wrow[k] * xt[k];
-                out[(size_t)t * N + n] = sum;
-            }
-        }
+        ops_run_rows(f16_rows_plain, &job, team);
         return;
-    }
     case DT_Q8_0: {
-        BlockQ8_0 *xq = scratch;
-        size_t xrow = (size_t)K / QK8_0;
-        for (int t = 0; t < T; t++) quantize_row_q8_0(xq + t * xrow, x + (size_t)t * K, K);
-#pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++) {
-            const BlockQ8_0 *w = (const BlockQ8_0 *)row_ptr(W, n);
-            for (int t = 0; t < T; t++) out[(size_t)t * N + n] = dot_q8_0_ref(w, xq + t * xrow, K);
+        uint8_t *act = scratch_base(scratch);
+        job.act = act;
+#ifdef OPS_X86
+        if (isa == OPS_AVX512) {
+            act_pack_avx512(act, x, T, K);
+            ops_run_rows(q8_rows_avx512, &job, team);
+            return;
         }
+#endif
+        act_pack_ref(act, x, T, K);
+        ops_run_rows(q8_rows_plain, &job, team);
         return;
     }
     }
+}
+
+void matmul(float *out, const float *x, const Mat *W, int T, void *scratch) {
+    matmul_isa(out, x, W, T, scratch, ops_best_isa());
 }

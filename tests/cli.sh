@@ -1,0 +1,64 @@
+#!/bin/sh
+# cli.sh - the infer command line, end to end.
+#  1. Greedy output on the tiny fixture is byte-identical to what llama2.c's
+#     run.c printed (prompt echoed, then 64 tokens), from the llama2.c
+#     checkpoint and from the GGUF file.
+#  2. Bad input: one line on stderr naming the problem, nothing on stdout,
+#     a non-zero exit, never a crash.
+# Prints "N passed, N failed"; exits non-zero on any failure.
+INFER=${INFER:-build/asan/infer}
+FIX=${FIXTURES:-../shared/fixtures}
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+if [ -f "$FIX/tiny/tiny.bin" ]; then
+    # prompt k is the k-th distinct prompt of the f32 reference rows
+    awk -F'\t' '$1 == "f32" && $5 == "reference float64" { print $2 }' "$FIX/tiny/greedy.tsv" > "$tmp/prompts"
+    k=0
+    while IFS= read -r esc; do
+        prompt=$(printf '%b' "$esc")
+        for model in tiny.bin tiny-f32.gguf; do
+            if "$INFER" --model "$FIX/tiny/$model" --tokenizer "$FIX/tiny/tokenizer.bin" --prompt "$prompt" \
+                -n 64 --temperature 0 --threads 1 > "$tmp/out" 2> "$tmp/err" &&
+               cmp -s "$tmp/out" "$FIX/tiny/runc/$k.txt"; then ok
+            else bad "$model prompt $k: output differs from llama2.c's runc/$k.txt"; diff "$tmp/out" "$FIX/tiny/runc/$k.txt" | head -5; fi
+        done
+        grep -q "prompt .* tokens, generated 64" "$tmp/err" && ok || bad "summary line missing: $(cat "$tmp/err")"
+        k=$((k + 1))
+    done < "$tmp/prompts"
+    [ "$k" -eq 4 ] && ok || bad "expected 4 prompts in greedy.tsv, found $k"
+else
+    if [ "$CI" = true ]; then bad "fixtures missing at $FIX (required under CI)"
+    else echo "SKIP: $FIX/tiny not found; golden CLI comparisons skipped"; fi
+fi
+
+# expect_error WANT ARGS...: exit code non-zero, one stderr line containing WANT, empty stdout
+expect_error() {
+    want=$1; shift
+    "$INFER" "$@" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    lines=$(wc -l < "$tmp/err")
+    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ] && grep -q -- "$want" "$tmp/err" && [ ! -s "$tmp/out" ]; then ok
+    else bad "infer $* -> rc $rc, stderr: $(cat "$tmp/err")"; fi
+}
+expect_error "model FILE is required"
+expect_error "unknown option" --model x --frobnicate 1
+expect_error "not an integer" --model x -n abc
+expect_error "not an integer" --model x -n 0
+expect_error "not a number" --model x --temperature warm
+expect_error "missing value" --model
+expect_error "cannot open" --model /nonexistent/model.gguf
+printf 'GGUF\003\000\000\000' > "$tmp/short.gguf"
+expect_error "truncated" --model "$tmp/short.gguf"
+head -c 5000 /dev/urandom > "$tmp/noise.bin"
+expect_error "$tmp/noise.bin" --model "$tmp/noise.bin"
+if [ -f "$FIX/tiny/tiny-f32.gguf" ]; then
+    expect_error "temperature" --model "$FIX/tiny/tiny-f32.gguf" --temperature -1
+    expect_error "top-p" --model "$FIX/tiny/tiny-f32.gguf" --top-p 1.5
+    long=$(head -c 3000 /dev/zero | tr '\0' 'a')
+    expect_error "context holds 256" --model "$FIX/tiny/tiny-f32.gguf" --prompt "$long"
+fi
+echo "cli: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

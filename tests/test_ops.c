@@ -1,0 +1,584 @@
+/* test_ops.c - the numeric kernels against their references.
+ *
+ * Three kinds of check:
+ *   - number formats: fp16 both ways over every half, rounding ties, Q8_0
+ *     rounding of activations (it must match llama.cpp bit for bit);
+ *   - matmul (every type, both instruction sets, T in {1, 3, 17, 64}, shapes
+ *     that leave tails in every tile) against matmul_ref and against a plain
+ *     loop in double precision, with error bounds derived below;
+ *   - determinism: 1 and 2 threads, and prefill versus decode, give the same
+ *     bits where the kernels promise it.
+ *
+ * Error bounds. A float sum of K products computed in any order, each product
+ * rounded at most once, has |computed - exact| <= gamma(K) * sum |w_k x_k|,
+ * gamma(K) = K u / (1 - K u), u = 2^-24 (Higham, Accuracy and Stability of
+ * Numerical Algorithms, section 3.1). Both matmul and matmul_ref are such
+ * sums, so each is checked against the double-precision value with that bound
+ * (K u < 0.001 here, so 1.01 K u covers gamma). For Q8_0 the integer sums are
+ * exact; per block there is one rounding of d_w * d_x, one of the product (or
+ * FMA), and the additions: at most nb / 2 in a lane plus 4 to add 16 lanes in
+ * the fast kernel, nb in the reference. So (nb + 8) u times
+ * sum_b |d_w d_x| sum_i |w_i x_i| bounds both. A wrong block, sign or tail
+ * changes the result by about one block's share of that sum, orders of
+ * magnitude above the bound. */
+#include "testutil.h"
+#include "ops.h"
+#include <float.h>
+#include <math.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+/* ------------------------------------------------------------- helpers */
+
+typedef struct { uint64_t s; } Rng;
+
+static uint64_t rng_next(Rng *r) {   /* splitmix64 */
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float rng_uniform(Rng *r) {   /* in [-1, 1) */
+    return (float)(rng_next(r) >> 40) * 0x1p-24f * 2.0f - 1.0f;
+}
+
+static float bits_to_float(uint32_t b) {
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+static uint32_t float_to_bits(float f) {
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    return b;
+}
+
+/* Random weights of a type. Q8_0 takes every byte value, -128 included (a
+ * file may hold it even though our quantizer never writes it), and scales of
+ * different sizes. */
+static void *make_weights(DType type, int N, int K, uint64_t seed) {
+    Rng r = {seed};
+    size_t n = (size_t)N * K;
+    void *data = malloc(dtype_row_bytes(type, K) * (size_t)N);
+    assert_non_null(data);
+    if (type == DT_F32) {
+        float *w = data;
+        for (size_t i = 0; i < n; i++) w[i] = rng_uniform(&r);
+    } else if (type == DT_F16) {
+        uint16_t *w = data;
+        for (size_t i = 0; i < n; i++) w[i] = fp32_to_fp16(rng_uniform(&r) * 4.0f);
+    } else {
+        BlockQ8_0 *b = data;
+        for (size_t i = 0; i < n / QK8_0; i++) {
+            b[i].d = fp32_to_fp16(ldexpf(1.0f + rng_uniform(&r), -(int)(rng_next(&r) % 12)));
+            for (int j = 0; j < QK8_0; j++) b[i].qs[j] = (int8_t)(uint8_t)rng_next(&r);
+        }
+    }
+    return data;
+}
+
+/* Activations with rows of different scales and a few outliers, as real
+ * hidden states have. */
+static float *make_activations(int T, int K, uint64_t seed) {
+    Rng r = {seed};
+    float *x = malloc(sizeof(float) * (size_t)T * K);
+    assert_non_null(x);
+    for (int t = 0; t < T; t++) {
+        float scale = ldexpf(1.0f, (int)(rng_next(&r) % 9) - 4);
+        for (int k = 0; k < K; k++) {
+            float v = rng_uniform(&r) * scale;
+            if (rng_next(&r) % 97 == 0) v *= 30.0f;
+            x[(size_t)t * K + k] = v;
+        }
+    }
+    return x;
+}
+
+/* matmul_isa with a scratch buffer of exactly the promised size, so that
+ * AddressSanitizer reports any write past it. */
+static void run_matmul(float *out, const float *x, const Mat *W, int T, OpsIsa isa) {
+    size_t bytes = matmul_scratch_bytes(W->type, T, W->K);
+    void *scratch = malloc(bytes ? bytes : 1);
+    assert_non_null(scratch);
+    matmul_isa(out, x, W, T, scratch, isa);
+    free(scratch);
+}
+
+/* The exact out[t][n] in double precision, and the error budget for it. */
+static void exact_dot(const Mat *W, int n, const float *xt, double *value, double *budget) {
+    int K = W->K;
+    double sum = 0.0, abs_sum = 0.0;
+    if (W->type == DT_Q8_0) {
+        const BlockQ8_0 *w = (const BlockQ8_0 *)((const uint8_t *)W->data + (size_t)n * dtype_row_bytes(DT_Q8_0, K));
+        int nb = K / QK8_0;
+        BlockQ8_0 *xq = malloc(sizeof(BlockQ8_0) * (size_t)nb);
+        assert_non_null(xq);
+        quantize_row_q8_0_ref(xq, xt, K);
+        for (int b = 0; b < nb; b++) {
+            double s = (double)fp16_to_fp32(w[b].d) * fp16_to_fp32(xq[b].d);
+            long isum = 0, iabs = 0;
+            for (int i = 0; i < QK8_0; i++) {
+                isum += (long)w[b].qs[i] * xq[b].qs[i];
+                iabs += labs((long)w[b].qs[i] * xq[b].qs[i]);
+            }
+            sum += s * (double)isum;
+            abs_sum += fabs(s) * (double)iabs;
+        }
+        free(xq);
+        *value = sum;
+        *budget = (nb + 8) * 0x1p-24 * abs_sum + 1e-35;
+        return;
+    }
+    float *wrow = malloc(sizeof(float) * (size_t)K);
+    assert_non_null(wrow);
+    dequantize_row(wrow, (const uint8_t *)W->data + (size_t)n * dtype_row_bytes(W->type, K), W->type, K);
+    for (int k = 0; k < K; k++) {
+        sum += (double)wrow[k] * xt[k];
+        abs_sum += fabs((double)wrow[k] * xt[k]);
+    }
+    free(wrow);
+    *value = sum;
+    *budget = 1.01 * K * 0x1p-24 * abs_sum + 1e-35;
+}
+
+/* matmul_isa and matmul_ref on one problem, both within budget of exact. */
+static void check_matmul(DType type, int N, int K, int T, OpsIsa isa, uint64_t seed) {
+    Mat W = {type, N, K, make_weights(type, N, K, seed)};
+    float *x = make_activations(T, K, seed + 1);
+    float *got = malloc(sizeof(float) * (size_t)T * N), *ref = malloc(sizeof(float) * (size_t)T * N);
+    assert_non_null(got);
+    assert_non_null(ref);
+    run_matmul(got, x, &W, T, isa);
+    matmul_ref(ref, x, &W, T);
+    for (int t = 0; t < T; t++) {
+        for (int n = 0; n < N; n++) {
+            double exact, budget;
+            exact_dot(&W, n, x + (size_t)t * K, &exact, &budget);
+            float g = got[(size_t)t * N + n], r = ref[(size_t)t * N + n];
+            if (!(fabs(g - exact) <= budget && fabs(r - exact) <= budget)) {
+                print_error("%s %s N=%d K=%d T=%d: out[%d][%d] fast %.9g ref %.9g exact %.9g budget %.3g\n",
+                            dtype_name(type), ops_isa_name(isa), N, K, T, t, n, g, r, exact, budget);
+                fail();
+            }
+        }
+    }
+    free(got), free(ref), free(x), free((void *)W.data);
+}
+
+static const int TOKEN_COUNTS[] = {1, 3, 17, 64};
+static const int ROW_COUNTS[] = {1, 7, 33, 130};   /* 4-row tiles leave 1, 3, 1, 2; 16-row groups too */
+
+static void check_type_everywhere(DType type, const int *Ks, int nK) {
+    OpsIsa isas[] = {OPS_PLAIN, ops_best_isa()};
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < nK; k++)
+            for (size_t n = 0; n < sizeof ROW_COUNTS / sizeof ROW_COUNTS[0]; n++)
+                for (size_t t = 0; t < sizeof TOKEN_COUNTS / sizeof TOKEN_COUNTS[0]; t++)
+                    check_matmul(type, ROW_COUNTS[n], Ks[k], TOKEN_COUNTS[t], isas[i],
+                                 1000u * (unsigned)k + 10u * (unsigned)n + (unsigned)t);
+}
+
+/* ------------------------------------------------------------- fp16 */
+
+static int half_is_nan(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff); }
+
+static void fp16_round_trips_all_65536_halves_and_keeps_nan_class(void **state) {
+    (void)state;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = fp16_to_fp32((uint16_t)h);
+        uint16_t back = fp32_to_fp16(f);
+        if (half_is_nan((uint16_t)h)) {
+            assert_true(isnan(f));
+            assert_true(half_is_nan(back));
+            assert_int_equal(back & 0x8000, h & 0x8000);   /* sign kept */
+        } else {
+            if (back != h) print_error("half 0x%04x -> %a -> 0x%04x\n", h, f, back);
+            assert_int_equal(back, h);
+        }
+    }
+}
+
+static void fp16_widening_gives_the_documented_values(void **state) {
+    (void)state;
+    assert_true(fp16_to_fp32(0x3c00) == 1.0f);
+    assert_true(fp16_to_fp32(0xc000) == -2.0f);
+    assert_true(fp16_to_fp32(0x7bff) == 65504.0f);
+    assert_true(fp16_to_fp32(0x0001) == 0x1p-24f);        /* smallest subnormal */
+    assert_true(fp16_to_fp32(0x03ff) == 1023 * 0x1p-24f); /* largest subnormal */
+    assert_true(fp16_to_fp32(0x0400) == 0x1p-14f);        /* smallest normal */
+    assert_true(isinf(fp16_to_fp32(0xfc00)) && fp16_to_fp32(0xfc00) < 0);
+    assert_int_equal(float_to_bits(fp16_to_fp32(0x8000)), 0x80000000u);   /* -0 */
+}
+
+static void fp32_to_fp16_rounds_ties_to_even(void **state) {
+    (void)state;
+    /* One half ulp at 1.0 is 2^-11: 1 + 2^-11 lies exactly between 0x3c00 and
+     * 0x3c01 and goes to the even one; 1 + 3 * 2^-11 between 0x3c01 and 0x3c02. */
+    assert_int_equal(fp32_to_fp16(1.0f + 0x1p-11f), 0x3c00);
+    assert_int_equal(fp32_to_fp16(1.0f + 3 * 0x1p-11f), 0x3c02);
+    assert_int_equal(fp32_to_fp16(1.0f + 0x1p-11f + 0x1p-20f), 0x3c01);   /* just above */
+    assert_int_equal(fp32_to_fp16(-(1.0f + 0x1p-11f)), 0xbc00);
+    /* From 2048 to 4096 halves are 2 apart: 4095 lies between 4094 (mantissa
+     * 1023, odd) and 4096 (0x6c00); 4093 between 4092 (1022, even) and 4094. */
+    assert_int_equal(fp32_to_fp16(4095.0f), 0x6c00);
+    assert_int_equal(fp32_to_fp16(4093.0f), 0x6bfe);
+}
+
+static void fp32_to_fp16_rounds_subnormals_ties_to_even(void **state) {
+    (void)state;
+    assert_int_equal(fp32_to_fp16(0x1p-25f), 0x0000);       /* half of the smallest: to 0 */
+    assert_int_equal(fp32_to_fp16(0x1p-25f * 1.0001f), 0x0001);
+    assert_int_equal(fp32_to_fp16(3 * 0x1p-25f), 0x0002);   /* 1.5 ulp: to 2 */
+    assert_int_equal(fp32_to_fp16(5 * 0x1p-25f), 0x0002);   /* 2.5 ulp: to 2 */
+    assert_int_equal(fp32_to_fp16(-3 * 0x1p-25f), 0x8002);
+    assert_int_equal(fp32_to_fp16(1023.5f * 0x1p-24f), 0x0400);   /* up into the normals */
+    assert_int_equal(fp32_to_fp16(1022.5f * 0x1p-24f), 0x03fe);
+    assert_int_equal(fp32_to_fp16(0x1p-30f), 0x0000);
+    assert_int_equal(fp32_to_fp16(FLT_MIN / 4), 0x0000);           /* float subnormal */
+    assert_int_equal(fp32_to_fp16(-0.0f), 0x8000);
+}
+
+static void fp32_to_fp16_overflows_to_infinity_from_65520(void **state) {
+    (void)state;
+    assert_int_equal(fp32_to_fp16(65504.0f), 0x7bff);
+    assert_int_equal(fp32_to_fp16(65519.996f), 0x7bff);   /* below the midpoint */
+    assert_int_equal(fp32_to_fp16(65520.0f), 0x7c00);     /* the midpoint rounds to even: inf */
+    assert_int_equal(fp32_to_fp16(-1e10f), 0xfc00);
+    assert_int_equal(fp32_to_fp16(FLT_MAX), 0x7c00);
+    assert_int_equal(fp32_to_fp16(INFINITY), 0x7c00);
+    assert_true(half_is_nan(fp32_to_fp16(NAN)));
+}
+
+#if defined(__x86_64__)
+/* The F16C instructions are an independent implementation of IEEE half
+ * precision: compare every half, and millions of floats, weighted towards
+ * the places where rounding decides. */
+__attribute__((target("f16c"))) static void compare_one_with_f16c(uint32_t bits) {
+    float f = bits_to_float(bits);
+    uint16_t hw = _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT), sw = fp32_to_fp16(f);
+    if (isnan(f)) {
+        assert_true(half_is_nan(sw));
+        return;
+    }
+    if (hw != sw) print_error("%a (0x%08x): f16c 0x%04x, ours 0x%04x\n", f, bits, hw, sw);
+    assert_int_equal(hw, sw);
+}
+
+__attribute__((target("f16c"))) static void compare_with_f16c(void) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        float hw = _cvtsh_ss((unsigned short)h), sw = fp16_to_fp32((uint16_t)h);
+        assert_true(float_to_bits(hw) == float_to_bits(sw) || (isnan(hw) && isnan(sw)));
+    }
+    Rng r = {7};
+    for (int i = 0; i < (1 << 22); i++) {
+        uint32_t bits;
+        if (i < (1 << 21)) {
+            bits = (uint32_t)rng_next(&r);   /* anything, NaN and inf included */
+        } else {
+            /* the half-subnormal range 2^-26 .. 2^-14, where rounding is coarser */
+            bits = 0x32800000u + (uint32_t)(rng_next(&r) % (0x38800000u - 0x32800000u));
+            bits |= i & 1 ? 0x80000000u : 0u;
+        }
+        compare_one_with_f16c(bits);
+    }
+    /* float exponents 2^-25 .. 2^16, every top-10-bit mantissa, with the 13
+     * bits a normal half drops just below, at, and just above the tie */
+    const uint32_t low[] = {0x0000, 0x0001, 0x0fff, 0x1000, 0x1001, 0x1fff};
+    for (uint32_t e = 102; e <= 143; e++)
+        for (uint32_t m = 0; m < 1024; m++)
+            for (int j = 0; j < 6; j++) {
+                compare_one_with_f16c(e << 23 | m << 13 | low[j]);
+                compare_one_with_f16c(0x80000000u | e << 23 | m << 13 | low[j]);
+            }
+}
+#endif
+
+static void fp16_conversions_agree_with_the_f16c_instructions(void **state) {
+    (void)state;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("f16c")) {
+        compare_with_f16c();
+        return;
+    }
+#endif
+    skip();
+}
+
+/* -------------------------------------------------------------- Q8_0 */
+
+static void quantize_row_q8_0_of_zeros_is_all_zero(void **state) {
+    (void)state;
+    float x[64] = {0};
+    x[5] = -0.0f;
+    BlockQ8_0 q[2];
+    memset(q, 0x55, sizeof q);
+    quantize_row_q8_0(q, x, 64);
+    for (int b = 0; b < 2; b++) {
+        assert_int_equal(q[b].d, 0);
+        for (int i = 0; i < QK8_0; i++) assert_int_equal(q[b].qs[i], 0);
+    }
+}
+
+static void quantize_row_q8_0_rounds_ties_to_even(void **state) {
+    (void)state;
+    /* amax = 127 makes the multiplier exactly 1, so x * id = x: halves are ties. */
+    float x[32];
+    for (int i = 0; i < 32; i++) x[i] = (float)(i - 16) + 0.5f;   /* -15.5 .. 15.5 */
+    x[31] = 127.0f;
+    BlockQ8_0 q, r;
+    quantize_row_q8_0(&q, x, 32);
+    quantize_row_q8_0_ref(&r, x, 32);
+    assert_int_equal(q.d, 0x3c00);   /* 127 / 127 = 1.0 */
+    for (int i = 0; i < 31; i++) {
+        float want = nearbyintf(x[i]);            /* the default mode: to even */
+        assert_true(fabsf(want - x[i]) == 0.5f);
+        assert_int_equal(q.qs[i], (int)want);
+        assert_int_equal(((int)want) % 2, 0);     /* even, e.g. 2.5 -> 2, -3.5 -> -4 */
+        assert_int_equal(r.qs[i], q.qs[i]);
+    }
+    assert_int_equal(q.qs[31], 127);
+}
+
+static void quantize_row_q8_0_keeps_extreme_values_in_range(void **state) {
+    (void)state;
+    float x[96];
+    for (int i = 0; i < 32; i++) x[i] = i % 2 ? FLT_MAX : -FLT_MAX * (i / 32.0f);
+    for (int i = 32; i < 64; i++) x[i] = (i % 3 - 1) * 1e-38f;   /* amax tiny: 127/amax is inf */
+    for (int i = 64; i < 96; i++) x[i] = (i % 2 ? 1e6f : -1e6f) * (i - 63) / 32.0f;
+    BlockQ8_0 q[3], r[3];
+    quantize_row_q8_0(q, x, 96);
+    quantize_row_q8_0_ref(r, x, 96);
+    assert_memory_equal(q, r, sizeof q);
+    /* FLT_MAX / 127 overflows half precision: the scale is +inf, values span +-127 */
+    assert_int_equal(q[0].d, 0x7c00);
+    assert_int_equal(q[0].qs[1], 127);
+    assert_int_equal(q[0].qs[0], 0);
+    /* a block too small for fp16: d = 0 and all values 0 (no inf * 0) */
+    assert_int_equal(q[1].d, 0);
+    for (int i = 0; i < 32; i++) assert_int_equal(q[1].qs[i], 0);
+    /* 1e6 / 127 is representable: the largest magnitude maps to 127 */
+    assert_int_equal(q[2].qs[31], 127);
+    assert_int_equal(fp32_to_fp16(1e6f / 127.0f), q[2].d);
+    for (int i = 0; i < 32; i++) assert_true(q[2].qs[i] >= -127 && q[2].qs[i] <= 127);
+}
+
+static void quantize_row_q8_0_fast_path_is_bit_identical_to_reference(void **state) {
+    (void)state;
+    enum { K = 4096 };
+    float *x = make_activations(1, K, 99);
+    /* some blocks of exact ties: amax 127 and half-integer values */
+    for (int i = 0; i < 32; i++) x[64 + i] = (float)(i % 7) - 3.5f;
+    x[64 + 5] = 127.0f;
+    BlockQ8_0 q[K / QK8_0], r[K / QK8_0];
+    for (int round = 0; round < 16; round++) {
+        for (int i = 256; i < K; i++) x[i] = ldexpf(x[i], round % 2 ? 3 : -3);
+        quantize_row_q8_0(q, x, K);
+        quantize_row_q8_0_ref(r, x, K);
+        assert_memory_equal(q, r, sizeof q);
+    }
+    free(x);
+}
+
+/* ------------------------------------------------------------ matmul */
+
+static void f32_matmul_matches_plain_reference(void **state) {
+    (void)state;
+    const int Ks[] = {32, 96, 200, 1000};   /* 1000 and 200 leave 8 in the last 16-wide step */
+    check_type_everywhere(DT_F32, Ks, 4);
+}
+
+static void f16_matmul_matches_plain_reference(void **state) {
+    (void)state;
+    const int Ks[] = {32, 96, 200, 1000};
+    check_type_everywhere(DT_F16, Ks, 4);
+}
+
+static void q8_0_matmul_matches_plain_reference(void **state) {
+    (void)state;
+    const int Ks[] = {32, 96, 224, 1024};   /* 1, 3, 7, 32 blocks: odd counts leave a lone block */
+    check_type_everywhere(DT_Q8_0, Ks, 4);
+}
+
+static void matmul_matches_reference_at_model_widths(void **state) {
+    (void)state;
+    DType types[] = {DT_F32, DT_F16, DT_Q8_0};
+    for (int i = 0; i < 3; i++) {
+        check_matmul(types[i], 37, 2048, 1, ops_best_isa(), 5);
+        check_matmul(types[i], 21, 5632, 1, ops_best_isa(), 6);
+        check_matmul(types[i], 37, 2048, 5, ops_best_isa(), 7);
+    }
+}
+
+static void q8_0_plain_path_equals_reference_bitwise(void **state) {
+    (void)state;
+    /* The fallback uses the reference's arithmetic in the reference's order. */
+    int N = 45, K = 320, T = 3;
+    Mat W = {DT_Q8_0, N, K, make_weights(DT_Q8_0, N, K, 11)};
+    float *x = make_activations(T, K, 12);
+    float got[3 * 45], ref[3 * 45];
+    run_matmul(got, x, &W, T, OPS_PLAIN);
+    matmul_ref(ref, x, &W, T);
+    assert_memory_equal(got, ref, sizeof got);
+    free(x), free((void *)W.data);
+}
+
+static void q8_0_prefill_rows_equal_decode_rows_bitwise(void **state) {
+    (void)state;
+    /* Each (row, token) goes through the same instructions whatever the tile,
+     * so a prompt processed at once gives the bits of one token at a time. */
+    int N = 70, K = 288, T = 17;
+    Mat W = {DT_Q8_0, N, K, make_weights(DT_Q8_0, N, K, 21)};
+    float *x = make_activations(T, K, 22);
+    float all[17 * 70], one[70];
+    OpsIsa isa = ops_best_isa();
+    run_matmul(all, x, &W, T, isa);
+    for (int t = 0; t < T; t++) {
+        run_matmul(one, x + (size_t)t * K, &W, 1, isa);
+        assert_memory_equal(one, all + (size_t)t * N, sizeof one);
+    }
+    free(x), free((void *)W.data);
+}
+
+static void matmul_gives_same_results_on_one_and_two_threads(void **state) {
+    (void)state;
+    /* Big enough to be split (see OPS_MIN_PARALLEL_BYTES), with N not a
+     * multiple of 16 so that the last group is partial. Our own kernels give
+     * the same bits; OpenBLAS (sgemm for F32/F16 with T > 1, sgemv for the
+     * plain F32 T = 1) splits sums differently by thread count and is held
+     * to the error bound instead. */
+    DType types[] = {DT_F32, DT_F16, DT_Q8_0};
+    int Ts[] = {1, 17};
+    int saved = ops_threads();
+    for (int i = 0; i < 3; i++) {
+        for (int j = 0; j < 2; j++) {
+            int N = 1203, K = 256, T = Ts[j];
+            Mat W = {types[i], N, K, make_weights(types[i], N, K, 31 + i)};
+            float *x = make_activations(T, K, 32);
+            float *a = malloc(sizeof(float) * (size_t)T * N), *b = malloc(sizeof(float) * (size_t)T * N);
+            assert_non_null(a);
+            assert_non_null(b);
+            OpsIsa isas[] = {OPS_PLAIN, ops_best_isa()};
+            for (int s = 0; s < 2; s++) {
+                ops_set_threads(1);
+                run_matmul(a, x, &W, T, isas[s]);
+                ops_set_threads(2);
+                run_matmul(b, x, &W, T, isas[s]);
+                int ours = types[i] == DT_Q8_0 || (T == 1 && !(types[i] == DT_F32 && isas[s] == OPS_PLAIN));
+                for (int t = 0; t < T; t++) {
+                    for (int n = 0; n < N; n++) {
+                        float va = a[(size_t)t * N + n], vb = b[(size_t)t * N + n];
+                        double exact, budget;
+                        exact_dot(&W, n, x + (size_t)t * K, &exact, &budget);
+                        int same = ours ? float_to_bits(va) == float_to_bits(vb) : fabs(va - vb) <= 2 * budget;
+                        if (!same) {
+                            print_error("%s %s T=%d out[%d][%d]: 1 thread %.9g, 2 threads %.9g\n",
+                                        dtype_name(types[i]), ops_isa_name(isas[s]), T, t, n, va, vb);
+                            fail();
+                        }
+                    }
+                }
+            }
+            free(a), free(b), free(x), free((void *)W.data);
+        }
+    }
+    ops_set_threads(saved);
+}
+
+static void matmul_scratch_does_not_depend_on_threads(void **state) {
+    (void)state;
+    /* model.c sizes scratch once, possibly before the thread count is set. */
+    int saved = ops_threads();
+    DType types[] = {DT_F32, DT_F16, DT_Q8_0};
+    for (int i = 0; i < 3; i++) {
+        ops_set_threads(1);
+        size_t one = matmul_scratch_bytes(types[i], 64, 2048);
+        ops_set_threads(2);
+        assert_int_equal(one, matmul_scratch_bytes(types[i], 64, 2048));
+        assert_true(matmul_scratch_bytes(types[i], 64, 2048) >= matmul_scratch_bytes(types[i], 1, 2048));
+    }
+    ops_set_threads(saved);
+}
+
+/* ------------------------------------------------- the small kernels */
+
+static void rmsnorm_matches_double_precision(void **state) {
+    (void)state;
+    enum { n = 2048 };
+    float *x = make_activations(1, n, 41), *w = make_activations(1, n, 42), out[n];
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    double scale = 1.0 / sqrt(ss / n + 1e-5);
+    rmsnorm(out, x, w, n, 1e-5f);
+    for (int i = 0; i < n; i++) assert_float_equal(out[i], x[i] * scale * w[i], 1e-4 * fabs(x[i] * scale * w[i]) + 1e-6);
+    rmsnorm(x, x, w, n, 1e-5f);   /* in place */
+    assert_memory_equal(x, out, sizeof out);
+    free(x), free(w);
+}
+
+static void softmax_sums_to_one_and_survives_large_inputs(void **state) {
+    (void)state;
+    float x[5] = {1000.0f, 999.0f, -1000.0f, 1000.0f, 0.0f};
+    softmax(x, 5);
+    double e1 = exp(-1.0), z = 2 + e1;
+    assert_float_equal(x[0], 1 / z, 1e-6);
+    assert_float_equal(x[1], e1 / z, 1e-6);
+    assert_float_equal(x[2], 0.0, 1e-30);
+    assert_float_equal(x[0] + x[1] + x[2] + x[3] + x[4], 1.0, 1e-6);
+}
+
+static void rope_rotates_pairs_by_the_given_angles(void **state) {
+    (void)state;
+    /* 2 heads of 6 dims, only the first 4 rotated */
+    float x[12], cs[4] = {cosf(0.5f), sinf(0.5f), cosf(2.0f), sinf(2.0f)};
+    for (int i = 0; i < 12; i++) x[i] = (float)(i + 1);
+    rope(x, 2, 6, 4, cs);
+    for (int h = 0; h < 2; h++) {
+        float *v = x + 6 * h, base = (float)(6 * h + 1);
+        assert_float_equal(v[0], base * cosf(0.5f) - (base + 1) * sinf(0.5f), 1e-5);
+        assert_float_equal(v[1], base * sinf(0.5f) + (base + 1) * cosf(0.5f), 1e-5);
+        assert_float_equal(v[2], (base + 2) * cosf(2.0f) - (base + 3) * sinf(2.0f), 1e-5);
+        assert_float_equal(v[3], (base + 2) * sinf(2.0f) + (base + 3) * cosf(2.0f), 1e-5);
+        assert_true(v[4] == base + 4 && v[5] == base + 5);   /* untouched */
+    }
+}
+
+static void swiglu_is_silu_of_h_times_g(void **state) {
+    (void)state;
+    float h[4] = {-3.0f, 0.0f, 0.5f, 20.0f}, g[4] = {2.0f, 5.0f, -1.0f, 0.25f};
+    float want[4];
+    for (int i = 0; i < 4; i++) want[i] = (float)(h[i] / (1.0 + exp(-(double)h[i])) * g[i]);
+    swiglu(h, g, 4);
+    for (int i = 0; i < 4; i++) assert_float_equal(h[i], want[i], 1e-6 * fabsf(want[i]) + 1e-7);
+}
+
+int main(void) {
+    print_message("kernels: %s\n", ops_isa_name(ops_best_isa()));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(fp16_round_trips_all_65536_halves_and_keeps_nan_class),
+        cmocka_unit_test(fp16_widening_gives_the_documented_values),
+        cmocka_unit_test(fp32_to_fp16_rounds_ties_to_even),
+        cmocka_unit_test(fp32_to_fp16_rounds_subnormals_ties_to_even),
+        cmocka_unit_test(fp32_to_fp16_overflows_to_infinity_from_65520),
+        cmocka_unit_test(fp16_conversions_agree_with_the_f16c_instructions),
+        cmocka_unit_test(quantize_row_q8_0_of_zeros_is_all_zero),
+        cmocka_unit_test(quantize_row_q8_0_rounds_ties_to_even),
+        cmocka_unit_test(quantize_row_q8_0_keeps_extreme_values_in_range),
+        cmocka_unit_test(quantize_row_q8_0_fast_path_is_bit_identical_to_reference),
+        cmocka_unit_test(f32_matmul_matches_plain_reference),
+        cmocka_unit_test(f16_matmul_matches_plain_reference),
+        cmocka_unit_test(q8_0_matmul_matches_plain_reference),
+        cmocka_unit_test(matmul_matches_reference_at_model_widths),
+        cmocka_unit_test(q8_0_plain_path_equals_reference_bitwise),
+        cmocka_unit_test(q8_0_prefill_rows_equal_decode_rows_bitwise),
+        cmocka_unit_test(matmul_gives_same_results_on_one_and_two_threads),
+        cmocka_unit_test(matmul_scratch_does_not_depend_on_threads),
+        cmocka_unit_test(rmsnorm_matches_double_precision),
+        cmocka_unit_test(softmax_sums_to_one_and_survives_large_inputs),
+        cmocka_unit_test(rope_rotates_pairs_by_the_given_angles),
+        cmocka_unit_test(swiglu_is_silu_of_h_times_g),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,84 @@
+#!/bin/sh
+# bench.sh - make the benchmark models (once) and measure them: what `make bench` runs.
+#
+#   make bench                                     every shape, F32 and Q8_0, 1 and 2 threads
+#   BENCH_SHAPES=stories15M BENCH_THREADS=1 make bench          a quick subset
+#   BENCH_SHAPES="stories110M" BENCH_TYPES=q8_0 sh tools/bench.sh
+#
+# Environment (defaults in brackets):
+#   BENCH_SHAPES   mkmodel presets ["stories15M stories110M tinyllama"]
+#   BENCH_TYPES    weight types ["f32 q8_0"]
+#   BENCH_THREADS  thread counts ["1 2"]
+#   BENCH_DIR      where models are kept and reused [build/bench-models]
+#   BENCH_BIN      where mkmodel and bench are [build/fast]
+#   BENCH_ARGS     more options for bench, e.g. "--runs 5 --decode 64" []
+#
+# Models are random-weight files from tools/mkmodel.c, made once and reused
+# (delete BENCH_DIR to remake them). Before writing one, the free disk space is
+# checked against the exact size mkmodel will write; before measuring one, the
+# free memory is checked against its size, since a model that does not fit in
+# memory would be re-read from disk and the benchmark would time the disk.
+set -eu
+
+shapes=${BENCH_SHAPES:-"stories15M stories110M tinyllama"}
+types=${BENCH_TYPES:-"f32 q8_0"}
+threads=${BENCH_THREADS:-"1 2"}
+dir=${BENCH_DIR:-build/bench-models}
+bin=${BENCH_BIN:-build/fast}
+extra=${BENCH_ARGS:-}
+
+for tool in mkmodel bench; do
+    if [ ! -x "$bin/$tool" ]; then
+        echo "bench.sh: $bin/$tool is missing; run make fast first" >&2
+        exit 1
+    fi
+done
+
+gb() { awk -v b="$1" 'BEGIN { printf "%.2f GB", b / 1e9 }'; }
+
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo "none")
+if [ "$commit" != none ] && [ -n "$(git --no-optional-locks status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+    commit="$commit + uncommitted changes"
+fi
+echo "bench.sh: BENCH_SHAPES=\"$shapes\" BENCH_TYPES=\"$types\" BENCH_THREADS=\"$threads\"" \
+     "BENCH_ARGS=\"$extra\" OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-} sh tools/bench.sh"
+echo "bench.sh: commit $commit, $(date -u '+%Y-%m-%d %H:%M UTC')"
+
+mkdir -p "$dir"
+mem_avail=$(awk '/^MemAvailable:/ { printf "%.0f\n", $2 * 1024 }' /proc/meminfo)
+echo "bench.sh: $(gb "$(df -Pk "$dir" | awk 'NR == 2 { printf "%.0f\n", $4 * 1024 }')") free on disk in $dir," \
+     "$(gb "$mem_avail") of memory available"
+
+models=""
+for shape in $shapes; do
+    for type in $types; do
+        path="$dir/$shape-$type.gguf"
+        if [ -f "$path" ]; then
+            echo "bench.sh: reusing $path ($(gb "$(wc -c < "$path")"))"
+        else
+            need=$("$bin/mkmodel" --preset "$shape" --type "$type" --size-only "$path")
+            free=$(df -Pk "$dir" | awk 'NR == 2 { printf "%.0f\n", $4 * 1024 }')
+            # Keep 1 GB spare so the disk is never filled to the last byte.
+            if [ $((need + 1000000000)) -gt "$free" ]; then
+                echo "bench.sh: skipping $shape $type: it needs $(gb "$need"), $(gb "$free") free"
+                continue
+            fi
+            "$bin/mkmodel" --preset "$shape" --type "$type" "$path"
+        fi
+        size=$(wc -c < "$path")
+        if [ "$size" -gt "$mem_avail" ]; then
+            echo "bench.sh: skipping $path: $(gb "$size") is more than the $(gb "$mem_avail") of free memory"
+            continue
+        fi
+        models="$models $path"
+    done
+done
+if [ -z "$models" ]; then
+    echo "bench.sh: no model to measure" >&2
+    exit 1
+fi
+
+echo
+# $extra and $models are word-split on purpose: options and paths without spaces.
+# shellcheck disable=SC2086
+exec "$bin/bench" --threads "$(echo $threads | tr ' ' ',')" $extra $models

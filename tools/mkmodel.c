@@ -1,0 +1,422 @@
+/* mkmodel.c - write a Llama model in GGUF with random weights, for benchmarks.
+ *
+ * Speed does not depend on what the weights are, only on their shape and type,
+ * so a benchmark of TinyLlama's shape needs no TinyLlama: this tool writes a
+ * file with the same tensors, metadata keys and tokenizer layout that
+ * llama.cpp's converter produces, filled from a seeded generator.
+ *
+ *   mkmodel --preset tinyllama --type q8_0 build/bench-models/tinyllama-q8_0.gguf
+ *   mkmodel --dim 256 --hidden 768 --layers 4 --heads 8 --kv-heads 2 \
+ *           --vocab 512 --ctx 256 --type f16 --seed 7 small.gguf
+ *   mkmodel --preset tinyllama --type f32 --size-only out.gguf   (prints the byte count)
+ *
+ * Values. Each matrix of N rows by K columns is uniform in [-1/sqrt(K),
+ * 1/sqrt(K)), PyTorch's default for a fresh nn.Linear: every output of a
+ * matmul of a unit-RMS input then has a standard deviation near 0.58, so the
+ * forward pass stays far from overflow at any depth (RMSNorm resets the scale
+ * before every sublayer). Norm weights are all 1, as at initialisation.
+ * Each tensor draws from its own xorshift64* stream, seeded from --seed and the
+ * tensor's place in the file, so the same arguments always give the same bytes.
+ *
+ * Types. --type sets the type of every matrix (the token embedding and the
+ * classifier included, as llama.cpp's Q8_0 files have them); the norms are
+ * always F32. Rounding to F16 / Q8_0 is the writer's (gguf_write.h), which
+ * uses ops.h: Q8_0 blocks of 32 with d = max|x| / 127 stored as F16, values
+ * rounded to nearest.
+ *
+ * The classifier is its own tensor (output.weight), as in TinyLlama; llama2.c's
+ * stories models share it with the embedding, so their files here are larger
+ * than the originals (stories15M: 24.4M parameters, not 15.2M), though a
+ * decoded token reads the same bytes either way: the embedding table is only
+ * looked up, one row per token.
+ *
+ * Tokenizer: sentencepiece style ("llama"), as llama.cpp lays it out: <unk>,
+ * <s>, </s>, the 256 byte pieces <0x00>..<0xFF>, the printable ASCII characters
+ * and U+2581 (sentencepiece's space), then unique filler pieces up to the
+ * vocabulary size. Text therefore encodes one character per token. */
+#include "err.h"
+#include "gguf_write.h"
+#include "mem.h"
+#include "ops.h"
+#include <assert.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    const char *name;
+    int dim, hidden, layers, heads, kv_heads, vocab, ctx;
+} Shape;
+
+static const Shape PRESETS[] = {
+    /* name          D     F     L   H   Hkv  V      P */
+    {"stories15M", 288, 768, 6, 6, 6, 32000, 256},
+    {"stories110M", 768, 2048, 12, 12, 12, 32000, 1024},
+    {"tinyllama", 2048, 5632, 22, 32, 4, 32000, 2048},
+};
+#define N_PRESETS (int)(sizeof PRESETS / sizeof PRESETS[0])
+
+#define ROPE_BASE 10000.0f
+#define RMS_EPS 1e-5f
+#define N_SPECIAL 3                 /* <unk> <s> </s> */
+#define FIRST_BYTE_TOKEN N_SPECIAL  /* <0x00> is token 3, as in llama's vocabulary */
+#define MIN_VOCAB (N_SPECIAL + 256)
+#define PIECE_CAP 24                /* bytes per vocabulary piece, NUL included */
+
+/* GGUF token types (llama.cpp's llama_token_type). */
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_BYTE = 6 };
+
+/* ------------------------------------------------------------ the weights */
+
+/* One tensor's generator: uniform in [center - spread, center + spread). */
+typedef struct {
+    uint64_t state;    /* xorshift64*; never 0 */
+    float center, spread;
+} WeightGen;
+
+/* splitmix64: turns (seed, index) into well-mixed, nonzero xorshift seeds. */
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* xorshift64* (Vigna), top 24 bits as a float in [-1, 1). */
+static float next_uniform(uint64_t *s) {
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    uint64_t r = *s * 0x2545f4914f6cdd1dULL;
+    return (float)(r >> 40) * 0x1p-23f - 1.0f;
+}
+
+/* GgufRowFn: the writer asks for rows in order, so the stream just continues. */
+static int weight_rows(void *ctx, int64_t row, float *out, int64_t n, Err *e) {
+    WeightGen *g = ctx;
+    for (int64_t i = 0; i < n; i++) out[i] = g->center + g->spread * next_uniform(&g->state);
+    return ST_OK;
+}
+
+/* ------------------------------------------------------------ the model */
+
+typedef struct {
+    Shape shape;
+    DType type;
+    uint64_t seed;
+    /* tensors: one generator each, alive until the file is written */
+    WeightGen *gens;
+    int n_tensors;
+    uint64_t n_params;
+    /* tokenizer */
+    char *piece_text;      /* (V, PIECE_CAP) */
+    const char **pieces;   /* (V) */
+    float *scores;         /* (V) */
+    int32_t *token_types;  /* (V) */
+} Builder;
+
+/* Give the next tensor its own generator stream and describe it to the writer. */
+static void add_tensor(GgufWriter *w, Builder *b, const char *name, int64_t ne0, int64_t ne1,
+                       int n_dims, DType type, float center, float spread) {
+    WeightGen *g = &b->gens[b->n_tensors++];
+    g->state = splitmix64(b->seed ^ splitmix64((uint64_t)b->n_tensors)) | 1;
+    g->center = center;
+    g->spread = spread;
+    int64_t ne[2] = {ne0, ne1};
+    gguf_w_add_tensor_rows(w, name, n_dims, ne, type, weight_rows, g);
+    b->n_params += (uint64_t)ne0 * (uint64_t)ne1;
+}
+
+/* A matrix of N rows by K columns (ne = {K, N}): uniform in +-1/sqrt(K). */
+static void add_matrix(GgufWriter *w, Builder *b, const char *name, int64_t K, int64_t N) {
+    add_tensor(w, b, name, K, N, 2, b->type, 0.0f, 1.0f / sqrtf((float)K));
+}
+
+/* An RMSNorm weight vector of n ones, F32 whatever the matrices are. */
+static void add_norm(GgufWriter *w, Builder *b, const char *name, int64_t n) {
+    add_tensor(w, b, name, n, 1, 1, DT_F32, 1.0f, 0.0f);
+}
+
+/* "blk.<l>.<suffix>" into buf. */
+static const char *blk(char *buf, int l, const char *suffix) {
+    snprintf(buf, GGUF_W_MAX_NAME + 1, "blk.%d.%s", l, suffix);
+    return buf;
+}
+
+static int add_tensors(GgufWriter *w, Builder *b, Err *e) {
+    const Shape *s = &b->shape;
+    int64_t D = s->dim, F = s->hidden, V = s->vocab;
+    int64_t S = s->dim / s->heads, HS = s->heads * S, KVS = s->kv_heads * S;
+    int n_tensors = 9 * s->layers + 3;
+    b->gens = mem_alloc((size_t)n_tensors * sizeof *b->gens);
+    if (!b->gens) return err_set(e, ST_NOMEM, "out of memory for %d tensors", n_tensors);
+
+    char n[GGUF_W_MAX_NAME + 1];
+    add_matrix(w, b, "token_embd.weight", D, V);                /* (V, D) */
+    for (int l = 0; l < s->layers; l++) {
+        add_norm(w, b, blk(n, l, "attn_norm.weight"), D);        /* (D) */
+        add_matrix(w, b, blk(n, l, "attn_q.weight"), D, HS);     /* (H*S, D) */
+        add_matrix(w, b, blk(n, l, "attn_k.weight"), D, KVS);    /* (Hkv*S, D) */
+        add_matrix(w, b, blk(n, l, "attn_v.weight"), D, KVS);    /* (Hkv*S, D) */
+        add_matrix(w, b, blk(n, l, "attn_output.weight"), HS, D);/* (D, H*S) */
+        add_norm(w, b, blk(n, l, "ffn_norm.weight"), D);         /* (D) */
+        add_matrix(w, b, blk(n, l, "ffn_gate.weight"), D, F);    /* (F, D) */
+        add_matrix(w, b, blk(n, l, "ffn_down.weight"), F, D);    /* (D, F) */
+        add_matrix(w, b, blk(n, l, "ffn_up.weight"), D, F);      /* (F, D) */
+    }
+    add_norm(w, b, "output_norm.weight", D);                    /* (D) */
+    add_matrix(w, b, "output.weight", D, V);                    /* (V, D) */
+    assert(b->n_tensors == n_tensors);
+    return ST_OK;
+}
+
+/* The vocabulary described in the header comment. */
+static int add_tokenizer(GgufWriter *w, Builder *b, Err *e) {
+    int V = b->shape.vocab;
+    b->piece_text = mem_alloc((size_t)V * PIECE_CAP);
+    b->pieces = mem_alloc((size_t)V * sizeof *b->pieces);
+    b->scores = mem_alloc((size_t)V * sizeof *b->scores);
+    b->token_types = mem_alloc((size_t)V * sizeof *b->token_types);
+    if (!b->piece_text || !b->pieces || !b->scores || !b->token_types)
+        return err_set(e, ST_NOMEM, "out of memory for a vocabulary of %d pieces", V);
+
+    int next_char = 0x21;          /* printable ASCII after the bytes, then U+2581 */
+    for (int id = 0; id < V; id++) {
+        char *p = b->piece_text + (size_t)id * PIECE_CAP;
+        b->pieces[id] = p;
+        b->scores[id] = 0.0f;
+        b->token_types[id] = TT_NORMAL;
+        if (id < N_SPECIAL) {
+            static const char *const special[N_SPECIAL] = {"<unk>", "<s>", "</s>"};
+            strcpy(p, special[id]);
+            b->token_types[id] = id == 0 ? TT_UNKNOWN : TT_CONTROL;
+        } else if (id < FIRST_BYTE_TOKEN + 256) {
+            snprintf(p, PIECE_CAP, "<0x%02X>", id - FIRST_BYTE_TOKEN);
+            b->token_types[id] = TT_BYTE;
+        } else if (next_char <= 0x7f) {
+            if (next_char < 0x7f) snprintf(p, PIECE_CAP, "%c", next_char);
+            else strcpy(p, "\xe2\x96\x81");                       /* U+2581 */
+            next_char++;
+            b->scores[id] = -(float)id;
+        } else {
+            snprintf(p, PIECE_CAP, "<filler%d>", id);            /* unique, never typed */
+            b->scores[id] = -(float)id;
+        }
+    }
+    gguf_w_add_str(w, "tokenizer.ggml.model", "llama");
+    gguf_w_add_str_array(w, "tokenizer.ggml.tokens", b->pieces, (uint64_t)V);
+    gguf_w_add_f32_array(w, "tokenizer.ggml.scores", b->scores, (uint64_t)V);
+    gguf_w_add_i32_array(w, "tokenizer.ggml.token_type", b->token_types, (uint64_t)V);
+    gguf_w_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gguf_w_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    gguf_w_add_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    gguf_w_add_bool(w, "tokenizer.ggml.add_bos_token", 1);
+    gguf_w_add_bool(w, "tokenizer.ggml.add_eos_token", 0);
+    return ST_OK;
+}
+
+static void add_hparams(GgufWriter *w, const Builder *b) {
+    const Shape *s = &b->shape;
+    /* llama.cpp's general.file_type: the type most tensors have */
+    uint32_t file_type = b->type == DT_F32 ? 0 : b->type == DT_F16 ? 1 : 7;
+    char desc[128];
+    snprintf(desc, sizeof desc, "random weights from tools/mkmodel.c, seed %llu",
+             (unsigned long long)b->seed);
+    gguf_w_add_str(w, "general.architecture", "llama");
+    gguf_w_add_str(w, "general.name", s->name);
+    gguf_w_add_str(w, "general.description", desc);
+    gguf_w_add_u32(w, "general.file_type", file_type);
+    if (b->type == DT_Q8_0) gguf_w_add_u32(w, "general.quantization_version", 2);
+    gguf_w_add_u32(w, "llama.context_length", (uint32_t)s->ctx);
+    gguf_w_add_u32(w, "llama.embedding_length", (uint32_t)s->dim);
+    gguf_w_add_u32(w, "llama.block_count", (uint32_t)s->layers);
+    gguf_w_add_u32(w, "llama.feed_forward_length", (uint32_t)s->hidden);
+    gguf_w_add_u32(w, "llama.rope.dimension_count", (uint32_t)(s->dim / s->heads));
+    gguf_w_add_u32(w, "llama.attention.head_count", (uint32_t)s->heads);
+    gguf_w_add_u32(w, "llama.attention.head_count_kv", (uint32_t)s->kv_heads);
+    gguf_w_add_f32(w, "llama.attention.layer_norm_rms_epsilon", RMS_EPS);
+    gguf_w_add_f32(w, "llama.rope.freq_base", ROPE_BASE);
+    gguf_w_add_u32(w, "llama.vocab_size", (uint32_t)s->vocab);
+}
+
+static void builder_free(Builder *b) {
+    mem_free(b->gens);
+    mem_free(b->piece_text);
+    mem_free(b->pieces);
+    mem_free(b->scores);
+    mem_free(b->token_types);
+}
+
+/* ------------------------------------------------------------ arguments */
+
+typedef struct {
+    Shape shape;
+    DType type;
+    uint64_t seed;
+    int size_only;
+    const char *out;
+} Args;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: mkmodel [--preset NAME] [--dim D] [--hidden F] [--layers L] [--heads H]\n"
+            "               [--kv-heads Hkv] [--vocab V] [--ctx P] [--type f32|f16|q8_0]\n"
+            "               [--seed N] [--size-only] OUT.gguf\n"
+            "presets (D F L H Hkv V P):\n");
+    for (int i = 0; i < N_PRESETS; i++) {
+        const Shape *s = &PRESETS[i];
+        fprintf(f, "  %-12s %d %d %d %d %d %d %d\n", s->name, s->dim, s->hidden, s->layers,
+                s->heads, s->kv_heads, s->vocab, s->ctx);
+    }
+    fprintf(f, "Shape flags override the preset's values; without a preset all seven are needed.\n"
+               "--type (default f32) applies to every matrix; norms are always F32.\n"
+               "--size-only prints the number of bytes the file would have and writes nothing.\n");
+}
+
+/* A whole decimal integer in [lo, hi], or ST_ARG with a message. */
+static int parse_int(const char *flag, const char *text, long long lo, long long hi, long long *out,
+                     Err *e) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi)
+        return err_set(e, ST_ARG, "%s wants an integer in %lld..%lld, got '%s'", flag, lo, hi, text);
+    *out = v;
+    return ST_OK;
+}
+
+static int check_shape(const Shape *s, DType type, Err *e) {
+    if (s->dim % s->heads)
+        return err_set(e, ST_ARG, "--dim %d is not a multiple of --heads %d", s->dim, s->heads);
+    if (s->heads % s->kv_heads)
+        return err_set(e, ST_ARG, "--heads %d is not a multiple of --kv-heads %d", s->heads,
+                       s->kv_heads);
+    if ((s->dim / s->heads) % 2)
+        return err_set(e, ST_ARG, "head size %d is odd; RoPE rotates pairs", s->dim / s->heads);
+    if (s->vocab < MIN_VOCAB)
+        return err_set(e, ST_ARG, "--vocab %d is below %d (3 special and 256 byte pieces)", s->vocab,
+                       MIN_VOCAB);
+    if (type == DT_Q8_0 && (s->dim % QK8_0 || s->hidden % QK8_0))
+        return err_set(e, ST_ARG, "q8_0 needs --dim and --hidden to be multiples of %d (got %d, %d)",
+                       QK8_0, s->dim, s->hidden);
+    return ST_OK;
+}
+
+static int parse_args(int argc, char **argv, Args *a, Err *e) {
+    static const char *const flags[] = {"--dim", "--hidden", "--layers", "--heads",
+                                        "--kv-heads", "--vocab", "--ctx"};
+    static const long long max[] = {1 << 16, 1 << 18, 1024, 1024, 1024, 1 << 22, 1 << 20};
+    int given[7] = {-1, -1, -1, -1, -1, -1, -1};   /* shape flags, in the order above */
+    const Shape *preset = NULL;
+    a->type = DT_F32;
+    a->seed = 1;
+    a->size_only = 0;
+    a->out = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--size-only") == 0) {
+            a->size_only = 1;
+            continue;
+        }
+        if (arg[0] != '-' || arg[1] == 0) {
+            if (a->out) return err_set(e, ST_ARG, "two output paths: '%s' and '%s'", a->out, arg);
+            a->out = arg;
+            continue;
+        }
+        if (i + 1 >= argc) return err_set(e, ST_ARG, "%s needs a value", arg);
+        const char *val = argv[++i];
+        long long v;
+        int f = 0;
+        while (f < 7 && strcmp(arg, flags[f]) != 0) f++;
+        if (f < 7) {
+            if (parse_int(arg, val, 1, max[f], &v, e)) return ST_ARG;
+            given[f] = (int)v;
+        } else if (strcmp(arg, "--preset") == 0) {
+            for (int p = 0; p < N_PRESETS; p++)
+                if (strcmp(val, PRESETS[p].name) == 0) preset = &PRESETS[p];
+            if (!preset)
+                return err_set(e, ST_ARG, "unknown preset '%s' (stories15M, stories110M, tinyllama)",
+                               val);
+        } else if (strcmp(arg, "--type") == 0) {
+            if (strcmp(val, "f32") == 0) a->type = DT_F32;
+            else if (strcmp(val, "f16") == 0) a->type = DT_F16;
+            else if (strcmp(val, "q8_0") == 0) a->type = DT_Q8_0;
+            else return err_set(e, ST_ARG, "--type wants f32, f16 or q8_0, got '%s'", val);
+        } else if (strcmp(arg, "--seed") == 0) {
+            if (parse_int(arg, val, 0, INT64_MAX, &v, e)) return ST_ARG;
+            a->seed = (uint64_t)v;
+        } else {
+            return err_set(e, ST_ARG, "unknown option %s (run with no arguments for help)", arg);
+        }
+    }
+    if (!a->out) return err_set(e, ST_ARG, "no output path given");
+
+    /* The preset's shape, then each flag given on top of it (the name then
+     * no longer applies). Without a preset, every flag is needed. */
+    Shape s = preset ? *preset : (Shape){"custom", 0, 0, 0, 0, 0, 0, 0};
+    int *field[] = {&s.dim, &s.hidden, &s.layers, &s.heads, &s.kv_heads, &s.vocab, &s.ctx};
+    for (int f = 0; f < 7; f++) {
+        if (given[f] >= 0) {
+            *field[f] = given[f];
+            s.name = "custom";
+        } else if (!preset) {
+            return err_set(e, ST_ARG, "%s is needed when no --preset is given", flags[f]);
+        }
+    }
+    a->shape = s;
+    return check_shape(&a->shape, a->type, e);
+}
+
+/* ------------------------------------------------------------------ main */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 1) {
+        usage(stdout);
+        return 0;
+    }
+    Args a;
+    Err e = {{0}};
+    if (parse_args(argc, argv, &a, &e)) {
+        fprintf(stderr, "mkmodel: %s\n", e.msg);
+        return 2;
+    }
+    const Shape *s = &a.shape;
+    double t0 = now_s();
+    Builder b = {.shape = *s, .type = a.type, .seed = a.seed};
+    GgufWriter w;
+    gguf_w_init(&w, a.out);
+    add_hparams(&w, &b);
+    int st = add_tokenizer(&w, &b, &e);
+    if (st == ST_OK) st = add_tensors(&w, &b, &e);
+    if (st == ST_OK && a.size_only) {
+        st = w.status;   /* a description error shows up here rather than in write */
+        if (st == ST_OK) printf("%llu\n", (unsigned long long)gguf_w_file_size(&w));
+        else e = w.err;
+    } else if (st == ST_OK) {
+        st = gguf_w_write(&w, &e);
+    }
+    uint64_t bytes = gguf_w_file_size(&w);
+    gguf_w_free(&w);
+    builder_free(&b);
+    if (st != ST_OK) {
+        fprintf(stderr, "mkmodel: %s\n", e.msg);
+        return 1;
+    }
+    if (a.size_only) return 0;
+    double sec = now_s() - t0;
+    printf("mkmodel: wrote %s: %s, D=%d F=%d L=%d H=%d Hkv=%d V=%d P=%d, %s matrices, "
+           "%.2fM parameters, %.3f GB in %.1f s (%.0f MB/s), seed %llu\n",
+           a.out, s->name, s->dim, s->hidden, s->layers, s->heads, s->kv_heads, s->vocab, s->ctx,
+           dtype_name(a.type), 1e-6 * (double)b.n_params, 1e-9 * (double)bytes, sec,
+           1e-6 * (double)bytes / sec, (unsigned long long)a.seed);
+    return 0;
+}
