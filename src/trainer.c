@@ -1,0 +1,522 @@
+/* trainer.c - forward with saved activations, backward, AdamW (see trainer.h).
+ *
+ * Reading order: parameter layout and initialisation; the pieces (RMSNorm,
+ * attention, SwiGLU) forward and backward; the whole-model forward; the
+ * whole-model backward, which walks the forward in reverse; the optimizer.
+ *
+ * The backward pass is the chain rule applied to each line of the forward:
+ *
+ *   forward                          backward (dY is the gradient arriving)
+ *   Y = X W^T                        dX = dY W          dW += dY^T X
+ *   Y = X + f(X)                     dX = dY + df(dY)   the residual passes dY on
+ *   y = x * r * w, r = 1/rms(x)      dx = r (dy w) - r^3/D x sum(dy w x)
+ *                                    dw += sum over rows of dy x r
+ *   h = silu(g) * u                  dg = dh u silu'(g)   du = dh silu(g)
+ *   P = softmax(Q K^T / sqrt(S))     dS = P * (dP - rowsum(dP * P))
+ *   O = P V                          dP = dO V^T        dV += P^T dO
+ *   RoPE rotates by +angle           its gradient rotates back by -angle
+ *   loss = -log softmax(z)[y]        dz = softmax(z) - onehot(y)
+ *
+ * Every matrix product runs on all BT rows at once (one sgemm). Attention
+ * runs one sequence and one KV head per task, OpenMP over tasks, with
+ * OpenBLAS held to one thread inside them so the two do not fight for cores.
+ * Dropout masks are not stored: a hash of (seed, step, layer, site, index)
+ * decides each element, so the backward pass regenerates the same mask. */
+#include "trainer.h"
+#include "mem.h"
+#include "ops.h"
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+void openblas_set_num_threads(int n);
+
+/* ------------------------------------------------------------ parameters */
+
+size_t tr_param_count(const ModelConfig *c, int tied) {
+    size_t D = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size;
+    size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    return V * D + L * (D + qd * D + 2 * kvd * D + D * qd + D + 3 * F * D) + D + (tied ? 0 : V * D);
+}
+
+void tr_param_views(TrParams *p, float *base, const ModelConfig *c, int tied) {
+    size_t D = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size;
+    size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    float *q = base;
+#define TAKE(n) (q += (n), q - (n))
+    p->emb = TAKE(V * D);
+    p->attn_norm = TAKE(L * D);
+    p->wq = TAKE(L * qd * D);
+    p->wk = TAKE(L * kvd * D);
+    p->wv = TAKE(L * kvd * D);
+    p->wo = TAKE(L * D * qd);
+    p->ffn_norm = TAKE(L * D);
+    p->w_gate = TAKE(L * F * D);
+    p->w_down = TAKE(L * D * F);
+    p->w_up = TAKE(L * F * D);
+    p->out_norm = TAKE(D);
+    p->out = tied ? NULL : TAKE(V * D);
+#undef TAKE
+}
+
+/* A small counter-based generator: the same (key, index) always gives the
+ * same 64 bits, whatever the thread or the order of calls. */
+static uint64_t mix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float normal01(uint64_t key, uint64_t i) {
+    uint64_t a = mix64(key ^ mix64(2 * i)), b = mix64(key ^ mix64(2 * i + 1));
+    double u1 = ((a >> 11) + 1.0) * 0x1p-53, u2 = (b >> 11) * 0x1p-53;   /* u1 in (0, 1] */
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));        /* Box-Muller */
+}
+
+static void fill_normal(float *w, size_t n, float std, uint64_t key) {
+    for (size_t i = 0; i < n; i++) w[i] = std * normal01(key, i);
+}
+
+static void init_params(Trainer *t) {
+    const ModelConfig *c = &t->c;
+    size_t D = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size;
+    size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    TrParams *p = &t->P;
+    float std = 0.02f, resid = 0.02f / sqrtf(2.0f * L);   /* GPT-2's scaling of residual outputs */
+    uint64_t k = mix64(t->seed);
+    fill_normal(p->emb, V * D, std, k + 1);
+    fill_normal(p->wq, L * qd * D, std, k + 2);
+    fill_normal(p->wk, L * kvd * D, std, k + 3);
+    fill_normal(p->wv, L * kvd * D, std, k + 4);
+    fill_normal(p->wo, L * D * qd, resid, k + 5);
+    fill_normal(p->w_gate, L * F * D, std, k + 6);
+    fill_normal(p->w_down, L * D * F, resid, k + 7);
+    fill_normal(p->w_up, L * F * D, std, k + 8);
+    if (p->out) fill_normal(p->out, V * D, std, k + 9);
+    for (size_t i = 0; i < L * D; i++) p->attn_norm[i] = p->ffn_norm[i] = 1.0f;
+    for (size_t i = 0; i < D; i++) p->out_norm[i] = 1.0f;
+}
+
+static int n_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+int tr_init(Trainer *t, const ModelConfig *c, int tied, int B, int T, uint64_t seed, Err *e) {
+    memset(t, 0, sizeof *t);
+    if (B < 1 || T < 1 || T > c->seq_len)
+        return err_set(e, ST_ARG, "trainer: batch %d x %d outside 1.. x 1..%d", B, T, c->seq_len);
+    if (c->n_rot != c->head_dim || c->head_dim % 2)
+        return err_set(e, ST_ARG, "trainer: RoPE must rotate the whole (even) head");
+    t->c = *c;
+    t->tied = tied;
+    t->B = B;
+    t->T = T;
+    t->seed = seed;
+    t->n_params = tr_param_count(c, tied);
+    size_t BT = (size_t)B * T, D = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size;
+    size_t H = c->n_heads, S = c->head_dim, qd = H * S, kvd = (size_t)c->n_kv_heads * S;
+    size_t TT = (size_t)T * T, nth = (size_t)n_threads();
+    struct { void *dst; size_t n; } parts[] = {
+        {&t->params, t->n_params}, {&t->grads, t->n_params},
+        {&t->x, (L + 1) * BT * D}, {&t->xmid, L * BT * D},
+        {&t->rs1, L * BT}, {&t->rs2, L * BT}, {&t->rsf, BT},
+        {&t->xn1, L * BT * D}, {&t->xn2, L * BT * D},
+        {&t->q, L * BT * qd}, {&t->k, L * BT * kvd}, {&t->v, L * BT * kvd},
+        {&t->p, L * B * H * TT}, {&t->ao, L * BT * qd},
+        {&t->g, L * BT * F}, {&t->u, L * BT * F}, {&t->hact, L * BT * F},
+        {&t->xf, BT * D}, {&t->logits, BT * V}, {&t->row_loss, BT},
+        {&t->dx, BT * D}, {&t->dxn, BT * D}, {&t->dproj, BT * D},
+        {&t->dh, BT * F}, {&t->du, BT * F},
+        {&t->dq, BT * qd}, {&t->dk, BT * kvd}, {&t->dv, BT * kvd}, {&t->dao, BT * qd},
+        {&t->dP, nth * TT}, {&t->rope_cs, (size_t)T * S}, {&t->rope_cs_inv, (size_t)T * S},
+        {&t->tokens, BT + B},   /* ints, same size as floats */
+    };
+    size_t n = sizeof parts / sizeof parts[0], total = 0;
+    for (size_t i = 0; i < n; i++) total += (parts[i].n + 15) / 16 * 16;
+    t->bytes = total * 4 + 64;
+    t->block = mem_alloc(t->bytes);
+    if (!t->block) return err_set(e, ST_NOMEM, "trainer: cannot allocate %zu bytes", t->bytes);
+    float *q = (float *)(((uintptr_t)t->block + 63) & ~(uintptr_t)63);
+    for (size_t i = 0; i < n; i++) {
+        *(float **)parts[i].dst = q;
+        q += (parts[i].n + 15) / 16 * 16;
+    }
+    tr_param_views(&t->P, t->params, c, tied);
+    tr_param_views(&t->G, t->grads, c, tied);
+    for (int pos = 0; pos < T; pos++)
+        for (size_t i = 0; i < S / 2; i++) {
+            double a = pos * pow((double)c->rope_base, -2.0 * i / S);
+            size_t at = ((size_t)pos * (S / 2) + i) * 2;
+            t->rope_cs[at] = t->rope_cs_inv[at] = (float)cos(a);
+            t->rope_cs[at + 1] = (float)sin(a);
+            t->rope_cs_inv[at + 1] = -(float)sin(a);
+        }
+    init_params(t);
+    return ST_OK;
+}
+
+void tr_free(Trainer *t) {
+    mem_free(t->block);
+    memset(t, 0, sizeof *t);
+}
+
+/* ------------------------------------------------------------ the pieces */
+
+void tr_rmsnorm_forward(float *y, float *rs, const float *x, const float *w, int rows, int D, float eps) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * D;
+        float ss = 0.0f;
+        for (int i = 0; i < D; i++) ss += xr[i] * xr[i];
+        rs[r] = 1.0f / sqrtf(ss / D + eps);
+        rmsnorm(y + (size_t)r * D, xr, w, D, eps);   /* the engine's kernel */
+    }
+}
+
+void tr_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *rs,
+                         const float *w, int rows, int D) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * D, *dyr = dy + (size_t)r * D;
+        float *dxr = dx + (size_t)r * D, s = rs[r], dot = 0.0f;
+        for (int i = 0; i < D; i++) dot += dyr[i] * w[i] * xr[i];
+        float c = s * s * s * dot / D;
+        for (int i = 0; i < D; i++) dxr[i] += s * dyr[i] * w[i] - c * xr[i];
+    }
+    for (int r = 0; r < rows; r++)   /* serial: every row adds into the same dw */
+        for (int i = 0; i < D; i++) dw[i] += dy[(size_t)r * D + i] * x[(size_t)r * D + i] * rs[r];
+}
+
+void tr_swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u, int n) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        float sg = 1.0f / (1.0f + expf(-g[i])), silu = g[i] * sg;
+        du[i] = dh[i] * silu;
+        dg[i] = dh[i] * u[i] * sg * (1.0f + g[i] * (1.0f - sg));
+    }
+}
+
+/* One query head of one sequence: p (T, T) = causal softmax(q k^T * scale),
+ * out = p v. q, out rows have stride qd; k, v rows stride kvd. */
+static void attend_head(float *out, float *p, const float *q, const float *k, const float *v,
+                        int T, int S, int qd, int kvd) {
+    float scale = 1.0f / sqrtf((float)S);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, S, scale, q, qd, k, kvd, 0.0f, p, T);
+    for (int i = 0; i < T; i++) {
+        float *row = p + (size_t)i * T;
+        softmax(row, i + 1);                       /* positions 0..i: the causal mask */
+        for (int j = i + 1; j < T; j++) row[j] = 0.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, S, T, 1.0f, p, T, v, kvd, 0.0f, out, qd);
+}
+
+void tr_attention_forward(float *out, float *p, const float *q, const float *k, const float *v,
+                          int T, int H, int Hkv, int S) {
+    int qd = H * S, kvd = Hkv * S, group = H / Hkv;
+    for (int h = 0; h < H; h++)
+        attend_head(out + h * S, p + (size_t)h * T * T, q + h * S, k + (h / group) * S,
+                    v + (h / group) * S, T, S, qd, kvd);
+}
+
+void tr_attention_backward(float *dq, float *dk, float *dv, float *dP, const float *dout,
+                           const float *p, const float *q, const float *k, const float *v,
+                           int T, int H, int Hkv, int S) {
+    int qd = H * S, kvd = Hkv * S, group = H / Hkv;
+    float scale = 1.0f / sqrtf((float)S);
+    for (int h = 0; h < H; h++) {
+        const float *ph = p + (size_t)h * T * T, *doh = dout + h * S;
+        const float *kh = k + (h / group) * S, *vh = v + (h / group) * S;
+        /* dP = dO V^T;  dV += P^T dO */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, S, 1.0f, doh, qd, vh, kvd, 0.0f, dP, T);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, S, T, 1.0f, ph, T, doh, qd, 1.0f,
+                    dv + (h / group) * S, kvd);
+        /* through the softmax: dS = P * (dP - sum_j dP P), then the scale */
+        for (int i = 0; i < T; i++) {
+            const float *pr = ph + (size_t)i * T;
+            float *dr = dP + (size_t)i * T, dot = 0.0f;
+            for (int j = 0; j <= i; j++) dot += dr[j] * pr[j];
+            for (int j = 0; j <= i; j++) dr[j] = pr[j] * (dr[j] - dot) * scale;
+            for (int j = i + 1; j < T; j++) dr[j] = 0.0f;
+        }
+        /* dQ += dS K;  dK += dS^T Q */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, S, T, 1.0f, dP, T, kh, kvd, 1.0f,
+                    dq + h * S, qd);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, S, T, 1.0f, dP, T, q + h * S, qd, 1.0f,
+                    dk + (h / group) * S, kvd);
+    }
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static Mat mat(const float *w, int N, int K) { return (Mat){DT_F32, N, K, w}; }
+
+/* dx (rows, K) (+)= dy (rows, N) W (N, K) */
+static void mm_dx(float *dx, const float *dy, const float *W, int rows, int N, int K, float beta) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, K, N, 1.0f, dy, N, W, K, beta, dx, K);
+}
+
+/* dW (N, K) += dy^T (N, rows) x (rows, K) */
+static void mm_dw(float *dW, const float *dy, const float *x, int rows, int N, int K) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, rows, 1.0f, dy, N, x, K, 1.0f, dW, K);
+}
+
+/* Dropout on a residual branch: zero an element with probability p, scale the
+ * rest by 1 / (1 - p). Applied identically to a gradient in the backward pass. */
+static void dropout(float *x, size_t n, float p, uint64_t seed, long step, int layer, int site) {
+    if (p <= 0.0f) return;
+    uint64_t key = mix64(seed ^ mix64(((uint64_t)step << 16) ^ ((uint64_t)layer << 2) ^ (uint64_t)site));
+    uint64_t cut = (uint64_t)(p * 4294967296.0);
+    float keep = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] = (mix64(key ^ i) >> 32) < cut ? 0.0f : x[i] * keep;
+}
+
+/* Apply RoPE to every row; row r sits at position r % T. */
+static void rope_rows(float *x, int rows, int T, int heads, int S, const float *cs) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++)
+        rope(x + (size_t)r * heads * S, heads, S, S, cs + (size_t)(r % T) * S);
+}
+
+/* ------------------------------------------------------------ forward */
+
+float tr_forward(Trainer *t, const int *tokens, int train) {
+    const ModelConfig *c = &t->c;
+    int B = t->B, T = t->T, BT = B * T, D = c->dim, F = c->hidden_dim, V = c->vocab_size;
+    int H = c->n_heads, Hkv = c->n_kv_heads, S = c->head_dim, qd = H * S, kvd = Hkv * S;
+    float drop = train ? t->dropout : 0.0f;
+    const TrParams *P = &t->P;
+    memcpy(t->tokens, tokens, (size_t)B * (T + 1) * sizeof(int));
+
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < T; i++)
+            memcpy(t->x + ((size_t)b * T + i) * D, P->emb + (size_t)tokens[b * (T + 1) + i] * D,
+                   (size_t)D * sizeof(float));
+
+    for (int l = 0; l < c->n_layers; l++) {
+        size_t o = (size_t)l * BT;
+        float *xin = t->x + o * D, *xmid = t->xmid + o * D, *xout = t->x + (o + BT) * D;
+        float *xn1 = t->xn1 + o * D, *xn2 = t->xn2 + o * D;
+        float *q = t->q + o * qd, *k = t->k + o * kvd, *v = t->v + o * kvd, *ao = t->ao + o * qd;
+        float *pl = t->p + (size_t)l * B * H * T * T;
+        float *g = t->g + o * F, *u = t->u + o * F, *hact = t->hact + o * F;
+
+        tr_rmsnorm_forward(xn1, t->rs1 + o, xin, P->attn_norm + (size_t)l * D, BT, D, c->rms_eps);
+        Mat wq = mat(P->wq + (size_t)l * qd * D, qd, D), wk = mat(P->wk + (size_t)l * kvd * D, kvd, D);
+        Mat wv = mat(P->wv + (size_t)l * kvd * D, kvd, D), wo = mat(P->wo + (size_t)l * D * qd, D, qd);
+        matmul(q, xn1, &wq, BT, NULL);
+        matmul(k, xn1, &wk, BT, NULL);
+        matmul(v, xn1, &wv, BT, NULL);
+        rope_rows(q, BT, T, H, S, t->rope_cs);
+        rope_rows(k, BT, T, Hkv, S, t->rope_cs);
+        openblas_set_num_threads(1);
+#pragma omp parallel for schedule(static)
+        for (int b = 0; b < B; b++)
+            tr_attention_forward(ao + (size_t)b * T * qd, pl + (size_t)b * H * T * T,
+                                 q + (size_t)b * T * qd, k + (size_t)b * T * kvd,
+                                 v + (size_t)b * T * kvd, T, H, Hkv, S);
+        openblas_set_num_threads(ops_threads());
+        matmul(t->dproj, ao, &wo, BT, NULL);
+        dropout(t->dproj, (size_t)BT * D, drop, t->seed, t->step, l, 0);
+        for (size_t i = 0; i < (size_t)BT * D; i++) xmid[i] = xin[i] + t->dproj[i];
+
+        tr_rmsnorm_forward(xn2, t->rs2 + o, xmid, P->ffn_norm + (size_t)l * D, BT, D, c->rms_eps);
+        Mat wg = mat(P->w_gate + (size_t)l * F * D, F, D), wu = mat(P->w_up + (size_t)l * F * D, F, D);
+        Mat wd = mat(P->w_down + (size_t)l * D * F, D, F);
+        matmul(g, xn2, &wg, BT, NULL);
+        matmul(u, xn2, &wu, BT, NULL);
+        memcpy(hact, g, (size_t)BT * F * sizeof(float));
+        swiglu(hact, u, BT * F);
+        matmul(t->dproj, hact, &wd, BT, NULL);
+        dropout(t->dproj, (size_t)BT * D, drop, t->seed, t->step, l, 1);
+        for (size_t i = 0; i < (size_t)BT * D; i++) xout[i] = xmid[i] + t->dproj[i];
+    }
+
+    float *xL = t->x + (size_t)c->n_layers * BT * D;
+    tr_rmsnorm_forward(t->xf, t->rsf, xL, P->out_norm, BT, D, c->rms_eps);
+    Mat wout = mat(P->out ? P->out : P->emb, V, D);
+    matmul(t->logits, t->xf, &wout, BT, NULL);
+
+    /* Cross-entropy: logits become probabilities (kept for the backward). */
+    double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+    for (int r = 0; r < BT; r++) {
+        float *z = t->logits + (size_t)r * V;
+        int target = tokens[(r / T) * (T + 1) + r % T + 1];
+        softmax(z, V);
+        t->row_loss[r] = -logf(fmaxf(z[target], 1e-30f));
+        total += t->row_loss[r];
+    }
+    return (float)(total / BT);
+}
+
+/* ------------------------------------------------------------ backward */
+
+void tr_backward(Trainer *t) {
+    const ModelConfig *c = &t->c;
+    int B = t->B, T = t->T, BT = B * T, D = c->dim, F = c->hidden_dim, V = c->vocab_size;
+    int H = c->n_heads, Hkv = c->n_kv_heads, S = c->head_dim, qd = H * S, kvd = Hkv * S;
+    const TrParams *P = &t->P;
+    TrParams *G = &t->G;
+    const int *tokens = t->tokens;
+    memset(t->grads, 0, t->n_params * sizeof(float));
+
+    /* dz = (p - onehot) / BT, in place over the probabilities */
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < BT; r++) {
+        float *z = t->logits + (size_t)r * V;
+        z[tokens[(r / T) * (T + 1) + r % T + 1]] -= 1.0f;
+        for (int i = 0; i < V; i++) z[i] /= (float)BT;
+    }
+    const float *wout = P->out ? P->out : P->emb;
+    mm_dw(P->out ? G->out : G->emb, t->logits, t->xf, BT, V, D);
+    mm_dx(t->dxn, t->logits, wout, BT, V, D, 0.0f);
+    float *xL = t->x + (size_t)c->n_layers * BT * D;
+    memset(t->dx, 0, (size_t)BT * D * sizeof(float));
+    tr_rmsnorm_backward(t->dx, G->out_norm, t->dxn, xL, t->rsf, P->out_norm, BT, D);
+
+    for (int l = c->n_layers - 1; l >= 0; l--) {
+        size_t o = (size_t)l * BT;
+        float *xin = t->x + o * D, *xmid = t->xmid + o * D;
+        float *xn1 = t->xn1 + o * D, *xn2 = t->xn2 + o * D;
+        float *q = t->q + o * qd, *k = t->k + o * kvd, *v = t->v + o * kvd, *ao = t->ao + o * qd;
+        float *pl = t->p + (size_t)l * B * H * T * T;
+        float *g = t->g + o * F, *u = t->u + o * F, *hact = t->hact + o * F;
+
+        /* FFN branch: xout = xmid + drop(hact Wd^T); dx holds d xout */
+        memcpy(t->dproj, t->dx, (size_t)BT * D * sizeof(float));
+        dropout(t->dproj, (size_t)BT * D, t->dropout, t->seed, t->step, l, 1);
+        mm_dw(G->w_down + (size_t)l * D * F, t->dproj, hact, BT, D, F);
+        mm_dx(t->dh, t->dproj, P->w_down + (size_t)l * D * F, BT, D, F, 0.0f);
+        tr_swiglu_backward(t->dh, t->du, t->dh, g, u, BT * F);   /* dh becomes dg */
+        mm_dw(G->w_gate + (size_t)l * F * D, t->dh, xn2, BT, F, D);
+        mm_dw(G->w_up + (size_t)l * F * D, t->du, xn2, BT, F, D);
+        mm_dx(t->dxn, t->dh, P->w_gate + (size_t)l * F * D, BT, F, D, 0.0f);
+        mm_dx(t->dxn, t->du, P->w_up + (size_t)l * F * D, BT, F, D, 1.0f);
+        tr_rmsnorm_backward(t->dx, G->ffn_norm + (size_t)l * D, t->dxn, xmid, t->rs2 + o,
+                            P->ffn_norm + (size_t)l * D, BT, D);   /* dx: now d xmid */
+
+        /* Attention branch: xmid = xin + drop(ao Wo^T) */
+        memcpy(t->dproj, t->dx, (size_t)BT * D * sizeof(float));
+        dropout(t->dproj, (size_t)BT * D, t->dropout, t->seed, t->step, l, 0);
+        mm_dw(G->wo + (size_t)l * D * qd, t->dproj, ao, BT, D, qd);
+        mm_dx(t->dao, t->dproj, P->wo + (size_t)l * D * qd, BT, D, qd, 0.0f);
+        memset(t->dq, 0, (size_t)BT * qd * sizeof(float));
+        memset(t->dk, 0, (size_t)BT * kvd * sizeof(float));
+        memset(t->dv, 0, (size_t)BT * kvd * sizeof(float));
+        openblas_set_num_threads(1);
+#pragma omp parallel for schedule(static)
+        for (int b = 0; b < B; b++) {
+#ifdef _OPENMP
+            float *dP = t->dP + (size_t)omp_get_thread_num() * T * T;
+#else
+            float *dP = t->dP;
+#endif
+            size_t rq = (size_t)b * T * qd, rk = (size_t)b * T * kvd;
+            tr_attention_backward(t->dq + rq, t->dk + rk, t->dv + rk, dP, t->dao + rq,
+                                  pl + (size_t)b * H * T * T, q + rq, k + rk, v + rk, T, H, Hkv, S);
+        }
+        openblas_set_num_threads(ops_threads());
+        rope_rows(t->dq, BT, T, H, S, t->rope_cs_inv);   /* rotate gradients back */
+        rope_rows(t->dk, BT, T, Hkv, S, t->rope_cs_inv);
+        mm_dw(G->wq + (size_t)l * qd * D, t->dq, xn1, BT, qd, D);
+        mm_dw(G->wk + (size_t)l * kvd * D, t->dk, xn1, BT, kvd, D);
+        mm_dw(G->wv + (size_t)l * kvd * D, t->dv, xn1, BT, kvd, D);
+        mm_dx(t->dxn, t->dq, P->wq + (size_t)l * qd * D, BT, qd, D, 0.0f);
+        mm_dx(t->dxn, t->dk, P->wk + (size_t)l * kvd * D, BT, kvd, D, 1.0f);
+        mm_dx(t->dxn, t->dv, P->wv + (size_t)l * kvd * D, BT, kvd, D, 1.0f);
+        tr_rmsnorm_backward(t->dx, G->attn_norm + (size_t)l * D, t->dxn, xin, t->rs1 + o,
+                            P->attn_norm + (size_t)l * D, BT, D);   /* dx: now d xin */
+    }
+
+    for (int b = 0; b < B; b++)   /* serial: rows with the same token add into one row */
+        for (int i = 0; i < T; i++) {
+            float *de = G->emb + (size_t)tokens[b * (T + 1) + i] * D;
+            const float *dr = t->dx + ((size_t)b * T + i) * D;
+            for (int j = 0; j < D; j++) de[j] += dr[j];
+        }
+}
+
+/* ------------------------------------------------------------ optimizer */
+
+double tr_clip_grads(Trainer *t, float max_norm) {
+    double ss = 0.0;
+    for (size_t i = 0; i < t->n_params; i++) ss += (double)t->grads[i] * t->grads[i];
+    double norm = sqrt(ss);
+    if (max_norm > 0.0f && norm > max_norm) {
+        float s = (float)(max_norm / norm);
+        for (size_t i = 0; i < t->n_params; i++) t->grads[i] *= s;
+    }
+    return norm;
+}
+
+int tr_adam_init(TrAdam *a, size_t n, Err *e) {
+    memset(a, 0, sizeof *a);
+    a->m = mem_alloc(n * sizeof(float));
+    a->v = mem_alloc(n * sizeof(float));
+    a->n = n;
+    if (!a->m || !a->v) {
+        tr_adam_free(a);
+        return err_set(e, ST_NOMEM, "adam: cannot allocate 2 x %zu floats", n);
+    }
+    return ST_OK;
+}
+
+void tr_adam_free(TrAdam *a) {
+    mem_free(a->m);
+    mem_free(a->v);
+    memset(a, 0, sizeof *a);
+}
+
+/* Update params[from, to) with or without weight decay. */
+static void adam_range(TrAdam *a, Trainer *t, size_t from, size_t to, float lr, float b1, float b2,
+                       float eps, float wd, float c1, float c2) {
+    float *w = t->params, *gr = t->grads, *m = a->m, *v = a->v;
+#pragma omp parallel for schedule(static)
+    for (size_t i = from; i < to; i++) {
+        m[i] = b1 * m[i] + (1.0f - b1) * gr[i];
+        v[i] = b2 * v[i] + (1.0f - b2) * gr[i] * gr[i];
+        float mh = m[i] / c1, vh = v[i] / c2;
+        w[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * w[i]);
+    }
+}
+
+void tr_adam_step(TrAdam *a, Trainer *t, float lr, float beta1, float beta2, float eps,
+                  float weight_decay) {
+    a->t++;
+    float c1 = 1.0f - powf(beta1, (float)a->t), c2 = 1.0f - powf(beta2, (float)a->t);
+    /* Walk the layout in order: [emb][attn_norm][wq..wo][ffn_norm][gate..up][out_norm][out] */
+    const TrParams *P = &t->P;
+    size_t base = 0, at;
+#define OFF(ptr) ((size_t)((ptr) - t->params))
+    at = OFF(P->attn_norm);
+    adam_range(a, t, base, at, lr, beta1, beta2, eps, weight_decay, c1, c2);   /* emb */
+    base = at, at = OFF(P->wq);
+    adam_range(a, t, base, at, lr, beta1, beta2, eps, 0.0f, c1, c2);           /* attn_norm */
+    base = at, at = OFF(P->ffn_norm);
+    adam_range(a, t, base, at, lr, beta1, beta2, eps, weight_decay, c1, c2);   /* wq wk wv wo */
+    base = at, at = OFF(P->w_gate);
+    adam_range(a, t, base, at, lr, beta1, beta2, eps, 0.0f, c1, c2);           /* ffn_norm */
+    base = at, at = OFF(P->out_norm);
+    adam_range(a, t, base, at, lr, beta1, beta2, eps, weight_decay, c1, c2);   /* gate down up */
+    base = at, at = base + (size_t)t->c.dim;
+    adam_range(a, t, base, at, lr, beta1, beta2, eps, 0.0f, c1, c2);           /* out_norm */
+    adam_range(a, t, at, t->n_params, lr, beta1, beta2, eps, weight_decay, c1, c2);   /* out */
+#undef OFF
+    t->step++;
+}
+
+float tr_lr_schedule(long s, long warmup, long total, float lr, float min_lr) {
+    if (s < warmup) return lr * (float)(s + 1) / (float)warmup;
+    if (s >= total) return min_lr;
+    double progress = (double)(s - warmup) / (double)(total - warmup > 0 ? total - warmup : 1);
+    return min_lr + (float)(0.5 * (1.0 + cos(M_PI * progress))) * (lr - min_lr);
+}
