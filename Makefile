@@ -12,8 +12,12 @@
 
 CC      ?= gcc
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wvla-larger-than=65536
-BASE    := -std=gnu11 -D_GNU_SOURCE -fopenmp -Isrc $(WARN)
-LIBS    := -lopenblas -lpcre2-8 -lm -lpthread
+# OpenBLAS's OpenMP build, named explicitly: it shares libgomp's thread pool
+# with our own kernels. The default pthread build keeps a second pool of
+# spinning threads that fights OpenMP's for the same cores (see notes/ops.md).
+BLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
+BASE    := -std=gnu11 -D_GNU_SOURCE -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp -Isrc $(WARN)
+LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lpcre2-8 -lm -lpthread
 FIXTURES ?= ../shared/fixtures
 
 LIB_SRC  := $(filter-out src/infer.c,$(wildcard src/*.c))

@@ -19,7 +19,8 @@
  *    learned; the pair with the lowest rank (earliest learned) wins. Units are
  *    bytes, so byte fallback is built in. Before merging, a regular expression
  *    cuts the text into words, numbers, punctuation and runs of spaces, and
- *    merging never crosses those cuts.
+ *    merging never crosses those cuts. The pattern needs Unicode's letter and
+ *    number classes, so it runs on PCRE2 rather than hand-written code.
  *
  * The vocabulary files store pieces in a printable disguise: sentencepiece
  * writes a space as U+2581 "▁", GPT-2 writes every byte as a printable
@@ -135,6 +136,12 @@ static int utf8_valid_prefix(const unsigned char *p, int n) {
         if (p[k] < lo || p[k] > hi) break;
     }
     return k;
+}
+
+/* Length of the whole, valid character at p (n bytes available), or 0. */
+static int utf8_char_len(const unsigned char *p, int n) {
+    int need = utf8_seq_len(p[0]);
+    return need > 0 && utf8_valid_prefix(p, n) == need ? need : 0;
 }
 
 /* ---- the piece table ---------------------------------------------------- */
@@ -289,8 +296,8 @@ static int bin_walk(BinCursor *c, int n_vocab, int max_len, Tokenizer *t, size_t
     size_t used = 0;
     *total = 0;
     for (int id = 0; id < n_vocab; id++) {
-        float score;
-        int32_t len;
+        float score = 0;
+        int32_t len = 0;
         if (bin_read(c, &score, 4, "the score", id)) return ST_FORMAT;
         if (isnan(score))
             return err_set(c->e, ST_FORMAT, "%s: token %d has a score that is not a number "
@@ -347,14 +354,14 @@ int tok_from_llama2c(Tokenizer **out, const char *path, int n_vocab, Err *e) {
     if (n_vocab < 3)
         return err_set(e, ST_ARG, "%s: vocabulary size %d is too small (llama2.c needs <unk>, "
                        "BOS and EOS at 0, 1, 2)", path, n_vocab);
-    unsigned char *data;
-    size_t size;
+    unsigned char *data = NULL;
+    size_t size = 0;
     int st = slurp(path, &data, &size, e);
     if (st) return st;
 
     BinCursor c = {data, size, 0, path, e};
-    int32_t max_len;
-    size_t total;
+    int32_t max_len = 0;
+    size_t total = 0;
     Tokenizer *t = NULL;
     if ((st = bin_read(&c, &max_len, 4, "max_token_length", -1))) goto done;
     if (max_len < 1 || max_len > 65536) {
@@ -407,8 +414,8 @@ static int gpt2_unmap(const char *s, int n, const int cp_to_byte[0x144], char *d
     int len = 0;
     for (int i = 0; i < n;) {
         const unsigned char *u = (const unsigned char *)s + i;
-        int k = utf8_seq_len(u[0]);
-        if (k == 0 || k > 2 || utf8_valid_prefix(u, n - i) != k) return -1;
+        int k = utf8_char_len(u, n - i);
+        if (k == 0 || k > 2) return -1;
         unsigned c = k == 1 ? u[0] : ((unsigned)(u[0] & 0x1F) << 6) | (u[1] & 0x3F);
         if (c >= 0x144 || cp_to_byte[c] < 0) return -1;
         dst[len++] = (char)cp_to_byte[c];
@@ -482,15 +489,18 @@ static int load_merges(Tokenizer *t, const Gguf *g, const int cp_to_byte[0x144],
                        (unsigned long long)n);
     memset(t->merge_slots, 0xff, (size_t)t->n_merge_slots * sizeof(int));
 
-    char buf[2 * MAX_PIECE_BYTES];
+    char buf[4 * MAX_PIECE_BYTES + 1];   /* two pieces, disguised: up to 2 bytes per byte */
     uint32_t mask = (uint32_t)t->n_merge_slots - 1;
     for (int r = 0; r < t->n_merges; r++) {
         GgufStr s = gguf_next_str(&p);
         int shown = s.len > 64 ? 64 : (int)s.len;
+        if (s.len > sizeof buf)
+            return err_set(e, ST_FORMAT, "%s: merge %d is %llu bytes long", g->path, r,
+                           (unsigned long long)s.len);
         /* A half never holds a space (the disguise has none), so the first
          * space after the first character separates the halves. */
         const char *sp = s.len > 1 ? memchr(s.s + 1, ' ', s.len - 1) : NULL;
-        if (!sp || s.len > sizeof buf)
+        if (!sp)
             return err_set(e, ST_FORMAT, "%s: merge %d '%.*s' is not two pieces separated by a space",
                            g->path, r, shown, s.s);
         int nl = (int)(sp - s.s), nr = (int)s.len - nl - 1;
@@ -528,12 +538,10 @@ static int compile_pattern(Tokenizer *t, const char *path, Err *e) {
     pcre2_compile_context *cc = gc ? pcre2_compile_context_create(gc) : NULL;
     int code = PCRE2_ERROR_HEAP_FAILED;
     PCRE2_SIZE where = 0;
-    /* UTF: the text is UTF-8; UCP: \s, \p{L} mean their Unicode classes;
-     * MATCH_INVALID_UTF: invalid bytes in the text are barriers no match
-     * crosses, instead of an error (see gpt2_encode). */
+    /* UTF: the text is UTF-8; UCP: \s, \w, \d mean their Unicode classes. */
     if (cc)
         t->re = pcre2_compile((PCRE2_SPTR)GPT2_PATTERN, PCRE2_ZERO_TERMINATED,
-                              PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &code, &where, cc);
+                              PCRE2_UTF | PCRE2_UCP, &code, &where, cc);
     pcre2_compile_context_free(cc);
     pcre2_general_context_free(gc);
     if (t->re) return ST_OK;
@@ -658,7 +666,7 @@ typedef struct {
     int id;           /* token id of the merged piece */
 } Pair;
 
-typedef struct {      /* scratch memory of one tok_encode call */
+typedef struct {      /* scratch of one tok_encode call: about 90 bytes per byte of text */
     const char *text;
     Symbol *sym;      /* (n + 1) */
     int n_sym;
@@ -745,8 +753,7 @@ static void add_symbol(const Tokenizer *t, Work *w, int start, int len) {
     int i = w->n_sym++;
     w->sym[i] = (Symbol){start, len, i - 1, -1, -1};
     if (i > 0) w->sym[i - 1].next = i;
-    w->sym[i].id = len == 1 && t->kind == KIND_GPT2 ? t->byte_id[(unsigned char)w->text[start]]
-                                                     : piece_find(t, w->text + start, len);
+    w->sym[i].id = piece_find(t, w->text + start, len);
 }
 
 static void emit(Work *w, int id) {
@@ -755,7 +762,8 @@ static void emit(Work *w, int id) {
 }
 
 /* Output the ids of the list, left to right. A symbol that is no piece (a
- * character missing from the vocabulary) becomes its byte tokens. */
+ * character missing from the vocabulary) becomes its byte tokens; in a
+ * vocabulary without byte tokens, one unknown token. */
 static int emit_symbols(const Tokenizer *t, Work *w, Err *e) {
     for (int i = w->n_sym > 0 ? 0 : -1; i >= 0; i = w->sym[i].next) {
         const Symbol *s = &w->sym[i];
@@ -763,13 +771,16 @@ static int emit_symbols(const Tokenizer *t, Work *w, Err *e) {
             emit(w, s->id);
             continue;
         }
-        for (int k = 0; k < s->len; k++) {
-            unsigned char b = (unsigned char)w->text[s->start + k];
-            int id = t->byte_id[b] >= 0 ? t->byte_id[b] : t->unk;
-            if (id < 0)
-                return err_set(e, ST_FORMAT, "vocabulary has neither a token for byte 0x%02X "
-                               "nor an unknown token", b);
-            emit(w, id);
+        const unsigned char *bytes = (const unsigned char *)w->text + s->start;
+        int have_bytes = 1;
+        for (int k = 0; k < s->len; k++) have_bytes &= t->byte_id[bytes[k]] >= 0;
+        if (have_bytes) {
+            for (int k = 0; k < s->len; k++) emit(w, t->byte_id[bytes[k]]);
+        } else if (t->unk >= 0) {
+            emit(w, t->unk);
+        } else {
+            return err_set(e, ST_FORMAT, "the vocabulary can spell neither byte 0x%02X nor an "
+                           "unknown token", bytes[0]);
         }
     }
     return ST_OK;
@@ -781,8 +792,8 @@ static int spm_encode(const Tokenizer *t, Work *w, int n, Err *e) {
     const unsigned char *u = (const unsigned char *)w->text;
     w->n_sym = 0;
     for (int i = 0; i < n;) {
-        int k = utf8_valid_prefix(u + i, n - i);
-        if (k == 0 || k != utf8_seq_len(u[i])) k = 1;
+        int k = utf8_char_len(u + i, n - i);
+        if (k == 0) k = 1;
         add_symbol(t, w, i, k);
         i += k;
     }
@@ -798,35 +809,56 @@ static int gpt2_word(const Tokenizer *t, Work *w, int start, int end, Err *e) {
     return emit_symbols(t, w, e);
 }
 
-/* GPT-2: cut the text into words with the pattern, then merge inside each. */
+/* Cut text[start .. end), valid UTF-8, into words with the GPT-2 pattern and
+ * merge inside each word. */
+static int gpt2_words(const Tokenizer *t, Work *w, pcre2_match_data *md, int start, int end,
+                      Err *e) {
+    int st = ST_OK;
+    for (int pos = start; st == ST_OK && pos < end;) {
+        /* The subject ends at end, so no match runs past it. NO_UTF_CHECK:
+         * the span is known valid; without it PCRE2 would re-check the rest
+         * of the text on every call, which is quadratic in the text. */
+        int rc = pcre2_match(t->re, (PCRE2_SPTR)w->text, (PCRE2_SIZE)end, (PCRE2_SIZE)pos,
+                             PCRE2_NO_UTF_CHECK, md, NULL);
+        if (rc == PCRE2_ERROR_NOMEMORY || rc == PCRE2_ERROR_HEAPLIMIT)
+            return err_set(e, ST_NOMEM, "out of memory while matching the GPT-2 pattern");
+        if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
+            PCRE2_UCHAR msg[128];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            return err_set(e, ST_ARG, "GPT-2 pattern failed at byte %d: %s", pos, (const char *)msg);
+        }
+        int m0 = end, m1 = end;
+        if (rc >= 0) {
+            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+            m0 = (int)ov[0];
+            m1 = (int)ov[1];
+            assert(m1 > m0);   /* no alternative of the pattern matches nothing */
+        }
+        /* Every character matches some alternative, so nothing is skipped;
+         * if something ever were, it would be a word of its own, not lost. */
+        if (m0 > pos) st = gpt2_word(t, w, pos, m0, e);
+        if (st == ST_OK && m1 > m0) st = gpt2_word(t, w, m0, m1, e);
+        pos = m1;
+    }
+    return st;
+}
+
+/* GPT-2: the text in runs of valid UTF-8, which the pattern cuts into words,
+ * and runs of invalid bytes, which are one word each (byte-level BPE can
+ * spell any byte, so nothing is dropped). */
 static int gpt2_encode(const Tokenizer *t, Work *w, int n, Err *e) {
+    const unsigned char *u = (const unsigned char *)w->text;
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->re, NULL);
     if (!md) return err_set(e, ST_NOMEM, "out of memory for a pattern match");
     int st = ST_OK;
-    PCRE2_SIZE pos = 0;
-    while (st == ST_OK && pos < (PCRE2_SIZE)n) {
-        int rc = pcre2_match(t->re, (PCRE2_SPTR)w->text, (PCRE2_SIZE)n, pos, 0, md, NULL);
-        PCRE2_SIZE start = n, end = n;
-        if (rc >= 0) {
-            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-            start = ov[0];
-            end = ov[1];
-            assert(end > start);   /* no alternative of the pattern matches nothing */
-        } else if (rc == PCRE2_ERROR_NOMEMORY || rc == PCRE2_ERROR_HEAPLIMIT) {
-            st = err_set(e, ST_NOMEM, "out of memory while matching the GPT-2 pattern");
-            break;
-        } else if (rc != PCRE2_ERROR_NOMATCH) {
-            PCRE2_UCHAR msg[128];
-            pcre2_get_error_message(rc, msg, sizeof msg);
-            st = err_set(e, ST_ARG, "GPT-2 pattern failed at byte %zu: %s", (size_t)pos,
-                         (const char *)msg);
-            break;
+    for (int pos = 0; st == ST_OK && pos < n;) {
+        int valid = utf8_char_len(u + pos, n - pos) > 0, end = pos;
+        while (end < n) {
+            int k = utf8_char_len(u + end, n - end);
+            if ((k > 0) != valid) break;
+            end += valid ? k : 1;
         }
-        /* Bytes the pattern skipped are invalid UTF-8 (every valid character
-         * matches some alternative): they are a word of their own, so no
-         * byte of the input is lost. */
-        if (start > pos) st = gpt2_word(t, w, (int)pos, (int)start, e);
-        if (st == ST_OK && end > start) st = gpt2_word(t, w, (int)start, (int)end, e);
+        st = valid ? gpt2_words(t, w, md, pos, end, e) : gpt2_word(t, w, pos, end, e);
         pos = end;
     }
     pcre2_match_data_free(md);

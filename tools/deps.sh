@@ -2,7 +2,7 @@
 # deps.sh - make sure the Debian packages the build needs are installed.
 # As root it installs what is missing; otherwise it prints the command to run.
 need=""
-[ -f /usr/include/x86_64-linux-gnu/cblas.h ] || [ -f /usr/include/cblas.h ] || need="$need libopenblas-dev"
+[ -f /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so ] || need="$need libopenblas-openmp-dev"
 [ -f /usr/include/cmocka.h ] || need="$need libcmocka-dev"
 [ -f /usr/include/pcre2.h ] || need="$need libpcre2-dev"
 [ -z "$need" ] && exit 0

@@ -1,0 +1,545 @@
+/* train.c - train a small Llama on a text file, write it as GGUF.
+ *
+ *   build/fast/train --tokenizer tok.gguf --corpus tinyshakespeare.txt --out model.gguf
+ *
+ * The text is split by bytes: the first 90% trains, the last 10% validates
+ * (never seen by the optimizer). Both parts are tokenized by the engine's own
+ * tokenizer, loaded from the vocabulary file tools/bpe_train.c wrote.
+ *
+ * Each step draws B windows of T tokens at random positions of the training
+ * tokens, each preceded by BOS, runs forward and backward (src/trainer.c),
+ * clips the gradient norm and takes one AdamW step on a warm-up + cosine
+ * schedule. Which windows a step draws depends only on (seed, step), and
+ * dropout masks likewise, so a run resumed from a checkpoint continues
+ * exactly as if it had never stopped: checkpoints hold the weights, the Adam
+ * moments and the step.
+ *
+ * Validation loss is reported in nats per character over the WHOLE
+ * validation split: windows of T tokens advance by T/2, each scores only the
+ * tokens in its second half (the first window scores all), so every token is
+ * scored once with at least T/2 tokens of context; the sum of -ln p over all
+ * validation tokens is divided by the number of validation characters. */
+#include "gguf_write.h"
+#include "mem.h"
+#include "model.h"
+#include "ops.h"
+#include "trainer.h"
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    const char *tokenizer, *corpus, *out, *checkpoint, *log;
+    int dim, hidden, layers, heads, kv_heads, ctx, batch, threads, tied;
+    long steps, warmup, eval_every, ckpt_every;
+    float lr, min_lr, wd, dropout, clip, beta2;
+    uint64_t seed;
+    int resume, q8;
+    double train_fraction;
+} Args;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: train --tokenizer TOK.gguf --corpus TEXT --out MODEL.gguf [options]\n"
+        "  shape:   --dim 256 --hidden 704 --layers 6 --heads 8 --kv-heads 2 --ctx 256 [--untied]\n"
+        "  steps:   --steps 3000 --batch 8 --lr 1e-3 --min-lr 1e-4 --warmup 100\n"
+        "           --wd 0.1 --dropout 0.1 --clip 1.0 --beta2 0.99 --seed 1\n"
+        "  output:  --f32 (default Q8_0 matrices) --log FILE.csv --eval-every 250\n"
+        "  resume:  --checkpoint FILE --checkpoint-every 100 --resume\n"
+        "  other:   --threads N --train-fraction 0.9\n");
+}
+
+static int parse(int argc, char **argv, Args *a) {
+    *a = (Args){.dim = 256, .hidden = 704, .layers = 6, .heads = 8, .kv_heads = 2, .ctx = 256,
+                .batch = 8, .threads = 2, .tied = 1, .steps = 3000, .warmup = 100,
+                .eval_every = 250, .ckpt_every = 100, .lr = 1e-3f, .min_lr = 1e-4f, .wd = 0.1f,
+                .dropout = 0.1f, .clip = 1.0f, .beta2 = 0.99f, .seed = 1, .q8 = 1,
+                .train_fraction = 0.9};
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i];
+        if (!strcmp(k, "-h") || !strcmp(k, "--help")) { usage(stdout); exit(0); }
+        if (!strcmp(k, "--untied")) { a->tied = 0; continue; }
+        if (!strcmp(k, "--resume")) { a->resume = 1; continue; }
+        if (!strcmp(k, "--f32")) { a->q8 = 0; continue; }
+        if (i + 1 >= argc) { fprintf(stderr, "train: %s needs a value\n", k); return -1; }
+        const char *v = argv[++i];
+        char *end = NULL;
+        errno = 0;
+        double num = strtod(v, &end);
+        int isnum = errno == 0 && end != v && *end == 0;
+        struct { const char *name; int *i; long *l; float *f; double lo, hi; } nums[] = {
+            {"--dim", &a->dim, 0, 0, 8, 4096}, {"--hidden", &a->hidden, 0, 0, 8, 16384},
+            {"--layers", &a->layers, 0, 0, 1, 64}, {"--heads", &a->heads, 0, 0, 1, 64},
+            {"--kv-heads", &a->kv_heads, 0, 0, 1, 64}, {"--ctx", &a->ctx, 0, 0, 2, 4096},
+            {"--batch", &a->batch, 0, 0, 1, 1024}, {"--threads", &a->threads, 0, 0, 1, 256},
+            {"--steps", 0, &a->steps, 0, 1, 1e9}, {"--warmup", 0, &a->warmup, 0, 0, 1e9},
+            {"--eval-every", 0, &a->eval_every, 0, 1, 1e9},
+            {"--checkpoint-every", 0, &a->ckpt_every, 0, 1, 1e9},
+            {"--lr", 0, 0, &a->lr, 0, 1}, {"--min-lr", 0, 0, &a->min_lr, 0, 1},
+            {"--wd", 0, 0, &a->wd, 0, 10}, {"--dropout", 0, 0, &a->dropout, 0, 0.9},
+            {"--clip", 0, 0, &a->clip, 0, 1e6}, {"--beta2", 0, 0, &a->beta2, 0.5, 0.99999},
+        };
+        int done = 0;
+        for (size_t n = 0; n < sizeof nums / sizeof nums[0] && !done; n++) {
+            if (strcmp(k, nums[n].name)) continue;
+            if (!isnum || num < nums[n].lo || num > nums[n].hi ||
+                ((nums[n].i || nums[n].l) && num != floor(num))) {
+                fprintf(stderr, "train: %s: '%s' is not a number in %g..%g\n", k, v, nums[n].lo,
+                        nums[n].hi);
+                return -1;
+            }
+            if (nums[n].i) *nums[n].i = (int)num;
+            if (nums[n].l) *nums[n].l = (long)num;
+            if (nums[n].f) *nums[n].f = (float)num;
+            done = 1;
+        }
+        if (done) continue;
+        if (!strcmp(k, "--tokenizer")) a->tokenizer = v;
+        else if (!strcmp(k, "--corpus")) a->corpus = v;
+        else if (!strcmp(k, "--out")) a->out = v;
+        else if (!strcmp(k, "--checkpoint")) a->checkpoint = v;
+        else if (!strcmp(k, "--log")) a->log = v;
+        else if (!strcmp(k, "--seed") && isnum && num >= 0) a->seed = (uint64_t)num;
+        else if (!strcmp(k, "--train-fraction") && isnum && num > 0 && num < 1) a->train_fraction = num;
+        else { fprintf(stderr, "train: unknown option or bad value: %s %s\n", k, v); return -1; }
+    }
+    if (!a->tokenizer || !a->corpus || !a->out) {
+        fprintf(stderr, "train: --tokenizer, --corpus and --out are required (see --help)\n");
+        return -1;
+    }
+    if (a->dim % a->heads || a->heads % a->kv_heads || (a->dim / a->heads) % 2) {
+        fprintf(stderr, "train: dim %d, heads %d, kv-heads %d: need dim %% heads == 0, heads %% "
+                "kv-heads == 0 and an even head size\n", a->dim, a->heads, a->kv_heads);
+        return -1;
+    }
+    if (a->q8 && (a->dim % 32 || a->hidden % 32)) {
+        fprintf(stderr, "train: Q8_0 output needs dim and hidden to be multiples of 32 (or --f32)\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ data */
+
+typedef struct {
+    int *train, *val;          /* token ids */
+    long n_train, n_val;
+    long val_chars;
+} Data;
+
+static int encode_all(const Tokenizer *tok, const char *text, int **ids, long *n, Err *e) {
+    size_t len = strlen(text);
+    *ids = mem_alloc((len + 2) * sizeof(int));
+    if (!*ids) return err_set(e, ST_NOMEM, "out of memory for %zu tokens", len + 2);
+    int got = tok_encode(tok, text, 0, *ids, (int)len + 2, e);
+    if (got < 0) return got;
+    *n = got;
+    return ST_OK;
+}
+
+static int load_data(Data *d, const Args *a, const Tokenizer *tok, Err *e) {
+    FILE *f = fopen(a->corpus, "rb");
+    if (!f) return err_set(e, ST_IO, "%s: cannot open: %s", a->corpus, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = mem_alloc((size_t)size + 1);
+    if (!text) { fclose(f); return err_set(e, ST_NOMEM, "out of memory for the corpus"); }
+    size_t got = fread(text, 1, (size_t)size, f);
+    fclose(f);
+    if (got != (size_t)size) { mem_free(text); return err_set(e, ST_IO, "%s: short read", a->corpus); }
+    long split = (long)(size * a->train_fraction);
+    char *val = mem_strdup(text + split);
+    text[split] = 0;
+    int st = val ? ST_OK : ST_NOMEM;
+    if (!st) st = encode_all(tok, text, &d->train, &d->n_train, e);
+    if (!st) st = encode_all(tok, val, &d->val, &d->n_val, e);
+    d->val_chars = size - split;
+    mem_free(text);
+    mem_free(val);
+    return st;
+}
+
+/* Window b of step s starts at a position chosen by hashing (seed, s, b). */
+static uint64_t hash3(uint64_t a, uint64_t b, uint64_t c) {
+    uint64_t z = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^ c;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void fill_batch(int *tokens, const Data *d, int B, int T, int bos, uint64_t seed, long step) {
+    for (int b = 0; b < B; b++) {
+        long start = (long)(hash3(seed, (uint64_t)step, (uint64_t)b) % (uint64_t)(d->n_train - T + 1));
+        tokens[b * (T + 1)] = bos;
+        memcpy(tokens + b * (T + 1) + 1, d->train + start, (size_t)T * sizeof(int));
+    }
+}
+
+/* Sum of -ln p over every validation token (see the header), in nats. The
+ * trainer's batch rows are filled with windows; rows beyond the data repeat
+ * the last window and are not counted. */
+static double val_nats(Trainer *t, const Data *d, int bos) {
+    int B = t->B, T = t->T, half = T / 2;
+    long n = d->n_val;
+    double total = 0.0;
+    int *tokens = mem_alloc((size_t)B * (T + 1) * sizeof(int));
+    if (!tokens) return NAN;
+    /* Window w covers validation tokens [w*half - 1, ...): input BOS then tokens. */
+    long n_windows = n <= T ? 1 : 1 + (n - T + half - 1) / half;
+    for (long w0 = 0; w0 < n_windows; w0 += B) {
+        for (int b = 0; b < B; b++) {
+            long w = w0 + b < n_windows ? w0 + b : n_windows - 1;
+            long start = w * half;   /* first token of the window's targets */
+            if (start + T > n) start = n > T ? n - T : 0;
+            int *row = tokens + b * (T + 1);
+            row[0] = start == 0 ? bos : d->val[start - 1];
+            for (int i = 0; i < T; i++) row[i + 1] = start + i < n ? d->val[start + i] : bos;
+        }
+        tr_forward(t, tokens, 0);
+        for (int b = 0; b < B && w0 + b < n_windows; b++) {
+            long w = w0 + b, start = w * half;
+            if (start + T > n) start = n > T ? n - T : 0;
+            /* tokens [scored_from, scored_to) of the split are new to this window */
+            long scored_from = w == 0 ? 0 : (w - 1) * half + T, scored_to = start + T;
+            if (scored_to > n) scored_to = n;
+            for (long i = scored_from; i < scored_to; i++) total += t->row_loss[b * T + (i - start)];
+        }
+    }
+    mem_free(tokens);
+    return total;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+typedef struct {
+    char magic[8];           /* "LLMTRCK1" */
+    int32_t shape[8];        /* dim hidden layers heads kv_heads vocab ctx tied */
+    uint64_t seed;
+    int64_t step, adam_t, n_params;
+} CkptHeader;
+
+static void ckpt_header(CkptHeader *h, const Trainer *t, const TrAdam *ad) {
+    memset(h, 0, sizeof *h);
+    memcpy(h->magic, "LLMTRCK1", 8);
+    const ModelConfig *c = &t->c;
+    int32_t s[8] = {c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
+                    c->seq_len, t->tied};
+    memcpy(h->shape, s, sizeof s);
+    h->seed = t->seed;
+    h->step = t->step;
+    h->adam_t = ad->t;
+    h->n_params = (int64_t)t->n_params;
+}
+
+/* Write to path.tmp, then rename: a run killed mid-write leaves the previous
+ * checkpoint intact. */
+static int ckpt_save(const char *path, const Trainer *t, const TrAdam *ad, Err *e) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return err_set(e, ST_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    CkptHeader h;
+    ckpt_header(&h, t, ad);
+    size_t n = t->n_params;
+    int ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(t->params, 4, n, f) == n &&
+             fwrite(ad->m, 4, n, f) == n && fwrite(ad->v, 4, n, f) == n;
+    ok = (fflush(f) == 0) & ok & (fsync(fileno(f)) == 0);
+    ok = (fclose(f) == 0) & ok;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return err_set(e, ST_IO, "%s: cannot write the checkpoint", path);
+    }
+    return ST_OK;
+}
+
+static int ckpt_load(const char *path, Trainer *t, TrAdam *ad, Err *e) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(e, ST_IO, "%s: cannot open: %s", path, strerror(errno));
+    CkptHeader h, want;
+    ckpt_header(&want, t, ad);
+    size_t n = t->n_params;
+    int ok = fread(&h, sizeof h, 1, f) == 1;
+    if (ok && (memcmp(h.magic, want.magic, 8) || memcmp(h.shape, want.shape, sizeof h.shape) ||
+               h.seed != want.seed || h.n_params != want.n_params)) {
+        fclose(f);
+        return err_set(e, ST_FORMAT, "%s: checkpoint is for another shape or seed", path);
+    }
+    ok = ok && fread(t->params, 4, n, f) == n && fread(ad->m, 4, n, f) == n && fread(ad->v, 4, n, f) == n;
+    fclose(f);
+    if (!ok) return err_set(e, ST_FORMAT, "%s: truncated checkpoint", path);
+    t->step = h.step;
+    ad->t = h.adam_t;
+    return ST_OK;
+}
+
+/* ------------------------------------------------------------ export */
+
+typedef struct { const float *base; int64_t K; } Rows;
+
+static int rows_fn(void *ctx, int64_t row, float *out, int64_t n, Err *e) {
+    const Rows *r = ctx;
+    memcpy(out, r->base + row * r->K, (size_t)n * sizeof(float));
+    return ST_OK;
+}
+
+/* Copy the tokenizer's keys from its vocabulary file. Strings in the file are
+ * not NUL-terminated: copy them into `pool`, freed by the caller. */
+static int copy_str_array(GgufWriter *w, const Gguf *g, const char *key, char ***pool, Err *e) {
+    const uint8_t *p;
+    uint64_t n;
+    if (gguf_get_array(g, key, GG_STRING, &p, &n, e)) return ST_FORMAT;
+    char **s = mem_alloc((n + 1) * sizeof(char *));
+    if (!s) return ST_NOMEM;
+    for (uint64_t i = 0; i < n; i++) {
+        GgufStr str = gguf_next_str(&p);
+        s[i] = mem_alloc(str.len + 1);
+        if (!s[i]) return ST_NOMEM;
+        memcpy(s[i], str.s, str.len);
+    }
+    *pool = s;
+    return gguf_w_add_str_array(w, key, (const char *const *)s, n);
+}
+
+static void free_pool(char **s, uint64_t n) {
+    if (!s) return;
+    for (uint64_t i = 0; i < n; i++) mem_free(s[i]);
+    mem_free(s);
+}
+
+static int export_gguf(const char *path, const Trainer *t, const Gguf *tokg, int q8, Err *e) {
+    const ModelConfig *c = &t->c;
+    const TrParams *P = &t->P;
+    GgufWriter w;
+    gguf_w_init(&w, path);
+    int64_t D = c->dim, F = c->hidden_dim, V = c->vocab_size;
+    int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    gguf_w_add_str(&w, "general.architecture", "llama");
+    gguf_w_add_str(&w, "general.name", "shakespeare");
+    gguf_w_add_u32(&w, "general.file_type", q8 ? 7 : 0);   /* llama.cpp: 7 = mostly Q8_0 */
+    gguf_w_add_u32(&w, "llama.context_length", (uint32_t)c->seq_len);
+    gguf_w_add_u32(&w, "llama.embedding_length", (uint32_t)D);
+    gguf_w_add_u32(&w, "llama.block_count", (uint32_t)c->n_layers);
+    gguf_w_add_u32(&w, "llama.feed_forward_length", (uint32_t)F);
+    gguf_w_add_u32(&w, "llama.attention.head_count", (uint32_t)c->n_heads);
+    gguf_w_add_u32(&w, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads);
+    gguf_w_add_u32(&w, "llama.rope.dimension_count", (uint32_t)c->head_dim);
+    gguf_w_add_f32(&w, "llama.rope.freq_base", c->rope_base);
+    gguf_w_add_f32(&w, "llama.attention.layer_norm_rms_epsilon", c->rms_eps);
+    gguf_w_add_u32(&w, "llama.vocab_size", (uint32_t)V);
+
+    GgufStr s;
+    char model[64] = "gpt2", pre[64] = "";
+    if (gguf_get_str(tokg, "tokenizer.ggml.model", &s, NULL) == ST_OK && s.len < 64)
+        memcpy(model, s.s, s.len), model[s.len] = 0;
+    gguf_w_add_str(&w, "tokenizer.ggml.model", model);
+    if (gguf_get_str(tokg, "tokenizer.ggml.pre", &s, NULL) == ST_OK && s.len < 64) {
+        memcpy(pre, s.s, s.len), pre[s.len] = 0;
+        gguf_w_add_str(&w, "tokenizer.ggml.pre", pre);
+    }
+    char **tokens = NULL, **merges = NULL;
+    uint64_t n_tokens = 0, n_merges = 0;
+    const uint8_t *arr;
+    int st = copy_str_array(&w, tokg, "tokenizer.ggml.tokens", &tokens, e);
+    gguf_get_array(tokg, "tokenizer.ggml.tokens", GG_STRING, &arr, &n_tokens, NULL);
+    if (!st && gguf_find(tokg, "tokenizer.ggml.merges")) {
+        st = copy_str_array(&w, tokg, "tokenizer.ggml.merges", &merges, e);
+        gguf_get_array(tokg, "tokenizer.ggml.merges", GG_STRING, &arr, &n_merges, NULL);
+    }
+    if (!st && gguf_get_array(tokg, "tokenizer.ggml.token_type", GG_I32, &arr, &n_tokens, NULL) == ST_OK) {
+        int32_t *types = mem_alloc(n_tokens * 4);
+        if (!types) st = ST_NOMEM;
+        else {
+            memcpy(types, arr, n_tokens * 4);   /* the mapping may not be 4-byte aligned */
+            st = gguf_w_add_i32_array(&w, "tokenizer.ggml.token_type", types, n_tokens);
+            mem_free(types);   /* metadata is encoded when added */
+        }
+    }
+    if (!st && gguf_get_array(tokg, "tokenizer.ggml.scores", GG_F32, &arr, &n_tokens, NULL) == ST_OK) {
+        float *scores = mem_alloc(n_tokens * 4);
+        if (!scores) st = ST_NOMEM;
+        else {
+            memcpy(scores, arr, n_tokens * 4);
+            st = gguf_w_add_f32_array(&w, "tokenizer.ggml.scores", scores, n_tokens);
+            mem_free(scores);
+        }
+    }
+    int64_t id;
+    const char *ids[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"};
+    for (int i = 0; i < 2; i++)
+        if (gguf_get_int(tokg, ids[i], &id, NULL) == ST_OK) gguf_w_add_u32(&w, ids[i], (uint32_t)id);
+    if (gguf_get_int(tokg, "tokenizer.ggml.add_bos_token", &id, NULL) == ST_OK)
+        gguf_w_add_bool(&w, "tokenizer.ggml.add_bos_token", (int)id);
+
+    DType mt = q8 ? DT_Q8_0 : DT_F32;
+    Rows rows[16 * 64 + 4];
+    int nr = 0;
+    char name[96];
+#define MATRIX(nm, ptr, N, K) do { rows[nr] = (Rows){(ptr), (K)}; int64_t ne[2] = {(K), (N)}; \
+        gguf_w_add_tensor_rows(&w, (nm), 2, ne, mt, rows_fn, &rows[nr++]); } while (0)
+#define VECTOR(nm, ptr, N) do { int64_t ne[1] = {(N)}; gguf_w_add_tensor(&w, (nm), 1, ne, DT_F32, (ptr)); } while (0)
+    MATRIX("token_embd.weight", P->emb, V, D);
+    for (int l = 0; l < c->n_layers; l++) {
+#define NM(x) (snprintf(name, sizeof name, "blk.%d.%s", l, x), name)
+        VECTOR(NM("attn_norm.weight"), P->attn_norm + l * D, D);
+        MATRIX(NM("attn_q.weight"), P->wq + l * qd * D, qd, D);
+        MATRIX(NM("attn_k.weight"), P->wk + l * kvd * D, kvd, D);
+        MATRIX(NM("attn_v.weight"), P->wv + l * kvd * D, kvd, D);
+        MATRIX(NM("attn_output.weight"), P->wo + l * D * qd, D, qd);
+        VECTOR(NM("ffn_norm.weight"), P->ffn_norm + l * D, D);
+        MATRIX(NM("ffn_gate.weight"), P->w_gate + l * F * D, F, D);
+        MATRIX(NM("ffn_down.weight"), P->w_down + l * D * F, D, F);
+        MATRIX(NM("ffn_up.weight"), P->w_up + l * F * D, F, D);
+#undef NM
+    }
+    VECTOR("output_norm.weight", P->out_norm, D);
+    if (P->out) MATRIX("output.weight", P->out, V, D);
+#undef MATRIX
+#undef VECTOR
+    if (!st) st = gguf_w_write(&w, e);
+    gguf_w_free(&w);
+    free_pool(tokens, n_tokens);
+    free_pool(merges, n_merges);
+    return st;
+}
+
+/* ------------------------------------------------------------ main */
+
+/* Validation loss of the exported file, through the engine's own loader and
+ * forward pass (model_forward), with the same windows as val_nats. */
+static double engine_val_nats(const char *path, const Data *d, int T, Err *e) {
+    Model m;
+    if (model_load(&m, path, NULL, e)) return NAN;
+    RunState s;
+    if (runstate_init(&s, &m, T, e)) { model_free(&m); return NAN; }
+    int V = m.cfg.vocab_size, half = T / 2, bos = tok_bos(m.tok);
+    long n = d->n_val, n_windows = n <= T ? 1 : 1 + (n - T + half - 1) / half;
+    int *row = mem_alloc((size_t)(T + 1) * sizeof(int));
+    double total = 0.0;
+    for (long w = 0; row && w < n_windows; w++) {
+        long start = w * half;
+        if (start + T > n) start = n > T ? n - T : 0;
+        row[0] = start == 0 ? bos : d->val[start - 1];
+        for (int i = 0; i < T; i++) row[i + 1] = start + i < n ? d->val[start + i] : bos;
+        float *lg = model_forward(&m, &s, row, T, 0, 1);
+        long from = w == 0 ? 0 : (w - 1) * half + T, to = start + T < n ? start + T : n;
+        for (long i = from; i < to; i++) {
+            float *z = lg + (size_t)(i - start) * V;
+            softmax(z, V);
+            total += -log(fmax(z[row[i - start + 1]], 1e-30));
+        }
+    }
+    mem_free(row);
+    runstate_free(&s);
+    model_free(&m);
+    return total;
+}
+
+int main(int argc, char **argv) {
+    Args a;
+    if (parse(argc, argv, &a)) return 2;
+    ops_set_threads(a.threads);
+    Err e = {{0}};
+    Gguf tokg;
+    Tokenizer *tok = NULL;
+    Data d = {0};
+    Trainer t = {0};
+    TrAdam ad = {0};
+    FILE *log = NULL;
+    int rc = 1;
+    if (gguf_open(&tokg, a.tokenizer, &e) || tok_from_gguf(&tok, &tokg, &e)) {
+        fprintf(stderr, "train: %s\n", e.msg);
+        return 1;
+    }
+    double t0 = now_s();
+    if (load_data(&d, &a, tok, &e)) goto fail;
+    if (d.n_train <= a.ctx || d.n_val < 2) {
+        err_set(&e, ST_ARG, "%s: too little text for a context of %d tokens", a.corpus, a.ctx);
+        goto fail;
+    }
+    int bos = tok_bos(tok);
+    if (bos < 0) { err_set(&e, ST_FORMAT, "%s: the vocabulary has no BOS token", a.tokenizer); goto fail; }
+    fprintf(stderr, "train: %s: %ld train tokens, %ld validation tokens (%ld chars), encoded in %.1f s\n",
+            a.corpus, d.n_train, d.n_val, d.val_chars, now_s() - t0);
+
+    ModelConfig c = {.dim = a.dim, .hidden_dim = a.hidden, .n_layers = a.layers, .n_heads = a.heads,
+                     .n_kv_heads = a.kv_heads, .head_dim = a.dim / a.heads,
+                     .vocab_size = tok_n_vocab(tok), .seq_len = a.ctx, .n_rot = a.dim / a.heads,
+                     .rope_base = 10000.0f, .rms_eps = 1e-5f};
+    if (tr_init(&t, &c, a.tied, a.batch, a.ctx, a.seed, &e) || tr_adam_init(&ad, t.n_params, &e)) goto fail;
+    t.dropout = a.dropout;
+    if (a.resume && a.checkpoint && access(a.checkpoint, R_OK) == 0) {
+        if (ckpt_load(a.checkpoint, &t, &ad, &e)) goto fail;
+        fprintf(stderr, "train: resumed from %s at step %ld\n", a.checkpoint, t.step);
+    }
+    fprintf(stderr, "train: %zu parameters (dim %d, hidden %d, %d layers, %d heads, %d KV heads, "
+            "vocab %d, ctx %d, %s), batch %d x %d, %ld steps, %d threads, %.0f MB of activations\n",
+            t.n_params, a.dim, a.hidden, a.layers, a.heads, a.kv_heads, c.vocab_size, a.ctx,
+            a.tied ? "tied" : "untied", a.batch, a.ctx, a.steps, a.threads, t.bytes / 1e6);
+    if (a.log) {
+        log = fopen(a.log, a.resume && t.step > 0 ? "a" : "w");
+        if (!log) { err_set(&e, ST_IO, "%s: cannot open: %s", a.log, strerror(errno)); goto fail; }
+        if (t.step == 0) fprintf(log, "step,lr,train_loss,val_nats_per_char,elapsed_s\n");
+    }
+
+    int *batch = mem_alloc((size_t)a.batch * (a.ctx + 1) * sizeof(int));
+    if (!batch) { err_set(&e, ST_NOMEM, "out of memory for a batch"); goto fail; }
+    double start = now_s(), smooth = 0;
+    long first = t.step;
+    while (t.step < a.steps) {
+        long s = t.step;
+        float lr = tr_lr_schedule(s, a.warmup, a.steps, a.lr, a.min_lr);
+        fill_batch(batch, &d, a.batch, a.ctx, bos, a.seed, s);
+        float loss = tr_forward(&t, batch, 1);
+        tr_backward(&t);
+        double norm = tr_clip_grads(&t, a.clip);
+        tr_adam_step(&ad, &t, lr, 0.9f, a.beta2, 1e-8f, a.wd);
+        smooth = s == first ? loss : 0.9 * smooth + 0.1 * loss;
+        int last = t.step == a.steps;
+        if (t.step % a.eval_every == 0 || last) {
+            double vn = val_nats(&t, &d, bos) / d.val_chars;
+            double el = now_s() - start, tps = (double)(t.step - first) * a.batch * a.ctx / el;
+            double left = el / (t.step - first) * (a.steps - t.step);
+            fprintf(stderr, "step %6ld  lr %.2e  train %.4f nats/token  val %.4f nats/char  |g| %.2f  "
+                    "%.0f tok/s  %.0f s left\n", t.step, lr, smooth, vn, norm, tps, left);
+            if (log) {
+                fprintf(log, "%ld,%.6g,%.5f,%.5f,%.1f\n", t.step, lr, smooth, vn, el);
+                fflush(log);
+            }
+        }
+        if (a.checkpoint && (t.step % a.ckpt_every == 0 || last) && ckpt_save(a.checkpoint, &t, &ad, &e))
+            goto fail_batch;
+    }
+    double el = now_s() - start;
+    if (t.step > first)
+        fprintf(stderr, "train: %ld steps in %.1f s, %.0f tokens/s\n", t.step - first, el,
+                (double)(t.step - first) * a.batch * a.ctx / el);
+    if (export_gguf(a.out, &t, &tokg, a.q8, &e)) goto fail_batch;
+    double vn = engine_val_nats(a.out, &d, a.ctx, &e);
+    if (isnan(vn)) goto fail_batch;
+    fprintf(stderr, "train: wrote %s; through the engine its validation loss is %.4f nats/char\n",
+            a.out, vn / d.val_chars);
+    rc = 0;
+fail_batch:
+    mem_free(batch);
+fail:
+    if (rc) fprintf(stderr, "train: %s\n", e.msg);
+    if (log) fclose(log);
+    tr_adam_free(&ad);
+    tr_free(&t);
+    mem_free(d.train);
+    mem_free(d.val);
+    tok_free(tok);
+    gguf_close(&tokg);
+    return rc;
+}
