@@ -63,12 +63,14 @@ build/asan/libengine.a: $(patsubst src/%.c,build/asan/obj/%.o,$(LIB_SRC))
 	ar rcs $@ $^
 build/asan/infer: src/infer.c build/asan/libengine.a
 	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LIBS)
+build/asan/%: tools/%.c build/asan/libengine.a
+	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LIBS)
 build/asan/test_%: tests/test_%.c tests/testutil.h build/asan/libengine.a
 	$(CC) $(ASAN_FLAGS) -Itests $< build/asan/libengine.a -o $@ $(LIBS) -lcmocka
 
 # Tests run one binary at a time; each prints cmocka's summary. OMP/BLAS
 # threads are kept at 2 so the suite fits a 2-core machine.
-test: $(patsubst tests/%.c,build/asan/%,$(TEST_SRC)) build/asan/infer
+test: $(patsubst tests/%.c,build/asan/%,$(TEST_SRC)) build/asan/infer build/asan/train
 	@FIXTURES=$(FIXTURES) INFER=build/asan/infer sh tests/run_all.sh $(patsubst tests/%.c,build/asan/%,$(TEST_SRC))
 
 # --- running -------------------------------------------------------------

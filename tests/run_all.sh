@@ -7,9 +7,10 @@ for t in "$@"; do
     echo "== $t"
     if "$t"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "!! $t failed"; fi
 done
-if [ -f tests/cli.sh ]; then
-    echo "== tests/cli.sh"
-    if sh tests/cli.sh; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "!! tests/cli.sh failed"; fi
-fi
+for s in tests/*.sh; do
+    [ "$s" = tests/run_all.sh ] && continue
+    echo "== $s"
+    if sh "$s"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "!! $s failed"; fi
+done
 echo "suites: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

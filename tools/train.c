@@ -38,7 +38,7 @@ typedef struct {
     long steps, warmup, eval_every, ckpt_every;
     float lr, min_lr, wd, dropout, clip, beta2;
     uint64_t seed;
-    int resume, q8;
+    int resume, q8, no_eval;
     double train_fraction;
 } Args;
 
@@ -56,7 +56,7 @@ static void usage(FILE *f) {
         "           --wd 0.1 --dropout 0.1 --clip 1.0 --beta2 0.99 --seed 1\n"
         "  output:  --f32 (default Q8_0 matrices) --log FILE.csv --eval-every 250\n"
         "  resume:  --checkpoint FILE --checkpoint-every 100 --resume\n"
-        "  other:   --threads N --train-fraction 0.9\n");
+        "  other:   --threads N --train-fraction 0.9 --no-eval (skip validation: for tests)\n");
 }
 
 static int parse(int argc, char **argv, Args *a) {
@@ -71,6 +71,7 @@ static int parse(int argc, char **argv, Args *a) {
         if (!strcmp(k, "--untied")) { a->tied = 0; continue; }
         if (!strcmp(k, "--resume")) { a->resume = 1; continue; }
         if (!strcmp(k, "--f32")) { a->q8 = 0; continue; }
+        if (!strcmp(k, "--no-eval")) { a->no_eval = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "train: %s needs a value\n", k); return -1; }
         const char *v = argv[++i];
         char *end = NULL;
@@ -506,7 +507,7 @@ int main(int argc, char **argv) {
         tr_adam_step(&ad, &t, lr, 0.9f, a.beta2, 1e-8f, a.wd);
         smooth = s == first ? loss : 0.9 * smooth + 0.1 * loss;
         int last = t.step == a.steps;
-        if (t.step % a.eval_every == 0 || last) {
+        if (!a.no_eval && (t.step % a.eval_every == 0 || last)) {
             double vn = val_nats(&t, &d, bos) / d.val_chars;
             double el = now_s() - start, tps = (double)(t.step - first) * a.batch * a.ctx / el;
             double left = el / (t.step - first) * (a.steps - t.step);
@@ -525,10 +526,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "train: %ld steps in %.1f s, %.0f tokens/s\n", t.step - first, el,
                 (double)(t.step - first) * a.batch * a.ctx / el);
     if (export_gguf(a.out, &t, &tokg, a.q8, &e)) goto fail_batch;
-    double vn = engine_val_nats(a.out, &d, a.ctx, &e);
-    if (isnan(vn)) goto fail_batch;
-    fprintf(stderr, "train: wrote %s; through the engine its validation loss is %.4f nats/char\n",
-            a.out, vn / d.val_chars);
+    if (a.no_eval) {
+        fprintf(stderr, "train: wrote %s\n", a.out);
+    } else {
+        double vn = engine_val_nats(a.out, &d, a.ctx, &e);
+        if (isnan(vn)) goto fail_batch;
+        fprintf(stderr, "train: wrote %s; through the engine its validation loss is %.4f nats/char\n",
+                a.out, vn / d.val_chars);
+    }
     rc = 0;
 fail_batch:
     mem_free(batch);
