@@ -17,9 +17,10 @@
  *   RoPE rotates by +angle           its gradient rotates back by -angle
  *   loss = -log softmax(z)[y]        dz = softmax(z) - onehot(y)
  *
- * Every matrix product runs on all BT rows at once (one sgemm). Attention
- * runs one sequence and one KV head per task, OpenMP over tasks, with
- * OpenBLAS held to one thread inside them so the two do not fight for cores.
+ * Threads split the batch: each runs forward and backward on its own whole
+ * sequences, every matrix product on all of its rows at once (one sgemm,
+ * single-threaded inside a parallel region), and the threads' parameter
+ * gradients are summed at the end (see forward_slice).
  * Dropout masks are not stored: a hash of (seed, step, layer, site, index)
  * decides each element, so the backward pass regenerates the same mask. */
 #include "trainer.h"
@@ -32,7 +33,6 @@
 #include <omp.h>
 #endif
 
-void openblas_set_num_threads(int n);
 
 /* ------------------------------------------------------------ parameters */
 
@@ -136,7 +136,7 @@ int tr_init(Trainer *t, const ModelConfig *c, int tied, int B, int T, uint64_t s
         {&t->dx, BT * D}, {&t->dxn, BT * D}, {&t->dproj, BT * D},
         {&t->dh, BT * F}, {&t->du, BT * F},
         {&t->dq, BT * qd}, {&t->dk, BT * kvd}, {&t->dv, BT * kvd}, {&t->dao, BT * qd},
-        {&t->dP, nth * TT}, {&t->rope_cs, (size_t)T * S}, {&t->rope_cs_inv, (size_t)T * S},
+        {&t->dP, nth * TT}, {&t->thread_grads, (nth - 1) * t->n_params}, {&t->rope_cs, (size_t)T * S}, {&t->rope_cs_inv, (size_t)T * S},
         {&t->tokens, BT + B},   /* ints, same size as floats */
     };
     size_t n = sizeof parts / sizeof parts[0], total = 0;
@@ -170,20 +170,14 @@ void tr_free(Trainer *t) {
 
 /* ------------------------------------------------------------ the pieces */
 
+static void rmsnorm_rows(float *y, float *rs, const float *x, const float *w, int rows, int D, float eps);
+
 void tr_rmsnorm_forward(float *y, float *rs, const float *x, const float *w, int rows, int D, float eps) {
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * D;
-        float ss = 0.0f;
-        for (int i = 0; i < D; i++) ss += xr[i] * xr[i];
-        rs[r] = 1.0f / sqrtf(ss / D + eps);
-        rmsnorm(y + (size_t)r * D, xr, w, D, eps);   /* the engine's kernel */
-    }
+    rmsnorm_rows(y, rs, x, w, rows, D, eps);
 }
 
 void tr_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *rs,
                          const float *w, int rows, int D) {
-#pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * D, *dyr = dy + (size_t)r * D;
         float *dxr = dx + (size_t)r * D, s = rs[r], dot = 0.0f;
@@ -196,7 +190,6 @@ void tr_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, 
 }
 
 void tr_swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u, int n) {
-#pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
         float sg = 1.0f / (1.0f + expf(-g[i])), silu = g[i] * sg;
         du[i] = dh[i] * silu;
@@ -269,180 +262,237 @@ static void mm_dw(float *dW, const float *dy, const float *x, int rows, int N, i
 }
 
 /* Dropout on a residual branch: zero an element with probability p, scale the
- * rest by 1 / (1 - p). Applied identically to a gradient in the backward pass. */
-static void dropout(float *x, size_t n, float p, uint64_t seed, long step, int layer, int site) {
+ * rest by 1 / (1 - p). Element i of the layer's (BT, D) array gets the same
+ * decision in the forward and the backward pass, whichever thread asks. */
+static void dropout(float *x, size_t first, size_t n, float p, uint64_t seed, long step, int layer,
+                    int site) {
     if (p <= 0.0f) return;
     uint64_t key = mix64(seed ^ mix64(((uint64_t)step << 16) ^ ((uint64_t)layer << 2) ^ (uint64_t)site));
     uint64_t cut = (uint64_t)(p * 4294967296.0);
     float keep = 1.0f / (1.0f - p);
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] = (mix64(key ^ i) >> 32) < cut ? 0.0f : x[i] * keep;
+    for (size_t i = 0; i < n; i++) x[i] = (mix64(key ^ (first + i)) >> 32) < cut ? 0.0f : x[i] * keep;
 }
 
-/* Apply RoPE to every row; row r sits at position r % T. */
+/* Apply RoPE to rows of one or more whole sequences; row r is at position r % T. */
 static void rope_rows(float *x, int rows, int T, int heads, int S, const float *cs) {
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; r++)
-        rope(x + (size_t)r * heads * S, heads, S, S, cs + (size_t)(r % T) * S);
+    for (int r = 0; r < rows; r++) rope(x + (size_t)r * heads * S, heads, S, S, cs + (size_t)(r % T) * S);
+}
+
+static void rmsnorm_rows(float *y, float *rs, const float *x, const float *w, int rows, int D, float eps) {
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * D;
+        float ss = 0.0f;
+        for (int i = 0; i < D; i++) ss += xr[i] * xr[i];
+        rs[r] = 1.0f / sqrtf(ss / D + eps);
+        rmsnorm(y + (size_t)r * D, xr, w, D, eps);   /* the engine's kernel */
+    }
 }
 
 /* ------------------------------------------------------------ forward */
 
-float tr_forward(Trainer *t, const int *tokens, int train) {
+/* Data parallelism: the batch is cut into one slice of whole sequences per
+ * thread; each thread runs the full forward and backward on its rows with
+ * single-threaded BLAS, and only the parameter gradients are summed at the
+ * end. With small matrices this beats splitting each product across threads,
+ * which would synchronise dozens of times per layer. */
+typedef struct { int b0, nb; } Slice;
+
+static Slice my_slice(int B) {
+#ifdef _OPENMP
+    int n = omp_get_num_threads(), i = omp_get_thread_num();
+#else
+    int n = 1, i = 0;
+#endif
+    int per = B / n, extra = B % n;
+    Slice s = {i * per + (i < extra ? i : extra), per + (i < extra)};
+    return s;
+}
+
+static void forward_slice(Trainer *t, Slice sl, const int *tokens, float drop) {
     const ModelConfig *c = &t->c;
     int B = t->B, T = t->T, BT = B * T, D = c->dim, F = c->hidden_dim, V = c->vocab_size;
     int H = c->n_heads, Hkv = c->n_kv_heads, S = c->head_dim, qd = H * S, kvd = Hkv * S;
-    float drop = train ? t->dropout : 0.0f;
+    int R = sl.nb * T;                       /* rows of this slice */
+    size_t r0 = (size_t)sl.b0 * T;           /* its first row */
     const TrParams *P = &t->P;
-    memcpy(t->tokens, tokens, (size_t)B * (T + 1) * sizeof(int));
+    if (sl.nb == 0) return;
 
-    for (int b = 0; b < B; b++)
+    for (int b = sl.b0; b < sl.b0 + sl.nb; b++)
         for (int i = 0; i < T; i++)
             memcpy(t->x + ((size_t)b * T + i) * D, P->emb + (size_t)tokens[b * (T + 1) + i] * D,
                    (size_t)D * sizeof(float));
 
     for (int l = 0; l < c->n_layers; l++) {
-        size_t o = (size_t)l * BT;
+        size_t o = (size_t)l * BT + r0;
         float *xin = t->x + o * D, *xmid = t->xmid + o * D, *xout = t->x + (o + BT) * D;
-        float *xn1 = t->xn1 + o * D, *xn2 = t->xn2 + o * D;
+        float *xn1 = t->xn1 + o * D, *xn2 = t->xn2 + o * D, *proj = t->dproj + r0 * D;
         float *q = t->q + o * qd, *k = t->k + o * kvd, *v = t->v + o * kvd, *ao = t->ao + o * qd;
-        float *pl = t->p + (size_t)l * B * H * T * T;
+        float *pl = t->p + ((size_t)l * B + sl.b0) * H * T * T;
         float *g = t->g + o * F, *u = t->u + o * F, *hact = t->hact + o * F;
 
-        tr_rmsnorm_forward(xn1, t->rs1 + o, xin, P->attn_norm + (size_t)l * D, BT, D, c->rms_eps);
+        rmsnorm_rows(xn1, t->rs1 + o, xin, P->attn_norm + (size_t)l * D, R, D, c->rms_eps);
         Mat wq = mat(P->wq + (size_t)l * qd * D, qd, D), wk = mat(P->wk + (size_t)l * kvd * D, kvd, D);
         Mat wv = mat(P->wv + (size_t)l * kvd * D, kvd, D), wo = mat(P->wo + (size_t)l * D * qd, D, qd);
-        matmul(q, xn1, &wq, BT, NULL);
-        matmul(k, xn1, &wk, BT, NULL);
-        matmul(v, xn1, &wv, BT, NULL);
-        rope_rows(q, BT, T, H, S, t->rope_cs);
-        rope_rows(k, BT, T, Hkv, S, t->rope_cs);
-        openblas_set_num_threads(1);
-#pragma omp parallel for schedule(static)
-        for (int b = 0; b < B; b++)
+        matmul(q, xn1, &wq, R, NULL);
+        matmul(k, xn1, &wk, R, NULL);
+        matmul(v, xn1, &wv, R, NULL);
+        rope_rows(q, R, T, H, S, t->rope_cs);
+        rope_rows(k, R, T, Hkv, S, t->rope_cs);
+        for (int b = 0; b < sl.nb; b++)
             tr_attention_forward(ao + (size_t)b * T * qd, pl + (size_t)b * H * T * T,
                                  q + (size_t)b * T * qd, k + (size_t)b * T * kvd,
                                  v + (size_t)b * T * kvd, T, H, Hkv, S);
-        openblas_set_num_threads(ops_threads());
-        matmul(t->dproj, ao, &wo, BT, NULL);
-        dropout(t->dproj, (size_t)BT * D, drop, t->seed, t->step, l, 0);
-        for (size_t i = 0; i < (size_t)BT * D; i++) xmid[i] = xin[i] + t->dproj[i];
+        matmul(proj, ao, &wo, R, NULL);
+        dropout(proj, r0 * D, (size_t)R * D, drop, t->seed, t->step, l, 0);
+        for (size_t i = 0; i < (size_t)R * D; i++) xmid[i] = xin[i] + proj[i];
 
-        tr_rmsnorm_forward(xn2, t->rs2 + o, xmid, P->ffn_norm + (size_t)l * D, BT, D, c->rms_eps);
+        rmsnorm_rows(xn2, t->rs2 + o, xmid, P->ffn_norm + (size_t)l * D, R, D, c->rms_eps);
         Mat wg = mat(P->w_gate + (size_t)l * F * D, F, D), wu = mat(P->w_up + (size_t)l * F * D, F, D);
         Mat wd = mat(P->w_down + (size_t)l * D * F, D, F);
-        matmul(g, xn2, &wg, BT, NULL);
-        matmul(u, xn2, &wu, BT, NULL);
-        memcpy(hact, g, (size_t)BT * F * sizeof(float));
-        swiglu(hact, u, BT * F);
-        matmul(t->dproj, hact, &wd, BT, NULL);
-        dropout(t->dproj, (size_t)BT * D, drop, t->seed, t->step, l, 1);
-        for (size_t i = 0; i < (size_t)BT * D; i++) xout[i] = xmid[i] + t->dproj[i];
+        matmul(g, xn2, &wg, R, NULL);
+        matmul(u, xn2, &wu, R, NULL);
+        memcpy(hact, g, (size_t)R * F * sizeof(float));
+        swiglu(hact, u, R * F);
+        matmul(proj, hact, &wd, R, NULL);
+        dropout(proj, r0 * D, (size_t)R * D, drop, t->seed, t->step, l, 1);
+        for (size_t i = 0; i < (size_t)R * D; i++) xout[i] = xmid[i] + proj[i];
     }
 
-    float *xL = t->x + (size_t)c->n_layers * BT * D;
-    tr_rmsnorm_forward(t->xf, t->rsf, xL, P->out_norm, BT, D, c->rms_eps);
+    float *xL = t->x + ((size_t)c->n_layers * BT + r0) * D, *xf = t->xf + r0 * D;
+    rmsnorm_rows(xf, t->rsf + r0, xL, P->out_norm, R, D, c->rms_eps);
     Mat wout = mat(P->out ? P->out : P->emb, V, D);
-    matmul(t->logits, t->xf, &wout, BT, NULL);
+    matmul(t->logits + r0 * V, xf, &wout, R, NULL);
 
     /* Cross-entropy: logits become probabilities (kept for the backward). */
-    double total = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : total)
-    for (int r = 0; r < BT; r++) {
+    for (int r = (int)r0; r < (int)r0 + R; r++) {
         float *z = t->logits + (size_t)r * V;
         int target = tokens[(r / T) * (T + 1) + r % T + 1];
         softmax(z, V);
         t->row_loss[r] = -logf(fmaxf(z[target], 1e-30f));
-        total += t->row_loss[r];
     }
-    return (float)(total / BT);
+}
+
+float tr_forward(Trainer *t, const int *tokens, int train) {
+    memcpy(t->tokens, tokens, (size_t)t->B * (t->T + 1) * sizeof(int));
+    float drop = train ? t->dropout : 0.0f;
+#pragma omp parallel
+    forward_slice(t, my_slice(t->B), tokens, drop);
+    double total = 0.0;   /* summed in row order: the same for any thread count */
+    for (int r = 0; r < t->B * t->T; r++) total += t->row_loss[r];
+    return (float)(total / (t->B * t->T));
 }
 
 /* ------------------------------------------------------------ backward */
 
-void tr_backward(Trainer *t) {
+/* Backward over one slice; parameter gradients go into G (this thread's). */
+static void backward_slice(Trainer *t, Slice sl, TrParams *G, float *dP) {
     const ModelConfig *c = &t->c;
     int B = t->B, T = t->T, BT = B * T, D = c->dim, F = c->hidden_dim, V = c->vocab_size;
     int H = c->n_heads, Hkv = c->n_kv_heads, S = c->head_dim, qd = H * S, kvd = Hkv * S;
+    int R = sl.nb * T;
+    size_t r0 = (size_t)sl.b0 * T;
     const TrParams *P = &t->P;
-    TrParams *G = &t->G;
     const int *tokens = t->tokens;
-    memset(t->grads, 0, t->n_params * sizeof(float));
+    float *dx = t->dx + r0 * D, *dxn = t->dxn + r0 * D, *dproj = t->dproj + r0 * D;
+    float *dh = t->dh + r0 * F, *du = t->du + r0 * F, *dao = t->dao + r0 * qd;
+    float *dq = t->dq + r0 * qd, *dk = t->dk + r0 * kvd, *dv = t->dv + r0 * kvd;
+    float *dz = t->logits + r0 * V;
+    if (sl.nb == 0) return;
 
     /* dz = (p - onehot) / BT, in place over the probabilities */
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < BT; r++) {
+    for (int r = (int)r0; r < (int)r0 + R; r++) {
         float *z = t->logits + (size_t)r * V;
         z[tokens[(r / T) * (T + 1) + r % T + 1]] -= 1.0f;
         for (int i = 0; i < V; i++) z[i] /= (float)BT;
     }
     const float *wout = P->out ? P->out : P->emb;
-    mm_dw(P->out ? G->out : G->emb, t->logits, t->xf, BT, V, D);
-    mm_dx(t->dxn, t->logits, wout, BT, V, D, 0.0f);
-    float *xL = t->x + (size_t)c->n_layers * BT * D;
-    memset(t->dx, 0, (size_t)BT * D * sizeof(float));
-    tr_rmsnorm_backward(t->dx, G->out_norm, t->dxn, xL, t->rsf, P->out_norm, BT, D);
+    mm_dw(P->out ? G->out : G->emb, dz, t->xf + r0 * D, R, V, D);
+    mm_dx(dxn, dz, wout, R, V, D, 0.0f);
+    float *xL = t->x + ((size_t)c->n_layers * BT + r0) * D;
+    memset(dx, 0, (size_t)R * D * sizeof(float));
+    tr_rmsnorm_backward(dx, G->out_norm, dxn, xL, t->rsf + r0, P->out_norm, R, D);
 
     for (int l = c->n_layers - 1; l >= 0; l--) {
-        size_t o = (size_t)l * BT;
+        size_t o = (size_t)l * BT + r0;
         float *xin = t->x + o * D, *xmid = t->xmid + o * D;
         float *xn1 = t->xn1 + o * D, *xn2 = t->xn2 + o * D;
         float *q = t->q + o * qd, *k = t->k + o * kvd, *v = t->v + o * kvd, *ao = t->ao + o * qd;
-        float *pl = t->p + (size_t)l * B * H * T * T;
+        float *pl = t->p + ((size_t)l * B + sl.b0) * H * T * T;
         float *g = t->g + o * F, *u = t->u + o * F, *hact = t->hact + o * F;
 
         /* FFN branch: xout = xmid + drop(hact Wd^T); dx holds d xout */
-        memcpy(t->dproj, t->dx, (size_t)BT * D * sizeof(float));
-        dropout(t->dproj, (size_t)BT * D, t->dropout, t->seed, t->step, l, 1);
-        mm_dw(G->w_down + (size_t)l * D * F, t->dproj, hact, BT, D, F);
-        mm_dx(t->dh, t->dproj, P->w_down + (size_t)l * D * F, BT, D, F, 0.0f);
-        tr_swiglu_backward(t->dh, t->du, t->dh, g, u, BT * F);   /* dh becomes dg */
-        mm_dw(G->w_gate + (size_t)l * F * D, t->dh, xn2, BT, F, D);
-        mm_dw(G->w_up + (size_t)l * F * D, t->du, xn2, BT, F, D);
-        mm_dx(t->dxn, t->dh, P->w_gate + (size_t)l * F * D, BT, F, D, 0.0f);
-        mm_dx(t->dxn, t->du, P->w_up + (size_t)l * F * D, BT, F, D, 1.0f);
-        tr_rmsnorm_backward(t->dx, G->ffn_norm + (size_t)l * D, t->dxn, xmid, t->rs2 + o,
-                            P->ffn_norm + (size_t)l * D, BT, D);   /* dx: now d xmid */
+        memcpy(dproj, dx, (size_t)R * D * sizeof(float));
+        dropout(dproj, r0 * D, (size_t)R * D, t->dropout, t->seed, t->step, l, 1);
+        mm_dw(G->w_down + (size_t)l * D * F, dproj, hact, R, D, F);
+        mm_dx(dh, dproj, P->w_down + (size_t)l * D * F, R, D, F, 0.0f);
+        tr_swiglu_backward(dh, du, dh, g, u, R * F);   /* dh becomes dg */
+        mm_dw(G->w_gate + (size_t)l * F * D, dh, xn2, R, F, D);
+        mm_dw(G->w_up + (size_t)l * F * D, du, xn2, R, F, D);
+        mm_dx(dxn, dh, P->w_gate + (size_t)l * F * D, R, F, D, 0.0f);
+        mm_dx(dxn, du, P->w_up + (size_t)l * F * D, R, F, D, 1.0f);
+        tr_rmsnorm_backward(dx, G->ffn_norm + (size_t)l * D, dxn, xmid, t->rs2 + o,
+                            P->ffn_norm + (size_t)l * D, R, D);   /* dx: now d xmid */
 
         /* Attention branch: xmid = xin + drop(ao Wo^T) */
-        memcpy(t->dproj, t->dx, (size_t)BT * D * sizeof(float));
-        dropout(t->dproj, (size_t)BT * D, t->dropout, t->seed, t->step, l, 0);
-        mm_dw(G->wo + (size_t)l * D * qd, t->dproj, ao, BT, D, qd);
-        mm_dx(t->dao, t->dproj, P->wo + (size_t)l * D * qd, BT, D, qd, 0.0f);
-        memset(t->dq, 0, (size_t)BT * qd * sizeof(float));
-        memset(t->dk, 0, (size_t)BT * kvd * sizeof(float));
-        memset(t->dv, 0, (size_t)BT * kvd * sizeof(float));
-        openblas_set_num_threads(1);
-#pragma omp parallel for schedule(static)
-        for (int b = 0; b < B; b++) {
-#ifdef _OPENMP
-            float *dP = t->dP + (size_t)omp_get_thread_num() * T * T;
-#else
-            float *dP = t->dP;
-#endif
+        memcpy(dproj, dx, (size_t)R * D * sizeof(float));
+        dropout(dproj, r0 * D, (size_t)R * D, t->dropout, t->seed, t->step, l, 0);
+        mm_dw(G->wo + (size_t)l * D * qd, dproj, ao, R, D, qd);
+        mm_dx(dao, dproj, P->wo + (size_t)l * D * qd, R, D, qd, 0.0f);
+        memset(dq, 0, (size_t)R * qd * sizeof(float));
+        memset(dk, 0, (size_t)R * kvd * sizeof(float));
+        memset(dv, 0, (size_t)R * kvd * sizeof(float));
+        for (int b = 0; b < sl.nb; b++) {
             size_t rq = (size_t)b * T * qd, rk = (size_t)b * T * kvd;
-            tr_attention_backward(t->dq + rq, t->dk + rk, t->dv + rk, dP, t->dao + rq,
-                                  pl + (size_t)b * H * T * T, q + rq, k + rk, v + rk, T, H, Hkv, S);
+            tr_attention_backward(dq + rq, dk + rk, dv + rk, dP, dao + rq, pl + (size_t)b * H * T * T,
+                                  q + rq, k + rk, v + rk, T, H, Hkv, S);
         }
-        openblas_set_num_threads(ops_threads());
-        rope_rows(t->dq, BT, T, H, S, t->rope_cs_inv);   /* rotate gradients back */
-        rope_rows(t->dk, BT, T, Hkv, S, t->rope_cs_inv);
-        mm_dw(G->wq + (size_t)l * qd * D, t->dq, xn1, BT, qd, D);
-        mm_dw(G->wk + (size_t)l * kvd * D, t->dk, xn1, BT, kvd, D);
-        mm_dw(G->wv + (size_t)l * kvd * D, t->dv, xn1, BT, kvd, D);
-        mm_dx(t->dxn, t->dq, P->wq + (size_t)l * qd * D, BT, qd, D, 0.0f);
-        mm_dx(t->dxn, t->dk, P->wk + (size_t)l * kvd * D, BT, kvd, D, 1.0f);
-        mm_dx(t->dxn, t->dv, P->wv + (size_t)l * kvd * D, BT, kvd, D, 1.0f);
-        tr_rmsnorm_backward(t->dx, G->attn_norm + (size_t)l * D, t->dxn, xin, t->rs1 + o,
-                            P->attn_norm + (size_t)l * D, BT, D);   /* dx: now d xin */
+        rope_rows(dq, R, T, H, S, t->rope_cs_inv);   /* rotate gradients back */
+        rope_rows(dk, R, T, Hkv, S, t->rope_cs_inv);
+        mm_dw(G->wq + (size_t)l * qd * D, dq, xn1, R, qd, D);
+        mm_dw(G->wk + (size_t)l * kvd * D, dk, xn1, R, kvd, D);
+        mm_dw(G->wv + (size_t)l * kvd * D, dv, xn1, R, kvd, D);
+        mm_dx(dxn, dq, P->wq + (size_t)l * qd * D, R, qd, D, 0.0f);
+        mm_dx(dxn, dk, P->wk + (size_t)l * kvd * D, R, kvd, D, 1.0f);
+        mm_dx(dxn, dv, P->wv + (size_t)l * kvd * D, R, kvd, D, 1.0f);
+        tr_rmsnorm_backward(dx, G->attn_norm + (size_t)l * D, dxn, xin, t->rs1 + o,
+                            P->attn_norm + (size_t)l * D, R, D);   /* dx: now d xin */
     }
 
-    for (int b = 0; b < B; b++)   /* serial: rows with the same token add into one row */
+    for (int b = sl.b0; b < sl.b0 + sl.nb; b++)
         for (int i = 0; i < T; i++) {
             float *de = G->emb + (size_t)tokens[b * (T + 1) + i] * D;
             const float *dr = t->dx + ((size_t)b * T + i) * D;
             for (int j = 0; j < D; j++) de[j] += dr[j];
         }
+}
+
+void tr_backward(Trainer *t) {
+    size_t n = t->n_params;
+#pragma omp parallel
+    {
+#ifdef _OPENMP
+        int me = omp_get_thread_num();
+#else
+        int me = 0;
+#endif
+        /* thread 0 writes t->grads; the others their own copies */
+        float *mine = me == 0 ? t->grads : t->thread_grads + (size_t)(me - 1) * n;
+        memset(mine, 0, n * sizeof(float));
+        TrParams G;
+        tr_param_views(&G, mine, &t->c, t->tied);
+        backward_slice(t, my_slice(t->B), &G, t->dP + (size_t)me * t->T * t->T);
+#pragma omp barrier
+        /* sum the copies into t->grads, each thread a range of parameters */
+        int nth = 1;
+#ifdef _OPENMP
+        nth = omp_get_num_threads();
+#endif
+        size_t lo = n * me / nth, hi = n * (me + 1) / nth;
+        for (int c = 1; c < nth; c++) {
+            const float *src = t->thread_grads + (size_t)(c - 1) * n;
+            for (size_t i = lo; i < hi; i++) t->grads[i] += src[i];
+        }
+    }
 }
 
 /* ------------------------------------------------------------ optimizer */

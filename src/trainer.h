@@ -66,6 +66,7 @@ typedef struct {
     float *dh, *du;                 /* (BT, F) */
     float *dq, *dk, *dv, *dao;      /* (BT, H*S), (BT, Hkv*S) x2, (BT, H*S) */
     float *dP;                      /* (threads, T, T) */
+    float *thread_grads;            /* (threads - 1, n_params): each thread's own gradients */
     float *rope_cs, *rope_cs_inv;   /* (T, S/2, 2) rotation by +angle and -angle */
     void *block;                    /* the one allocation */
     size_t bytes;
