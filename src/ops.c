@@ -10,15 +10,20 @@
  * 4-byte weights that is 2.5 to 10 GFLOP/s. The speed of a matrix-vector
  * product is therefore bytes of weights divided by bandwidth, and the kernel's
  * only jobs are to keep enough loads in flight and to do little work per byte.
- * It reads several rows at once (independent streams the hardware prefetcher
- * follows, independent accumulators), and it prefers small formats: F16 halves
- * the bytes, Q8_0 takes 34 bytes per 32 weights.
+ * It reads several rows at once (independent accumulators, each load of x
+ * shared), asks for the next rows before it needs them (software prefetch),
+ * and it prefers small formats: F16 halves the bytes, Q8_0 takes 34 bytes
+ * per 32 weights.
  *
  * Why prefill is a compute problem. With T tokens each weight can serve T
  * multiply-adds if the kernel keeps it in registers or cache while it visits
- * the tokens. F32 goes to OpenBLAS sgemm; F16 widens a tile of rows to float
- * and calls sgemm on the tile; Q8_0 has its own register tile of 4 rows by 4
- * tokens (below), because sgemm knows nothing of int8.
+ * the tokens. All our kernels are register tiles of 4 rows by 4 tokens (and
+ * narrower tiles for what is left over), so each weight loaded serves four
+ * tokens. From 16 tokens on, F32 goes to OpenBLAS sgemm and F16 widens a
+ * tile of rows to float and calls sgemm on it; Q8_0 keeps its own tile,
+ * because sgemm knows nothing of int8. Below 16 tokens (a few sequences
+ * decoding together) the product is still limited by memory and our tiles
+ * beat sgemm.
  *
  * The Q8_0 layout and VNNI. A Q8_0 block is 34 bytes: an fp16 scale d and 32
  * int8 values. The AVX-512 VNNI instruction vpdpbusd multiplies 64 unsigned
@@ -42,14 +47,17 @@
  * Threads and determinism. Output rows are split into contiguous ranges, in
  * whole groups of 16 rows (one 64-byte line of a float output row), one range
  * per OpenMP thread; small matrices stay on one thread because starting a
- * team costs more than it saves. Every (row, token) result is computed by the
+ * team costs more than it saves. OpenBLAS, where we call it, runs
+ * single-threaded on each thread's range (see ops_set_threads). Every (row, token) result is computed by the
  * same instruction sequence whatever the tile shape, thread count or T, so the
- * results of our own kernels do not depend on the number of threads.
+ * results of our own kernels depend neither on the number of threads nor on
+ * how many tokens are processed together.
  *
  * Dispatch. The AVX-512 functions are compiled with a target attribute and
  * chosen at run time, so the debug build (no -march) runs on any x86-64 and
  * the plain loops are the fallback everywhere else. */
 #include "ops.h"
+#include <assert.h>
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
@@ -62,8 +70,8 @@
 #include <immintrin.h>
 /* Functions that use AVX-512 instructions; callers check ops_best_isa() first. */
 #define AVX512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
-/* Small helpers inlined into their AVX-512 callers even at -O0, so that their
- * register arrays (accumulators of a tile) become registers. */
+/* Helpers inlined into every AVX-512 caller: a tile compiled with constant
+ * R and TT then unrolls its loops and keeps its accumulators in registers. */
 #define AVX512_INLINE static inline __attribute__((always_inline)) AVX512_FN
 #endif
 
@@ -135,13 +143,21 @@ uint16_t fp32_to_fp16(float f) {
 
 static int g_threads = 1;
 
+/* With OpenMP, OpenBLAS runs single-threaded inside our threads: one pool of
+ * threads owns the cores. Two pools (OpenMP's and the threads of OpenBLAS's
+ * pthread build) each spin waiting for work after a call and steal the cores
+ * from the other; on a 2-core machine that made the next calls many times
+ * slower. OpenBLAS's OpenMP build sets OpenMP's default team size in
+ * openblas_set_num_threads, so ours is set after it. */
 void ops_set_threads(int n) {
     if (n < 1) n = 1;
     g_threads = n;
 #ifdef _OPENMP
+    openblas_set_num_threads(1);
     omp_set_num_threads(n);
-#endif
+#else
     openblas_set_num_threads(n);
+#endif
 }
 
 int ops_threads(void) { return g_threads; }
@@ -215,8 +231,9 @@ AVX512_INLINE uint16_t q8_0_quantize_block_avx512(int8_t *qs, const float *xb) {
     __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
     float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
     __m512 id = _mm512_set1_ps(q8_0_multiplier(amax));
-    __m512 r0 = _mm512_roundscale_ps(_mm512_mul_ps(v0, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r1 = _mm512_roundscale_ps(_mm512_mul_ps(v1, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    enum { NEAREST_EVEN = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC };   /* an immediate */
+    __m512 r0 = _mm512_roundscale_ps(_mm512_mul_ps(v0, id), NEAREST_EVEN);
+    __m512 r1 = _mm512_roundscale_ps(_mm512_mul_ps(v1, id), NEAREST_EVEN);
     _mm_storeu_si128((__m128i *)qs, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r0)));
     _mm_storeu_si128((__m128i *)(qs + 16), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r1)));
     return fp32_to_fp16(amax / 127.0f);
@@ -339,30 +356,45 @@ void swiglu(float *h, const float *g, int n) {
 
 /* ------------------------------------------------------------ fast paths */
 
-/* What one range of rows needs to know: the whole problem, and for Q8_0 the
- * activations already quantized (layout below). */
+typedef struct MatmulJob MatmulJob;
+
+/* A tile computes out for rows n .. n+R-1 and tokens t .. t+TT-1 with its
+ * accumulators in registers. The row loop needs four shapes: 4x4 and the
+ * tails 1x4 (rows left over), 4x1 and 1x1 (tokens left over, and T == 1). */
+typedef void (*TileFn)(const MatmulJob *job, int n, int t);
 typedef struct {
+    TileFn r4t4, r1t4, r4t1, r1t1;
+} TileSet;
+
+/* What one range of rows needs to know: the whole problem, and the scratch
+ * prepared for it. */
+struct MatmulJob {
     float *out;            /* (T, N) */
     const float *x;        /* (T, K) */
     const Mat *W;          /* (N, K) */
     int T;
-    const uint8_t *act;    /* Q8_0 only: T rows of act_stride(K) bytes */
-} MatmulJob;
+    OpsIsa isa;
+    const uint8_t *act;    /* Q8_0: T rows of act_stride(K) bytes, quantized x */
+    const TileSet *tiles;  /* AVX-512 tiles, for rows_by_tiles */
+    float *wide;           /* F16 through sgemm: (team, rows_per_part, K) */
+    int rows_per_part;
+};
 
-/* Computes out[t][n] for every t and n in [n0, n1). */
-typedef void (*RowsFn)(const MatmulJob *job, int n0, int n1);
+/* Computes out[t][n] for every t and n in [n0, n1); part is the index of the
+ * range (and of the thread), for functions that need their own scratch. */
+typedef void (*RowsFn)(const MatmulJob *job, int part, int n0, int n1);
 
 /* Runs fn over all rows, split between `team` threads. */
 static void ops_run_rows(RowsFn fn, const MatmulJob *job, int team) {
     if (team <= 1) {
-        fn(job, 0, job->W->N);
+        fn(job, 0, 0, job->W->N);
         return;
     }
 #pragma omp parallel for schedule(static, 1) num_threads(team)
     for (int p = 0; p < team; p++) {
         int n0, n1;
         ops_part_rows(job->W->N, team, p, &n0, &n1);
-        if (n0 < n1) fn(job, n0, n1);
+        if (n0 < n1) fn(job, p, n0, n1);
     }
 }
 
@@ -414,7 +446,7 @@ static void act_pack_ref(uint8_t *act, const float *x, int T, int K) {
 
 /* --- plain fallbacks, used where AVX-512 is missing (and by the tests) */
 
-static void q8_rows_plain(const MatmulJob *job, int n0, int n1) {
+static void q8_rows_plain(const MatmulJob *job, int part, int n0, int n1) {
     int N = job->W->N, K = job->W->K;
     for (int t = 0; t < job->T; t++) {
         ActRow xr = act_row(job->act, K, t);
@@ -431,7 +463,7 @@ static void q8_rows_plain(const MatmulJob *job, int n0, int n1) {
     }
 }
 
-static void f16_rows_plain(const MatmulJob *job, int n0, int n1) {
+static void f16_rows_plain(const MatmulJob *job, int part, int n0, int n1) {
     int N = job->W->N, K = job->W->K;
     for (int n = n0; n < n1; n++) {
         const uint16_t *w = (const uint16_t *)row_ptr(job->W, n);
@@ -471,8 +503,9 @@ static AVX512_FN void act_pack_avx512(uint8_t *act, const float *x, int T, int K
  * follows less well than one, and the int8 kernel does enough work per byte
  * that the out-of-order core alone does not keep enough loads in flight. So
  * each step also asks for the same place R rows further on, the next tile's
- * rows, into L2 (not L1: for long rows the next tile is bigger than L1). With
- * it one core reads Q8_0 weights at the speed of a plain memory read. */
+ * rows, into L2 (not L1: for long rows the next tile is bigger than L1). On
+ * the machines we measured this took one core's Q8_0 decoding from about
+ * half to about the speed of a plain read of memory (tools/kbench). */
 AVX512_INLINE void prefetch_next_tile(const uint8_t *p, int R, size_t wstride) {
     _mm_prefetch((const char *)(p + (size_t)R * wstride), _MM_HINT_T1);
 }
@@ -499,13 +532,13 @@ AVX512_INLINE __m512 q8_weight_scales(const BlockQ8_0 *blk, int two) {
 
 /* Activation scales d_x[b], d_x[b+1] (already float), likewise. */
 AVX512_INLINE __m512 q8_act_scales(const float *d, int b, int two) {
-    __m128 s = two ? _mm_castpd_ps(_mm_load_sd((const double *)(d + b))) : _mm_load_ss(d + b);
+    __m128 s = two ? _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(d + b))) : _mm_load_ss(d + b);
     return q8_pair_spread(s);
 }
 
 /* Blocks b and b+1 (only b when two == 0; the upper lanes then add zeros). */
 AVX512_INLINE void q8_tile_step(__m512 acc[4][4], const uint8_t *w, size_t wstride,
-                                    const ActRow *xr, int b, int R, int TT, int two) {
+                                const ActRow *xr, int b, int R, int TT, int two) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512i wq[4];
     __m512 ws[4];
@@ -534,9 +567,13 @@ AVX512_INLINE void q8_tile_step(__m512 acc[4][4], const uint8_t *w, size_t wstri
     }
 }
 
-/* out[t * ldo + r] = row r of w (rows wstride bytes apart) . activation row t. */
-AVX512_INLINE void q8_tile(float *out, size_t ldo, const uint8_t *w, size_t wstride,
-                               const ActRow *xr, int nb, int R, int TT) {
+/* out[t][n + r] for r < R, t0 <= t < t0 + TT. */
+AVX512_INLINE void q8_tile(const MatmulJob *job, int n, int t0, int R, int TT) {
+    int N = job->W->N, K = job->W->K, nb = K / QK8_0;
+    const uint8_t *w = row_ptr(job->W, n);
+    size_t wstride = dtype_row_bytes(DT_Q8_0, K);
+    ActRow xr[4];
+    for (int t = 0; t < TT; t++) xr[t] = act_row(job->act, K, t0 + t);
     __m512 acc[4][4];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
@@ -544,52 +581,23 @@ AVX512_INLINE void q8_tile(float *out, size_t ldo, const uint8_t *w, size_t wstr
     for (; b + 2 <= nb; b += 2) q8_tile_step(acc, w, wstride, xr, b, R, TT, 1);
     if (b < nb) q8_tile_step(acc, w, wstride, xr, b, R, TT, 0);
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < TT; t++) out[t * ldo + r] = _mm512_reduce_add_ps(acc[r][t]);
+        for (int t = 0; t < TT; t++)
+            job->out[(size_t)(t0 + t) * N + n + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-/* The four shapes the row loop needs, each compiled with constant R and TT so
- * the loops above unroll and acc lives in registers. */
-static AVX512_FN void q8_tile_4x4(float *o, size_t ldo, const uint8_t *w, size_t ws, const ActRow *xr, int nb) { q8_tile(o, ldo, w, ws, xr, nb, 4, 4); }
-static AVX512_FN void q8_tile_1x4(float *o, size_t ldo, const uint8_t *w, size_t ws, const ActRow *xr, int nb) { q8_tile(o, ldo, w, ws, xr, nb, 1, 4); }
-static AVX512_FN void q8_tile_4x1(float *o, size_t ldo, const uint8_t *w, size_t ws, const ActRow *xr, int nb) { q8_tile(o, ldo, w, ws, xr, nb, 4, 1); }
-static AVX512_FN void q8_tile_1x1(float *o, size_t ldo, const uint8_t *w, size_t ws, const ActRow *xr, int nb) { q8_tile(o, ldo, w, ws, xr, nb, 1, 1); }
+/* The four shapes, each compiled with constant R and TT so that the loops
+ * above unroll and acc lives in registers. */
+static AVX512_FN void q8_r4t4(const MatmulJob *j, int n, int t) { q8_tile(j, n, t, 4, 4); }
+static AVX512_FN void q8_r1t4(const MatmulJob *j, int n, int t) { q8_tile(j, n, t, 1, 4); }
+static AVX512_FN void q8_r4t1(const MatmulJob *j, int n, int t) { q8_tile(j, n, t, 4, 1); }
+static AVX512_FN void q8_r1t1(const MatmulJob *j, int n, int t) { q8_tile(j, n, t, 1, 1); }
+static const TileSet Q8_TILES = {q8_r4t4, q8_r1t4, q8_r4t1, q8_r1t1};
 
-/* Weight rows of one pass over the tokens: small enough to stay in L2 while
- * every token tile visits them (only matters for T > 1). */
-enum { Q8_CHUNK_BYTES = 256 * 1024 };
-
-/* Rows [n0, n1) for all T tokens. Tokens go four at a time (their activations
- * stay in L1) over a chunk of rows that stays in L2; T == 1 is one pass. */
-static AVX512_FN void q8_rows_avx512(const MatmulJob *job, int n0, int n1) {
-    int N = job->W->N, K = job->W->K, T = job->T, nb = K / QK8_0;
-    size_t wstride = dtype_row_bytes(DT_Q8_0, K);
-    int chunk = (int)(Q8_CHUNK_BYTES / wstride) / 4 * 4;
-    if (chunk < 4) chunk = 4;
-    for (int c0 = n0; c0 < n1; c0 += chunk) {
-        int c1 = c0 + chunk < n1 ? c0 + chunk : n1;
-        int t = 0;
-        for (; t + 4 <= T; t += 4) {
-            ActRow xr[4];
-            for (int i = 0; i < 4; i++) xr[i] = act_row(job->act, K, t + i);
-            float *o = job->out + (size_t)t * N;
-            int n = c0;
-            for (; n + 4 <= c1; n += 4) q8_tile_4x4(o + n, N, row_ptr(job->W, n), wstride, xr, nb);
-            for (; n < c1; n++) q8_tile_1x4(o + n, N, row_ptr(job->W, n), wstride, xr, nb);
-        }
-        for (; t < T; t++) {
-            ActRow xr = act_row(job->act, K, t);
-            float *o = job->out + (size_t)t * N;
-            int n = c0;
-            for (; n + 4 <= c1; n += 4) q8_tile_4x1(o + n, N, row_ptr(job->W, n), wstride, &xr, nb);
-            for (; n < c1; n++) q8_tile_1x1(o + n, N, row_ptr(job->W, n), wstride, &xr, nb);
-        }
-    }
-}
-
-/* --- AVX-512: F32 and F16 matrix-vector (T == 1)
+/* --- AVX-512: F32 and F16 tiles (T == 1, and batches of a few tokens)
  *
- * R rows at once share each load of x; one FMA chain per row. F16 rows are
- * widened in registers (vcvtph2ps), so they cost 2 bytes of memory per weight. */
+ * R rows at once share each load of x, TT tokens share each load of W; one
+ * FMA chain per (row, token). F16 rows are widened in registers (vcvtph2ps),
+ * so they cost 2 bytes of memory per weight. */
 
 /* 16 weights from k (only `m` of them at the end of a row) as floats. */
 AVX512_INLINE __m512 wide_load(const uint8_t *row, int k, DType type, __mmask16 m) {
@@ -598,46 +606,78 @@ AVX512_INLINE __m512 wide_load(const uint8_t *row, int k, DType type, __mmask16 
     return _mm512_maskz_loadu_ps(m, (const float *)row + k);
 }
 
-AVX512_INLINE void float_matvec_tile(float *out, const uint8_t *w, size_t wstride, DType type,
-                                         const float *x, int K, int R) {
-    __m512 acc[4];
-    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+/* out[t][n + r] for r < R, t0 <= t < t0 + TT. */
+AVX512_INLINE void float_tile(const MatmulJob *job, int n, int t0, DType type, int R, int TT) {
+    int N = job->W->N, K = job->W->K;
+    const uint8_t *w = row_ptr(job->W, n);
+    size_t wstride = dtype_row_bytes(type, K), wsize = type == DT_F16 ? 2 : 4;
+    const float *x = job->x + (size_t)t0 * K;
+    __m512 acc[4][4], wv[4];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
     int k = 0;
     for (; k + 16 <= K; k += 16) {
-        __m512 xv = _mm512_loadu_ps(x + k);
         for (int r = 0; r < R; r++) {
-            prefetch_next_tile(w + r * wstride + k * (type == DT_F16 ? 2 : 4), R, wstride);
-            acc[r] = _mm512_fmadd_ps(wide_load(w + r * wstride, k, type, 0xffff), xv, acc[r]);
+            prefetch_next_tile(w + r * wstride + k * wsize, R, wstride);
+            wv[r] = wide_load(w + r * wstride, k, type, 0xffff);
+        }
+        for (int t = 0; t < TT; t++) {
+            __m512 xv = _mm512_loadu_ps(x + (size_t)t * K + k);
+            for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
         }
     }
     if (k < K) {   /* masked loads read nothing past the row */
         __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
-        __m512 xv = _mm512_maskz_loadu_ps(m, x + k);
-        for (int r = 0; r < R; r++)
-            acc[r] = _mm512_fmadd_ps(wide_load(w + r * wstride, k, type, m), xv, acc[r]);
+        for (int r = 0; r < R; r++) wv[r] = wide_load(w + r * wstride, k, type, m);
+        for (int t = 0; t < TT; t++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)t * K + k);
+            for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
     }
-    for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++)
+            job->out[(size_t)(t0 + t) * N + n + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-static AVX512_FN void f32_tile_4(float *o, const uint8_t *w, size_t ws, const float *x, int K) { float_matvec_tile(o, w, ws, DT_F32, x, K, 4); }
-static AVX512_FN void f32_tile_1(float *o, const uint8_t *w, size_t ws, const float *x, int K) { float_matvec_tile(o, w, ws, DT_F32, x, K, 1); }
-static AVX512_FN void f16_tile_4(float *o, const uint8_t *w, size_t ws, const float *x, int K) { float_matvec_tile(o, w, ws, DT_F16, x, K, 4); }
-static AVX512_FN void f16_tile_1(float *o, const uint8_t *w, size_t ws, const float *x, int K) { float_matvec_tile(o, w, ws, DT_F16, x, K, 1); }
+static AVX512_FN void f32_r4t4(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F32, 4, 4); }
+static AVX512_FN void f32_r1t4(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F32, 1, 4); }
+static AVX512_FN void f32_r4t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F32, 4, 1); }
+static AVX512_FN void f32_r1t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F32, 1, 1); }
+static const TileSet F32_TILES = {f32_r4t4, f32_r1t4, f32_r4t1, f32_r1t1};
 
-static AVX512_FN void float_rows_avx512(const MatmulJob *job, int n0, int n1) {
-    const Mat *W = job->W;
-    size_t ws = dtype_row_bytes(W->type, W->K);
-    int f16 = W->type == DT_F16, n = n0;
-    for (; n + 4 <= n1; n += 4) {
-        if (f16) f16_tile_4(job->out + n, row_ptr(W, n), ws, job->x, W->K);
-        else f32_tile_4(job->out + n, row_ptr(W, n), ws, job->x, W->K);
-    }
-    for (; n < n1; n++) {
-        if (f16) f16_tile_1(job->out + n, row_ptr(W, n), ws, job->x, W->K);
-        else f32_tile_1(job->out + n, row_ptr(W, n), ws, job->x, W->K);
+static AVX512_FN void f16_r4t4(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F16, 4, 4); }
+static AVX512_FN void f16_r1t4(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F16, 1, 4); }
+static AVX512_FN void f16_r4t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F16, 4, 1); }
+static AVX512_FN void f16_r1t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F16, 1, 1); }
+static const TileSet F16_TILES = {f16_r4t4, f16_r1t4, f16_r4t1, f16_r1t1};
+
+/* Weight rows of one pass over the tokens: small enough to stay in L2 while
+ * every group of four tokens visits them, so they come from memory once. */
+enum { TILE_CHUNK_BYTES = 256 * 1024 };
+
+/* Rows [n0, n1) for all T tokens, tile by tile: over a chunk of rows, tokens
+ * four at a time (their activations stay in L1), and within that rows four at
+ * a time. T == 1 is one pass down the rows. */
+static void rows_by_tiles(const MatmulJob *job, int part, int n0, int n1) {
+    const TileSet *ts = job->tiles;
+    int T = job->T;
+    size_t row_bytes = dtype_row_bytes(job->W->type, job->W->K);
+    int chunk = row_bytes ? (int)(TILE_CHUNK_BYTES / row_bytes) / 4 * 4 : 4;
+    if (chunk < 4) chunk = 4;
+    for (int c0 = n0; c0 < n1; c0 += chunk) {
+        int c1 = c0 + chunk < n1 ? c0 + chunk : n1, t = 0, n;
+        for (; t + 4 <= T; t += 4) {
+            for (n = c0; n + 4 <= c1; n += 4) ts->r4t4(job, n, t);
+            for (; n < c1; n++) ts->r1t4(job, n, t);
+        }
+        for (; t < T; t++) {
+            for (n = c0; n + 4 <= c1; n += 4) ts->r4t1(job, n, t);
+            for (; n < c1; n++) ts->r1t1(job, n, t);
+        }
     }
 }
 
+/* One row of K halves widened to floats, for sgemm. */
 static AVX512_FN void f16_widen_avx512(float *out, const uint16_t *h, int K) {
     int k = 0;
     for (; k + 16 <= K; k += 16)
@@ -649,84 +689,102 @@ static AVX512_FN void f16_widen_avx512(float *out, const uint16_t *h, int K) {
 }
 #endif /* OPS_X86 */
 
-/* --- F16 with T > 1: widen a tile of rows to float, multiply it with sgemm.
- * The widening is 1/T of the work of the product, so it stays on one thread
- * and OpenBLAS's threads run the product. */
-enum { F16_TILE_ROWS = 64 };
+/* --- OpenBLAS for many tokens: sgemm (and sgemv for the plain F32 T == 1)
+ * on each thread's range of rows. */
+static void f32_rows_blas(const MatmulJob *job, int part, int n0, int n1) {
+    int N = job->W->N, K = job->W->K;
+    const float *w = (const float *)row_ptr(job->W, n0);
+    if (job->T == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, n1 - n0, K, 1.0f, w, K, job->x, 1, 0.0f,
+                    job->out + n0, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, job->T, n1 - n0, K, 1.0f, job->x, K,
+                    w, K, 0.0f, job->out + n0, N);
+}
 
-static void f16_matmul_tiled(float *out, const float *x, const Mat *W, int T, float *wide, OpsIsa isa) {
-    int N = W->N, K = W->K;
-    for (int n0 = 0; n0 < N; n0 += F16_TILE_ROWS) {
-        int rows = N - n0 < F16_TILE_ROWS ? N - n0 : F16_TILE_ROWS;
+/* F16: widen a few rows at a time to float in this thread's part of the
+ * scratch, then sgemm on them. The widening is 1/T of the work. */
+enum { F16_WIDE_ROWS = 128, F16_MIN_ROWS_PER_PART = 16 };
+
+static void f16_rows_widened(const MatmulJob *job, int part, int n0, int n1) {
+    int N = job->W->N, K = job->W->K, step = job->rows_per_part;
+    float *wide = job->wide + (size_t)part * step * K;
+    for (int a = n0; a < n1; a += step) {
+        int rows = n1 - a < step ? n1 - a : step;
         for (int r = 0; r < rows; r++) {
-            const uint16_t *h = (const uint16_t *)row_ptr(W, n0 + r);
+            const uint16_t *h = (const uint16_t *)row_ptr(job->W, a + r);
 #ifdef OPS_X86
-            if (isa == OPS_AVX512) {
+            if (job->isa == OPS_AVX512) {
                 f16_widen_avx512(wide + (size_t)r * K, h, K);
                 continue;
             }
 #endif
             dequantize_row(wide + (size_t)r * K, h, DT_F16, K);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, rows, K, 1.0f, x, K, wide, K, 0.0f,
-                    out + n0, N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, job->T, rows, K, 1.0f, job->x, K, wide,
+                    K, 0.0f, job->out + a, N);
     }
 }
 
 size_t matmul_scratch_bytes(DType type, int T, int K) {
     if (type == DT_Q8_0) return (size_t)T * act_stride(K) + 64;   /* + 64: we align it */
-    if (type == DT_F16) return (size_t)F16_TILE_ROWS * K * sizeof(float) + 64;
+    if (type == DT_F16) return (size_t)F16_WIDE_ROWS * K * sizeof(float) + 64;
     return 0;
 }
 
+/* From this many tokens on, F32 and F16 go to sgemm; below it our tiles win,
+ * because the product is still limited by reading W once and sgemm's packing
+ * of small blocks costs more than it saves (see tools/kbench --prefill-t). */
+enum { SGEMM_MIN_T = 16 };
+
 void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, OpsIsa isa) {
-    int N = W->N, K = W->K;
+    int K = W->K;
+    assert(W->N >= 0 && K > 0 && T >= 0 && (W->type != DT_Q8_0 || K % QK8_0 == 0));
     if (isa == OPS_AVX512 && ops_best_isa() != OPS_AVX512) isa = OPS_PLAIN;
-    MatmulJob job = {out, x, W, T, NULL};
+    MatmulJob job = {.out = out, .x = x, .W = W, .T = T, .isa = isa};
     int team = ops_team_size(W, T);
     switch (W->type) {
     case DT_F32:
-        if (T == 1) {
 #ifdef OPS_X86
-            if (isa == OPS_AVX512) {
-                ops_run_rows(float_rows_avx512, &job, team);
-                return;
-            }
-#endif
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, (const float *)W->data, K, x, 1,
-                        0.0f, out, 1);
+        if (isa == OPS_AVX512 && T < SGEMM_MIN_T) {
+            job.tiles = &F32_TILES;
+            ops_run_rows(rows_by_tiles, &job, team);
             return;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, N, K, 1.0f, x, K,
-                    (const float *)W->data, K, 0.0f, out, N);
+#endif
+        ops_run_rows(f32_rows_blas, &job, team);
         return;
     case DT_F16:
-        if (T > 1) {
-            f16_matmul_tiled(out, x, W, T, (float *)scratch_base(scratch), isa);
-            return;
-        }
 #ifdef OPS_X86
-        if (isa == OPS_AVX512) {
-            ops_run_rows(float_rows_avx512, &job, team);
+        if (isa == OPS_AVX512 && T < SGEMM_MIN_T) {
+            job.tiles = &F16_TILES;
+            ops_run_rows(rows_by_tiles, &job, team);
             return;
         }
 #endif
-        ops_run_rows(f16_rows_plain, &job, team);
+        if (T == 1) {
+            ops_run_rows(f16_rows_plain, &job, team);
+            return;
+        }
+        /* the scratch holds F16_WIDE_ROWS rows, shared out between the threads */
+        if (team > F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART) team = F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART;
+        job.wide = (float *)scratch_base(scratch);
+        job.rows_per_part = F16_WIDE_ROWS / team;
+        ops_run_rows(f16_rows_widened, &job, team);
         return;
-    case DT_Q8_0: {
-        uint8_t *act = scratch_base(scratch);
-        job.act = act;
+    case DT_Q8_0:
+        job.act = scratch_base(scratch);
 #ifdef OPS_X86
         if (isa == OPS_AVX512) {
-            act_pack_avx512(act, x, T, K);
-            ops_run_rows(q8_rows_avx512, &job, team);
+            act_pack_avx512(scratch_base(scratch), x, T, K);
+            job.tiles = &Q8_TILES;
+            ops_run_rows(rows_by_tiles, &job, team);
             return;
         }
 #endif
-        act_pack_ref(act, x, T, K);
+        act_pack_ref(scratch_base(scratch), x, T, K);
         ops_run_rows(q8_rows_plain, &job, team);
         return;
-    }
     }
 }
 

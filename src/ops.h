@@ -38,7 +38,8 @@ typedef struct {
     const void *data;    /* usually points into the memory-mapped file */
 } Mat;
 
-/* Threads used by the kernels and by OpenBLAS (1 .. cores). */
+/* Threads the kernels use (1 .. cores); OpenBLAS runs single-threaded inside
+ * them when OpenMP is on, so that one pool of threads owns the cores. */
 void ops_set_threads(int n);
 int ops_threads(void);
 
@@ -52,11 +53,18 @@ const char *ops_isa_name(OpsIsa isa);    /* "plain" or "avx512" */
 size_t matmul_scratch_bytes(DType type, int T, int K);
 
 /* out (T, N) = x (T, K) @ W^T.
- * F32: OpenBLAS sgemm (or a matrix-vector kernel for T == 1).
- * F16: rows widened to float in the kernel, activations stay float.
+ * F32: T < 16 AVX-512 register tiles of 4 rows x 4 tokens (T == 1 is
+ *      matrix-vector, memory-bound); T >= 16, or no AVX-512, OpenBLAS
+ *      (sgemv at T == 1, sgemm otherwise).
+ * F16: the same tiles, halves widened in registers; T >= 16 a few rows at a
+ *      time widened to float into scratch, then sgemm on them.
  * Q8_0: each row of x is rounded to Q8_0 blocks first (as llama.cpp does) and
- *       the products are int8 x int8 with one float multiply per block.
- * scratch must hold matmul_scratch_bytes(W->type, T, K) bytes. */
+ *       the products are int8 x int8 (VNNI) with one float multiply per block,
+ *       in tiles of 4 rows x 4 tokens at any T.
+ * Rows are split between ops_threads() threads; each (row, token) result is
+ * the same whatever the thread count or T, except where OpenBLAS computes it.
+ * scratch must hold matmul_scratch_bytes(W->type, T, K) bytes, any alignment
+ * (F32 needs none). */
 void matmul(float *out, const float *x, const Mat *W, int T, void *scratch);
 /* matmul with a chosen instruction set (one the CPU lacks falls back to plain). */
 void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, OpsIsa isa);

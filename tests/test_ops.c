@@ -3,7 +3,7 @@
  * Three kinds of check:
  *   - number formats: fp16 both ways over every half, rounding ties, Q8_0
  *     rounding of activations (it must match llama.cpp bit for bit);
- *   - matmul (every type, both instruction sets, T in {1, 3, 17, 64}, shapes
+ *   - matmul (every type, both instruction sets, T in {1, 3, 6, 17, 64}, shapes
  *     that leave tails in every tile) against matmul_ref and against a plain
  *     loop in double precision, with error bounds derived below;
  *   - determinism: 1 and 2 threads, and prefill versus decode, give the same
@@ -168,7 +168,7 @@ static void check_matmul(DType type, int N, int K, int T, OpsIsa isa, uint64_t s
     free(got), free(ref), free(x), free((void *)W.data);
 }
 
-static const int TOKEN_COUNTS[] = {1, 3, 17, 64};
+static const int TOKEN_COUNTS[] = {1, 3, 6, 17, 64};   /* 6: one 4-token tile and a tail */
 static const int ROW_COUNTS[] = {1, 7, 33, 130};   /* 4-row tiles leave 1, 3, 1, 2; 16-row groups too */
 
 static void check_type_everywhere(DType type, const int *Ks, int nK) {
@@ -425,35 +425,52 @@ static void q8_0_plain_path_equals_reference_bitwise(void **state) {
     free(x), free((void *)W.data);
 }
 
-static void q8_0_prefill_rows_equal_decode_rows_bitwise(void **state) {
-    (void)state;
-    /* Each (row, token) goes through the same instructions whatever the tile,
-     * so a prompt processed at once gives the bits of one token at a time. */
-    int N = 70, K = 288, T = 17;
-    Mat W = {DT_Q8_0, N, K, make_weights(DT_Q8_0, N, K, 21)};
+/* Each (row, token) goes through the same instructions whatever the tile,
+ * so several tokens processed at once give the bits of one token at a time.
+ * That holds for Q8_0 at any T, and for F32 and F16 below 16 tokens, where
+ * our tiles run instead of sgemm (batched decoding of a few sequences). */
+static void check_batch_equals_single_tokens(DType type, int N, int K, int T) {
+    Mat W = {type, N, K, make_weights(type, N, K, 21)};
     float *x = make_activations(T, K, 22);
-    float all[17 * 70], one[70];
+    float *all = malloc(sizeof(float) * (size_t)T * N), *one = malloc(sizeof(float) * (size_t)N);
+    assert_non_null(all);
+    assert_non_null(one);
     OpsIsa isa = ops_best_isa();
     run_matmul(all, x, &W, T, isa);
     for (int t = 0; t < T; t++) {
         run_matmul(one, x + (size_t)t * K, &W, 1, isa);
-        assert_memory_equal(one, all + (size_t)t * N, sizeof one);
+        if (memcmp(one, all + (size_t)t * N, sizeof(float) * (size_t)N) != 0) {
+            print_error("%s %s: token %d of %d differs from the same token alone\n", dtype_name(type),
+                        ops_isa_name(isa), t, T);
+            fail();
+        }
     }
-    free(x), free((void *)W.data);
+    free(all), free(one), free(x), free((void *)W.data);
+}
+
+static void q8_0_prefill_rows_equal_decode_rows_bitwise(void **state) {
+    (void)state;
+    check_batch_equals_single_tokens(DT_Q8_0, 70, 288, 17);
+}
+
+static void small_float_batches_equal_single_tokens_bitwise(void **state) {
+    (void)state;
+    check_batch_equals_single_tokens(DT_F32, 70, 200, 7);
+    check_batch_equals_single_tokens(DT_F16, 70, 200, 7);
 }
 
 static void matmul_gives_same_results_on_one_and_two_threads(void **state) {
     (void)state;
     /* Big enough to be split (see OPS_MIN_PARALLEL_BYTES), with N not a
      * multiple of 16 so that the last group is partial. Our own kernels give
-     * the same bits; OpenBLAS (sgemm for F32/F16 with T > 1, sgemv for the
-     * plain F32 T = 1) splits sums differently by thread count and is held
-     * to the error bound instead. */
+     * the same bits; OpenBLAS (sgemm, and sgemv for the plain F32 T = 1)
+     * may split sums differently by thread count and is held to the error
+     * bound instead. */
     DType types[] = {DT_F32, DT_F16, DT_Q8_0};
-    int Ts[] = {1, 17};
+    int Ts[] = {1, 5, 17};
     int saved = ops_threads();
     for (int i = 0; i < 3; i++) {
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < 3; j++) {
             int N = 1203, K = 256, T = Ts[j];
             Mat W = {types[i], N, K, make_weights(types[i], N, K, 31 + i)};
             float *x = make_activations(T, K, 32);
@@ -466,7 +483,10 @@ static void matmul_gives_same_results_on_one_and_two_threads(void **state) {
                 run_matmul(a, x, &W, T, isas[s]);
                 ops_set_threads(2);
                 run_matmul(b, x, &W, T, isas[s]);
-                int ours = types[i] == DT_Q8_0 || (T == 1 && !(types[i] == DT_F32 && isas[s] == OPS_PLAIN));
+                /* ours: Q8_0 always; F32 and F16 below 16 tokens on AVX-512;
+                 * the plain F16 loop at T == 1 */
+                int ours = types[i] == DT_Q8_0 || (isas[s] == OPS_AVX512 && T < 16) ||
+                           (types[i] == DT_F16 && T == 1);
                 for (int t = 0; t < T; t++) {
                     for (int n = 0; n < N; n++) {
                         float va = a[(size_t)t * N + n], vb = b[(size_t)t * N + n];
@@ -573,6 +593,7 @@ int main(void) {
         cmocka_unit_test(matmul_matches_reference_at_model_widths),
         cmocka_unit_test(q8_0_plain_path_equals_reference_bitwise),
         cmocka_unit_test(q8_0_prefill_rows_equal_decode_rows_bitwise),
+        cmocka_unit_test(small_float_batches_equal_single_tokens_bitwise),
         cmocka_unit_test(matmul_gives_same_results_on_one_and_two_threads),
         cmocka_unit_test(matmul_scratch_does_not_depend_on_threads),
         cmocka_unit_test(rmsnorm_matches_double_precision),

@@ -3,20 +3,26 @@
  * For each weight type and shape N x K it prints
  *   T = 1:   GB/s of weight bytes streamed (decode: one token, memory-bound)
  *   T = 128: GFLOP/s, 2 * N * K * T per call (prefill: compute-bound)
- * with 1 and 2 threads, each the median of several timed runs.
+ * with 1 and 2 threads, each the median of several timed runs, after one
+ * line for a plain read of memory (GB/s, 1 and 2 threads) to compare with.
  *
  * Decoding reads every weight of a model once per token, and a model is far
- * larger than the caches, so the T = 1 runs cycle through enough copies of
- * the matrix (256 MiB or more) that each call reads from memory, not from L3.
+ * larger than the caches, so the T = 1 runs cycle through a pool of 256 MiB
+ * of weights, each call reading a different matrix, from memory, not L3.
+ *
+ * The runs go in rounds: each round times every figure once (about 30 ms
+ * each), and the table shows the median over the rounds. On a machine shared
+ * with other work, a burst of someone else's work then spoils one sample of
+ * many figures instead of every sample of a few.
  *
  * Build:
  *   gcc -O3 -march=native -fopenmp -Isrc tools/kbench.c src/ops.c src/mem.c src/err.c \
  *       -o build/kbench -lopenblas -lm
  * Run (OpenBLAS picks its kernels by OPENBLAS_CORETYPE; name the real CPU):
  *   OPENBLAS_CORETYPE=SkylakeX build/kbench [--isa plain|avx512] [--type F32|F16|Q8_0]
- *       [--shape NxK] [--reps R] [--threads 1|2|both] [--pool-mib M]
- * --pool-mib 0 keeps one copy of the matrix, so small ones run from cache:
- * that shows what the kernel can do when memory is not the limit. */
+ *       [--shape NxK] [--reps R] [--threads 1|2|both] [--pool-mib M] [--prefill-t T]
+ * --pool-mib 0 keeps one copy of each matrix, so small ones run from cache:
+ * that shows what a kernel can do when memory is not the limit. */
 #include "mem.h"
 #include "ops.h"
 #include <stdio.h>
@@ -24,19 +30,30 @@
 #include <string.h>
 #include <time.h>
 
+enum { MAX_REPS = 64, MAX_CELLS = 64 };
+
 typedef struct {
     OpsIsa isa;
     int type;          /* -1: all */
     int N, K;          /* 0: all shapes */
-    int reps;          /* timed runs per figure; the median is printed */
+    int reps;          /* rounds; each figure is the median over them */
     int threads;       /* 0: both 1 and 2 */
     double pool_mib;   /* T = 1 cycles through this much memory; 0: one copy, cache-hot */
+    int prefill_T;     /* tokens of the second figure (128) */
 } Options;
+
+/* One figure of the table, and its samples. */
+typedef struct {
+    DType type;        /* ignored for the memory read */
+    int N, K, T, threads;
+    double samples[MAX_REPS];
+} Cell;
 
 static const int SHAPES[][2] = {{2048, 2048}, {256, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
 static const DType TYPES[] = {DT_F32, DT_F16, DT_Q8_0};
-enum { PREFILL_T = 128 };
-static const double RUN_SECONDS = 0.03;                  /* length of one timed run */
+static const double RUN_SECONDS = 0.03;   /* length of one timed run */
+
+static int type_index(DType type) { return type == DT_F32 ? 0 : type == DT_F16 ? 1 : 2; }
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -53,23 +70,28 @@ static uint64_t next_random(uint64_t *s) {   /* splitmix64 */
 
 static float uniform(uint64_t *s) { return (float)(next_random(s) >> 40) * 0x1p-24f * 2.0f - 1.0f; }
 
-/* A matrix of random weights; speed does not depend on the values, but they
- * are kept finite so the arithmetic is what a real model does. */
-static void fill_weights(void *data, DType type, int N, int K, uint64_t *s) {
-    size_t n = (size_t)N * K;
+/* `bytes` of random weights of a type (whole Q8_0 blocks). Speed does not
+ * depend on the values, but they are finite, so the arithmetic is a model's.
+ * A few MiB are generated and repeated: generating 256 MiB would take longer
+ * than the benchmark. */
+static void fill_weights(uint8_t *pool, size_t bytes, DType type) {
+    uint64_t s = 42;
+    size_t unit = 4u << 20, block = type == DT_Q8_0 ? sizeof(BlockQ8_0) : 4;
+    unit = unit / block * block;
+    size_t first = bytes < unit ? bytes : unit;
     if (type == DT_F32) {
-        float *w = data;
-        for (size_t i = 0; i < n; i++) w[i] = uniform(s);
+        for (size_t i = 0; i < first / 4; i++) ((float *)pool)[i] = uniform(&s);
     } else if (type == DT_F16) {
-        uint16_t *w = data;
-        for (size_t i = 0; i < n; i++) w[i] = fp32_to_fp16(uniform(s));
+        for (size_t i = 0; i < first / 2; i++) ((uint16_t *)pool)[i] = fp32_to_fp16(uniform(&s));
     } else {
-        BlockQ8_0 *b = data;
-        for (size_t i = 0; i < n / QK8_0; i++) {
-            b[i].d = fp32_to_fp16(0.01f * (1.0f + uniform(s)));
-            for (int j = 0; j < QK8_0; j++) b[i].qs[j] = (int8_t)(next_random(s) % 255 - 127);
+        BlockQ8_0 *b = (BlockQ8_0 *)pool;
+        for (size_t i = 0; i < first / sizeof(BlockQ8_0); i++) {
+            b[i].d = fp32_to_fp16(0.01f * (1.0f + uniform(&s)));
+            for (int j = 0; j < QK8_0; j++) b[i].qs[j] = (int8_t)(next_random(&s) % 255 - 127);
         }
     }
+    for (size_t done = first; done < bytes; done += first)
+        memcpy(pool + done, pool, bytes - done < first ? bytes - done : first);
 }
 
 static int by_value(const void *a, const void *b) {
@@ -77,105 +99,47 @@ static int by_value(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Median over reps runs of `work units per second`, where one call of matmul
- * is `per_call` units; calls cycle through the copies of W. */
-static double median_rate(float *out, const float *x, const Mat *W, int copies, size_t matrix_bytes,
-                          int T, void *scratch, OpsIsa isa, int reps, double per_call) {
-    double rates[64];
-    if (reps > 64) reps = 64;
-    for (int r = 0; r < reps; r++) {
-        long calls = 0;
-        double t0 = now_seconds(), t1;
-        do {
-            Mat m = *W;
-            m.data = (const uint8_t *)W->data + (size_t)(calls % copies) * matrix_bytes;
-            matmul_isa(out, x, &m, T, scratch, isa);
-            calls++;
-            t1 = now_seconds();
-        } while (t1 - t0 < RUN_SECONDS);
-        rates[r] = per_call * calls / (t1 - t0);
-    }
-    qsort(rates, (size_t)reps, sizeof rates[0], by_value);
-    return reps % 2 ? rates[reps / 2] : 0.5 * (rates[reps / 2 - 1] + rates[reps / 2]);
+static double median(const double *v, int n) {
+    double s[MAX_REPS];
+    memcpy(s, v, sizeof(double) * (size_t)n);
+    qsort(s, (size_t)n, sizeof s[0], by_value);
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
-/* The ceiling: GB/s of a plain read of `bytes` bytes (summed as integers, so
- * the compiler vectorizes it), split over `threads` threads as matmul splits. */
-static double read_rate(const uint64_t *p, size_t bytes, int threads, int reps) {
-    double rates[64];
+/* GB/s of a plain read of the pool (summed as integers, so the compiler
+ * vectorizes it; no software prefetch), split over `threads` threads. */
+static double time_memory_read(const uint8_t *pool, size_t bytes, int threads) {
+    const uint64_t *p = (const uint64_t *)pool;
     size_t n = bytes / 8;
-    if (reps > 64) reps = 64;
-    for (int r = 0; r < reps; r++) {
-        uint64_t sum = 0;
-        double t0 = now_seconds();
+    uint64_t sum = 0;
+    double t0 = now_seconds();
 #pragma omp parallel for num_threads(threads) reduction(+ : sum) schedule(static)
-        for (size_t i = 0; i < n; i++) sum += p[i];
-        double t1 = now_seconds();
-        rates[r] = bytes * 1e-9 / (t1 - t0) + (sum == 42 ? 1e-9 : 0.0);   /* keep the sum */
-    }
-    qsort(rates, (size_t)reps, sizeof rates[0], by_value);
-    return reps % 2 ? rates[reps / 2] : 0.5 * (rates[reps / 2 - 1] + rates[reps / 2]);
+    for (size_t i = 0; i < n; i++) sum += p[i];
+    double t1 = now_seconds();
+    return bytes * 1e-9 / (t1 - t0) + (sum == 42 ? 1e-12 : 0.0);   /* keep the sum */
 }
 
-static int bench_memory(const Options *o) {
-    size_t bytes = (size_t)(o->pool_mib > 0 ? o->pool_mib : 256) * 1024 * 1024;
-    uint64_t *p = mem_alloc(bytes);
-    if (!p) return -1;
-    memset(p, 1, bytes);
-    printf("%-19s  %9.2f  %9.2f\n", "memory read", read_rate(p, bytes, 1, o->reps),
-           read_rate(p, bytes, 2, o->reps));
-    mem_free(p);
-    return 0;
-}
-
-/* One line of the table: returns 0, or -1 if memory ran out. */
-static int bench_one(DType type, int N, int K, const Options *o) {
-    size_t matrix_bytes = dtype_row_bytes(type, K) * (size_t)N;
-    int copies = (int)(o->pool_mib * 1024 * 1024 / (double)matrix_bytes) + 1;
-    uint8_t *pool = mem_alloc(matrix_bytes * copies);
-    float *x = mem_alloc(sizeof(float) * (size_t)PREFILL_T * K);
-    float *out = mem_alloc(sizeof(float) * (size_t)PREFILL_T * N);
-    void *scratch = mem_alloc(matmul_scratch_bytes(type, PREFILL_T, K) + 1);
-    if (!pool || !x || !out || !scratch) {
-        mem_free(pool), mem_free(x), mem_free(out), mem_free(scratch);
-        fprintf(stderr, "kbench: out of memory for %s %dx%d\n", dtype_name(type), N, K);
-        return -1;
-    }
-    uint64_t seed = 42;
-    fill_weights(pool, type, N, K, &seed);
-    for (int c = 1; c < copies; c++) memcpy(pool + (size_t)c * matrix_bytes, pool, matrix_bytes);
-    for (size_t i = 0; i < (size_t)PREFILL_T * K; i++) x[i] = uniform(&seed);
-
-    Mat W = {type, N, K, pool};
-    printf("%-5s %5d x %-5d", dtype_name(type), N, K);
-    for (int th = 1; th <= 2; th++) {
-        if (o->threads && o->threads != th) {
-            printf("  %9s", "-");
-            continue;
-        }
-        ops_set_threads(th);
-        double gbs = median_rate(out, x, &W, copies, matrix_bytes, 1, scratch, o->isa, o->reps,
-                                 (double)matrix_bytes * 1e-9);
-        printf("  %9.2f", gbs);
-    }
-    for (int th = 1; th <= 2; th++) {
-        if (o->threads && o->threads != th) {
-            printf("  %9s", "-");
-            continue;
-        }
-        ops_set_threads(th);
-        double gf = median_rate(out, x, &W, 1, matrix_bytes, PREFILL_T, scratch, o->isa, o->reps,
-                                2.0 * N * K * PREFILL_T * 1e-9);
-        printf("  %9.1f", gf);
-    }
-    printf("\n");
-    fflush(stdout);
-    mem_free(pool), mem_free(x), mem_free(out), mem_free(scratch);
-    return 0;
+/* One timed run of a figure: T = 1 in GB/s, cycling through the pool (when
+ * `cycle`); otherwise GFLOP/s on the pool's first matrix. */
+static double time_cell(const Cell *c, const uint8_t *pool, size_t pool_bytes, int cycle,
+                        const float *x, float *out, void *scratch, OpsIsa isa) {
+    size_t matrix_bytes = dtype_row_bytes(c->type, c->K) * (size_t)c->N;
+    long copies = c->T == 1 && cycle ? (long)(pool_bytes / matrix_bytes) : 1;
+    double per_call = c->T == 1 ? matrix_bytes * 1e-9 : 2.0 * c->N * c->K * c->T * 1e-9;
+    ops_set_threads(c->threads);
+    long calls = 0;
+    double t0 = now_seconds(), t1;
+    do {
+        Mat W = {c->type, c->N, c->K, pool + (size_t)(calls % copies) * matrix_bytes};
+        matmul_isa(out, x, &W, c->T, scratch, isa);
+        calls++;
+        t1 = now_seconds();
+    } while (t1 - t0 < RUN_SECONDS);
+    return per_call * calls / (t1 - t0);
 }
 
 static int parse_args(Options *o, int argc, char **argv) {
-    *o = (Options){ops_best_isa(), -1, 0, 0, 5, 0, 256.0};   /* 256 MiB: well past any L3 */
+    *o = (Options){ops_best_isa(), -1, 0, 0, 7, 0, 256.0, 128};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return -1;
@@ -186,35 +150,123 @@ static int parse_args(Options *o, int argc, char **argv) {
         } else if (!strcmp(a, "--reps")) o->reps = atoi(v);
         else if (!strcmp(a, "--threads")) o->threads = !strcmp(v, "both") ? 0 : atoi(v);
         else if (!strcmp(a, "--pool-mib")) o->pool_mib = atof(v);
+        else if (!strcmp(a, "--prefill-t")) o->prefill_T = atoi(v);
         else return -1;
         i++;
     }
-    return o->reps >= 1 ? 0 : -1;
+    int shapes_ok = o->N ? o->N > 0 && o->K > 0 && o->K % QK8_0 == 0 : 1;
+    return o->reps >= 1 && o->reps <= MAX_REPS && o->prefill_T >= 1 && shapes_ok ? 0 : -1;
 }
 
 int main(int argc, char **argv) {
     Options o;
     if (parse_args(&o, argc, argv)) {
         fprintf(stderr, "usage: kbench [--isa plain|avx512] [--type F32|F16|Q8_0] [--shape NxK] "
-                        "[--reps R] [--threads 1|2|both] [--pool-mib M]\n");
+                        "[--reps R (1..%d)] [--threads 1|2|both] [--pool-mib M] [--prefill-t T]\n",
+                MAX_REPS);
         return 2;
     }
+
+    /* The figures: for each type and shape, T = 1 then T = prefill, 1 then 2 threads. */
+    static Cell cells[MAX_CELLS];
+    int n_cells = 0, max_N = 0, max_K = 0;
+    size_t pool_bytes = (size_t)(o.pool_mib * 1024 * 1024);
+    int n_shapes = o.N ? 1 : (int)(sizeof SHAPES / sizeof SHAPES[0]);
+    for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) {
+        if (o.type >= 0 && o.type != (int)TYPES[t]) continue;
+        for (int s = 0; s < n_shapes; s++) {
+            int N = o.N ? o.N : SHAPES[s][0], K = o.N ? o.K : SHAPES[s][1];
+            size_t matrix_bytes = dtype_row_bytes(TYPES[t], K) * (size_t)N;
+            if (matrix_bytes > pool_bytes) pool_bytes = matrix_bytes;
+            max_N = N > max_N ? N : max_N;
+            max_K = K > max_K ? K : max_K;
+            for (int T = 1; T <= 2; T++)
+                for (int th = 1; th <= 2; th++)
+                    if (!o.threads || o.threads == th)
+                        cells[n_cells++] = (Cell){TYPES[t], N, K, T == 1 ? 1 : o.prefill_T, th, {0}};
+        }
+    }
+    Cell reads[2] = {{.threads = 1}, {.threads = 2}};
+
+    /* One pool per type used; every matrix of that type is a window onto it. */
+    uint8_t *pools[3] = {NULL, NULL, NULL}, *any_pool = NULL;
+    float *x = mem_alloc(sizeof(float) * (size_t)o.prefill_T * max_K);
+    float *out = mem_alloc(sizeof(float) * (size_t)o.prefill_T * max_N);
+    size_t scratch_bytes = 1;
+    for (int t = 0; t < 3; t++) {
+        size_t b = matmul_scratch_bytes(TYPES[t], o.prefill_T, max_K);
+        scratch_bytes = b > scratch_bytes ? b : scratch_bytes;
+    }
+    void *scratch = mem_alloc(scratch_bytes);
+    int ok = x && out && scratch;
+    for (int t = 0; t < 3 && ok; t++) {
+        if (o.type >= 0 && o.type != (int)TYPES[t]) continue;
+        pools[t] = any_pool = mem_alloc(pool_bytes);
+        ok = pools[t] != NULL;
+        if (ok) fill_weights(pools[t], pool_bytes, TYPES[t]);
+    }
+    if (!ok) {
+        fprintf(stderr, "kbench: out of memory (pools of %zu MiB)\n", pool_bytes >> 20);
+        for (int t = 0; t < 3; t++) mem_free(pools[t]);
+        mem_free(x), mem_free(out), mem_free(scratch);
+        return 1;
+    }
+    uint64_t seed = 7;
+    for (size_t i = 0; i < (size_t)o.prefill_T * max_K; i++) x[i] = uniform(&seed);
+
+    /* Warm up: start the thread team, touch every page, wake the caches. */
+    for (int i = 0; i < 2; i++) time_memory_read(any_pool, pool_bytes, reads[i].threads);
+    for (int i = 0; i < n_cells; i++) {
+        const Cell *c = &cells[i];
+        Mat W = {c->type, c->N, c->K, pools[type_index(c->type)]};
+        ops_set_threads(c->threads);
+        matmul_isa(out, x, &W, c->T, scratch, o.isa);
+    }
+
+    for (int r = 0; r < o.reps; r++) {
+        for (int i = 0; i < 2; i++)
+            reads[i].samples[r] = time_memory_read(any_pool, pool_bytes, reads[i].threads);
+        for (int i = 0; i < n_cells; i++) {
+            Cell *c = &cells[i];
+            c->samples[r] = time_cell(c, pools[type_index(c->type)], pool_bytes, o.pool_mib > 0, x,
+                                      out, scratch, o.isa);
+        }
+    }
+
     const char *core = getenv("OPENBLAS_CORETYPE");
     printf("# command:");
     for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
-    printf("\n# kernels: %s (best on this CPU: %s), OPENBLAS_CORETYPE=%s, medians of %d runs\n",
-           ops_isa_name(o.isa), ops_isa_name(ops_best_isa()), core ? core : "(unset)", o.reps);
-    printf("# T=1: GB/s of weight bytes, cycling through %.0f MiB; T=%d: GFLOP/s\n", o.pool_mib, PREFILL_T);
-    printf("%-5s %-13s  %9s  %9s  %9s  %9s\n", "type", "N x K", "T1 1thr", "T1 2thr", "T128 1thr",
-           "T128 2thr");
-    if (bench_memory(&o)) return 1;
-    for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) {
-        if (o.type >= 0 && o.type != (int)TYPES[t]) continue;
-        for (size_t s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++) {
-            int N = o.N ? o.N : SHAPES[s][0], K = o.N ? o.K : SHAPES[s][1];
-            if (bench_one(TYPES[t], N, K, &o)) return 1;
-            if (o.N) break;
+    printf("\n# kernels: %s (best on this CPU: %s), OPENBLAS_CORETYPE=%s\n", ops_isa_name(o.isa),
+           ops_isa_name(ops_best_isa()), core ? core : "(unset)");
+    if (o.pool_mib > 0)
+        printf("# medians of %d rounds; T=1: GB/s of weight bytes, cycling through %zu MiB; "
+               "T=%d: GFLOP/s\n", o.reps, pool_bytes >> 20, o.prefill_T);
+    else
+        printf("# medians of %d rounds; T=1: GB/s of weight bytes, one copy (from cache when it "
+               "fits); T=%d: GFLOP/s\n", o.reps, o.prefill_T);
+    char h1[32], h2[32];
+    snprintf(h1, sizeof h1, "T%d 1thr", o.prefill_T);
+    snprintf(h2, sizeof h2, "T%d 2thr", o.prefill_T);
+    printf("%-19s  %9s  %9s  %9s  %9s\n", "type  N x K", "T1 1thr", "T1 2thr", h1, h2);
+    printf("%-19s  %9.2f  %9.2f\n", "plain memory read", median(reads[0].samples, o.reps),
+           median(reads[1].samples, o.reps));
+    for (int i = 0; i < n_cells;) {
+        const Cell *c = &cells[i];
+        printf("%-5s %5d x %-5d", dtype_name(c->type), c->N, c->K);
+        /* the cells of one line: T1 then prefill, each with the threads asked for */
+        for (int T = 1; T <= 2; T++) {
+            for (int th = 1; th <= 2; th++) {
+                if (o.threads && o.threads != th) {
+                    printf("  %9s", "-");
+                    continue;
+                }
+                printf(T == 1 ? "  %9.2f" : "  %9.1f", median(cells[i].samples, o.reps));
+                i++;
+            }
         }
+        printf("\n");
     }
+    for (int t = 0; t < 3; t++) mem_free(pools[t]);
+    mem_free(x), mem_free(out), mem_free(scratch);
     return 0;
 }
