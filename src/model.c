@@ -363,12 +363,12 @@ static void attend_one(float *out, const float *q, const float *keys, const floa
         for (int i = 0; i < S; i++) score += q[i] * k[i];
         score *= scale;
         if (score > max) {   /* new maximum: rescale what was summed so far */
-            float c = expf(max - score);
+            float c = ops_exp(max - score);
             sum *= c;
             for (int i = 0; i < S; i++) out[i] *= c;
             max = score;
         }
-        float w = expf(score - max);
+        float w = ops_exp(score - max);
         sum += w;
         const float *v = values + (size_t)p * kvd;
         for (int i = 0; i < S; i++) out[i] += w * v[i];

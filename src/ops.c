@@ -327,15 +327,29 @@ void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
 }
 
-void softmax(float *x, int n) {
+void softmax_ref(float *x, int n) {
     float max = x[0];
     for (int i = 1; i < n; i++) max = fmaxf(max, x[i]);
-    float sum = 0.0f;
+    double sum = 0.0;
     for (int i = 0; i < n; i++) {
         x[i] = expf(x[i] - max);
         sum += x[i];
     }
-    for (int i = 0; i < n; i++) x[i] /= sum;
+    for (int i = 0; i < n; i++) x[i] = (float)(x[i] / sum);
+}
+
+/* Written as three simple loops (max, exp and sum, scale) that the compiler
+ * turns into vector code; `?:` rather than fmaxf, which is a call. */
+void softmax(float *x, int n) {
+    float max = x[0];
+    for (int i = 1; i < n; i++) max = x[i] > max ? x[i] : max;
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = ops_exp(x[i] - max);
+        sum += x[i];
+    }
+    float inv = 1.0f / sum;
+    for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
 void rope(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin) {
@@ -351,7 +365,7 @@ void rope(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin) 
 }
 
 void swiglu(float *h, const float *g, int n) {
-    for (int i = 0; i < n; i++) h[i] = h[i] / (1.0f + expf(-h[i])) * g[i];
+    for (int i = 0; i < n; i++) h[i] = h[i] / (1.0f + ops_exp(-h[i])) * g[i];
 }
 
 /* ------------------------------------------------------------ fast paths */

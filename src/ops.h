@@ -80,8 +80,33 @@ void dequantize_row(float *out, const void *row, DType type, int K);
 
 /* out = x / sqrt(mean(x^2) + eps) * w, over n values (out may alias x). */
 void rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+/* e^x to within about 2 ulp for x in [-87, 88] (clamped outside), written so
+ * that a loop of calls vectorizes: x = k ln2 + r with |r| <= ln2 / 2, e^r by
+ * its Taylor polynomial of degree 7, 2^k built directly in the exponent bits.
+ * libm's expf is exact to 1 ulp but is a call the compiler cannot vectorize,
+ * and softmax over attention rows and vocabularies calls it millions of times. */
+static inline float ops_exp(float x) {
+    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    const float magic = 12582912.0f;                /* 1.5 * 2^23: adding it rounds to an integer */
+    float k = (x * 1.44269504088896341f + magic) - magic;
+    float r = x - k * 0.693145751953125f;           /* ln 2 in two parts (Cody and Waite) so */
+    r -= k * 1.428606765330187e-06f;                /* that r keeps its low bits */
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    union { uint32_t u; float f; } scale = {.u = (uint32_t)((int32_t)k + 127) << 23};
+    return p * scale.f;
+}
+
 /* In place, numerically stable (subtracts the max). */
 void softmax(float *x, int n);
+/* The same with libm's expf and a double sum: the reference for tests. */
+void softmax_ref(float *x, int n);
 /* Rotate pairs (x[2i], x[2i+1]) of the first n_rot dims of each of n_heads heads
  * by angle pos * inv_freq[i]; cos_sin holds (cos, sin) for each i at this pos. */
 void rope(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin);

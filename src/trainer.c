@@ -191,7 +191,7 @@ void tr_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, 
 
 void tr_swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u, int n) {
     for (int i = 0; i < n; i++) {
-        float sg = 1.0f / (1.0f + expf(-g[i])), silu = g[i] * sg;
+        float sg = 1.0f / (1.0f + ops_exp(-g[i])), silu = g[i] * sg;
         du[i] = dh[i] * silu;
         dg[i] = dh[i] * u[i] * sg * (1.0f + g[i] * (1.0f - sg));
     }

@@ -574,9 +574,41 @@ static void swiglu_is_silu_of_h_times_g(void **state) {
     for (int i = 0; i < 4; i++) assert_float_equal(h[i], want[i], 1e-6 * fabsf(want[i]) + 1e-7);
 }
 
+
+/* ops_exp against double-precision exp over the range softmax and SiLU use:
+ * within 3 ulp (relative 3.6e-7) everywhere, clamped values beyond it. */
+static void fast_exp_is_within_three_ulp_of_exp(void **st) {
+    double worst = 0;
+    for (float x = -87.0f; x <= 88.0f; x += 0.000731f) {
+        double want = exp((double)x), got = ops_exp(x);
+        double rel = fabs(got - want) / want;
+        if (rel > worst) worst = rel;
+    }
+    print_message("           worst relative error of ops_exp: %.3g\n", worst);
+    assert_true(worst < 3.6e-7);
+    assert_true(ops_exp(-1000.0f) >= 0.0f && ops_exp(-1000.0f) < 1e-37f);
+    assert_true(isfinite(ops_exp(1000.0f)));
+}
+
+static void softmax_matches_the_libm_reference(void **st) {
+    enum { N = 1000 };
+    float a[N], b[N];
+    for (int i = 0; i < N; i++) a[i] = b[i] = (float)(20.0 * sin(i * 0.37) - 5.0);
+    softmax(a, N);
+    softmax_ref(b, N);
+    double sum = 0;
+    for (int i = 0; i < N; i++) {
+        assert_true(fabs(a[i] - b[i]) <= 2e-6 * b[i] + 1e-30);
+        sum += a[i];
+    }
+    assert_true(fabs(sum - 1.0) < 1e-5);
+}
+
 int main(void) {
     print_message("kernels: %s\n", ops_isa_name(ops_best_isa()));
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(fast_exp_is_within_three_ulp_of_exp),
+        cmocka_unit_test(softmax_matches_the_libm_reference),
         cmocka_unit_test(fp16_round_trips_all_65536_halves_and_keeps_nan_class),
         cmocka_unit_test(fp16_widening_gives_the_documented_values),
         cmocka_unit_test(fp32_to_fp16_rounds_ties_to_even),
