@@ -5,6 +5,7 @@
 #   make test     every test, built with AddressSanitizer + UBSan, in build/asan/
 #   make run      installs what is missing, builds fast, runs the default model
 #   make bench    single-stream speed table on benchmark-shaped random models
+#   make train    reproduces the default model data/shakespeare.gguf
 #   make clean
 #
 # Layout: src/*.c is the engine (a static library); src/infer.c is the CLI's
@@ -14,7 +15,7 @@ CC      ?= gcc
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wvla-larger-than=65536
 # OpenBLAS's OpenMP build, named explicitly: it shares libgomp's thread pool
 # with our own kernels. The default pthread build keeps a second pool of
-# spinning threads that fights OpenMP's for the same cores (see notes/ops.md).
+# spinning threads that fights OpenMP's for the same cores (see src/ops.c).
 BLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
 BASE    := -std=gnu11 -D_GNU_SOURCE -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp -Isrc $(WARN)
 LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lpcre2-8 -lm -lpthread
@@ -29,7 +30,7 @@ DEBUG_FLAGS := $(BASE) -O0 -g3
 FAST_FLAGS  := $(BASE) -O3 -march=native -g -DNDEBUG
 ASAN_FLAGS  := $(BASE) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-.PHONY: all fast test run bench clean deps
+.PHONY: all fast test run bench train clean deps
 all: build/infer $(patsubst tools/%.c,build/%,$(TOOL_SRC))
 fast: build/fast/infer $(patsubst tools/%.c,build/fast/%,$(TOOL_SRC))
 
@@ -76,7 +77,21 @@ test: $(patsubst tests/%.c,build/asan/%,$(TEST_SRC)) build/asan/infer build/asan
 # --- running -------------------------------------------------------------
 DEFAULT_MODEL ?= data/shakespeare.gguf
 run: fast
-	OPENBLAS_CORETYPE=SkylakeX build/fast/infer --model $(DEFAULT_MODEL) --prompt "ROMEO:" -n 200 --temperature 0.8 --seed 42
+	OPENBLAS_CORETYPE=SkylakeX build/fast/infer --model $(DEFAULT_MODEL) --prompt "ROMEO:" -n 300 --temperature 0.8 --seed 42 --trace
+
+# --- the default model -----------------------------------------------------
+# make train reproduces data/shakespeare.gguf: a BPE vocabulary learned from
+# the training split, then the model (see notes/training.md for the figures).
+CORPUS      ?= ../shared/corpus/tinyshakespeare.txt
+VOCAB       ?= 2048
+TRAIN_ARGS  ?= --dim 256 --hidden 704 --layers 6 --heads 8 --kv-heads 2 --ctx 256 --batch 8 \
+               --steps 3000 --warmup 100 --lr 1e-3 --min-lr 1e-4 --dropout 0.1 --wd 0.1 --seed 1
+train: fast
+	build/fast/bpe_train --input $(CORPUS) --vocab $(VOCAB) --out build/shakespeare-tok.gguf
+	OPENBLAS_CORETYPE=SkylakeX build/fast/train --tokenizer build/shakespeare-tok.gguf \
+	    --corpus $(CORPUS) --out $(DEFAULT_MODEL) --threads 2 --eval-every 250 \
+	    --log build/train-log.csv --checkpoint build/train.ckpt --resume $(TRAIN_ARGS)
+	sh tools/loss_svg.sh build/train-log.csv notes/training-loss.svg
 
 bench: fast
 	OPENBLAS_CORETYPE=SkylakeX sh tools/bench.sh

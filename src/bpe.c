@@ -11,7 +11,9 @@
  * Words. Pairs are never counted across the cuts of the GPT-2 pre-tokenizer
  * (a pattern that splits text into words with at most one leading space,
  * numbers, punctuation runs and whitespace), so a token never glues the end
- * of one word to the start of the next. Inside the cuts the text repeats
+ * of one word to the start of the next. The cuts come from the engine's own
+ * pre-tokenizer (tok_splitter_* in tokenizer.h), because training must cut
+ * exactly where encoding will. Inside the cuts the text repeats
  * itself a lot: the 1 MB training split of tinyshakespeare has 267,000
  * pre-tokens but only 14,000 different ones. So the trainer never holds the
  * text itself: it holds each distinct pre-token once (a "word"), with the
@@ -72,8 +74,7 @@
 #include "bpe.h"
 #include "gguf_write.h"
 #include "mem.h"
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
+#include "tokenizer.h"
 #include <assert.h>
 #include <limits.h>
 #include <string.h>
@@ -105,122 +106,6 @@ static uint32_t hash_bytes(const char *s, int n) {   /* FNV-1a */
 static uint32_t hash_pair(int a, int b) {
     uint64_t x = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) * 0x9E3779B97F4A7C15ull;
     return (uint32_t)(x >> 32);
-}
-
-/* ---- the pre-tokenizer --------------------------------------------------- */
-
-/* The text is cut as tokenizer.c cuts it, because training must cut where
- * encoding will: runs of well-formed UTF-8 go through the GPT-2 pattern
- * (same pattern, same flags), and each run of bytes that are not UTF-8 is
- * one pre-token of its own. The test that the engine reproduces the
- * trainer's tokens on the training text catches any drift between the two. */
-static const char GPT2_PATTERN[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
-/* Bytes in the well-formed UTF-8 character at p (n bytes available), or 0
- * when there is none. Unicode's table of well-formed sequences: a lead byte
- * C2..DF, E0..EF or F0..F4 and 1, 2 or 3 continuation bytes 80..BF, where
- * the second byte is narrower after E0 (A0..), ED (..9F), F0 (90..) and F4
- * (..8F), ruling out overlong forms, surrogates and code points past
- * U+10FFFF. This is exactly what PCRE2 accepts as UTF-8. */
-static int utf8_char_len(const unsigned char *p, size_t n) {
-    int need = p[0] < 0x80 ? 1 : p[0] < 0xC2 ? 0 : p[0] < 0xE0 ? 2 : p[0] < 0xF0 ? 3
-             : p[0] < 0xF5 ? 4 : 0;
-    if (need == 0 || (size_t)need > n) return 0;
-    for (int k = 1; k < need; k++) {
-        unsigned char lo = 0x80, hi = 0xBF;
-        if (k == 1 && p[0] == 0xE0) lo = 0xA0;
-        if (k == 1 && p[0] == 0xED) hi = 0x9F;
-        if (k == 1 && p[0] == 0xF0) lo = 0x90;
-        if (k == 1 && p[0] == 0xF4) hi = 0x8F;
-        if (p[k] < lo || p[k] > hi) return 0;
-    }
-    return need;
-}
-
-/* PCRE2 allocates through these, so its memory is counted like ours. */
-static void *pcre_alloc(PCRE2_SIZE n, void *unused) { return mem_alloc(n); }
-static void pcre_free(void *p, void *unused) { mem_free(p); }
-
-typedef struct {
-    pcre2_code *re;
-    pcre2_match_data *md;
-    const unsigned char *text;
-    size_t n;
-    size_t pos;          /* bytes before pos have been handed out */
-    size_t run_end;      /* end of the run that pos is in */
-    int run_valid;       /* is that run UTF-8? */
-} Splitter;
-
-static void splitter_free(Splitter *s) {
-    pcre2_match_data_free(s->md);   /* both accept NULL */
-    pcre2_code_free(s->re);
-}
-
-static int splitter_init(Splitter *s, const char *text, size_t n, Err *e) {
-    memset(s, 0, sizeof *s);
-    s->text = (const unsigned char *)text;
-    s->n = n;
-    pcre2_general_context *gc = pcre2_general_context_create(pcre_alloc, pcre_free, NULL);
-    pcre2_compile_context *cc = gc ? pcre2_compile_context_create(gc) : NULL;
-    int code = PCRE2_ERROR_HEAP_FAILED;
-    PCRE2_SIZE where = 0;
-    /* UTF: the subject is UTF-8; UCP: \s, \p{L} mean their Unicode classes. */
-    if (cc)
-        s->re = pcre2_compile((PCRE2_SPTR)GPT2_PATTERN, PCRE2_ZERO_TERMINATED,
-                              PCRE2_UTF | PCRE2_UCP, &code, &where, cc);
-    pcre2_compile_context_free(cc);
-    pcre2_general_context_free(gc);
-    if (s->re) s->md = pcre2_match_data_create_from_pattern(s->re, NULL);   /* the re's allocator */
-    if (s->md) return ST_OK;
-    splitter_free(s);
-    if (code == PCRE2_ERROR_HEAP_FAILED || code >= 0)   /* code >= 0: compiled, no match data */
-        return err_set(e, ST_NOMEM, "out of memory compiling the GPT-2 pattern");
-    PCRE2_UCHAR msg[128];
-    pcre2_get_error_message(code, msg, sizeof msg);
-    return err_set(e, ST_UNSUPPORTED, "PCRE2 cannot compile the GPT-2 pattern at %zu: %s",
-                   (size_t)where, (const char *)msg);
-}
-
-/* The next pre-token [*start, *end). Returns 1, 0 at the end of the text, or
- * a negative Status. */
-static int splitter_next(Splitter *s, size_t *start, size_t *end, Err *e) {
-    if (s->pos >= s->n) return 0;
-    if (s->pos >= s->run_end) {   /* a new run: how far do bytes stay (in)valid? */
-        size_t i = s->pos;
-        s->run_valid = utf8_char_len(s->text + i, s->n - i) > 0;
-        while (i < s->n) {
-            int k = utf8_char_len(s->text + i, s->n - i);
-            if ((k > 0) != s->run_valid) break;
-            i += k > 0 ? (size_t)k : 1;
-        }
-        s->run_end = i;
-    }
-    *start = s->pos;
-    *end = s->run_end;   /* a run of invalid bytes is one pre-token */
-    if (s->run_valid) {
-        /* The subject ends with the run, so no match runs past it; the run is
-         * known to be UTF-8, so PCRE2 need not check it again on every call
-         * (which would cost the rest of the text each time). */
-        int rc = pcre2_match(s->re, s->text, s->run_end, s->pos, PCRE2_NO_UTF_CHECK, s->md, NULL);
-        if (rc >= 0) {
-            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
-            assert(ov[1] > ov[0]);   /* no alternative matches nothing */
-            /* Every character matches some alternative, so the match starts
-             * at pos; if it ever did not, the skipped bytes would be a
-             * pre-token of their own (as tokenizer.c has it), not lost. */
-            *end = ov[0] > s->pos ? ov[0] : ov[1];
-        } else if (rc == PCRE2_ERROR_NOMEMORY || rc == PCRE2_ERROR_HEAPLIMIT) {
-            return err_set(e, ST_NOMEM, "out of memory while matching the GPT-2 pattern");
-        } else if (rc != PCRE2_ERROR_NOMATCH) {
-            PCRE2_UCHAR msg[128];
-            pcre2_get_error_message(rc, msg, sizeof msg);
-            return err_set(e, ST_ARG, "GPT-2 pattern failed at byte %zu: %s", s->pos,
-                           (const char *)msg);
-        }
-    }
-    s->pos = *end;
-    return 1;
 }
 
 /* ---- words: the distinct pre-tokens ------------------------------------- */
@@ -315,17 +200,20 @@ static int word_count(Bpe *b, Trainer *t, const char *s, int len) {
 /* Count the pre-tokens of text[0..n) into b->words, and start each word as
  * its bytes (token id c is byte c). */
 static int count_words(Bpe *b, Trainer *t, const char *text, size_t n, Err *e) {
-    Splitter sp;
-    int st = splitter_init(&sp, text, n, e);
-    if (st) return st;
+    TokPattern pat;
+    TokSplitter sp = {0};
+    int st = tok_pattern_init(&pat, e);
+    if (!st) st = tok_splitter_init(&sp, &pat, text, n, e);
     size_t start, end;
-    while ((st = splitter_next(&sp, &start, &end, e)) > 0)
-        if (word_count(b, t, text + start, (int)(end - start))) {
-            st = err_set(e, ST_NOMEM, "out of memory counting words (%d so far)", b->n_words);
-            break;
-        }
-    splitter_free(&sp);
-    if (st < 0) return st;
+    while (st == ST_OK) {
+        st = tok_splitter_next(&sp, &start, &end, e);
+        if (st <= 0) break;   /* 0: the text is used up; < 0: an error */
+        st = word_count(b, t, text + start, (int)(end - start));
+        if (st) st = err_set(e, ST_NOMEM, "out of memory counting words (%d so far)", b->n_words);
+    }
+    tok_splitter_free(&sp);
+    tok_pattern_free(&pat);
+    if (st) return st;
 
     size_t text_len = b->n_words ? (size_t)b->words[b->n_words - 1].text.off +
                                        (size_t)b->words[b->n_words - 1].text.len : 0;
@@ -598,26 +486,32 @@ void bpe_free(Bpe *b) {
 int bpe_segment(const Bpe *b, const char *text, size_t n, int *ids, size_t cap, size_t *n_ids,
                 Err *e) {
     *n_ids = 0;
-    Splitter sp;
-    int st = splitter_init(&sp, text, n, e);
-    if (st) return st;
+    TokPattern pat;
+    TokSplitter sp = {0};
+    int st = tok_pattern_init(&pat, e);
+    if (!st) st = tok_splitter_init(&sp, &pat, text, n, e);
     size_t start, end, count = 0;
-    int got;
-    while ((got = splitter_next(&sp, &start, &end, e)) > 0) {
+    while (st == ST_OK) {
+        int got = tok_splitter_next(&sp, &start, &end, e);
+        if (got <= 0) {   /* 0: the text is used up; < 0: an error */
+            st = got;
+            break;
+        }
         size_t len = end - start;
         int w = b->n_words > 0 && len < INT_MAX ? word_find(b, text + start, (int)len) : -1;
         if (w < 0) {
-            got = err_set(e, ST_ARG, "the pre-token at byte %zu ('%.*s') was not in the training "
-                          "text", start, len > 40 ? 40 : (int)len, text + start);
+            st = err_set(e, ST_ARG, "the pre-token at byte %zu ('%.*s') was not in the training "
+                         "text", start, len > 40 ? 40 : (int)len, text + start);
             break;
         }
         const BpeWord *wd = &b->words[w];
         for (int i = 0; i < wd->n_sym; i++, count++)
             if (count < cap) ids[count] = b->word_sym[wd->text.off + i];
     }
-    splitter_free(&sp);
+    tok_splitter_free(&sp);
+    tok_pattern_free(&pat);
     *n_ids = count;
-    if (got < 0) return got;
+    if (st) return st;
     if (count > cap)
         return err_set(e, ST_ARG, "the text is %zu tokens, more than the %zu there is room for",
                        count, cap);

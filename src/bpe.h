@@ -10,8 +10,8 @@
  * What the engine's encoder does with the result must equal what the trainer
  * did while learning it, token for token, on the training text. That holds
  * because (bpe.c explains why):
- *  - the text is cut into pre-tokens exactly as tokenizer.c cuts it, and no
- *    merge crosses a cut;
+ *  - the text is cut into pre-tokens by the engine's own pre-tokenizer
+ *    (tok_splitter_* in tokenizer.h), and no merge crosses a cut;
  *  - each merge replaces every occurrence of its pair, left to right;
  *  - it follows that every merge makes a string no earlier token spells,
  *    so the vocabulary is exactly 256 + merges + 1 distinct tokens.

@@ -19,7 +19,7 @@
 
 typedef struct {
     const char *model, *tokenizer, *prompt;
-    int max_tokens, threads;
+    int max_tokens, threads, trace;
     SamplerParams sp;
 } Options;
 
@@ -35,6 +35,8 @@ static void usage(FILE *f) {
         "  --top-p P            nucleus sampling, in (0, 1] (default 0.95)\n"
         "  --seed S             random seed (default 42)\n"
         "  --threads N          threads for the kernels (default: all cores)\n"
+        "  --trace              print the request's lifecycle on stderr: prefill chunks,\n"
+        "                       first token, decode progress, the finish and its timings\n"
         "  -h, --help           this text\n");
 }
 
@@ -78,6 +80,10 @@ static int parse_args(int argc, char **argv, Options *o) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             exit(0);
+        }
+        if (!strcmp(a, "--trace")) {
+            o->trace = 1;
+            continue;
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "infer: %s: %s\n", a,
@@ -180,6 +186,11 @@ int main(int argc, char **argv) {
 
     TokDecoder dec;
     tok_decoder_init(&dec);
+    double start = now_s();
+    if (o.trace)
+        fprintf(stderr, "[trace %8.1f ms] request: %d prompt tokens, max %d new, temperature %g, "
+                "top-k %d, top-p %g, seed %llu\n", 0.0, n_prompt, o.max_tokens, (double)o.sp.temperature,
+                o.sp.top_k, (double)o.sp.top_p, (unsigned long long)o.sp.seed);
     for (int i = 0; i < n_prompt; i++) emit(m.tok, &dec, ids[i]);
 
     /* Prefill: the prompt in chunks of up to max_T tokens, one forward each. */
@@ -187,16 +198,27 @@ int main(int argc, char **argv) {
     float *logits = NULL;
     for (int p = 0; p < n_prompt; p += chunk) {
         int T = n_prompt - p < chunk ? n_prompt - p : chunk;
+        double f0 = now_s();
         logits = model_forward(&m, &s, ids + p, T, p, 0);
+        if (o.trace)
+            fprintf(stderr, "[trace %8.1f ms] prefill: tokens [%d, %d) in one forward pass, %.2f ms\n",
+                    (now_s() - start) * 1e3, p, p + T, (now_s() - f0) * 1e3);
     }
     double t1 = now_s();
 
     /* Decode: one token at a time, each fed back in. */
     int pos = n_prompt, generated = 0;
     const char *why = "max-tokens";
+    double ttft = 0, mark = t1;
     while (generated < o.max_tokens) {
         int next = sampler_sample(&sm, logits);
         generated++;
+        if (generated == 1) {
+            ttft = now_s() - start;
+            if (o.trace)
+                fprintf(stderr, "\n[trace %8.1f ms] first token: id %d (time to first token)\n",
+                        ttft * 1e3, next);
+        }
         if (next == tok_eos(m.tok)) {
             why = "eos";
             break;
@@ -208,6 +230,12 @@ int main(int argc, char **argv) {
             break;
         }
         logits = model_forward(&m, &s, &next, 1, pos++, 0);
+        if (o.trace && generated % 100 == 0) {
+            double now = now_s();
+            fprintf(stderr, "\n[trace %8.1f ms] decode: position %d, last 100 tokens at %.2f ms each\n",
+                    (now - start) * 1e3, pos, (now - mark) * 10.0);
+            mark = now;
+        }
     }
     double t2 = now_s();
     char tail[TOK_MAX_PIECE];
@@ -216,6 +244,10 @@ int main(int argc, char **argv) {
     fputc('\n', stdout);
     fflush(stdout);
     int decoded = generated > 1 ? generated - 1 : 0;   /* forward passes after prefill */
+    if (o.trace)
+        fprintf(stderr, "[trace %8.1f ms] finished: %s after %d tokens; time to first token %.1f ms, "
+                "%.2f ms per output token, %.1f ms end to end\n", (t2 - start) * 1e3, why, generated,
+                ttft * 1e3, decoded > 0 ? (t2 - t1) / decoded * 1e3 : 0.0, (t2 - start) * 1e3);
     fprintf(stderr, "infer: %s %s, prompt %d tokens, generated %d (%s); prefill %.1f tok/s, "
             "decode %.1f tok/s, %d thread%s\n", m.format, dtype_name(m.wtype), n_prompt, generated,
             why, n_prompt / (t1 - t0), decoded > 0 ? decoded / (t2 - t1) : 0.0, o.threads,

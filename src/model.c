@@ -360,6 +360,7 @@ static void attend_one(float *out, const float *q, const float *keys, const floa
     for (int p = 0; p < n; p++) {
         const float *k = keys + (size_t)p * kvd;
         float score = 0.0f;
+#pragma omp simd reduction(+ : score)   /* lets the compiler reorder the sum into vector lanes */
         for (int i = 0; i < S; i++) score += q[i] * k[i];
         score *= scale;
         if (score > max) {   /* new maximum: rescale what was summed so far */

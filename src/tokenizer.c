@@ -20,7 +20,9 @@
  *    bytes, so byte fallback is built in. Before merging, a regular expression
  *    cuts the text into words, numbers, punctuation and runs of spaces, and
  *    merging never crosses those cuts. The pattern needs Unicode's letter and
- *    number classes, so it runs on PCRE2 rather than hand-written code.
+ *    number classes, so it runs on PCRE2 rather than hand-written code. This
+ *    pre-tokenizer is public (tok_splitter_*): the vocabulary trainer, bpe.c,
+ *    cuts its training text with the very same code.
  *
  * The vocabulary files store pieces in a printable disguise: sentencepiece
  * writes a space as U+2581 "▁", GPT-2 writes every byte as a printable
@@ -99,7 +101,7 @@ struct Tokenizer {
     int n_merges;
     int *merge_slots;         /* (n_merge_slots) hash table: (left, right) -> rank */
     int n_merge_slots;
-    pcre2_code *re;           /* the pre-tokenizer pattern */
+    TokPattern pattern;       /* the pre-tokenizer, compiled */
 };
 
 /* ---- UTF-8 ------------------------------------------------------------- */
@@ -116,16 +118,18 @@ static int utf8_seq_len(unsigned char b) {
     return 0;
 }
 
-/* How many of the n bytes at p form a valid beginning of one character. It
- * equals utf8_seq_len(p[0]) for a whole character; it is smaller when the
- * bytes run out (n is short) or when a byte breaks the sequence. The second
- * byte's range is narrower after E0, ED, F0, F4: that rules out overlong
- * forms, UTF-16 surrogates and code points past U+10FFFF. */
-static int utf8_valid_prefix(const unsigned char *p, int n) {
+/* How many of the n bytes at p (n >= 1) form a valid beginning of one
+ * character. It equals utf8_seq_len(p[0]) for a whole character; it is
+ * smaller when the bytes run out (n is short) or when a byte breaks the
+ * sequence. The second byte's range is narrower after E0, ED, F0, F4: that
+ * rules out overlong forms, UTF-16 surrogates and code points past U+10FFFF.
+ * These are Unicode's well-formed sequences, exactly what PCRE2 accepts as
+ * UTF-8. */
+static int utf8_valid_prefix(const unsigned char *p, size_t n) {
     int need = utf8_seq_len(p[0]);
     if (need == 0) return 0;
     int k = 1;
-    for (; k < need && k < n; k++) {
+    for (; k < need && (size_t)k < n; k++) {
         unsigned char lo = 0x80, hi = 0xBF;
         if (k == 1) {
             if (p[0] == 0xE0) lo = 0xA0;
@@ -138,8 +142,8 @@ static int utf8_valid_prefix(const unsigned char *p, int n) {
     return k;
 }
 
-/* Length of the whole, valid character at p (n bytes available), or 0. */
-static int utf8_char_len(const unsigned char *p, int n) {
+/* Length of the whole, valid character at p (n >= 1 bytes available), or 0. */
+static int utf8_char_len(const unsigned char *p, size_t n) {
     int need = utf8_seq_len(p[0]);
     return need > 0 && utf8_valid_prefix(p, n) == need ? need : 0;
 }
@@ -254,7 +258,7 @@ void tok_free(Tokenizer *t) {
     mem_free(t->slots);
     mem_free(t->merges);
     mem_free(t->merge_slots);
-    pcre2_code_free(t->re);   /* accepts NULL */
+    tok_pattern_free(&t->pattern);
     mem_free(t);
 }
 
@@ -521,36 +525,11 @@ static int load_merges(Tokenizer *t, const Gguf *g, const int cp_to_byte[0x144],
     return ST_OK;
 }
 
-/* PCRE2 allocates through these, so its memory is counted (and can be made to
- * fail) like the rest of the engine's. */
-static void *pcre_alloc(PCRE2_SIZE n, void *unused) { return mem_alloc(n); }
-static void pcre_free(void *p, void *unused) { mem_free(p); }
-
-/* GPT-2's pre-tokenizer: contractions, a letter run, a number run or a run of
- * other symbols (each with at most one leading space), then whitespace. The
- * \s+(?!\S) alternative leaves the last space of a run to start the next
- * word, so " Hello" stays one word after several spaces. */
-static const char GPT2_PATTERN[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
+/* The pre-tokenizer's pattern, with the file's name in any error. */
 static int compile_pattern(Tokenizer *t, const char *path, Err *e) {
-    pcre2_general_context *gc = pcre2_general_context_create(pcre_alloc, pcre_free, NULL);
-    pcre2_compile_context *cc = gc ? pcre2_compile_context_create(gc) : NULL;
-    int code = PCRE2_ERROR_HEAP_FAILED;
-    PCRE2_SIZE where = 0;
-    /* UTF: the text is UTF-8; UCP: \s, \w, \d mean their Unicode classes. */
-    if (cc)
-        t->re = pcre2_compile((PCRE2_SPTR)GPT2_PATTERN, PCRE2_ZERO_TERMINATED,
-                              PCRE2_UTF | PCRE2_UCP, &code, &where, cc);
-    pcre2_compile_context_free(cc);
-    pcre2_general_context_free(gc);
-    if (t->re) return ST_OK;
-    if (code == PCRE2_ERROR_HEAP_FAILED)
-        return err_set(e, ST_NOMEM, "%s: out of memory compiling the GPT-2 pattern", path);
-    PCRE2_UCHAR msg[128];
-    pcre2_get_error_message(code, msg, sizeof msg);
-    return err_set(e, ST_UNSUPPORTED, "%s: PCRE2 cannot compile the GPT-2 pattern at %zu: %s",
-                   path, (size_t)where, (const char *)msg);
+    Err why;
+    int st = tok_pattern_init(&t->pattern, &why);
+    return st ? err_set(e, st, "%s: %s", path, why.msg) : ST_OK;
 }
 
 /* Pieces, scores and types from the file, undisguised. */
@@ -649,6 +628,108 @@ int tok_from_gguf(Tokenizer **out, const Gguf *g, Err *e) {
     if (t->bos < 0) t->add_bos = 0;
     *out = t;
     return ST_OK;
+}
+
+/* ---- the GPT-2 pre-tokenizer (tokenizer.h) --------------------------------- */
+
+/* Contractions, a letter run, a number run or a run of other symbols (each
+ * with at most one leading space), then whitespace. The \s+(?!\S)
+ * alternative leaves the last space of a run to start the next word, so
+ * " Hello" stays one word after several spaces. */
+static const char GPT2_PATTERN[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+/* PCRE2 allocates through these, so its memory is counted (and can be made to
+ * fail) like the rest of the engine's. */
+static void *pcre_alloc(PCRE2_SIZE n, void *unused) { return mem_alloc(n); }
+static void pcre_free(void *p, void *unused) { mem_free(p); }
+
+int tok_pattern_init(TokPattern *p, Err *e) {
+    p->re = NULL;
+    pcre2_general_context *gc = pcre2_general_context_create(pcre_alloc, pcre_free, NULL);
+    pcre2_compile_context *cc = gc ? pcre2_compile_context_create(gc) : NULL;
+    int code = PCRE2_ERROR_HEAP_FAILED;
+    PCRE2_SIZE where = 0;
+    /* UTF: the text is UTF-8; UCP: \s, \w, \d mean their Unicode classes. The
+     * compiled code keeps the allocator, and match data made from it uses it. */
+    if (cc)
+        p->re = pcre2_compile((PCRE2_SPTR)GPT2_PATTERN, PCRE2_ZERO_TERMINATED,
+                              PCRE2_UTF | PCRE2_UCP, &code, &where, cc);
+    pcre2_compile_context_free(cc);   /* both accept NULL */
+    pcre2_general_context_free(gc);
+    if (p->re) return ST_OK;
+    if (code == PCRE2_ERROR_HEAP_FAILED)
+        return err_set(e, ST_NOMEM, "out of memory compiling the GPT-2 pattern");
+    PCRE2_UCHAR msg[128];
+    pcre2_get_error_message(code, msg, sizeof msg);
+    return err_set(e, ST_UNSUPPORTED, "PCRE2 cannot compile the GPT-2 pattern at %zu: %s",
+                   (size_t)where, (const char *)msg);
+}
+
+void tok_pattern_free(TokPattern *p) {
+    pcre2_code_free(p->re);   /* accepts NULL */
+    p->re = NULL;
+}
+
+int tok_splitter_init(TokSplitter *s, const TokPattern *p, const char *text, size_t n, Err *e) {
+    memset(s, 0, sizeof *s);
+    s->pattern = p;
+    s->text = (const unsigned char *)text;
+    s->n = n;
+    s->md = pcre2_match_data_create_from_pattern(p->re, NULL);   /* the pattern's allocator */
+    if (!s->md) return err_set(e, ST_NOMEM, "out of memory for a pattern match");
+    return ST_OK;
+}
+
+void tok_splitter_free(TokSplitter *s) {
+    pcre2_match_data_free(s->md);   /* accepts NULL */
+    s->md = NULL;
+}
+
+/* The text goes in runs: a run of well-formed UTF-8 is cut by the pattern, a
+ * run of bytes that are not UTF-8 is one pre-token (byte-level BPE can spell
+ * any byte, so nothing is dropped). A run's end is found once, when the walk
+ * enters it. */
+int tok_splitter_next(TokSplitter *s, size_t *start, size_t *end, Err *e) {
+    if (s->pos >= s->n) return 0;
+    if (s->pos >= s->run_end) {   /* a new run: how far do bytes stay (in)valid? */
+        size_t i = s->pos;
+        s->run_valid = utf8_char_len(s->text + i, s->n - i) > 0;
+        while (i < s->n) {
+            int k = utf8_char_len(s->text + i, s->n - i);
+            if ((k > 0) != s->run_valid) break;
+            i += k > 0 ? (size_t)k : 1;
+        }
+        s->run_end = i;
+    }
+    *start = s->pos;
+    *end = s->run_end;   /* a run of invalid bytes, whole */
+    if (s->run_valid) {
+        /* The subject ends with the run, so no match runs past it.
+         * NO_UTF_CHECK: the run is known to be UTF-8; without it PCRE2 would
+         * check the rest of the subject again on every call, which makes a
+         * walk quadratic in the text. */
+        int rc = pcre2_match(s->pattern->re, s->text, s->run_end, s->pos, PCRE2_NO_UTF_CHECK,
+                             s->md, NULL);
+        if (rc >= 0) {
+            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
+            assert(ov[1] > ov[0]);   /* no alternative of the pattern matches nothing */
+            /* Every character matches some alternative, so the match starts
+             * at pos. If one ever did not, the bytes it skipped would be a
+             * pre-token of their own (the next call finds the match again),
+             * not lost. */
+            *end = ov[0] > s->pos ? ov[0] : ov[1];
+        } else if (rc == PCRE2_ERROR_NOMEMORY || rc == PCRE2_ERROR_HEAPLIMIT) {
+            return err_set(e, ST_NOMEM, "out of memory while matching the GPT-2 pattern");
+        } else if (rc != PCRE2_ERROR_NOMATCH) {
+            PCRE2_UCHAR msg[128];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            return err_set(e, ST_ARG, "GPT-2 pattern failed at byte %zu: %s", s->pos,
+                           (const char *)msg);
+        }   /* no match at all: the rest of the run is one pre-token */
+    }
+    s->pos = *end;
+    return 1;
 }
 
 /* ---- encoding: merging on a linked list with a heap ---------------------- */
@@ -809,59 +890,17 @@ static int gpt2_word(const Tokenizer *t, Work *w, int start, int end, Err *e) {
     return emit_symbols(t, w, e);
 }
 
-/* Cut text[start .. end), valid UTF-8, into words with the GPT-2 pattern and
- * merge inside each word. */
-static int gpt2_words(const Tokenizer *t, Work *w, pcre2_match_data *md, int start, int end,
-                      Err *e) {
-    int st = ST_OK;
-    for (int pos = start; st == ST_OK && pos < end;) {
-        /* The subject ends at end, so no match runs past it. NO_UTF_CHECK:
-         * the span is known valid; without it PCRE2 would re-check the rest
-         * of the text on every call, which is quadratic in the text. */
-        int rc = pcre2_match(t->re, (PCRE2_SPTR)w->text, (PCRE2_SIZE)end, (PCRE2_SIZE)pos,
-                             PCRE2_NO_UTF_CHECK, md, NULL);
-        if (rc == PCRE2_ERROR_NOMEMORY || rc == PCRE2_ERROR_HEAPLIMIT)
-            return err_set(e, ST_NOMEM, "out of memory while matching the GPT-2 pattern");
-        if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
-            PCRE2_UCHAR msg[128];
-            pcre2_get_error_message(rc, msg, sizeof msg);
-            return err_set(e, ST_ARG, "GPT-2 pattern failed at byte %d: %s", pos, (const char *)msg);
-        }
-        int m0 = end, m1 = end;
-        if (rc >= 0) {
-            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-            m0 = (int)ov[0];
-            m1 = (int)ov[1];
-            assert(m1 > m0);   /* no alternative of the pattern matches nothing */
-        }
-        /* Every character matches some alternative, so nothing is skipped;
-         * if something ever were, it would be a word of its own, not lost. */
-        if (m0 > pos) st = gpt2_word(t, w, pos, m0, e);
-        if (st == ST_OK && m1 > m0) st = gpt2_word(t, w, m0, m1, e);
-        pos = m1;
-    }
-    return st;
-}
-
-/* GPT-2: the text in runs of valid UTF-8, which the pattern cuts into words,
- * and runs of invalid bytes, which are one word each (byte-level BPE can
- * spell any byte, so nothing is dropped). */
+/* GPT-2: cut the text into words with the pre-tokenizer, merge inside each. */
 static int gpt2_encode(const Tokenizer *t, Work *w, int n, Err *e) {
-    const unsigned char *u = (const unsigned char *)w->text;
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->re, NULL);
-    if (!md) return err_set(e, ST_NOMEM, "out of memory for a pattern match");
-    int st = ST_OK;
-    for (int pos = 0; st == ST_OK && pos < n;) {
-        int valid = utf8_char_len(u + pos, n - pos) > 0, end = pos;
-        while (end < n) {
-            int k = utf8_char_len(u + end, n - end);
-            if ((k > 0) != valid) break;
-            end += valid ? k : 1;
-        }
-        st = valid ? gpt2_words(t, w, md, pos, end, e) : gpt2_word(t, w, pos, end, e);
-        pos = end;
+    TokSplitter sp;
+    int st = tok_splitter_init(&sp, &t->pattern, w->text, (size_t)n, e);
+    size_t start, end;
+    while (st == ST_OK) {
+        st = tok_splitter_next(&sp, &start, &end, e);
+        if (st <= 0) break;   /* 0: the text is used up; < 0: an error */
+        st = gpt2_word(t, w, (int)start, (int)end, e);
     }
-    pcre2_match_data_free(md);
+    tok_splitter_free(&sp);
     return st;
 }
 

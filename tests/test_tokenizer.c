@@ -608,6 +608,41 @@ static void invalid_utf8_input_keeps_every_byte(void **state) {
     tok_free(g);
 }
 
+/* The pre-tokenizer on its own, cuts worked out by hand: a run of spaces
+ * gives its last space to the word after it, contractions and symbol runs
+ * are cut off, a NUL is a character like another, and a run of bytes that
+ * are not UTF-8 is one pre-token. Two walks share one compiled pattern. */
+static void pre_tokenizer_cuts_text_as_gpt2_does(void **state) {
+    static const char text[] = "Hello  world's 42!!\n\n x\xFF\xFEy\0z";
+    static const char *const want[] = {"Hello", " ", " world", "'s", " 42", "!!", "\n\n",
+                                       " x", "\xFF\xFE", "y", "\0", "z"};
+    const size_t want_len[] = {5, 1, 6, 2, 3, 2, 2, 2, 2, 1, 1, 1};
+    TokPattern pat;
+    Err e;
+    assert_int_equal(tok_pattern_init(&pat, &e), ST_OK);
+    for (int walk = 0; walk < 2; walk++) {
+        TokSplitter sp;
+        assert_int_equal(tok_splitter_init(&sp, &pat, text, sizeof text - 1, &e), ST_OK);
+        size_t start, end, at = 0;
+        int k = 0;
+        while (tok_splitter_next(&sp, &start, &end, &e) == 1) {
+            assert_true(k < 12);
+            assert_int_equal(start, at);   /* back to back: nothing skipped */
+            assert_int_equal(end - start, want_len[k]);
+            assert_memory_equal(text + start, want[k], want_len[k]);
+            at = end;
+            k++;
+        }
+        assert_int_equal(k, 12);
+        assert_int_equal(at, sizeof text - 1);
+        assert_int_equal(tok_splitter_next(&sp, &start, &end, &e), 0);   /* and stays done */
+        tok_splitter_free(&sp);
+        tok_splitter_free(&sp);   /* freeing twice is harmless */
+    }
+    tok_pattern_free(&pat);
+    tok_pattern_free(&pat);
+}
+
 /* A long text (every test string, many times, 512 KiB) encodes and decodes
  * back, and quickly: the merges cost O(n log n) and the pattern is matched
  * once per word. A quadratic slip (say, PCRE2 re-checking the UTF-8 of the
@@ -913,6 +948,7 @@ int main(void) {
         cmocka_unit_test(empty_text_encodes_to_bos_alone_or_nothing),
         cmocka_unit_test(encode_reports_too_small_cap),
         cmocka_unit_test(invalid_utf8_input_keeps_every_byte),
+        cmocka_unit_test(pre_tokenizer_cuts_text_as_gpt2_does),
         cmocka_unit_test(long_text_round_trips),
         cmocka_unit_test(llama2c_rejects_truncated_file_at_every_cut),
         cmocka_unit_test(llama2c_rejects_bad_lengths_and_scores),

@@ -121,13 +121,16 @@ static double measure_bandwidth(const float *buf, size_t n, float *sink) {
     return median(gbs, MACHINE_RUNS);
 }
 
-/* sgemm GFLOP/s for out (M, N) = x (M, K) @ W^T, W (N, K): the layout matmul
- * uses for F32 weights. Median of MACHINE_RUNS after one untimed call. */
+/* sgemm GFLOP/s for out (M, N) = x (M, K) @ W^T, W (N, K), through the
+ * engine's matmul() on an F32 matrix: OpenBLAS's sgemm, single-threaded in
+ * each of our threads, which split the rows of W between them (ops.c).
+ * Median of MACHINE_RUNS after one untimed call. */
 static double measure_sgemm(int M, int N, int K, const float *x, const float *w, float *out) {
     double gflops[MACHINE_RUNS];
+    Mat W = {DT_F32, N, K, w};
     for (int r = -1; r < MACHINE_RUNS; r++) {
         double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, w, K, 0.0f, out, N);
+        matmul(out, x, &W, M, NULL);
         if (r >= 0) gflops[r] = 2.0 * M * N * K / (now_s() - t0) * 1e-9;
     }
     return median(gflops, MACHINE_RUNS);

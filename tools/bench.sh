@@ -78,6 +78,7 @@ if [ -z "$models" ]; then
     exit 1
 fi
 
+if [ "${BENCH_TRAIN:-1}" != 0 ]; then sh tools/bench_train.sh || echo "bench.sh: tools/bench_train.sh failed" >&2; echo; fi
 echo
 # $extra and $models are word-split on purpose: options and paths without spaces.
 # shellcheck disable=SC2086
