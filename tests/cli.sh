@@ -29,6 +29,13 @@ if [ -f "$FIX/tiny/tiny.bin" ]; then
         k=$((k + 1))
     done < "$tmp/prompts"
     [ "$k" -eq 4 ] && ok || bad "expected 4 prompts in greedy.tsv, found $k"
+    # --trace: the lifecycle goes to stderr in order; stdout holds the same text as without it
+    "$INFER" --model "$FIX/tiny/tiny-f32.gguf" --prompt "ROMEO:" -n 64 --temperature 0 --threads 1 \
+        --trace > "$tmp/out" 2> "$tmp/err"
+    order=$(grep -o 'request:\|prefill:\|first token:\|finished:' "$tmp/err" | tr '\n' ' ')
+    [ "$order" = "request: prefill: first token: finished: " ] && ok || bad "trace events out of order: $order"
+    cmp -s "$tmp/out" "$FIX/tiny/runc/0.txt" && ok || bad "--trace changed stdout"
+    grep -q "finished: max-tokens after 64 tokens" "$tmp/err" && ok || bad "trace has no finish line: $(cat "$tmp/err")"
 else
     if [ "$CI" = true ]; then bad "fixtures missing at $FIX (required under CI)"
     else echo "SKIP: $FIX/tiny not found; golden CLI comparisons skipped"; fi

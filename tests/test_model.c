@@ -143,6 +143,48 @@ static void rand_f16_greedy_matches_dequantized_reference(void **st) {
     check_greedy("rand/rand-f16.gguf", "rand/greedy.tsv", "f16", "reference float64, weights", 4, 0, 4);
 }
 
+
+/* llama2.c's format with a separate classifier: a negative vocab_size in the
+ * header and the classifier after the weights. Rewriting tiny.bin that way,
+ * with a copy of its embedding as the classifier, must change nothing. */
+static void llama2c_separate_classifier_loads_and_agrees(void **st) {
+    char path[512], tsv[512], tmp[64];
+    if (!fixture(path, sizeof path, "tiny/tiny.bin") || !fixture(tsv, sizeof tsv, "tiny/greedy.tsv"))
+        return;
+    size_t size;
+    unsigned char *bin = read_file(path, &size);
+    int32_t h[7];
+    memcpy(h, bin, sizeof h);
+    size_t emb = (size_t)h[5] * h[0] * sizeof(float);
+    unsigned char *out = malloc(size + emb);
+    memcpy(out, bin, size);
+    memcpy(out + size, bin + 28, emb);   /* classifier = embedding, appended */
+    int32_t neg = -h[5];
+    memcpy(out + 20, &neg, 4);
+    write_temp(tmp, sizeof tmp, out, size + emb);
+    char tok[512];
+    snprintf(tok, sizeof tok, "%.*stokenizer.bin", (int)(strrchr(path, '/') - path + 1), path);
+    Model m;
+    Err e;
+    assert_int_equal(model_load(&m, tmp, tok, &e), ST_OK);
+    assert_ptr_not_equal(m.output.data, m.tok_embd.data);   /* really separate */
+    Golden *g = calloc(64, sizeof(Golden));
+    int rows = load_golden(tsv, g, 64), checked = 0;
+    for (int r = 0; r < rows; r++) {
+        if (strcmp(g[r].format, "f32") || strcmp(g[r].producer, "reference float64")) continue;
+        int got[64];
+        generate(&m, g[r].prompt, g[r].n_prompt, 64, got, g[r].gen, NULL);
+        assert_memory_equal(got, g[r].gen, sizeof got);
+        checked++;
+    }
+    assert_int_equal(checked, 4);
+    model_free(&m);
+    unlink(tmp);
+    free(g);
+    free(out);
+    free(bin);
+}
+
 /* Max over positions of (max abs error / max abs reference logit) for the
  * reference sequence of prompt k, computed in one prefill (all_logits) and
  * again one token at a time; both must stay under tol. */
@@ -280,6 +322,7 @@ int main(void) {
         cmocka_unit_test(tiny_llama2c_checkpoint_greedy_matches_reference),
         cmocka_unit_test(tiny_f16_greedy_matches_dequantized_reference),
         cmocka_unit_test(tiny_q8_0_greedy_matches_llama_cpp_q8_0),
+        cmocka_unit_test(llama2c_separate_classifier_loads_and_agrees),
         cmocka_unit_test(rand_f32_greedy_matches_llama_cpp),
         cmocka_unit_test(rand_f16_greedy_matches_dequantized_reference),
         cmocka_unit_test(tiny_f32_logits_match_float64_reference_at_every_position),
