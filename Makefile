@@ -85,11 +85,11 @@ run: fast
 CORPUS      ?= ../shared/corpus/tinyshakespeare.txt
 VOCAB       ?= 2048
 TRAIN_ARGS  ?= --dim 256 --hidden 704 --layers 6 --heads 8 --kv-heads 2 --ctx 256 --batch 8 \
-               --steps 3000 --warmup 100 --lr 1e-3 --min-lr 1e-4 --dropout 0.1 --wd 0.1 --seed 1
+               --steps 1400 --warmup 100 --lr 1e-3 --min-lr 1e-4 --dropout 0.2 --wd 0.1 --seed 1
 train: fast
 	build/fast/bpe_train --input $(CORPUS) --vocab $(VOCAB) --out build/shakespeare-tok.gguf
 	OPENBLAS_CORETYPE=SkylakeX build/fast/train --tokenizer build/shakespeare-tok.gguf \
-	    --corpus $(CORPUS) --out $(DEFAULT_MODEL) --threads 2 --eval-every 250 \
+	    --corpus $(CORPUS) --out $(DEFAULT_MODEL) --threads 2 --eval-every 200 \
 	    --log build/train-log.csv --checkpoint build/train.ckpt --resume $(TRAIN_ARGS)
 	sh tools/loss_svg.sh build/train-log.csv notes/training-loss.svg
 

@@ -14,6 +14,11 @@
  * exactly as if it had never stopped: checkpoints hold the weights, the Adam
  * moments and the step.
  *
+ * The model written is the one with the best validation loss seen (checked
+ * every --eval-every steps and at the end): on a 1 MB corpus a long run
+ * starts to overfit, and the best point is kept, as early stopping does.
+ * With --no-eval there is no validation, and the last weights are written.
+ *
  * Validation loss is reported in nats per character over the WHOLE
  * validation split: windows of T tokens advance by T/2, each scores only the
  * tokens in its second half (the first window scores all), so every token is
@@ -228,9 +233,10 @@ typedef struct {
     int32_t shape[8];        /* dim hidden layers heads kv_heads vocab ctx tied */
     uint64_t seed;
     int64_t step, adam_t, n_params;
+    double best_val;         /* best validation nats/char so far (the exported model's) */
 } CkptHeader;
 
-static void ckpt_header(CkptHeader *h, const Trainer *t, const TrAdam *ad) {
+static void ckpt_header(CkptHeader *h, const Trainer *t, const TrAdam *ad, double best_val) {
     memset(h, 0, sizeof *h);
     memcpy(h->magic, "LLMTRCK1", 8);
     const ModelConfig *c = &t->c;
@@ -241,17 +247,18 @@ static void ckpt_header(CkptHeader *h, const Trainer *t, const TrAdam *ad) {
     h->step = t->step;
     h->adam_t = ad->t;
     h->n_params = (int64_t)t->n_params;
+    h->best_val = best_val;
 }
 
 /* Write to path.tmp, then rename: a run killed mid-write leaves the previous
  * checkpoint intact. */
-static int ckpt_save(const char *path, const Trainer *t, const TrAdam *ad, Err *e) {
+static int ckpt_save(const char *path, const Trainer *t, const TrAdam *ad, double best_val, Err *e) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
     if (!f) return err_set(e, ST_IO, "%s: cannot create: %s", tmp, strerror(errno));
     CkptHeader h;
-    ckpt_header(&h, t, ad);
+    ckpt_header(&h, t, ad, best_val);
     size_t n = t->n_params;
     int ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(t->params, 4, n, f) == n &&
              fwrite(ad->m, 4, n, f) == n && fwrite(ad->v, 4, n, f) == n;
@@ -264,11 +271,11 @@ static int ckpt_save(const char *path, const Trainer *t, const TrAdam *ad, Err *
     return ST_OK;
 }
 
-static int ckpt_load(const char *path, Trainer *t, TrAdam *ad, Err *e) {
+static int ckpt_load(const char *path, Trainer *t, TrAdam *ad, double *best_val, Err *e) {
     FILE *f = fopen(path, "rb");
     if (!f) return err_set(e, ST_IO, "%s: cannot open: %s", path, strerror(errno));
     CkptHeader h, want;
-    ckpt_header(&want, t, ad);
+    ckpt_header(&want, t, ad, 0.0);
     size_t n = t->n_params;
     int ok = fread(&h, sizeof h, 1, f) == 1;
     if (ok && (memcmp(h.magic, want.magic, 8) || memcmp(h.shape, want.shape, sizeof h.shape) ||
@@ -281,6 +288,7 @@ static int ckpt_load(const char *path, Trainer *t, TrAdam *ad, Err *e) {
     if (!ok) return err_set(e, ST_FORMAT, "%s: truncated checkpoint", path);
     t->step = h.step;
     ad->t = h.adam_t;
+    *best_val = h.best_val;
     return ST_OK;
 }
 
@@ -479,8 +487,9 @@ int main(int argc, char **argv) {
                      .rope_base = 10000.0f, .rms_eps = 1e-5f};
     if (tr_init(&t, &c, a.tied, a.batch, a.ctx, a.seed, &e) || tr_adam_init(&ad, t.n_params, &e)) goto fail;
     t.dropout = a.dropout;
+    double best = INFINITY;   /* best validation loss so far: the model on disk */
     if (a.resume && a.checkpoint && access(a.checkpoint, R_OK) == 0) {
-        if (ckpt_load(a.checkpoint, &t, &ad, &e)) goto fail;
+        if (ckpt_load(a.checkpoint, &t, &ad, &best, &e)) goto fail;
         fprintf(stderr, "train: resumed from %s at step %ld\n", a.checkpoint, t.step);
     }
     fprintf(stderr, "train: %zu parameters (dim %d, hidden %d, %d layers, %d heads, %d KV heads, "
@@ -517,22 +526,30 @@ int main(int argc, char **argv) {
                 fprintf(log, "%ld,%.6g,%.5f,%.5f,%.1f\n", t.step, lr, smooth, vn, el);
                 fflush(log);
             }
+            /* Keep the model of the best validation loss (early stopping):
+             * on a small corpus a long run starts to overfit. */
+            if (vn < best) {
+                best = vn;
+                if (export_gguf(a.out, &t, &tokg, a.q8, &e)) goto fail_batch;
+                fprintf(stderr, "train: step %ld is the best so far: wrote %s\n", t.step, a.out);
+            }
         }
-        if (a.checkpoint && (t.step % a.ckpt_every == 0 || last) && ckpt_save(a.checkpoint, &t, &ad, &e))
+        if (a.checkpoint && (t.step % a.ckpt_every == 0 || last) && ckpt_save(a.checkpoint, &t, &ad, best, &e))
             goto fail_batch;
     }
     double el = now_s() - start;
     if (t.step > first)
         fprintf(stderr, "train: %ld steps in %.1f s, %.0f tokens/s\n", t.step - first, el,
                 (double)(t.step - first) * a.batch * a.ctx / el);
-    if (export_gguf(a.out, &t, &tokg, a.q8, &e)) goto fail_batch;
+    /* Without validation there is no best: the last weights are the model. */
+    if (a.no_eval && export_gguf(a.out, &t, &tokg, a.q8, &e)) goto fail_batch;
     if (a.no_eval) {
         fprintf(stderr, "train: wrote %s\n", a.out);
     } else {
         double vn = engine_val_nats(a.out, &d, a.ctx, &e);
         if (isnan(vn)) goto fail_batch;
-        fprintf(stderr, "train: wrote %s; through the engine its validation loss is %.4f nats/char\n",
-                a.out, vn / d.val_chars);
+        fprintf(stderr, "train: %s holds the best of the run (validation %.4f nats/char in training); "
+                "through the engine its validation loss is %.4f nats/char\n", a.out, best, vn / d.val_chars);
     }
     rc = 0;
 fail_batch:
