@@ -77,7 +77,7 @@ test: $(patsubst tests/%.c,build/asan/%,$(TEST_SRC)) build/asan/infer build/asan
 # --- running -------------------------------------------------------------
 DEFAULT_MODEL ?= data/shakespeare.gguf
 run: fast
-	OPENBLAS_CORETYPE=SkylakeX build/fast/infer --model $(DEFAULT_MODEL) --prompt "ROMEO:" -n 300 --temperature 0.8 --seed 42 --trace
+	OPENBLAS_CORETYPE=SkylakeX build/fast/infer --model $(DEFAULT_MODEL) --prompt "ROMEO:" -n 250 --temperature 0.8 --seed 42 --trace
 
 # --- the default model -----------------------------------------------------
 # make train reproduces data/shakespeare.gguf: a BPE vocabulary learned from

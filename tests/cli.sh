@@ -67,5 +67,13 @@ if [ -f "$FIX/tiny/tiny-f32.gguf" ]; then
     long=$(head -c 3000 /dev/zero | tr '\0' 'a')
     expect_error "context holds 256" --model "$FIX/tiny/tiny-f32.gguf" --prompt "$long"
 fi
+# The default model shipped in data/ loads and generates.
+if [ -f data/shakespeare.gguf ]; then
+    "$INFER" --model data/shakespeare.gguf --prompt "ROMEO:" -n 30 --seed 1 > "$tmp/out" 2> "$tmp/err" &&
+        grep -q "gguf Q8_0, prompt 3 tokens, generated 30" "$tmp/err" && [ "$(wc -c < "$tmp/out")" -gt 40 ] && ok \
+        || bad "default model: $(cat "$tmp/err")"
+else
+    bad "data/shakespeare.gguf is missing"
+fi
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
