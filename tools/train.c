@@ -541,8 +541,13 @@ int main(int argc, char **argv) {
     if (t.step > first)
         fprintf(stderr, "train: %ld steps in %.1f s, %.0f tokens/s\n", t.step - first, el,
                 (double)(t.step - first) * a.batch * a.ctx / el);
-    /* Without validation there is no best: the last weights are the model. */
-    if (a.no_eval && export_gguf(a.out, &t, &tokg, a.q8, &e)) goto fail_batch;
+    /* Without validation there is no best: the last weights are the model. A
+     * finished run resumed after its model file was removed has no file
+     * either: write the weights it has, and say so. */
+    int missing = !a.no_eval && access(a.out, R_OK) != 0;
+    if (missing)
+        fprintf(stderr, "train: %s is missing; writing the weights of step %ld\n", a.out, t.step);
+    if ((a.no_eval || missing) && export_gguf(a.out, &t, &tokg, a.q8, &e)) goto fail_batch;
     if (a.no_eval) {
         fprintf(stderr, "train: wrote %s\n", a.out);
     } else {
