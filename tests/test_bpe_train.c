@@ -10,7 +10,7 @@
  *  - Properties: ties, vocabulary size, pre-token boundaries, token length,
  *    distinct tokens, determinism, allocation failures.
  *
- * Text from ../shared/corpus (override with CORPUS=dir) is used in slices, to
+ * Text from ../shared/corpus (override with CORPUS_DIR=dir) is used in slices, to
  * stay fast under the sanitizers; without it those tests are skipped, and
  * under CI (CI=true) they fail. */
 #include "testutil.h"
@@ -23,22 +23,10 @@
 /* ---- helpers --------------------------------------------------------------- */
 
 /* The corpus text into malloc'd memory (NUL-terminated), or NULL after a skip
- * (or a failure under CI), like testutil.h's fixture(). */
+ * (or a failure under CI). */
 static char *load_corpus(size_t *size) {
     char path[512];
-    const char *dir = getenv("CORPUS");
-    if (!dir || !*dir) dir = "../shared/corpus";
-    snprintf(path, sizeof path, "%s/tinyshakespeare.txt", dir);
-    if (access(path, R_OK) != 0) {
-        const char *ci = getenv("CI");
-        if (ci && strcmp(ci, "true") == 0) {
-            print_error("corpus %s is missing, and under CI that is a failure\n", path);
-            fail();
-        }
-        print_message("[  SKIP    ] corpus %s not found (no ../shared here)\n", path);
-        skip();
-        return NULL;
-    }
+    if (!corpus_file(path, sizeof path)) return NULL;
     char *text = read_file(path, size);
     assert_non_null(text);
     return text;

@@ -15,20 +15,33 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Full path of a fixture file into buf, or NULL (after skip/fail) if absent. */
-static inline const char *fixture(char *buf, size_t cap, const char *rel) {
-    const char *dir = getenv("FIXTURES");
-    if (!dir || !*dir) dir = "../shared/fixtures";
+/* Full path of rel under the directory named by the environment variable
+ * env (default dflt) into buf, or NULL after a skip (or a failure under CI)
+ * when the file is absent. `what` names it in the message. */
+static inline const char *shared_path(char *buf, size_t cap, const char *env, const char *dflt,
+                                      const char *rel, const char *what) {
+    const char *dir = getenv(env);
+    if (!dir || !*dir) dir = dflt;
     snprintf(buf, cap, "%s/%s", dir, rel);
     if (access(buf, R_OK) == 0) return buf;
     const char *ci = getenv("CI");
     if (ci && strcmp(ci, "true") == 0) {
-        print_error("fixture %s is missing, and under CI that is a failure\n", buf);
+        print_error("%s %s is missing, and under CI that is a failure\n", what, buf);
         fail();
     }
-    print_message("[  SKIP    ] fixture %s not found (no ../shared here)\n", buf);
+    print_message("[  SKIP    ] %s %s not found (no ../shared here)\n", what, buf);
     skip();
     return NULL;
+}
+
+/* A golden-data file from ../shared/fixtures (FIXTURES=dir overrides). */
+static inline const char *fixture(char *buf, size_t cap, const char *rel) {
+    return shared_path(buf, cap, "FIXTURES", "../shared/fixtures", rel, "fixture");
+}
+
+/* The training corpus in ../shared/corpus (CORPUS_DIR=dir overrides). */
+static inline const char *corpus_file(char *buf, size_t cap) {
+    return shared_path(buf, cap, "CORPUS_DIR", "../shared/corpus", "tinyshakespeare.txt", "corpus");
 }
 
 /* Read a whole file into malloc'd memory; NULL if it cannot. */

@@ -8,7 +8,7 @@
 TRAIN=${TRAIN:-build/asan/train}
 INFER=${INFER:-build/asan/infer}
 FIX=${FIXTURES:-../shared/fixtures}
-CORPUS=${CORPUS:-$(dirname "$FIX")/corpus/tinyshakespeare.txt}
+CORPUS=${CORPUS_DIR:-$(dirname "$FIX")/corpus}/tinyshakespeare.txt
 pass=0; fail=0
 ok()  { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
