@@ -43,6 +43,21 @@ else
     bad "the run finished before it could be killed; make it longer"
 fi
 
+# With validation: the trainer's figure and the engine's on the written file
+# agree; a finished run resumed after its file was removed writes it again.
+ev="--tokenizer $FIX/tiny/tiny-f32.gguf --corpus $CORPUS --dim 32 --hidden 64 --layers 1 --heads 4
+    --kv-heads 2 --ctx 32 --batch 4 --steps 10 --eval-every 100 --f32 --threads 2 --seed 5
+    --out $tmp/v.gguf --checkpoint $tmp/v.ckpt"
+$TRAIN $ev 2> "$tmp/v.err"
+line=$(grep "holds the best" "$tmp/v.err")
+t=$(echo "$line" | sed -n 's/.*validation \([0-9.]*\) nats\/char in training.*/\1/p')
+g=$(echo "$line" | sed -n 's/.*its validation loss is \([0-9.]*\) nats\/char.*/\1/p')
+[ -n "$t" ] && [ "$t" = "$g" ] && ok || bad "trainer and engine validation differ: $(tail -1 "$tmp/v.err")"
+rm -f "$tmp/v.gguf"
+$TRAIN $ev --resume 2> "$tmp/v2.err"
+grep -q "is missing; writing the weights of step 10" "$tmp/v2.err" && [ -f "$tmp/v.gguf" ] && ok \
+    || bad "a resumed finished run did not rewrite its model: $(tail -1 "$tmp/v2.err")"
+
 "$INFER" --model "$tmp/a.gguf" --prompt "ROMEO:" -n 20 --seed 1 > "$tmp/out" 2> "$tmp/err" && [ -s "$tmp/out" ] && ok \
     || bad "the engine cannot run the trained model: $(cat "$tmp/err")"
 echo "train: $pass passed, $fail failed"

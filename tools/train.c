@@ -192,37 +192,49 @@ static void fill_batch(int *tokens, const Data *d, int B, int T, int bos, uint64
     }
 }
 
-/* Sum of -ln p over every validation token (see the header), in nats. The
- * trainer's batch rows are filled with windows; rows beyond the data repeat
- * the last window and are not counted. */
+/* Validation windows (see the header): window w reads T tokens of the split
+ * starting at `start` (the last window is pulled back to end at the split's
+ * end), preceded by the token before it or BOS, and scores the tokens
+ * [from, to) of the split, the ones no earlier window scored. */
+typedef struct { long start, from, to; } ValWindow;
+
+static long val_windows(long n, int T) { return n <= T ? 1 : 1 + (n - T + T / 2 - 1) / (T / 2); }
+
+static ValWindow val_window(const Data *d, int T, long w, int bos, int *row) {
+    long n = d->n_val, half = T / 2;
+    ValWindow v = {w * half, w == 0 ? 0 : (w - 1) * half + T, 0};
+    if (v.start + T > n) v.start = n > T ? n - T : 0;
+    v.to = v.start + T < n ? v.start + T : n;
+    row[0] = v.start == 0 ? bos : d->val[v.start - 1];
+    for (int i = 0; i < T; i++) row[i + 1] = v.start + i < n ? d->val[v.start + i] : bos;
+    return v;
+}
+
+/* Sum of -ln p over every validation token, in nats, with the trainer's
+ * forward pass; B windows per batch (rows past the last window repeat it and
+ * are not counted). */
 static double val_nats(Trainer *t, const Data *d, int bos) {
-    int B = t->B, T = t->T, half = T / 2;
-    long n = d->n_val;
+    int B = t->B, T = t->T;
+    long n_windows = val_windows(d->n_val, T);
     double total = 0.0;
     int *tokens = mem_alloc((size_t)B * (T + 1) * sizeof(int));
-    if (!tokens) return NAN;
-    /* Window w covers validation tokens [w*half - 1, ...): input BOS then tokens. */
-    long n_windows = n <= T ? 1 : 1 + (n - T + half - 1) / half;
+    ValWindow *win = mem_alloc((size_t)B * sizeof(ValWindow));
+    if (!tokens || !win) {
+        mem_free(tokens);
+        mem_free(win);
+        return NAN;
+    }
     for (long w0 = 0; w0 < n_windows; w0 += B) {
-        for (int b = 0; b < B; b++) {
-            long w = w0 + b < n_windows ? w0 + b : n_windows - 1;
-            long start = w * half;   /* first token of the window's targets */
-            if (start + T > n) start = n > T ? n - T : 0;
-            int *row = tokens + b * (T + 1);
-            row[0] = start == 0 ? bos : d->val[start - 1];
-            for (int i = 0; i < T; i++) row[i + 1] = start + i < n ? d->val[start + i] : bos;
-        }
+        for (int b = 0; b < B; b++)
+            win[b] = val_window(d, T, w0 + b < n_windows ? w0 + b : n_windows - 1, bos,
+                                tokens + b * (T + 1));
         tr_forward(t, tokens, 0);
-        for (int b = 0; b < B && w0 + b < n_windows; b++) {
-            long w = w0 + b, start = w * half;
-            if (start + T > n) start = n > T ? n - T : 0;
-            /* tokens [scored_from, scored_to) of the split are new to this window */
-            long scored_from = w == 0 ? 0 : (w - 1) * half + T, scored_to = start + T;
-            if (scored_to > n) scored_to = n;
-            for (long i = scored_from; i < scored_to; i++) total += t->row_loss[b * T + (i - start)];
-        }
+        for (int b = 0; b < B && w0 + b < n_windows; b++)
+            for (long i = win[b].from; i < win[b].to; i++)
+                total += t->row_loss[b * T + (i - win[b].start)];
     }
     mem_free(tokens);
+    mem_free(win);
     return total;
 }
 
@@ -431,21 +443,17 @@ static double engine_val_nats(const char *path, const Data *d, int T, Err *e) {
     if (model_load(&m, path, NULL, e)) return NAN;
     RunState s;
     if (runstate_init(&s, &m, T, e)) { model_free(&m); return NAN; }
-    int V = m.cfg.vocab_size, half = T / 2, bos = tok_bos(m.tok);
-    long n = d->n_val, n_windows = n <= T ? 1 : 1 + (n - T + half - 1) / half;
+    int V = m.cfg.vocab_size, bos = tok_bos(m.tok);
+    long n_windows = val_windows(d->n_val, T);
     int *row = mem_alloc((size_t)(T + 1) * sizeof(int));
     double total = 0.0;
     for (long w = 0; row && w < n_windows; w++) {
-        long start = w * half;
-        if (start + T > n) start = n > T ? n - T : 0;
-        row[0] = start == 0 ? bos : d->val[start - 1];
-        for (int i = 0; i < T; i++) row[i + 1] = start + i < n ? d->val[start + i] : bos;
+        ValWindow v = val_window(d, T, w, bos, row);
         float *lg = model_forward(&m, &s, row, T, 0, 1);
-        long from = w == 0 ? 0 : (w - 1) * half + T, to = start + T < n ? start + T : n;
-        for (long i = from; i < to; i++) {
-            float *z = lg + (size_t)(i - start) * V;
+        for (long i = v.from; i < v.to; i++) {
+            float *z = lg + (size_t)(i - v.start) * V;
             softmax(z, V);
-            total += -log(fmax(z[row[i - start + 1]], 1e-30));
+            total += -log(fmax(z[row[i - v.start + 1]], 1e-30));
         }
     }
     mem_free(row);
