@@ -297,14 +297,19 @@ void model_free(Model *m) {
 
 /* ------------------------------------------------------------ run state */
 
-int runstate_init(RunState *s, const Model *m, int max_T, Err *e) {
+/* One allocation, carved into 64-byte aligned pieces. cache: with a
+ * contiguous (L, P, Hkv*S) cache for model_forward. */
+static int runstate_alloc(RunState *s, const Model *m, int max_T, int max_logits, int cache,
+                          Err *e) {
     memset(s, 0, sizeof *s);
     const ModelConfig *c = &m->cfg;
-    if (max_T < 1 || max_T > c->seq_len)
-        return err_set(e, ST_ARG, "runstate: max_T %d outside 1..%d", max_T, c->seq_len);
+    if (max_T < 1 || max_T > (1 << 20))
+        return err_set(e, ST_ARG, "runstate: max_T %d outside 1..%d", max_T, 1 << 20);
+    if (max_logits < 1 || max_logits > max_T)
+        return err_set(e, ST_ARG, "runstate: max_logits %d outside 1..%d", max_logits, max_T);
     size_t T = max_T, D = c->dim, F = c->hidden_dim, V = c->vocab_size, P = c->seq_len;
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
-    size_t L = c->n_layers;
+    size_t L = c->n_layers, C = cache ? L * P * kvd : 0;
     size_t scratch = 0;
     const Mat *mats[] = {&m->layers[0].wq, &m->layers[0].wk, &m->layers[0].w_gate,
                          &m->layers[0].w_down, &m->output};
@@ -312,27 +317,30 @@ int runstate_init(RunState *s, const Model *m, int max_T, Err *e) {
         size_t b = matmul_scratch_bytes(mats[i]->type, max_T, mats[i]->K);
         if (b > scratch) scratch = b;
     }
-    /* One allocation, carved into 64-byte aligned pieces (sizes in floats). */
+    /* Sizes in 4-byte units (floats and ints alike). */
     size_t sizes[] = {T * D, T * D, T * qd, T * kvd, T * kvd, T * qd, T * D, T * F, T * F,
-                      T * V, P * (c->n_rot / 2) * 2, L * P * kvd, L * P * kvd,
+                      (size_t)max_logits * V, P * (c->n_rot / 2) * 2, C, C, T, T, T, T,
                       (scratch + 3) / 4};
-    float **ptrs[] = {&s->x, &s->xb, &s->q, &s->k, &s->v, &s->att_out, &s->proj, &s->hb,
-                      &s->hb2, &s->logits, &s->rope_cs, &s->key_cache, &s->value_cache,
-                      (float **)&s->scratch};
+    void **ptrs[] = {(void **)&s->x, (void **)&s->xb, (void **)&s->q, (void **)&s->k,
+                     (void **)&s->v, (void **)&s->att_out, (void **)&s->proj, (void **)&s->hb,
+                     (void **)&s->hb2, (void **)&s->logits, (void **)&s->rope_cs,
+                     (void **)&s->key_cache, (void **)&s->value_cache, (void **)&s->b_pos,
+                     (void **)&s->b_slot, (void **)&s->b_rows, (void **)&s->b_seq, &s->scratch};
     size_t n = sizeof sizes / sizeof sizes[0], total = 0;
     for (size_t i = 0; i < n; i++) total += (sizes[i] + 15) / 16 * 16;
     s->bytes = total * sizeof(float) + 64;
     char *block = mem_alloc(s->bytes);
     if (!block)
-        return err_set(e, ST_NOMEM, "runstate: cannot allocate %zu bytes of activations and cache",
-                       s->bytes);
+        return err_set(e, ST_NOMEM, "runstate: cannot allocate %zu bytes of activations%s",
+                       s->bytes, cache ? " and cache" : "");
     float *p = (float *)(((uintptr_t)block + 63) & ~(uintptr_t)63);
     s->block_ = block;
     for (size_t i = 0; i < n; i++) {
-        *ptrs[i] = p;
+        *ptrs[i] = sizes[i] ? p : NULL;
         p += (sizes[i] + 15) / 16 * 16;
     }
     s->max_T = max_T;
+    s->max_logits = max_logits;
     /* RoPE angles in double: pair i of position pos turns by pos * base^(-2i/n_rot). */
     for (size_t pos = 0; pos < P; pos++)
         for (int i = 0; i < c->n_rot / 2; i++) {
@@ -344,6 +352,18 @@ int runstate_init(RunState *s, const Model *m, int max_T, Err *e) {
     return ST_OK;
 }
 
+int runstate_init(RunState *s, const Model *m, int max_T, Err *e) {
+    if (max_T < 1 || max_T > m->cfg.seq_len) {
+        memset(s, 0, sizeof *s);
+        return err_set(e, ST_ARG, "runstate: max_T %d outside 1..%d", max_T, m->cfg.seq_len);
+    }
+    return runstate_alloc(s, m, max_T, max_T, 1, e);
+}
+
+int runstate_init_paged(RunState *s, const Model *m, int max_T, int max_logits, Err *e) {
+    return runstate_alloc(s, m, max_T, max_logits, 0, e);
+}
+
 void runstate_free(RunState *s) {
     mem_free(s->block_);
     memset(s, 0, sizeof *s);
@@ -351,68 +371,95 @@ void runstate_free(RunState *s) {
 
 /* ------------------------------------------------------------ forward */
 
-/* One query head attending to positions 0..n-1 of its KV head, online softmax.
- * q, out: (S); keys, values: rows of stride kvd starting at this KV head. */
-static void attend_one(float *out, const float *q, const float *keys, const float *values,
-                       int n, int S, size_t kvd, float scale) {
-    float max = -INFINITY, sum = 0.0f;
-    for (int i = 0; i < S; i++) out[i] = 0.0f;
+/* Online softmax (Milakov & Gimelshein 2018; the heart of FlashAttention):
+ * one pass over the keys keeps a running maximum m, a running sum l of
+ * exp(score - m) and an unnormalised output o; when a new maximum appears, what
+ * was summed so far is rescaled by exp(old m - new m). No score row is ever
+ * stored, so a query can walk its keys block by block through a block table. */
+typedef struct {
+    float max, sum;
+} Online;
+
+/* Fold n consecutive rows of keys/values (row stride kvd, already offset to
+ * this KV head) into the running state of one query head. */
+static void attend_rows(Online *st, float *out, const float *q, const float *keys,
+                        const float *values, int n, int S, size_t kvd, float scale) {
     for (int p = 0; p < n; p++) {
         const float *k = keys + (size_t)p * kvd;
         float score = 0.0f;
 #pragma omp simd reduction(+ : score)   /* lets the compiler reorder the sum into vector lanes */
         for (int i = 0; i < S; i++) score += q[i] * k[i];
         score *= scale;
-        if (score > max) {   /* new maximum: rescale what was summed so far */
-            float c = ops_exp(max - score);
-            sum *= c;
+        if (score > st->max) {   /* new maximum: rescale what was summed so far */
+            float c = ops_exp(st->max - score);
+            st->sum *= c;
             for (int i = 0; i < S; i++) out[i] *= c;
-            max = score;
+            st->max = score;
         }
-        float w = ops_exp(score - max);
-        sum += w;
+        float w = ops_exp(score - st->max);
+        st->sum += w;
         const float *v = values + (size_t)p * kvd;
         for (int i = 0; i < S; i++) out[i] += w * v[i];
     }
-    for (int i = 0; i < S; i++) out[i] /= sum;
 }
 
-float *model_forward(const Model *m, RunState *s, const int *tokens, int T, int pos, int all_logits) {
+/* Paged attention of one query head: positions 0 .. n-1 of a sequence, found
+ * block by block through its table. kbase/vbase: this layer's (NB * BS, kvd)
+ * rows, offset to the query's KV head. */
+static void attend_paged(float *out, const float *q, const float *kbase, const float *vbase,
+                         const int *table, int BS, int n, int S, size_t kvd, float scale) {
+    Online st = {-INFINITY, 0.0f};
+    for (int i = 0; i < S; i++) out[i] = 0.0f;
+    for (int p = 0; p < n; p += BS) {
+        size_t row = (size_t)table[p / BS] * BS;
+        int rows = n - p < BS ? n - p : BS;
+        attend_rows(&st, out, q, kbase + row * kvd, vbase + row * kvd, rows, S, kvd, scale);
+    }
+    for (int i = 0; i < S; i++) out[i] /= st.sum;
+}
+
+float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const Batch *b) {
     const ModelConfig *c = &m->cfg;
     int D = c->dim, F = c->hidden_dim, S = c->head_dim, H = c->n_heads, Hkv = c->n_kv_heads;
-    int V = c->vocab_size, P = c->seq_len, half = c->n_rot / 2;
+    int half = c->n_rot / 2, T = b->T, BS = kv->BS;
     size_t qd = (size_t)H * S, kvd = (size_t)Hkv * S;
+    size_t layer_rows = (size_t)kv->NB * BS;   /* rows of one layer's K (or V) */
     float scale = 1.0f / sqrtf((float)S);
 
     for (int t = 0; t < T; t++)
         dequantize_row(s->x + (size_t)t * D,
                        (const char *)m->tok_embd.data +
-                           (size_t)tokens[t] * dtype_row_bytes(m->tok_embd.type, D),
+                           (size_t)b->token[t] * dtype_row_bytes(m->tok_embd.type, D),
                        m->tok_embd.type, D);
 
     for (int l = 0; l < c->n_layers; l++) {
         const Layer *w = &m->layers[l];
-        float *kc = s->key_cache + (size_t)l * P * kvd, *vc = s->value_cache + (size_t)l * P * kvd;
+        float *kc = kv->key + (size_t)l * layer_rows * kvd;
+        float *vc = kv->value + (size_t)l * layer_rows * kvd;
 
         for (int t = 0; t < T; t++)
             rmsnorm(s->xb + (size_t)t * D, s->x + (size_t)t * D, w->attn_norm, D, c->rms_eps);
+        /* One product per weight for every token of every sequence in the batch. */
         matmul(s->q, s->xb, &w->wq, T, s->scratch);
         matmul(s->k, s->xb, &w->wk, T, s->scratch);
         matmul(s->v, s->xb, &w->wv, T, s->scratch);
+        /* RoPE at each token's own position, then its K/V go to its slot, so
+         * later tokens of the same sequence in this batch can see them. */
         for (int t = 0; t < T; t++) {
-            const float *cs = s->rope_cs + (size_t)(pos + t) * half * 2;
+            const float *cs = s->rope_cs + (size_t)b->pos[t] * half * 2;
             rope(s->q + t * qd, H, S, c->n_rot, cs);
             rope(s->k + t * kvd, Hkv, S, c->n_rot, cs);
-            memcpy(kc + (size_t)(pos + t) * kvd, s->k + t * kvd, kvd * sizeof(float));
-            memcpy(vc + (size_t)(pos + t) * kvd, s->v + t * kvd, kvd * sizeof(float));
+            memcpy(kc + (size_t)b->slot[t] * kvd, s->k + t * kvd, kvd * sizeof(float));
+            memcpy(vc + (size_t)b->slot[t] * kvd, s->v + t * kvd, kvd * sizeof(float));
         }
         /* Query head h reads KV head h / (H / Hkv): grouped-query attention. */
 #pragma omp parallel for collapse(2) schedule(static) if (T * H >= 64)
         for (int t = 0; t < T; t++)
             for (int h = 0; h < H; h++) {
-                int kvh = h / (H / Hkv);
-                attend_one(s->att_out + t * qd + (size_t)h * S, s->q + t * qd + (size_t)h * S,
-                           kc + (size_t)kvh * S, vc + (size_t)kvh * S, pos + t + 1, S, kvd, scale);
+                size_t off = (size_t)(h / (H / Hkv)) * S;
+                attend_paged(s->att_out + t * qd + (size_t)h * S, s->q + t * qd + (size_t)h * S,
+                             kc + off, vc + off, b->table[b->seq[t]], BS, b->pos[t] + 1, S, kvd,
+                             scale);
             }
         matmul(s->proj, s->att_out, &w->wo, T, s->scratch);
         for (size_t i = 0; i < (size_t)T * D; i++) s->x[i] += s->proj[i];
@@ -426,11 +473,28 @@ float *model_forward(const Model *m, RunState *s, const int *tokens, int T, int 
         for (size_t i = 0; i < (size_t)T * D; i++) s->x[i] += s->proj[i];
     }
 
-    /* Logits only for the rows that need them: the last one when generating. */
-    int first = all_logits ? 0 : T - 1, rows = T - first;
-    for (int t = first; t < T; t++)
-        rmsnorm(s->xb + (size_t)t * D, s->x + (size_t)t * D, m->out_norm, D, c->rms_eps);
-    matmul(s->logits, s->xb + (size_t)first * D, &m->output, rows, s->scratch);
-    (void)V;
+    /* Logits only for the rows that sample: gathered into the first n_logits
+     * rows of xb (logit_row is ascending, so row i is never overwritten before
+     * it is read), then one product with the classifier. */
+    for (int i = 0; i < b->n_logits; i++)
+        rmsnorm(s->xb + (size_t)i * D, s->x + (size_t)b->logit_row[i] * D, m->out_norm, D,
+                c->rms_eps);
+    matmul(s->logits, s->xb, &m->output, b->n_logits, s->scratch);
     return s->logits;
+}
+
+/* One sequence against the contiguous cache: the batch of T consecutive
+ * positions whose slots are the positions themselves (one block of P rows). */
+float *model_forward(const Model *m, RunState *s, const int *tokens, int T, int pos, int all_logits) {
+    static const int zero = 0;
+    const int *table[1] = {&zero};
+    for (int t = 0; t < T; t++) {
+        s->b_pos[t] = s->b_slot[t] = pos + t;
+        s->b_rows[t] = t;
+    }
+    int first = all_logits ? 0 : T - 1;
+    Batch b = {.T = T, .token = tokens, .pos = s->b_pos, .seq = s->b_seq, .slot = s->b_slot,
+               .table = table, .n_logits = T - first, .logit_row = s->b_rows + first};
+    KvStore kv = {s->key_cache, s->value_cache, 1, m->cfg.seq_len};
+    return model_forward_batch(m, s, &kv, &b);
 }

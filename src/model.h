@@ -59,10 +59,12 @@ typedef struct {
 int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e);
 void model_free(Model *m);                  /* accepts a zeroed Model */
 
-/* Activations and a contiguous KV cache for one sequence of up to P tokens.
- * Everything the forward pass touches is allocated here, once. */
+/* Activations (and, for runstate_init, a contiguous KV cache for one
+ * sequence of up to P tokens). Everything the forward pass touches is
+ * allocated here, once. */
 typedef struct {
     int max_T;            /* most tokens one forward call may take */
+    int max_logits;       /* most rows of logits one call may ask for */
     float *x;             /* (max_T, D) residual stream */
     float *xb;            /* (max_T, D) normed input of a sublayer */
     float *q;             /* (max_T, H*S) */
@@ -70,22 +72,55 @@ typedef struct {
     float *att_out;       /* (max_T, H*S) */
     float *proj;          /* (max_T, D) output of wo / w_down */
     float *hb, *hb2;      /* (max_T, F) gate and up */
-    float *logits;        /* (max_T, V) */
+    float *logits;        /* (max_logits, V) */
     float *rope_cs;       /* (P, n_rot/2, 2) cos and sin for every position */
-    float *key_cache;     /* (L, P, Hkv*S) */
+    float *key_cache;     /* (L, P, Hkv*S) runstate_init only, else NULL */
     float *value_cache;   /* (L, P, Hkv*S) */
+    int *b_pos, *b_slot, *b_rows;   /* (max_T) the batch model_forward builds */
+    int *b_seq;           /* (max_T) zeros: model_forward's one sequence */
     void *scratch;        /* quantized activations, widened weight rows */
     void *block_;         /* the one allocation all of the above are carved from */
     size_t bytes;         /* total allocated */
 } RunState;
 
+/* For model_forward: activations for max_T tokens and a contiguous cache. */
 int runstate_init(RunState *s, const Model *m, int max_T, Err *e);
+/* For model_forward_batch: activations for max_T tokens, logits for
+ * max_logits rows, no cache (K/V live in a paged pool the caller owns). */
+int runstate_init_paged(RunState *s, const Model *m, int max_T, int max_logits, Err *e);
 void runstate_free(RunState *s);            /* accepts a zeroed RunState */
 
-/* Run T tokens at positions pos .. pos+T-1 (causal; earlier positions must
- * already be in the cache). Returns the logits: of the last token, or of all T
- * rows (T, V) when all_logits is set. Preconditions, checked by the caller:
- * 1 <= T <= max_T, pos + T <= P, 0 <= tokens[i] < V. */
+/* Run T tokens of one sequence at positions pos .. pos+T-1 against the
+ * RunState's contiguous cache (causal; earlier positions must already be in
+ * it). Returns the logits: of the last token, or of all T rows (T, V) when
+ * all_logits is set. Preconditions, checked by the caller: 1 <= T <= max_T,
+ * pos + T <= P, 0 <= tokens[i] < V. */
 float *model_forward(const Model *m, RunState *s, const int *tokens, int T, int pos, int all_logits);
+
+/* Where K/V live: blocks of BS token rows, (L, NB, BS, Hkv*S) floats each for
+ * K and V (kv_paged.h's layout). A contiguous cache is one block of P rows. */
+typedef struct {
+    float *key, *value;
+    int NB, BS;
+} KvStore;
+
+/* A batch: tokens of several sequences, each a run of consecutive positions
+ * (a prefill chunk, or one decode token). Row t is token[t] of sequence
+ * seq[t] at position pos[t]; its K/V are written to slot[t] (block * BS + row)
+ * and it attends to positions 0 .. pos[t] of its sequence, read through
+ * table[seq[t]] (position p is in block table[..][p / BS], row p % BS). */
+typedef struct {
+    int T;
+    const int *token, *pos, *seq, *slot;      /* (T) each */
+    const int *const *table;                  /* (sequences) block tables */
+    int n_logits;                             /* rows whose logits are wanted */
+    const int *logit_row;                     /* (n_logits) ascending rows */
+} Batch;
+
+/* Run a batch: one matrix product per weight for all T rows, paged attention
+ * per row. Returns the logits (n_logits, V), row i for logit_row[i].
+ * Preconditions (the executor's job): 1 <= T <= max_T, n_logits <= max_logits,
+ * positions < P, slots reserved, positions before each run already written. */
+float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const Batch *b);
 
 #endif

@@ -1,0 +1,102 @@
+/* executor.c - from the scheduler's decision to sampled tokens.
+ *
+ * The scheduler says "request A: positions 40..55, request B: position 97,
+ * request C: position 12". The model wants flat arrays: row t is token[t] at
+ * pos[t] of sequence seq[t], writing its K/V to slot[t]. Flattening is this
+ * file's first job; it is what lets one matrix product per weight serve every
+ * sequence at once (the point of batching: a decode step reads all the weights
+ * for one token, so 16 sequences cost little more than one).
+ *
+ * Its second job is sampling: only rows that end a sequence's known tokens
+ * need logits (a prefill chunk that stops mid-prompt samples nothing), and each
+ * request samples with its own parameters and its own random stream, so its
+ * output does not depend on who else shared the batch. */
+#include "executor.h"
+#include "clock.h"
+#include "mem.h"
+#include <string.h>
+
+int exec_init(Executor *x, const Model *m, KvPool *pool, int max_T, int max_seqs, Err *e) {
+    memset(x, 0, sizeof *x);
+    if (max_seqs > max_T) max_seqs = max_T;   /* each sequence runs at least one token */
+    int st = runstate_init_paged(&x->rs, m, max_T, max_seqs, e);
+    if (st) return st;
+    x->model = m;
+    x->pool = pool;
+    x->max_T = max_T;
+    x->max_seqs = max_seqs;
+    size_t T = (size_t)max_T, B = (size_t)max_seqs;
+    x->token = mem_alloc(T * sizeof(int));
+    x->pos = mem_alloc(T * sizeof(int));
+    x->seq = mem_alloc(T * sizeof(int));
+    x->slot = mem_alloc(T * sizeof(int));
+    x->logit_row = mem_alloc(B * sizeof(int));
+    x->table = mem_alloc(B * sizeof(*x->table));
+    x->sampled = mem_alloc(B * sizeof(int));
+    if (!x->token || !x->pos || !x->seq || !x->slot || !x->logit_row || !x->table || !x->sampled) {
+        exec_free(x);
+        return err_set(e, ST_NOMEM, "executor: cannot allocate the batch arrays for %d tokens", max_T);
+    }
+    return ST_OK;
+}
+
+void exec_free(Executor *x) {
+    runstate_free(&x->rs);
+    mem_free(x->token);
+    mem_free(x->pos);
+    mem_free(x->seq);
+    mem_free(x->slot);
+    mem_free(x->logit_row);
+    mem_free(x->table);
+    mem_free(x->sampled);
+    memset(x, 0, sizeof *x);
+}
+
+const int *exec_run(Executor *x, Scheduler *s, const SchedOutput *o) {
+    double t0 = clock_seconds();
+    KvPool *p = x->pool;
+    int T = 0, n_logits = 0;
+    for (int i = 0; i < o->n_items; i++) {
+        const SchedItem *it = &o->items[i];
+        KvSeq *q = sched_seq(s, it->req);
+        x->table[i] = q->table;
+        for (int j = 0; j < it->n; j++, T++) {
+            int pos = it->from + j;
+            x->token[T] = it->req->tokens[pos];
+            x->pos[T] = pos;
+            x->seq[T] = i;
+            x->slot[T] = kv_seq_slot(q, p->BS, pos);
+        }
+        if (it->sample) x->logit_row[n_logits++] = T - 1;
+    }
+    double t1 = clock_seconds();
+
+    const float *logits = NULL;
+    if (T > 0) {
+        Batch b = {.T = T, .token = x->token, .pos = x->pos, .seq = x->seq, .slot = x->slot,
+                   .table = x->table, .n_logits = n_logits, .logit_row = x->logit_row};
+        KvStore kv = {p->key, p->value, p->NB, p->BS};
+        logits = model_forward_batch(x->model, &x->rs, &kv, &b);
+    }
+    double t2 = clock_seconds();
+
+    /* The K/V are written: the sequences own those positions now (full blocks
+     * become findable in the prefix cache). Then sample. */
+    int V = x->model->cfg.vocab_size, k = 0;
+    for (int i = 0; i < o->n_items; i++) {
+        const SchedItem *it = &o->items[i];
+        kv_seq_commit(p, sched_seq(s, it->req), it->req->tokens, it->n);
+        it->req->n_computed += it->n;
+        x->sampled[i] = -1;
+        if (it->sample) {
+            /* logits rows are this executor's own buffer: sampling may scale them */
+            x->sampled[i] = sampler_sample(&it->req->sampler, (float *)logits + (size_t)k * V);
+            k++;
+        }
+    }
+    double t3 = clock_seconds();
+    x->t_build = t1 - t0;
+    x->t_forward = t2 - t1;
+    x->t_sample = t3 - t2;
+    return x->sampled;
+}

@@ -1,0 +1,33 @@
+/* executor.h - run what the scheduler decided: flatten it into one batch,
+ * call the model, sample each sequence's next token.
+ *
+ * See notes/executor.md. Everything is allocated by exec_init. */
+#ifndef EXECUTOR_H
+#define EXECUTOR_H
+#include "err.h"
+#include "kv_paged.h"
+#include "model.h"
+#include "scheduler.h"
+
+typedef struct {
+    const Model *model;
+    KvPool *pool;
+    RunState rs;          /* activations for token_budget rows, logits for max_seqs */
+    int max_T, max_seqs;
+    /* the batch, rebuilt every step */
+    int *token, *pos, *seq, *slot;   /* (max_T) */
+    int *logit_row;                  /* (max_seqs) */
+    const int **table;               /* (max_seqs) */
+    int *sampled;                    /* (max_seqs) token sampled for item i, or -1 */
+    double t_build, t_forward, t_sample;   /* seconds spent in the last step */
+} Executor;
+
+int exec_init(Executor *x, const Model *m, KvPool *pool, int max_T, int max_seqs, Err *e);
+void exec_free(Executor *x);                        /* accepts a zeroed one */
+
+/* Run one step's items (their KV slots are reserved): write their K/V, commit
+ * them to their sequences, and sample a token for every item whose run ends
+ * at its last known token. Returns x->sampled (one entry per item). */
+const int *exec_run(Executor *x, Scheduler *s, const SchedOutput *o);
+
+#endif

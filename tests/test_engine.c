@@ -1,0 +1,544 @@
+/* test_engine.c - the serving engine, end to end: runtime, scheduler, paged
+ * KV cache, executor and the step loop together.
+ *
+ * The central claim: batching changes when a request runs, never what it
+ * says. So the reference for every request in a concurrent workload is the
+ * same request run alone, and the reference for "alone" is the plain
+ * single-sequence loop over model_forward with its contiguous cache (no
+ * pages, no scheduler). Each test also asserts that the mechanism it is about
+ * really happened (a preemption, a prefix hit), or it would prove nothing.
+ *
+ * Model: data/shakespeare.gguf, the project's own default model (in the
+ * repository, so these tests never skip). */
+#include "engine.h"
+#include "mem.h"
+#include "testutil.h"
+
+static Model M;
+enum { MAXOUT = 64 };
+
+static int setup(void **state) {
+    Err e = {{0}};
+    if (model_load(&M, "data/shakespeare.gguf", NULL, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    model_free(&M);
+    return 0;
+}
+
+typedef struct {
+    const char *prompt;
+    int max_tokens;
+    float temperature;
+    uint64_t seed;
+    Priority priority;
+    long at_step;            /* submitted once the engine has run this many steps */
+    const char *stop;        /* one stop string or NULL */
+    /* results */
+    int id;
+    int out[MAXOUT];
+    int n_out;
+    FinishReason finish;
+    int n_preempted, prefix_hit_tokens;
+    Telemetry tm;
+    long first_token_step;   /* engine steps run when its first token came */
+} Job;
+
+static const char *PROMPTS[] = {
+    "ROMEO:",
+    "First Citizen:\nBefore we proceed any further, hear me speak.",
+    "KING RICHARD II:\nNow, my lord, what says the",
+    "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo? Deny thy father and refuse thy name;",
+    "M",
+    "MENENIUS:\nI tell you, friends, most charitable care\nHave the patricians of you.",
+    "CORIOLANUS:\nWhat is the matter, you dissentious rogues,",
+    "LADY",
+};
+enum { NPROMPTS = sizeof PROMPTS / sizeof PROMPTS[0] };
+
+static EngineConfig config(int max_seqs, int budget, int chunk, int n_blocks) {
+    EngineConfig c = engine_config_default();
+    c.sched.max_seqs = max_seqs;
+    c.sched.token_budget = budget;
+    c.sched.chunk = chunk;
+    c.n_blocks = n_blocks;
+    return c;
+}
+
+static int submit(Engine *en, Job *j) {
+    RtParams p = rt_params_default();
+    p.prompt = j->prompt;
+    p.max_tokens = j->max_tokens;
+    p.sampling.temperature = j->temperature;
+    p.sampling.seed = j->seed;
+    p.priority = j->priority;
+    p.stop[0] = j->stop;
+    Err e = {{0}};
+    int id = rt_submit(en, &p, &e);
+    if (id < 0) print_error("submit: %s\n", e.msg);
+    assert_true(id >= 0);
+    return id;
+}
+
+/* Replay jobs (each submitted at its at_step; when the engine goes idle
+ * early, the next job is submitted at once), run to idle, collect results.
+ * Checks that every block came back. */
+static void run_jobs(const EngineConfig *cfg, Job *jobs, int n) {
+    Engine en;
+    Err e = {{0}};
+    assert_int_equal(engine_init(&en, &M, cfg, &e), ST_OK);
+    int next = 0;
+    for (int i = 0; i < n; i++) jobs[i].first_token_step = -1;
+    while (next < n || !engine_idle(&en)) {
+        while (next < n && (jobs[next].at_step <= en.steps || engine_idle(&en)))
+            jobs[next].id = submit(&en, &jobs[next]), next++;
+        engine_step(&en);
+        for (int i = 0; i < next; i++) {
+            Request *r = rt_find(&en, jobs[i].id);
+            if (jobs[i].first_token_step < 0 && r->n_out > 0) jobs[i].first_token_step = en.steps;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        Request *r = rt_find(&en, jobs[i].id);
+        assert_non_null(r);
+        assert_int_equal(r->state, RQ_FINISHED);
+        jobs[i].n_out = r->n_out;
+        memcpy(jobs[i].out, r->tokens + r->n_prompt, (size_t)r->n_out * sizeof(int));
+        jobs[i].finish = r->finish;
+        jobs[i].n_preempted = r->n_preempted;
+        jobs[i].prefix_hit_tokens = r->prefix_hit_tokens;
+        jobs[i].tm = r->tm;
+    }
+    /* Every block is back: nobody holds one, and the pool is consistent. */
+    assert_int_equal(kv_held_blocks(&en.pool), 0);
+    for (int b = 0; b < en.pool.NB; b++) assert_int_equal(en.pool.refcount[b], 0);
+    assert_int_equal(kv_free_blocks(&en.pool) + kv_cached_blocks(&en.pool), en.pool.NB);
+    if (kv_pool_check(&en.pool, &e)) fail_msg("pool: %s", e.msg);
+    engine_free(&en);
+}
+
+/* The same job alone in a roomy engine. */
+static void run_alone(Job *j) {
+    EngineConfig c = config(4, 256, 0, 0);
+    Job copy = *j;
+    copy.at_step = 0;
+    run_jobs(&c, &copy, 1);
+    memcpy(j->out, copy.out, sizeof copy.out);
+    j->n_out = copy.n_out;
+    j->finish = copy.finish;
+}
+
+static void make_jobs(Job *jobs, int n) {
+    memset(jobs, 0, (size_t)n * sizeof *jobs);
+    for (int i = 0; i < n; i++) {
+        jobs[i].prompt = PROMPTS[i % NPROMPTS];
+        jobs[i].max_tokens = 12 + (i * 7) % 20;
+        jobs[i].priority = PRIO_NORMAL;
+    }
+}
+
+static void assert_same_tokens(const Job *got, const Job *want, int i) {
+    if (got->n_out != want->n_out || memcmp(got->out, want->out, (size_t)got->n_out * sizeof(int))) {
+        int k = 0;
+        while (k < got->n_out && k < want->n_out && got->out[k] == want->out[k]) k++;
+        fail_msg("request %d (\"%.20s\"): %d tokens vs %d alone, first difference at %d", i,
+                 got->prompt, got->n_out, want->n_out, k);
+    }
+}
+
+/* ---- the reference: the single-sequence loop over model_forward ---- */
+
+static void engine_alone_matches_the_contiguous_forward_loop(void **state) {
+    for (int p = 0; p < NPROMPTS; p++) {
+        Job j = {.prompt = PROMPTS[p], .max_tokens = 24};
+        run_alone(&j);
+        /* plain loop */
+        int ids[256];
+        Err e = {{0}};
+        int n = tok_encode(M.tok, PROMPTS[p], 1, ids, 256, &e);
+        assert_true(n > 0);
+        RunState rs;
+        assert_int_equal(runstate_init(&rs, &M, M.cfg.seq_len, &e), ST_OK);
+        float *logits = model_forward(&M, &rs, ids, n, 0, 0);
+        for (int k = 0; k < 24; k++) {
+            int next = sampler_argmax(logits, M.cfg.vocab_size);
+            assert_int_equal(j.out[k], next);
+            logits = model_forward(&M, &rs, &next, 1, n + k, 0);
+        }
+        runstate_free(&rs);
+        assert_int_equal(j.n_out, 24);
+        assert_int_equal(j.finish, FIN_LENGTH);
+    }
+}
+
+/* ---- concurrency must not change any request's tokens ---- */
+
+static void check_against_alone(Job *jobs, int n) {
+    for (int i = 0; i < n; i++) {
+        Job alone = jobs[i];
+        run_alone(&alone);
+        assert_same_tokens(&jobs[i], &alone, i);
+    }
+}
+
+static void concurrent_greedy_equals_alone_for_mixed_prompt_lengths(void **state) {
+    Job jobs[12];
+    make_jobs(jobs, 12);
+    EngineConfig c = config(8, 128, 0, 0);
+    run_jobs(&c, jobs, 12);
+    check_against_alone(jobs, 12);
+}
+
+static void sampled_requests_follow_their_own_seed_in_any_company(void **state) {
+    Job jobs[8];
+    make_jobs(jobs, 8);
+    for (int i = 0; i < 8; i++) {
+        jobs[i].temperature = 0.8f;
+        jobs[i].seed = 100 + (uint64_t)i;
+    }
+    EngineConfig c = config(8, 64, 0, 0);
+    run_jobs(&c, jobs, 8);
+    check_against_alone(jobs, 8);
+}
+
+/* Chunk sizes around one prompt's length: shorter (several chunks), equal
+ * (exactly one), one longer (one chunk with room to spare). */
+static void chunked_prefill_of_any_chunk_size_equals_alone(void **state) {
+    Err e = {{0}};
+    int ids[256];
+    int len = tok_encode(M.tok, PROMPTS[3], 1, ids, 256, &e);   /* the longest prompt */
+    assert_true(len > 8);
+    int chunks[] = {3, len - 1, len, len + 1};
+    for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
+        Job jobs[8];
+        make_jobs(jobs, 8);
+        EngineConfig c = config(6, 64, chunks[k], 0);
+        run_jobs(&c, jobs, 8);
+        check_against_alone(jobs, 8);
+    }
+}
+
+static void a_small_pool_preempts_and_every_output_is_still_exact(void **state) {
+    Job jobs[10];
+    make_jobs(jobs, 10);
+    for (int i = 0; i < 10; i++) jobs[i].max_tokens = 40;
+    /* 14 blocks of 16 = 224 token slots for 10 requests of up to ~75 tokens */
+    EngineConfig c = config(8, 64, 16, 14);
+    run_jobs(&c, jobs, 10);
+    int preempted = 0;
+    for (int i = 0; i < 10; i++) preempted += jobs[i].n_preempted;
+    if (preempted == 0) fail_msg("the pool was meant to be too small, yet nothing was preempted");
+    check_against_alone(jobs, 10);
+}
+
+static void shared_prefixes_hit_the_cache_and_outputs_are_exact(void **state) {
+    static char prompts[6][256];
+    const char *system = "You are the Duke of Vienna. Answer in verse, as a Duke should, "
+                         "and never break the measure of the line.\n";
+    const char *tails[] = {"ROMEO:", "ISABELLA:\nAlas", "LUCIO:", "ANGELO:\nNever",
+                           "ESCALUS:", "PROVOST:\nI"};
+    Job jobs[6];
+    make_jobs(jobs, 6);
+    for (int i = 0; i < 6; i++) {
+        snprintf(prompts[i], sizeof prompts[i], "%s%s", system, tails[i]);
+        jobs[i].prompt = prompts[i];
+        jobs[i].at_step = i == 0 ? 0 : 2 + i;   /* the first one fills the cache */
+    }
+    EngineConfig c = config(4, 64, 0, 0);
+    run_jobs(&c, jobs, 6);
+    assert_int_equal(jobs[0].prefix_hit_tokens, 0);
+    for (int i = 1; i < 6; i++)
+        if (jobs[i].prefix_hit_tokens < 16)
+            fail_msg("request %d reused %d tokens of the shared prefix", i, jobs[i].prefix_hit_tokens);
+    check_against_alone(jobs, 6);
+}
+
+static void preemption_resumes_from_the_prefix_cache(void **state) {
+    /* Same prompts twice, tiny pool: a preempted request's full blocks stay
+     * cached, so its resume finds them. */
+    Job jobs[6];
+    make_jobs(jobs, 6);
+    for (int i = 0; i < 6; i++) {
+        jobs[i].prompt = PROMPTS[3];
+        jobs[i].max_tokens = 48;
+    }
+    EngineConfig c = config(6, 64, 8, 16);
+    run_jobs(&c, jobs, 6);
+    int preempted = 0, hits = 0;
+    for (int i = 0; i < 6; i++) {
+        preempted += jobs[i].n_preempted;
+        hits += jobs[i].prefix_hit_tokens;
+    }
+    assert_true(preempted > 0);
+    assert_true(hits > 0);
+    check_against_alone(jobs, 6);
+}
+
+/* ---- priorities ---- */
+
+static void a_high_request_behind_many_low_ones_gets_its_first_token_first(void **state) {
+    for (int policy = SCHED_FCFS; policy <= SCHED_PRIORITY; policy++) {
+        Job jobs[7];
+        make_jobs(jobs, 7);
+        for (int i = 0; i < 7; i++) {
+            jobs[i].priority = i == 6 ? PRIO_HIGH : PRIO_LOW;
+            jobs[i].max_tokens = 8;
+        }
+        EngineConfig c = config(2, 64, 0, 0);
+        c.sched.policy = (SchedPolicy)policy;
+        run_jobs(&c, jobs, 7);
+        int before_high = 0;   /* low requests whose first token came before the high one's */
+        for (int i = 0; i < 6; i++) before_high += jobs[i].tm.first_token < jobs[6].tm.first_token;
+        if (policy == SCHED_PRIORITY)
+            assert_int_equal(before_high, 0);
+        else
+            assert_true(before_high >= 4);   /* FCFS: it waits its turn */
+    }
+}
+
+static void aging_bounds_how_long_a_low_request_waits(void **state) {
+    /* One slot; a low request arrives among a long stream of high ones, one
+     * per step, each of which holds the slot for several steps, so a queue
+     * builds. Without aging every high request overtakes the low one. With
+     * aging every A steps a waiting request rises one level per A steps, so
+     * the low one ranks like a high request that arrived 2 * A steps after it:
+     * exactly the high requests that arrived before that may overtake it. */
+    enum { NH = 24, A = 4, LOW = 1 };
+    for (int aging = 0; aging <= A; aging += A) {
+        Job jobs[NH + 1];
+        make_jobs(jobs, NH + 1);
+        for (int i = 0; i <= NH; i++) {
+            jobs[i].priority = i == LOW ? PRIO_LOW : PRIO_HIGH;
+            jobs[i].max_tokens = 4;
+            jobs[i].prompt = "ROMEO:";
+            jobs[i].at_step = i;
+        }
+        EngineConfig c = config(1, 64, 0, 0);
+        c.sched.policy = SCHED_PRIORITY;
+        c.sched.aging_steps = aging;
+        run_jobs(&c, jobs, NH + 1);
+        int overtaken = 0;
+        for (int i = LOW + 1; i <= NH; i++) {
+            int before = jobs[i].tm.first_token < jobs[LOW].tm.first_token;
+            overtaken += before;
+            if (aging && before && jobs[i].at_step >= LOW + 2 * A)
+                fail_msg("high request %d arrived at step %ld, %ld steps after the low one, and "
+                         "still overtook it", i, jobs[i].at_step, jobs[i].at_step - LOW);
+        }
+        if (aging == 0)
+            assert_int_equal(overtaken, NH - LOW);   /* starved until the highs are gone */
+        else
+            assert_true(overtaken > 0 && overtaken < NH - LOW);   /* some did, not all */
+    }
+}
+
+/* ---- what the runtime promises ---- */
+
+static void the_decode_loop_allocates_nothing(void **state) {
+    Engine en;
+    Err e = {{0}};
+    EngineConfig c = config(8, 64, 0, 0);
+    assert_int_equal(engine_init(&en, &M, &c, &e), ST_OK);
+    Job jobs[8];
+    make_jobs(jobs, 8);
+    for (int i = 0; i < 8; i++) {
+        jobs[i].max_tokens = 40;
+        jobs[i].temperature = i % 2 ? 0.9f : 0.0f;
+        jobs[i].stop = i % 3 ? NULL : "zzz";
+        submit(&en, &jobs[i]);
+    }
+    /* run until every request is decoding */
+    for (int guard = 0; guard < 100 && en.sched.out.n_prefill_tokens + en.sched.n_waiting; guard++)
+        engine_step(&en);
+    assert_int_equal(en.sched.n_running, 8);
+    MemStats before = mem_stats();
+    long tokens = en.tokens_out;
+    for (int k = 0; k < 10; k++) engine_step(&en);
+    MemStats after = mem_stats();
+    assert_int_equal(en.tokens_out - tokens, 80);
+    assert_int_equal(after.total_count, before.total_count);
+    assert_int_equal(after.live_bytes, before.live_bytes);
+    assert_int_equal(engine_run(&en, &e), ST_OK);
+    engine_free(&en);
+}
+
+static void bad_requests_are_refused_with_a_reason_and_nothing_is_queued(void **state) {
+    Engine en;
+    Err e = {{0}};
+    EngineConfig c = config(4, 64, 0, 8);   /* 8 blocks = 128 tokens */
+    assert_int_equal(engine_init(&en, &M, &c, &e), ST_OK);
+    static char longp[4096];
+    memset(longp, 'a', sizeof longp - 1);
+    struct {
+        const char *what, *expect;
+        RtParams p;
+    } cases[8];
+    for (int i = 0; i < 8; i++) {
+        cases[i].p = rt_params_default();
+        cases[i].p.prompt = "ROMEO:";
+    }
+    cases[0].what = "empty prompt without BOS", cases[0].expect = "empty prompt";
+    cases[0].p.prompt = "", cases[0].p.add_bos = 0;
+    cases[1].what = "prompt longer than the context", cases[1].expect = "context";
+    cases[1].p.prompt = longp;
+    cases[2].what = "max_tokens 0", cases[2].expect = "max_tokens 0";
+    cases[2].p.max_tokens = 0;
+    cases[3].what = "negative temperature", cases[3].expect = "temperature";
+    cases[3].p.sampling.temperature = -1.0f;
+    cases[4].what = "top_p 0", cases[4].expect = "top_p 0";
+    cases[4].p.sampling.top_p = 0.0f;
+    cases[5].what = "top_p 1.5", cases[5].expect = "top_p 1.5";
+    cases[5].p.sampling.top_p = 1.5f;
+    cases[6].what = "unknown priority", cases[6].expect = "priority 7";
+    cases[6].p.priority = (Priority)7;
+    cases[7].what = "larger than the pool", cases[7].expect = "whole pool has 8 blocks";
+    cases[7].p.max_tokens = 200;
+    for (int i = 0; i < 8; i++) {
+        e.msg[0] = 0;
+        int st = rt_submit(&en, &cases[i].p, &e);
+        if (st != ST_ARG || !strstr(e.msg, cases[i].expect))
+            fail_msg("%s: status %d, message \"%s\"", cases[i].what, st, e.msg);
+        assert_true(engine_idle(&en));
+        assert_null(en.all);
+    }
+    Priority pr;
+    assert_int_equal(rt_parse_priority("urgent", &pr, &e), ST_ARG);
+    assert_non_null(strstr(e.msg, "urgent"));
+    assert_int_equal(rt_parse_priority("high", &pr, &e), ST_OK);
+    assert_int_equal(pr, PRIO_HIGH);
+    engine_free(&en);
+}
+
+typedef struct {
+    char text[4096];
+    int len, ends;
+} Sink;
+
+static void collect(const Request *r, const char *s, int len, void *user) {
+    Sink *k = user;
+    if (len == 0) {
+        k->ends++;
+        return;
+    }
+    assert_true(k->len + len < (int)sizeof k->text);
+    memcpy(k->text + k->len, s, (size_t)len);
+    k->len += len;
+    k->text[k->len] = 0;
+}
+
+static int run_streamed(const char *prompt, int max_tokens, const char *stop, Sink *k,
+                        FinishReason *why) {
+    Engine en;
+    Err e = {{0}};
+    EngineConfig c = config(2, 64, 0, 0);
+    assert_int_equal(engine_init(&en, &M, &c, &e), ST_OK);
+    RtParams p = rt_params_default();
+    p.prompt = prompt;
+    p.max_tokens = max_tokens;
+    p.stop[0] = stop;
+    p.on_text = collect;
+    p.user = k;
+    memset(k, 0, sizeof *k);
+    int id = rt_submit(&en, &p, &e);
+    assert_true(id >= 0);
+    assert_int_equal(engine_run(&en, &e), ST_OK);
+    Request *r = rt_find(&en, id);
+    *why = r->finish;
+    int n = r->n_out;
+    engine_free(&en);
+    return n;
+}
+
+static void a_stop_string_ends_the_text_just_before_it(void **state) {
+    Sink full, cut;
+    FinishReason why;
+    run_streamed("ROMEO:", 60, NULL, &full, &why);
+    assert_int_equal(why, FIN_LENGTH);
+    assert_int_equal(full.ends, 1);
+    assert_true(full.len > 40);
+    /* a stop string taken from the middle of the unstopped text */
+    char stop[8];
+    memcpy(stop, full.text + full.len / 2, 5);
+    stop[5] = 0;
+    int at = (int)(strstr(full.text, stop) - full.text);
+    run_streamed("ROMEO:", 60, stop, &cut, &why);
+    assert_int_equal(why, FIN_STOP);
+    assert_int_equal(cut.ends, 1);
+    assert_int_equal(cut.len, at);
+    assert_memory_equal(cut.text, full.text, (size_t)at);
+}
+
+static void cancel_returns_the_blocks_and_spares_the_others(void **state) {
+    Engine en;
+    Err e = {{0}};
+    EngineConfig c = config(4, 64, 0, 0);
+    assert_int_equal(engine_init(&en, &M, &c, &e), ST_OK);
+    Job jobs[3];
+    make_jobs(jobs, 3);
+    for (int i = 0; i < 3; i++) jobs[i].id = submit(&en, &jobs[i]);
+    for (int k = 0; k < 4; k++) engine_step(&en);
+    int held = kv_held_blocks(&en.pool);
+    Request *r = rt_find(&en, jobs[1].id);
+    assert_int_equal(r->state, RQ_RUNNING);
+    int its_blocks = en.sched.seqs[r->slot].n_blocks;
+    assert_true(its_blocks > 0);
+    assert_int_equal(rt_cancel(&en, jobs[1].id, &e), ST_OK);
+    assert_int_equal(r->finish, FIN_CANCEL);
+    assert_int_equal(kv_held_blocks(&en.pool), held - its_blocks);
+    assert_int_equal(rt_cancel(&en, jobs[1].id, &e), ST_ARG);   /* already finished */
+    assert_int_equal(rt_cancel(&en, 999, &e), ST_ARG);
+    assert_int_equal(engine_run(&en, &e), ST_OK);
+    for (int i = 0; i < 3; i += 2) {
+        Request *q = rt_find(&en, jobs[i].id);
+        jobs[i].n_out = q->n_out;
+        memcpy(jobs[i].out, q->tokens + q->n_prompt, (size_t)q->n_out * sizeof(int));
+        Job alone = jobs[i];
+        run_alone(&alone);
+        assert_same_tokens(&jobs[i], &alone, i);
+    }
+    assert_int_equal(kv_held_blocks(&en.pool), 0);
+    engine_free(&en);
+}
+
+static void telemetry_is_ordered_and_consistent(void **state) {
+    Job jobs[6];
+    make_jobs(jobs, 6);
+    EngineConfig c = config(3, 32, 8, 0);
+    run_jobs(&c, jobs, 6);
+    for (int i = 0; i < 6; i++) {
+        Telemetry *t = &jobs[i].tm;
+        assert_true(t->first_scheduled >= t->arrival);
+        assert_true(t->first_token >= t->first_scheduled);
+        assert_true(t->finished >= t->first_token);
+        assert_float_equal(t->queue_wait, t->first_scheduled - t->arrival, 1e-12);
+        assert_float_equal(t->ttft, t->first_token - t->arrival, 1e-12);
+        assert_float_equal(t->e2e, t->finished - t->arrival, 1e-12);
+        assert_float_equal(t->tpot, (t->finished - t->first_token) / (jobs[i].n_out - 1), 1e-12);
+        assert_int_equal(jobs[i].n_out, jobs[i].max_tokens);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(engine_alone_matches_the_contiguous_forward_loop),
+        cmocka_unit_test(concurrent_greedy_equals_alone_for_mixed_prompt_lengths),
+        cmocka_unit_test(sampled_requests_follow_their_own_seed_in_any_company),
+        cmocka_unit_test(chunked_prefill_of_any_chunk_size_equals_alone),
+        cmocka_unit_test(a_small_pool_preempts_and_every_output_is_still_exact),
+        cmocka_unit_test(shared_prefixes_hit_the_cache_and_outputs_are_exact),
+        cmocka_unit_test(preemption_resumes_from_the_prefix_cache),
+        cmocka_unit_test(a_high_request_behind_many_low_ones_gets_its_first_token_first),
+        cmocka_unit_test(aging_bounds_how_long_a_low_request_waits),
+        cmocka_unit_test(the_decode_loop_allocates_nothing),
+        cmocka_unit_test(bad_requests_are_refused_with_a_reason_and_nothing_is_queued),
+        cmocka_unit_test(a_stop_string_ends_the_text_just_before_it),
+        cmocka_unit_test(cancel_returns_the_blocks_and_spares_the_others),
+        cmocka_unit_test(telemetry_is_ordered_and_consistent),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
