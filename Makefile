@@ -18,7 +18,7 @@ WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wvla-larger-than=65536
 # spinning threads that fights OpenMP's for the same cores (see src/ops.c).
 BLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
 BASE    := -std=gnu11 -D_GNU_SOURCE -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp -Isrc $(WARN)
-LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lpcre2-8 -lm -lpthread
+LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lpcre2-8 -lcjson -lm -lpthread
 FIXTURES ?= ../shared/fixtures
 
 LIB_SRC  := $(filter-out src/infer.c,$(wildcard src/*.c))

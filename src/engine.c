@@ -87,6 +87,7 @@ int engine_step(Engine *en) {
     StageTimes *st = &en->last;
     memset(st, 0, sizeof *st);
     st->schedule = t1 - t0;
+    if (en->trace) trace_scheduled(en->trace, en, o);
     if (o->n_items == 0) return 0;
 
     const int *sampled = exec_run(&en->exec, &en->sched, o);
@@ -97,6 +98,7 @@ int engine_step(Engine *en) {
         Request *r = o->items[i].req;
         en->tokens_out++;
         FinishReason why = rt_accept_token(en, r, sampled[i], now);
+        if (en->trace) trace_token(en->trace, en, r, sampled[i]);
         if (why != FIN_NONE) rt_finish(en, r, why, now);
     }
     double t3 = clock_seconds();
@@ -111,6 +113,7 @@ int engine_step(Engine *en) {
     en->total.output += st->output;
     en->steps++;
     en->tokens_run += o->n_tokens;
+    if (en->trace) trace_step_done(en->trace, en, o, st);
     return o->n_tokens;
 }
 

@@ -12,6 +12,7 @@
 #include "model.h"
 #include "runtime.h"
 #include "scheduler.h"
+#include "trace.h"
 
 typedef struct {
     int block_size;       /* tokens per KV block (default 16) */
@@ -19,11 +20,6 @@ typedef struct {
     size_t kv_bytes;      /* pool size in bytes when n_blocks is 0; both 0: the default */
     SchedConfig sched;
 } EngineConfig;
-
-/* Seconds spent in each stage of the last step (for trace and bench). */
-typedef struct {
-    double schedule, build, forward, sample, output;
-} StageTimes;
 
 struct Engine {
     const Model *model;
@@ -39,6 +35,7 @@ struct Engine {
     long tokens_out;      /* tokens sampled */
     StageTimes last;      /* the last step's stage times */
     StageTimes total;     /* summed over all steps */
+    Trace *trace;         /* NULL: no tracing */
 };
 
 /* Defaults: block 16, FCFS, 16 sequences, budget 256 tokens, chunk 0 (the

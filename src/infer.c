@@ -1,14 +1,24 @@
-/* infer.c - the command-line front end: load a model, generate text.
+/* infer.c - the command-line front end: load a model, serve requests.
  *
  *   build/infer --model FILE [--prompt TEXT] [-n N] [--temperature T] ...
+ *   build/infer --model FILE --workload FILE [--out-dir DIR] [engine options]
  *
- * The generated text streams to stdout as it is produced (the prompt is echoed
- * first, as llama2.c does, so stdout reads as one text); everything else, the
- * summary line and errors, goes to stderr, so stdout can be piped. This is the
- * only file that prints errors and exits; the library returns Status codes. */
+ * Both go through the serving engine (runtime -> engine -> scheduler ->
+ * executor -> model): one prompt is a workload of one request. With one
+ * prompt, the text streams to stdout as it is produced (the prompt echoed
+ * first, as llama2.c does, so stdout reads as one text). With a workload, each
+ * request's text goes to stdout line by line, prefixed by "[id] ", or to
+ * DIR/<id>.txt; a telemetry table follows on stderr. The trace, the summary and
+ * errors go to stderr, so stdout can be piped. This is the only file that
+ * prints errors and exits; the library returns Status codes. */
+#include "engine.h"
 #include "mem.h"
 #include "model.h"
 #include "sampler.h"
+#include "trace.h"
+#include "workload.h"
+#include <math.h>
+#include <sys/stat.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -18,9 +28,12 @@
 #include <unistd.h>
 
 typedef struct {
-    const char *model, *tokenizer, *prompt;
-    int max_tokens, threads, trace;
+    const char *model, *tokenizer, *prompt, *workload, *out_dir;
+    const char *stop[RT_MAX_STOP];
+    int n_stop, max_tokens, threads, trace;
     SamplerParams sp;
+    EngineConfig ec;
+    long kv_mib;
 } Options;
 
 static void usage(FILE *f) {
@@ -34,16 +47,25 @@ static void usage(FILE *f) {
         "  --top-k K            keep the K most likely tokens, 0 = all (default 0)\n"
         "  --top-p P            nucleus sampling, in (0, 1] (default 0.95)\n"
         "  --seed S             random seed (default 42)\n"
+        "  --stop TEXT          end the text before TEXT (up to 4 times)\n"
         "  --threads N          threads for the kernels (default: all cores)\n"
-        "  --trace              print the request's lifecycle on stderr: prefill chunks,\n"
-        "                       first token, decode progress, the finish and its timings\n"
+        "  --trace              lifecycle of every request and a summary of every step on\n"
+        "                       stderr; --trace=verbose adds every token and block tables\n"
+        "serving:\n"
+        "  --workload FILE      requests as JSON lines (prompt, max_tokens, temperature,\n"
+        "                       top_k, top_p, seed, priority, stop, arrival_ms), replayed\n"
+        "                       at their arrival times\n"
+        "  --out-dir DIR        write request i's text to DIR/i.txt instead of stdout\n"
+        "  --max-seqs N         sequences running at once (default 16)\n"
+        "  --token-budget N     tokens per step, prefill and decode together (default 256)\n"
+        "  --chunk N            prefill tokens per sequence per step, 0 = budget (default 0)\n"
+        "  --policy P           fcfs or priority (default fcfs)\n"
+        "  --aging N            priority: a waiting request rises a level every N steps (32)\n"
+        "  --block-size N       tokens per KV block (default 16)\n"
+        "  --kv-blocks N        KV pool size in blocks\n"
+        "  --kv-mem MIB         KV pool size in MiB (default: every sequence's full context,\n"
+        "                       at most 1024 MiB)\n"
         "  -h, --help           this text\n");
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* Strict number parsing: the whole argument must be a number in range. */
@@ -74,7 +96,8 @@ static int parse_float(const char *opt, const char *s, float *out) {
 static int parse_args(int argc, char **argv, Options *o) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (Options){.prompt = "", .max_tokens = 256, .threads = cores > 0 ? (int)cores : 1,
-                   .sp = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f, .seed = 42}};
+                   .sp = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f, .seed = 42},
+                   .ec = engine_config_default()};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -82,7 +105,11 @@ static int parse_args(int argc, char **argv, Options *o) {
             exit(0);
         }
         if (!strcmp(a, "--trace")) {
-            o->trace = 1;
+            o->trace = TRACE_ON;
+            continue;
+        }
+        if (!strcmp(a, "--trace=verbose")) {
+            o->trace = TRACE_VERBOSE;
             continue;
         }
         if (i + 1 >= argc) {
@@ -117,6 +144,42 @@ static int parse_args(int argc, char **argv, Options *o) {
         } else if (!strcmp(a, "--threads")) {
             if (parse_long(a, v, 1, 256, &n)) return -1;
             o->threads = (int)n;
+        } else if (!strcmp(a, "--stop")) {
+            if (o->n_stop == RT_MAX_STOP) {
+                fprintf(stderr, "infer: --stop: at most %d stop strings\n", RT_MAX_STOP);
+                return -1;
+            }
+            o->stop[o->n_stop++] = v;
+        } else if (!strcmp(a, "--workload")) o->workload = v;
+        else if (!strcmp(a, "--out-dir")) o->out_dir = v;
+        else if (!strcmp(a, "--max-seqs")) {
+            if (parse_long(a, v, 1, 65536, &n)) return -1;
+            o->ec.sched.max_seqs = (int)n;
+        } else if (!strcmp(a, "--token-budget")) {
+            if (parse_long(a, v, 1, 1 << 20, &n)) return -1;
+            o->ec.sched.token_budget = (int)n;
+        } else if (!strcmp(a, "--chunk")) {
+            if (parse_long(a, v, 0, 1 << 20, &n)) return -1;
+            o->ec.sched.chunk = (int)n;
+        } else if (!strcmp(a, "--aging")) {
+            if (parse_long(a, v, 0, 1 << 30, &n)) return -1;
+            o->ec.sched.aging_steps = (int)n;
+        } else if (!strcmp(a, "--policy")) {
+            if (!strcmp(v, "fcfs")) o->ec.sched.policy = SCHED_FCFS;
+            else if (!strcmp(v, "priority")) o->ec.sched.policy = SCHED_PRIORITY;
+            else {
+                fprintf(stderr, "infer: --policy: '%s' is not fcfs or priority\n", v);
+                return -1;
+            }
+        } else if (!strcmp(a, "--block-size")) {
+            if (parse_long(a, v, 1, 4096, &n)) return -1;
+            o->ec.block_size = (int)n;
+        } else if (!strcmp(a, "--kv-blocks")) {
+            if (parse_long(a, v, 1, INT_MAX, &n)) return -1;
+            o->ec.n_blocks = (int)n;
+        } else if (!strcmp(a, "--kv-mem")) {
+            if (parse_long(a, v, 1, 1 << 24, &n)) return -1;
+            o->ec.kv_bytes = (size_t)n << 20;
         } else {
             fprintf(stderr, "infer: unknown option %s (see --help)\n", a);
             return -1;
@@ -129,14 +192,211 @@ static int parse_args(int argc, char **argv, Options *o) {
     return 0;
 }
 
-/* Print the text of one token as soon as it is whole UTF-8. */
-static void emit(const Tokenizer *tok, TokDecoder *d, int id) {
-    char piece[TOK_MAX_PIECE];
-    int n = tok_decode(tok, d, id, piece);
-    if (n > 0) {
-        fwrite(piece, 1, (size_t)n, stdout);
-        fflush(stdout);
+/* ---- one prompt: stream its text to stdout ---- */
+
+static void to_stdout(const Request *r, const char *text, int len, void *user) {
+    if (len > 0) fwrite(text, 1, (size_t)len, stdout);
+    fflush(stdout);
+}
+
+/* The finish reasons as this CLI has always named them. */
+static const char *why_name(FinishReason f) {
+    switch (f) {
+    case FIN_LENGTH: return "max-tokens";
+    case FIN_CONTEXT: return "context full";
+    default: return rt_finish_name(f);
     }
+}
+
+static int run_prompt(const Options *o, const Model *m, Engine *en) {
+    Err e = {{0}};
+    RtParams p = rt_params_default();
+    p.prompt = o->prompt;
+    p.sampling = o->sp;
+    p.max_tokens = o->max_tokens;
+    for (int i = 0; i < o->n_stop; i++) p.stop[i] = o->stop[i];
+    p.on_text = to_stdout;
+    int id = rt_submit(en, &p, &e);
+    if (id < 0) {
+        fprintf(stderr, "infer: %s\n", e.msg);
+        return 1;
+    }
+    /* Echo the prompt as its tokens decode (what llama2.c prints). */
+    const Request *r = rt_find(en, id);
+    TokDecoder d;
+    tok_decoder_init(&d);
+    char piece[TOK_MAX_PIECE];
+    for (int i = 0; i < r->n_prompt; i++) fwrite(piece, 1, (size_t)tok_decode(m->tok, &d, r->tokens[i], piece), stdout);
+    fflush(stdout);
+    if (engine_run(en, &e)) {
+        fprintf(stderr, "infer: %s\n", e.msg);
+        return 1;
+    }
+    fputc('\n', stdout);
+    fflush(stdout);
+    if (en->trace) trace_flush(en->trace, en);
+    const Telemetry *t = &r->tm;
+    double prefill = t->first_token - t->first_scheduled, decode = t->finished - t->first_token;
+    fprintf(stderr, "infer: %s %s, prompt %d tokens, generated %d (%s); prefill %.1f tok/s, "
+            "decode %.1f tok/s, %d thread%s\n", m->format, dtype_name(m->wtype), r->n_prompt,
+            r->n_out, why_name(r->finish), prefill > 0 ? r->n_prompt / prefill : 0.0,
+            r->n_out > 1 && decode > 0 ? (r->n_out - 1) / decode : 0.0, o->threads,
+            o->threads == 1 ? "" : "s");
+    return 0;
+}
+
+/* ---- a workload: replay it, one output per request, then a table ---- */
+
+typedef struct {
+    int id, line;
+    FILE *file;              /* --out-dir: its own file */
+    char buf[1024];          /* stdout: the current line, printed whole with its prefix */
+    int n;
+    int refused;
+    char why[600];
+} Sink;
+
+static void sink_line(Sink *k) {
+    printf("[%d] %.*s\n", k->id, k->n, k->buf);
+    k->n = 0;
+}
+
+static void to_sink(const Request *r, const char *text, int len, void *user) {
+    Sink *k = user;
+    if (k->file) {
+        if (len > 0) fwrite(text, 1, (size_t)len, k->file);
+        else fputc('\n', k->file);
+        return;
+    }
+    for (int i = 0; i < len; i++) {
+        if (text[i] == '\n') {
+            sink_line(k);
+            continue;
+        }
+        if (k->n == (int)sizeof k->buf) sink_line(k);   /* a very long line: split it */
+        k->buf[k->n++] = text[i];
+    }
+    if (len == 0 && k->n > 0) sink_line(k);   /* finished: the last, unterminated line */
+    fflush(stdout);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of n sorted values. */
+static double percentile(const double *v, int n, double pct) {
+    if (n == 0) return 0.0;
+    int k = (int)ceil(pct / 100.0 * n);
+    return v[k < 1 ? 0 : k - 1];
+}
+
+static void summary(Engine *en, Sink *sinks, int n, double seconds) {
+    fprintf(stderr, "\n%4s %5s %-6s %6s %5s %-7s %9s %9s %9s %9s %7s %6s\n", "id", "line", "prio",
+            "prompt", "out", "finish", "queue ms", "TTFT ms", "TPOT ms", "e2e ms", "preempt", "hit");
+    double *ttft = mem_alloc((size_t)n * sizeof(double)), *tpot = mem_alloc((size_t)n * sizeof(double));
+    int n_ttft = 0, n_tpot = 0, served = 0, refused = 0;
+    long out = 0;
+    for (int i = 0; i < n; i++) {
+        Sink *k = &sinks[i];
+        if (k->refused) {
+            fprintf(stderr, "%4s %5d refused: %s\n", "-", k->line, k->why);
+            refused++;
+            continue;
+        }
+        const Request *r = rt_find(en, k->id);
+        const Telemetry *t = &r->tm;
+        fprintf(stderr, "%4d %5d %-6s %6d %5d %-7s %9.1f %9.1f %9.2f %9.1f %7d %6d\n", r->id, k->line,
+                rt_priority_name(r->priority), r->n_prompt, r->n_out, rt_finish_name(r->finish),
+                t->queue_wait * 1e3, t->ttft * 1e3, t->tpot * 1e3, t->e2e * 1e3, r->n_preempted,
+                r->prefix_hit_tokens);
+        served++;
+        out += r->n_out;
+        if (ttft && t->ttft >= 0) ttft[n_ttft++] = t->ttft * 1e3;
+        if (tpot && r->n_out > 1) tpot[n_tpot++] = t->tpot * 1e3;
+    }
+    if (ttft) qsort(ttft, (size_t)n_ttft, sizeof *ttft, cmp_double);
+    if (tpot) qsort(tpot, (size_t)n_tpot, sizeof *tpot, cmp_double);
+    fprintf(stderr, "totals: %d requests served, %d refused, in %.2f s: %.2f requests/s, %ld output "
+            "tokens, %.1f output tok/s; TTFT p50 %.1f ms, p99 %.1f ms; TPOT p50 %.2f ms, p99 %.2f ms; "
+            "%ld steps, %ld preemptions, KV pool %d blocks of %d tokens (peak %d held)\n",
+            served, refused, seconds, served / seconds, out, out / seconds,
+            ttft ? percentile(ttft, n_ttft, 50) : 0.0, ttft ? percentile(ttft, n_ttft, 99) : 0.0,
+            tpot ? percentile(tpot, n_tpot, 50) : 0.0, tpot ? percentile(tpot, n_tpot, 99) : 0.0,
+            en->steps, en->sched.n_preemptions, en->pool.NB, en->pool.BS, en->pool.peak_held);
+    mem_free(ttft);
+    mem_free(tpot);
+}
+
+static int run_workload(const Options *o, Engine *en) {
+    Err e = {{0}};
+    Workload w;
+    if (workload_load(&w, o->workload, &e)) {
+        fprintf(stderr, "infer: %s\n", e.msg);
+        return 1;
+    }
+    int rc = 1;
+    Sink *sinks = mem_alloc((size_t)w.n * sizeof *sinks);
+    if (!sinks) {
+        fprintf(stderr, "infer: out of memory for %d requests\n", w.n);
+        goto out;
+    }
+    if (o->out_dir && mkdir(o->out_dir, 0777) && errno != EEXIST) {
+        fprintf(stderr, "infer: --out-dir %s: cannot create: %s\n", o->out_dir, strerror(errno));
+        goto out;
+    }
+    double start = engine_now(en);
+    int next = 0;
+    while (next < w.n || !engine_idle(en)) {
+        double now_ms = (engine_now(en) - start) * 1e3;
+        for (; next < w.n && w.items[next].arrival_ms <= now_ms; next++) {
+            WorkItem *it = &w.items[next];
+            Sink *k = &sinks[next];
+            k->line = it->line;
+            it->params.on_text = to_sink;
+            it->params.user = k;
+            int id = rt_submit(en, &it->params, &e);
+            if (id < 0) {   /* refused, with its reason; the others go on */
+                k->refused = 1;
+                snprintf(k->why, sizeof k->why, "%s", e.msg);
+                fprintf(stderr, "infer: %s:%d: request refused: %s\n", o->workload, it->line, e.msg);
+                continue;
+            }
+            k->id = id;
+            if (o->out_dir) {
+                char path[4096];
+                snprintf(path, sizeof path, "%s/%d.txt", o->out_dir, id);
+                if (!(k->file = fopen(path, "w"))) {
+                    fprintf(stderr, "infer: %s: cannot create: %s\n", path, strerror(errno));
+                    rt_cancel(en, id, &e);
+                    goto out;
+                }
+            }
+        }
+        if (engine_idle(en)) {   /* nothing to do until the next arrival */
+            double wait_ms = w.items[next].arrival_ms - now_ms;
+            if (wait_ms > 0) usleep((useconds_t)(wait_ms * 1e3));
+            continue;
+        }
+        engine_step(en);
+        for (int i = 0; i < next; i++)   /* close finished requests' files */
+            if (sinks[i].file && rt_find(en, sinks[i].id)->state == RQ_FINISHED) {
+                fclose(sinks[i].file);
+                sinks[i].file = NULL;
+            }
+    }
+    if (en->trace) trace_flush(en->trace, en);
+    fflush(stdout);
+    summary(en, sinks, w.n, engine_now(en) - start);
+    rc = 0;
+out:
+    if (sinks)
+        for (int i = 0; i < w.n; i++)
+            if (sinks[i].file) fclose(sinks[i].file);
+    mem_free(sinks);
+    workload_free(&w);
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -146,117 +406,29 @@ int main(int argc, char **argv) {
 
     Err e = {{0}};
     Model m;
-    RunState s = {0};
-    Sampler sm = {0};
-    int *ids = NULL, rc = 1;
+    Engine en;
+    Trace trace;
     if (model_load(&m, o.model, o.tokenizer, &e)) {
         fprintf(stderr, "infer: %s\n", e.msg);
         return 1;
     }
-    const ModelConfig *c = &m.cfg;
-    if (sampler_init(&sm, c->vocab_size, o.sp, &e)) {
+    if (!o.workload) {   /* one request: a sequence slot, no more */
+        o.ec.sched.max_seqs = 1;
+        if (o.ec.n_blocks == 0 && o.ec.kv_bytes == 0)
+            o.ec.n_blocks = (m.cfg.seq_len + o.ec.block_size - 1) / o.ec.block_size;
+    }
+    if (o.ec.sched.max_seqs > o.ec.sched.token_budget) o.ec.sched.token_budget = o.ec.sched.max_seqs;
+    if (engine_init(&en, &m, &o.ec, &e)) {
         fprintf(stderr, "infer: %s\n", e.msg);
-        goto out;
+        model_free(&m);
+        return 1;
     }
-    size_t cap = strlen(o.prompt) + 3;   /* worst case: a token per byte, BOS, space */
-    ids = mem_alloc(cap * sizeof(int));
-    if (!ids) {
-        fprintf(stderr, "infer: out of memory for the prompt\n");
-        goto out;
+    if (o.trace) {
+        trace_init(&trace, o.trace, stderr);
+        en.trace = &trace;
     }
-    int n_prompt = tok_encode(m.tok, o.prompt, 1, ids, (int)cap, &e);
-    if (n_prompt < 0) {
-        fprintf(stderr, "infer: %s\n", e.msg);
-        goto out;
-    }
-    if (n_prompt == 0) {
-        fprintf(stderr, "infer: the prompt is empty and the vocabulary has no BOS token to start from\n");
-        goto out;
-    }
-    if (n_prompt >= c->seq_len) {
-        fprintf(stderr, "infer: the prompt has %d tokens; the context holds %d, leaving no room to "
-                "generate\n", n_prompt, c->seq_len);
-        goto out;
-    }
-    int chunk = n_prompt < 512 ? n_prompt : 512;
-    if (runstate_init(&s, &m, chunk, &e)) {
-        fprintf(stderr, "infer: %s\n", e.msg);
-        goto out;
-    }
-
-    TokDecoder dec;
-    tok_decoder_init(&dec);
-    double start = now_s();
-    if (o.trace)
-        fprintf(stderr, "[trace %8.1f ms] request: %d prompt tokens, max %d new, temperature %g, "
-                "top-k %d, top-p %g, seed %llu\n", 0.0, n_prompt, o.max_tokens, (double)o.sp.temperature,
-                o.sp.top_k, (double)o.sp.top_p, (unsigned long long)o.sp.seed);
-    for (int i = 0; i < n_prompt; i++) emit(m.tok, &dec, ids[i]);
-
-    /* Prefill: the prompt in chunks of up to max_T tokens, one forward each. */
-    double t0 = now_s();
-    float *logits = NULL;
-    for (int p = 0; p < n_prompt; p += chunk) {
-        int T = n_prompt - p < chunk ? n_prompt - p : chunk;
-        double f0 = now_s();
-        logits = model_forward(&m, &s, ids + p, T, p, 0);
-        if (o.trace)
-            fprintf(stderr, "[trace %8.1f ms] prefill: tokens [%d, %d) in one forward pass, %.2f ms\n",
-                    (now_s() - start) * 1e3, p, p + T, (now_s() - f0) * 1e3);
-    }
-    double t1 = now_s();
-
-    /* Decode: one token at a time, each fed back in. */
-    int pos = n_prompt, generated = 0;
-    const char *why = "max-tokens";
-    double ttft = 0, mark = t1;
-    while (generated < o.max_tokens) {
-        int next = sampler_sample(&sm, logits);
-        generated++;
-        if (generated == 1) {
-            ttft = now_s() - start;
-            if (o.trace)
-                fprintf(stderr, "\n[trace %8.1f ms] first token: id %d (time to first token)\n",
-                        ttft * 1e3, next);
-        }
-        if (next == tok_eos(m.tok)) {
-            why = "eos";
-            break;
-        }
-        emit(m.tok, &dec, next);
-        if (generated == o.max_tokens) break;
-        if (pos >= c->seq_len) {
-            why = "context full";
-            break;
-        }
-        logits = model_forward(&m, &s, &next, 1, pos++, 0);
-        if (o.trace && generated % 100 == 0) {
-            double now = now_s();
-            fprintf(stderr, "\n[trace %8.1f ms] decode: position %d, last 100 tokens at %.2f ms each\n",
-                    (now - start) * 1e3, pos, (now - mark) * 10.0);
-            mark = now;
-        }
-    }
-    double t2 = now_s();
-    char tail[TOK_MAX_PIECE];
-    int n = tok_decode_flush(&dec, tail);
-    fwrite(tail, 1, (size_t)n, stdout);
-    fputc('\n', stdout);
-    fflush(stdout);
-    int decoded = generated > 1 ? generated - 1 : 0;   /* forward passes after prefill */
-    if (o.trace)
-        fprintf(stderr, "[trace %8.1f ms] finished: %s after %d tokens; time to first token %.1f ms, "
-                "%.2f ms per output token, %.1f ms end to end\n", (t2 - start) * 1e3, why, generated,
-                ttft * 1e3, decoded > 0 ? (t2 - t1) / decoded * 1e3 : 0.0, (t2 - start) * 1e3);
-    fprintf(stderr, "infer: %s %s, prompt %d tokens, generated %d (%s); prefill %.1f tok/s, "
-            "decode %.1f tok/s, %d thread%s\n", m.format, dtype_name(m.wtype), n_prompt, generated,
-            why, n_prompt / (t1 - t0), decoded > 0 ? decoded / (t2 - t1) : 0.0, o.threads,
-            o.threads == 1 ? "" : "s");
-    rc = 0;
-out:
-    mem_free(ids);
-    runstate_free(&s);
-    sampler_free(&sm);
+    int rc = o.workload ? run_workload(&o, &en) : run_prompt(&o, &m, &en);
+    engine_free(&en);
     model_free(&m);
     return rc;
 }

@@ -86,7 +86,7 @@ int rt_submit(Engine *en, const RtParams *p, Err *e) {
     if (st) return st;
 
     const char *text = p->prompt ? p->prompt : "";
-    size_t cap_ids = strlen(text) + 2;   /* byte-level: at most one id per byte, plus BOS */
+    size_t cap_ids = strlen(text) + 3;   /* at most one id per byte, plus BOS and a leading space */
     int *ids = mem_alloc(cap_ids * sizeof(int));
     if (!ids) return err_set(e, ST_NOMEM, "request: cannot allocate %zu token ids", cap_ids);
     int n = tok_encode(m->tok, text, p->add_bos, ids, (int)cap_ids, e);
@@ -104,13 +104,17 @@ int rt_submit(Engine *en, const RtParams *p, Err *e) {
         return err_set(e, ST_ARG, "prompt is %d tokens; the context holds %d, leaving no room to "
                                   "generate", n, P);
     }
-    int cap = n + p->max_tokens < P ? n + p->max_tokens : P;
-    int blocks = (cap + BS - 1) / BS;
+    /* Tokens it may hold: the prompt and max_tokens, but no more than the
+     * context and one token sampled from its last position (which is never
+     * run, so needs no K/V). */
+    int cap = n + p->max_tokens < P + 1 ? n + p->max_tokens : P + 1;
+    int kv_tokens = cap < P ? cap : P;
+    int blocks = (kv_tokens + BS - 1) / BS;
     if (blocks > en->pool.NB) {
         mem_free(ids);
         return err_set(e, ST_ARG, "request needs up to %d tokens = %d KV blocks of %d, but the "
                                   "whole pool has %d blocks: it could never run",
-                       cap, blocks, BS, en->pool.NB);
+                       kv_tokens, blocks, BS, en->pool.NB);
     }
 
     Request *r = mem_alloc(sizeof *r);
@@ -135,9 +139,15 @@ int rt_submit(Engine *en, const RtParams *p, Err *e) {
     r->cap = cap;
     r->n_prompt = r->n_tokens = n;
     r->max_tokens = p->max_tokens;
+    r->ignore_eos = p->ignore_eos;
     r->slot = -1;
     r->arrival_step = en->sched.step;
+    /* The output continues the prompt's text: run the prompt through the
+     * decoder (discarding its text) so the first generated token decodes in
+     * context (sentencepiece drops the space of a token that follows BOS). */
     tok_decoder_init(&r->dec);
+    char piece[TOK_MAX_PIECE];
+    for (int i = 0; i < n; i++) tok_decode(m->tok, &r->dec, tokens[i], piece);
     for (int i = 0; i < RT_MAX_STOP && p->stop[i]; i++) {
         strcpy(r->stop[i], p->stop[i]);
         int len = (int)strlen(p->stop[i]);
@@ -151,6 +161,7 @@ int rt_submit(Engine *en, const RtParams *p, Err *e) {
     r->all_next = en->all;
     en->all = r;
     sched_add(&en->sched, r);
+    if (en->trace) trace_arrived(en->trace, en, r);
     return r->id;
 }
 
@@ -215,7 +226,7 @@ FinishReason rt_accept_token(Engine *en, Request *r, int token, double now) {
     if (r->n_out == 0) r->tm.first_token = now;
     r->tokens[r->n_tokens++] = token;
     r->n_out++;
-    if (token == tok_eos(tok)) return FIN_EOS;
+    if (token == tok_eos(tok) && !r->ignore_eos) return FIN_EOS;
     char piece[TOK_MAX_PIECE];
     int len = tok_decode(tok, &r->dec, token, piece);
     if (emit(r, piece, len)) return FIN_STOP;
@@ -241,6 +252,7 @@ void rt_finish(Engine *en, Request *r, FinishReason why, double now) {
     t->ttft = t->first_token >= 0 ? t->first_token - t->arrival : -1.0;
     t->tpot = r->n_out > 1 ? (now - t->first_token) / (r->n_out - 1) : 0.0;
     t->e2e = now - t->arrival;
+    if (en->trace) trace_finished(en->trace, en, r);
 }
 
 void rt_request_free(Engine *en, Request *r) {

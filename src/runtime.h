@@ -44,6 +44,7 @@ typedef struct {
     int add_bos;                 /* put BOS first when the vocabulary has one */
     SamplerParams sampling;      /* temperature, top_k, top_p, seed */
     int max_tokens;              /* >= 1 */
+    int ignore_eos;              /* keep going past EOS (benchmarks want fixed lengths) */
     const char *stop[RT_MAX_STOP];   /* stop strings (NULL-terminated list, may be empty) */
     Priority priority;
     RtStreamFn on_text;          /* may be NULL */
@@ -66,14 +67,16 @@ struct Request {
     FinishReason finish;
     /* tokens: the prompt, then each generated token as it is sampled */
     int *tokens;                 /* (cap) */
-    int cap;                     /* min(prompt + max_tokens, P) */
+    int cap;                     /* min(prompt + max_tokens, P + 1): the last token needs no K/V */
     int n_prompt, n_tokens, n_out, max_tokens;
+    int ignore_eos;
     int n_computed;              /* leading tokens whose K/V are in the cache */
     int slot;                    /* the scheduler's sequence slot while running, else -1 */
     /* scheduling */
     long arrival_step;           /* engine step at submission (aging counts from it) */
     int n_preempted;             /* times it lost its blocks */
     int prefix_hit_tokens;       /* prompt tokens found in the prefix cache (all admissions) */
+    int blocks_released;         /* blocks let go when it last left its slot */
     struct Request *next;        /* link in the scheduler's waiting or preempted queue */
     struct Request *all_next;    /* link in the engine's list of every request */
     /* output */

@@ -124,7 +124,7 @@ int sched_idle(const Scheduler *s) {
 
 /* Give a running request's slot and blocks back. */
 static void leave_slot(Scheduler *s, Request *r) {
-    kv_seq_release(s->pool, &s->seqs[r->slot]);
+    r->blocks_released = kv_seq_release(s->pool, &s->seqs[r->slot]);
     s->running[r->slot] = NULL;
     s->n_running--;
     r->slot = -1;

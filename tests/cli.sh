@@ -32,10 +32,10 @@ if [ -f "$FIX/tiny/tiny.bin" ]; then
     # --trace: the lifecycle goes to stderr in order; stdout holds the same text as without it
     "$INFER" --model "$FIX/tiny/tiny-f32.gguf" --prompt "ROMEO:" -n 64 --temperature 0 --threads 1 \
         --trace > "$tmp/out" 2> "$tmp/err"
-    order=$(grep -o 'request:\|prefill:\|first token:\|finished:' "$tmp/err" | tr '\n' ' ')
-    [ "$order" = "request: prefill: first token: finished: " ] && ok || bad "trace events out of order: $order"
+    order=$(grep -o 'arrived:\|admitted\|prefill \[\|first token\|finished' "$tmp/err" | tr '\n' ' ')
+    [ "$order" = "arrived: admitted prefill [ first token finished " ] && ok || bad "trace events out of order: $order"
     cmp -s "$tmp/out" "$FIX/tiny/runc/0.txt" && ok || bad "--trace changed stdout"
-    grep -q "finished: max-tokens after 64 tokens" "$tmp/err" && ok || bad "trace has no finish line: $(cat "$tmp/err")"
+    grep -q "finished (length): 64 tokens" "$tmp/err" && ok || bad "trace has no finish line: $(cat "$tmp/err")"
 else
     if [ "$CI" = true ]; then bad "fixtures missing at $FIX (required under CI)"
     else echo "SKIP: $FIX/tiny not found; golden CLI comparisons skipped"; fi
@@ -63,7 +63,7 @@ head -c 5000 /dev/urandom > "$tmp/noise.bin"
 expect_error "$tmp/noise.bin" --model "$tmp/noise.bin"
 if [ -f "$FIX/tiny/tiny-f32.gguf" ]; then
     expect_error "temperature" --model "$FIX/tiny/tiny-f32.gguf" --temperature -1
-    expect_error "top-p" --model "$FIX/tiny/tiny-f32.gguf" --top-p 1.5
+    expect_error "top_p" --model "$FIX/tiny/tiny-f32.gguf" --top-p 1.5
     long=$(head -c 3000 /dev/zero | tr '\0' 'a')
     expect_error "context holds 256" --model "$FIX/tiny/tiny-f32.gguf" --prompt "$long"
 fi

@@ -5,6 +5,7 @@ need=""
 [ -f /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so ] || need="$need libopenblas-openmp-dev"
 [ -f /usr/include/cmocka.h ] || need="$need libcmocka-dev"
 [ -f /usr/include/pcre2.h ] || need="$need libpcre2-dev"
+[ -f /usr/include/cjson/cJSON.h ] || need="$need libcjson-dev"
 [ -z "$need" ] && exit 0
 if [ "$(id -u)" = 0 ]; then
     echo "deps: installing$need" >&2

@@ -1,0 +1,81 @@
+#!/bin/sh
+# workload.sh - infer --workload, end to end, on the default model.
+#  1. Each request's text (greedy) equals what the single-prompt CLI prints
+#     after its prompt echo, both on stdout ("[id] " lines) and in --out-dir.
+#  2. The telemetry table has one row per request and a totals line.
+#  3. A request the pool can never hold is refused with its reason; the
+#     others are still served.
+#  4. Bad workload files: one line naming file, line and field; exit non-zero.
+# Prints "N passed, N failed"; exits non-zero on any failure.
+INFER=${INFER:-build/asan/infer}
+MODEL=data/shakespeare.gguf
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+cat > "$tmp/w.jsonl" <<'JSON'
+{"prompt": "ROMEO:", "max_tokens": 24}
+# comments and blank lines are skipped
+
+{"prompt": "JULIET:\nO Romeo", "max_tokens": 16, "arrival_ms": 20, "priority": "high"}
+{"prompt": "First Citizen:", "max_tokens": 20, "arrival_ms": 10, "priority": "low"}
+JSON
+# single-prompt references: stdout minus the echoed prompt (and the final newline)
+i=0
+for p in "ROMEO:" "First Citizen:" "$(printf 'JULIET:\nO Romeo')"; do
+    n=24; [ $i -eq 1 ] && n=20; [ $i -eq 2 ] && n=16
+    "$INFER" --model $MODEL --prompt "$p" -n $n --temperature 0 > "$tmp/ref$i.full" 2>/dev/null
+    # the echo is the prompt itself for this byte-level BPE model
+    plen=$(printf '%s' "$p" | wc -c)
+    tail -c +$((plen + 1)) "$tmp/ref$i.full" | head -c -1 > "$tmp/ref$i"
+    i=$((i + 1))
+done
+
+"$INFER" --model $MODEL --workload "$tmp/w.jsonl" --max-seqs 4 --chunk 4 > "$tmp/out" 2> "$tmp/err"
+[ $? -eq 0 ] && ok || bad "workload run failed: $(cat "$tmp/err")"
+# ids follow arrival order: 0 ROMEO (0 ms), 1 First Citizen (10 ms), 2 JULIET (20 ms)
+for id in 0 1 2; do
+    grep "^\[$id\] " "$tmp/out" | sed "s/^\[$id\] //" > "$tmp/got$id"
+    # the reference as lines (the sink prints whole lines, one per newline)
+    awk 1 "$tmp/ref$id" > "$tmp/want$id"
+    cmp -s "$tmp/got$id" "$tmp/want$id" && ok || { bad "request $id: workload text differs from the single-prompt run"; diff "$tmp/got$id" "$tmp/want$id" | head -5; }
+done
+rows=$(grep -c '^ *[0-9][0-9]* *[0-9][0-9]* \(low\|normal\|high\) ' "$tmp/err")
+[ "$rows" -eq 3 ] && ok || bad "expected 3 telemetry rows, found $rows: $(cat "$tmp/err")"
+grep -q "^totals: 3 requests served, 0 refused" "$tmp/err" && ok || bad "totals line: $(grep totals "$tmp/err")"
+
+# --out-dir: each request's text in its own file, byte for byte
+"$INFER" --model $MODEL --workload "$tmp/w.jsonl" --out-dir "$tmp/outdir" > "$tmp/out2" 2> "$tmp/err2"
+for id in 0 1 2; do
+    head -c -1 "$tmp/outdir/$id.txt" > "$tmp/file$id"   # the file ends with a newline
+    cmp -s "$tmp/file$id" "$tmp/ref$id" && ok || bad "--out-dir $id.txt differs from the single-prompt text"
+done
+[ ! -s "$tmp/out2" ] && ok || bad "--out-dir still wrote to stdout"
+
+# a request larger than the whole pool is refused; the other is served
+printf '%s\n' '{"prompt": "ROMEO:", "max_tokens": 100}' '{"prompt": "ROMEO:", "max_tokens": 8}' > "$tmp/big.jsonl"
+"$INFER" --model $MODEL --workload "$tmp/big.jsonl" --kv-blocks 4 > "$tmp/out3" 2> "$tmp/err3"
+grep -q "big.jsonl:1: request refused: .*whole pool has 4 blocks" "$tmp/err3" && ok || bad "no refusal: $(cat "$tmp/err3")"
+grep -q "^totals: 1 requests served, 1 refused" "$tmp/err3" && ok || bad "refusal not counted: $(grep totals "$tmp/err3")"
+
+# bad files: one line, naming file:line and the field
+expect_error() {
+    want=$1; shift
+    printf '%s\n' "$@" > "$tmp/bad.jsonl"
+    "$INFER" --model $MODEL --workload "$tmp/bad.jsonl" > "$tmp/o" 2> "$tmp/e"
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$(wc -l < "$tmp/e")" -eq 1 ] && grep -q -- "$want" "$tmp/e" && [ ! -s "$tmp/o" ]; then ok
+    else bad "workload $* -> rc $rc, stderr: $(cat "$tmp/e")"; fi
+}
+expect_error "bad.jsonl:2: not valid JSON" '{"prompt": "a"}' '{"prompt": "a",'
+expect_error 'bad.jsonl:1: unknown field "max_token"' '{"prompt": "a", "max_token": 3}'
+expect_error 'field "priority": unknown value "urgent"' '{"prompt": "a", "priority": "urgent"}'
+expect_error 'field "max_tokens" is 0' '{"prompt": "a", "max_tokens": 0}'
+expect_error 'field "temperature" must be a number' '{"prompt": "a", "temperature": "hot"}'
+expect_error 'field "prompt" is missing' '{"max_tokens": 3}'
+expect_error "no request in the file" '# nothing'
+"$INFER" --model $MODEL --workload /nonexistent.jsonl > "$tmp/o" 2> "$tmp/e"
+[ $? -ne 0 ] && grep -q "/nonexistent.jsonl: cannot open" "$tmp/e" && ok || bad "missing workload file: $(cat "$tmp/e")"
+echo "workload: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
