@@ -79,7 +79,10 @@ double engine_now(const Engine *en) { return clock_seconds() - en->t0; }
 int engine_idle(const Engine *en) { return sched_idle(&en->sched); }
 
 int engine_step(Engine *en) {
+    size_t allocs = mem_stats().total_count;
+    en->steps++;   /* this step's number, from 1 */
     double t0 = clock_seconds();
+    en->step_started = t0 - en->t0;
     const SchedOutput *o = sched_step(&en->sched);
     double t1 = clock_seconds();
     for (int i = 0; i < o->n_admitted; i++)
@@ -88,7 +91,10 @@ int engine_step(Engine *en) {
     memset(st, 0, sizeof *st);
     st->schedule = t1 - t0;
     if (en->trace) trace_scheduled(en->trace, en, o);
-    if (o->n_items == 0) return 0;
+    if (o->n_items == 0) {
+        en->step_allocations += mem_stats().total_count - allocs;
+        return 0;
+    }
 
     const int *sampled = exec_run(&en->exec, &en->sched, o);
     double t2 = clock_seconds();
@@ -98,7 +104,7 @@ int engine_step(Engine *en) {
         Request *r = o->items[i].req;
         en->tokens_out++;
         FinishReason why = rt_accept_token(en, r, sampled[i], now);
-        if (en->trace) trace_token(en->trace, en, r, sampled[i]);
+        if (en->trace) trace_token(en->trace, en, r, sampled[i], now);
         if (why != FIN_NONE) rt_finish(en, r, why, now);
     }
     double t3 = clock_seconds();
@@ -111,9 +117,9 @@ int engine_step(Engine *en) {
     en->total.forward += st->forward;
     en->total.sample += st->sample;
     en->total.output += st->output;
-    en->steps++;
     en->tokens_run += o->n_tokens;
     if (en->trace) trace_step_done(en->trace, en, o, st);
+    en->step_allocations += mem_stats().total_count - allocs;
     return o->n_tokens;
 }
 

@@ -30,10 +30,12 @@ struct Engine {
     Request *all;         /* every request not yet freed, newest first (all_next) */
     int next_id;
     double t0;            /* clock_seconds() at engine_init */
-    long steps;           /* steps that ran a batch */
+    long steps;           /* steps taken (engine_step calls), the number of the last one */
     long tokens_run;      /* tokens through the model (prefill + decode) */
     long tokens_out;      /* tokens sampled */
     StageTimes last;      /* the last step's stage times */
+    double step_started;  /* seconds since start when the last step began */
+    size_t step_allocations;   /* allocations made inside engine_step (should stay 0) */
     StageTimes total;     /* summed over all steps */
     Trace *trace;         /* NULL: no tracing */
 };

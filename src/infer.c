@@ -28,7 +28,8 @@
 #include <unistd.h>
 
 typedef struct {
-    const char *model, *tokenizer, *prompt, *workload, *out_dir;
+    const char *model, *tokenizer, *prompt, *workload, *out_dir, *trace_json, *trace_svg;
+    int kv_map;
     const char *stop[RT_MAX_STOP];
     int n_stop, max_tokens, threads, trace;
     SamplerParams sp;
@@ -50,7 +51,11 @@ static void usage(FILE *f) {
         "  --stop TEXT          end the text before TEXT (up to 4 times)\n"
         "  --threads N          threads for the kernels (default: all cores)\n"
         "  --trace              lifecycle of every request and a summary of every step on\n"
-        "                       stderr; --trace=verbose adds every token and block tables\n"
+        "                       stderr; --trace=verbose adds every token, block tables and\n"
+        "                       a map of the KV pool at every step; both end with a memory report\n"
+        "  --trace-json FILE    Chrome trace-event JSON of the run (open it in ui.perfetto.dev)\n"
+        "  --trace-svg FILE     a timeline of the requests as SVG (open it in a browser)\n"
+        "  --kv-map N           with --trace: print the KV pool map every N steps\n"
         "serving:\n"
         "  --workload FILE      requests as JSON lines (prompt, max_tokens, temperature,\n"
         "                       top_k, top_p, seed, priority, stop, arrival_ms), replayed\n"
@@ -151,6 +156,12 @@ static int parse_args(int argc, char **argv, Options *o) {
             }
             o->stop[o->n_stop++] = v;
         } else if (!strcmp(a, "--workload")) o->workload = v;
+        else if (!strcmp(a, "--trace-json")) o->trace_json = v;
+        else if (!strcmp(a, "--trace-svg")) o->trace_svg = v;
+        else if (!strcmp(a, "--kv-map")) {
+            if (parse_long(a, v, 1, INT_MAX, &n)) return -1;
+            o->kv_map = (int)n;
+        }
         else if (!strcmp(a, "--out-dir")) o->out_dir = v;
         else if (!strcmp(a, "--max-seqs")) {
             if (parse_long(a, v, 1, 65536, &n)) return -1;
@@ -234,7 +245,7 @@ static int run_prompt(const Options *o, const Model *m, Engine *en) {
     }
     fputc('\n', stdout);
     fflush(stdout);
-    if (en->trace) trace_flush(en->trace, en);
+    if (en->trace) trace_finish(en->trace, en);
     const Telemetry *t = &r->tm;
     double prefill = t->first_token - t->first_scheduled, decode = t->finished - t->first_token;
     fprintf(stderr, "infer: %s %s, prompt %d tokens, generated %d (%s); prefill %.1f tok/s, "
@@ -386,7 +397,7 @@ static int run_workload(const Options *o, Engine *en) {
                 sinks[i].file = NULL;
             }
     }
-    if (en->trace) trace_flush(en->trace, en);
+    if (en->trace) trace_finish(en->trace, en);
     fflush(stdout);
     summary(en, sinks, w.n, engine_now(en) - start);
     rc = 0;
@@ -407,7 +418,9 @@ int main(int argc, char **argv) {
     Err e = {{0}};
     Model m;
     Engine en;
-    Trace trace;
+    Trace trace = {0};
+    FILE *json = NULL;
+    int rc = 1;
     if (model_load(&m, o.model, o.tokenizer, &e)) {
         fprintf(stderr, "infer: %s\n", e.msg);
         return 1;
@@ -423,11 +436,34 @@ int main(int argc, char **argv) {
         model_free(&m);
         return 1;
     }
-    if (o.trace) {
-        trace_init(&trace, o.trace, stderr);
+    if (o.trace_json && !(json = fopen(o.trace_json, "w"))) {
+        fprintf(stderr, "infer: --trace-json %s: cannot create: %s\n", o.trace_json, strerror(errno));
+        goto out;
+    }
+    if (o.trace || json || o.trace_svg) {
+        if (trace_init(&trace, o.trace, stderr, json, o.trace_svg ? 1 << 18 : 0, &e)) {
+            fprintf(stderr, "infer: %s\n", e.msg);
+            goto out;
+        }
+        trace.kv_map_every = o.kv_map;
         en.trace = &trace;
     }
-    int rc = o.workload ? run_workload(&o, &en) : run_prompt(&o, &m, &en);
+    MemStats ready = mem_stats();
+    rc = o.workload ? run_workload(&o, &en) : run_prompt(&o, &m, &en);
+    if (rc == 0 && o.trace_svg) {
+        FILE *f = fopen(o.trace_svg, "w");
+        if (!f || trace_write_svg(&trace, &en, f) || fclose(f)) {
+            fprintf(stderr, "infer: --trace-svg %s: cannot write: %s\n", o.trace_svg, strerror(errno));
+            rc = 1;
+        }
+    }
+    if (rc == 0 && o.trace) trace_memory_report(stderr, &en, ready);
+out:
+    if (json && fclose(json)) {
+        fprintf(stderr, "infer: --trace-json %s: cannot write: %s\n", o.trace_json, strerror(errno));
+        rc = 1;
+    }
+    trace_free(&trace);
     engine_free(&en);
     model_free(&m);
     return rc;

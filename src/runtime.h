@@ -89,6 +89,9 @@ struct Request {
     RtStreamFn on_text;
     void *user;
     Telemetry tm;
+    /* trace bookkeeping (trace.c): the phase the request is in and since when */
+    int tr_phase;
+    double tr_since;
 };
 
 const char *rt_priority_name(Priority p);           /* "low", "normal", "high" */
