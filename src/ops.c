@@ -653,13 +653,58 @@ AVX512_INLINE void float_tile(const MatmulJob *job, int n, int t0, DType type, i
             job->out[(size_t)(t0 + t) * N + n + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-static AVX512_FN void f32_r4t4(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F32, 4, 4); }
+/* The 4 x 4 tile, the one that does nearly all the work for T > 1, with its
+ * 16 accumulators as named variables: with the array of float_tile, GCC 12
+ * kept a copy of the accumulators in memory and stored all 16 of them at every
+ * step of the loop, which halved the speed (tools/kbench, T = 8). */
+AVX512_INLINE __m512 fma4(__m512 w, __m512 x, __m512 acc) { return _mm512_fmadd_ps(w, x, acc); }
+
+AVX512_INLINE void float_tile_4x4(const MatmulJob *job, int n, int t0, DType type) {
+    int N = job->W->N, K = job->W->K;
+    const uint8_t *w = row_ptr(job->W, n);
+    size_t ws = dtype_row_bytes(type, K), wsize = type == DT_F16 ? 2 : 4;
+    const float *x0 = job->x + (size_t)t0 * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
+    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00,
+           a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00,
+           a32 = a00, a33 = a00;
+    for (int k = 0; k < K; k += 16) {
+        __mmask16 m = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);
+        prefetch_next_tile(w + k * wsize, 4, ws);
+        prefetch_next_tile(w + ws + k * wsize, 4, ws);
+        prefetch_next_tile(w + 2 * ws + k * wsize, 4, ws);
+        prefetch_next_tile(w + 3 * ws + k * wsize, 4, ws);
+        __m512 w0 = wide_load(w, k, type, m), w1 = wide_load(w + ws, k, type, m),
+               w2 = wide_load(w + 2 * ws, k, type, m), w3 = wide_load(w + 3 * ws, k, type, m);
+        __m512 xv = _mm512_maskz_loadu_ps(m, x0 + k);
+        a00 = fma4(w0, xv, a00), a10 = fma4(w1, xv, a10), a20 = fma4(w2, xv, a20), a30 = fma4(w3, xv, a30);
+        xv = _mm512_maskz_loadu_ps(m, x1 + k);
+        a01 = fma4(w0, xv, a01), a11 = fma4(w1, xv, a11), a21 = fma4(w2, xv, a21), a31 = fma4(w3, xv, a31);
+        xv = _mm512_maskz_loadu_ps(m, x2 + k);
+        a02 = fma4(w0, xv, a02), a12 = fma4(w1, xv, a12), a22 = fma4(w2, xv, a22), a32 = fma4(w3, xv, a32);
+        xv = _mm512_maskz_loadu_ps(m, x3 + k);
+        a03 = fma4(w0, xv, a03), a13 = fma4(w1, xv, a13), a23 = fma4(w2, xv, a23), a33 = fma4(w3, xv, a33);
+    }
+    float *o = job->out + (size_t)t0 * N + n;
+    o[0] = _mm512_reduce_add_ps(a00), o[1] = _mm512_reduce_add_ps(a10);
+    o[2] = _mm512_reduce_add_ps(a20), o[3] = _mm512_reduce_add_ps(a30);
+    o += N;
+    o[0] = _mm512_reduce_add_ps(a01), o[1] = _mm512_reduce_add_ps(a11);
+    o[2] = _mm512_reduce_add_ps(a21), o[3] = _mm512_reduce_add_ps(a31);
+    o += N;
+    o[0] = _mm512_reduce_add_ps(a02), o[1] = _mm512_reduce_add_ps(a12);
+    o[2] = _mm512_reduce_add_ps(a22), o[3] = _mm512_reduce_add_ps(a32);
+    o += N;
+    o[0] = _mm512_reduce_add_ps(a03), o[1] = _mm512_reduce_add_ps(a13);
+    o[2] = _mm512_reduce_add_ps(a23), o[3] = _mm512_reduce_add_ps(a33);
+}
+
+static AVX512_FN void f32_r4t4(const MatmulJob *j, int n, int t) { float_tile_4x4(j, n, t, DT_F32); }
 static AVX512_FN void f32_r1t4(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F32, 1, 4); }
 static AVX512_FN void f32_r4t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F32, 4, 1); }
 static AVX512_FN void f32_r1t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F32, 1, 1); }
 static const TileSet F32_TILES = {f32_r4t4, f32_r1t4, f32_r4t1, f32_r1t1};
 
-static AVX512_FN void f16_r4t4(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F16, 4, 4); }
+static AVX512_FN void f16_r4t4(const MatmulJob *j, int n, int t) { float_tile_4x4(j, n, t, DT_F16); }
 static AVX512_FN void f16_r1t4(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F16, 1, 4); }
 static AVX512_FN void f16_r4t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F16, 4, 1); }
 static AVX512_FN void f16_r1t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F16, 1, 1); }
@@ -746,10 +791,12 @@ size_t matmul_scratch_bytes(DType type, int T, int K) {
     return 0;
 }
 
-/* From this many tokens on, F32 and F16 go to sgemm; below it our tiles win,
+/* From this many tokens on, F32 and F16 go to sgemm; below it our tiles win
+ * (measured on TinyLlama rows with tools/kbench: at T = 16, 28 against 18
+ * GFLOP/s on one core; at T = 32 about even),
  * because the product is still limited by reading W once and sgemm's packing
  * of small blocks costs more than it saves (see tools/kbench --prefill-t). */
-enum { SGEMM_MIN_T = 16 };
+enum { SGEMM_MIN_T = 32 };
 
 void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, OpsIsa isa) {
     int K = W->K;

@@ -4,14 +4,22 @@
 #   make bench                                     every shape, F32 and Q8_0, 1 and 2 threads
 #   BENCH_SHAPES=stories15M BENCH_THREADS=1 make bench          a quick subset
 #   BENCH_SHAPES="stories110M" BENCH_TYPES=q8_0 sh tools/bench.sh
+#   BENCH_TRAIN=0 BENCH_BATCH=0 make bench                      single-stream only
+#
+# Steps: the training benchmark (tools/bench_train.sh), the single-stream
+# forward pass (build/fast/bench), then batched decode through the serving
+# engine (build/fast/bench_batch) on the same models.
 #
 # Environment (defaults in brackets):
 #   BENCH_SHAPES   mkmodel presets ["stories15M stories110M tinyllama"]
 #   BENCH_TYPES    weight types ["f32 q8_0"]
 #   BENCH_THREADS  thread counts ["1 2"]
 #   BENCH_DIR      where models are kept and reused [build/bench-models]
-#   BENCH_BIN      where mkmodel and bench are [build/fast]
+#   BENCH_BIN      where mkmodel, bench and bench_batch are [build/fast]
 #   BENCH_ARGS     more options for bench, e.g. "--runs 5 --decode 64" []
+#   BENCH_BATCH    0 skips the batched benchmark (tools/bench_batch.c) [1]
+#   BENCH_BATCH_THREADS  its thread counts ["2"]
+#   BENCH_BATCH_ARGS     more options for bench_batch, e.g. "--concurrency 1,16" []
 #
 # Models are random-weight files from tools/mkmodel.c, made once and reused
 # (delete BENCH_DIR to remake them). Before writing one, the free disk space is
@@ -26,8 +34,13 @@ threads=${BENCH_THREADS:-"1 2"}
 dir=${BENCH_DIR:-build/bench-models}
 bin=${BENCH_BIN:-build/fast}
 extra=${BENCH_ARGS:-}
+batch=${BENCH_BATCH:-1}
+batch_threads=${BENCH_BATCH_THREADS:-"2"}
+batch_extra=${BENCH_BATCH_ARGS:-}
 
-for tool in mkmodel bench; do
+tools="mkmodel bench"
+if [ "$batch" != 0 ]; then tools="$tools bench_batch"; fi
+for tool in $tools; do
     if [ ! -x "$bin/$tool" ]; then
         echo "bench.sh: $bin/$tool is missing; run make fast first" >&2
         exit 1
@@ -41,7 +54,8 @@ if [ "$commit" != none ] && [ -n "$(git --no-optional-locks status --porcelain -
     commit="$commit + uncommitted changes"
 fi
 echo "bench.sh: BENCH_SHAPES=\"$shapes\" BENCH_TYPES=\"$types\" BENCH_THREADS=\"$threads\"" \
-     "BENCH_ARGS=\"$extra\" OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-} sh tools/bench.sh"
+     "BENCH_ARGS=\"$extra\" BENCH_BATCH=$batch BENCH_BATCH_THREADS=\"$batch_threads\"" \
+     "BENCH_BATCH_ARGS=\"$batch_extra\" OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-} sh tools/bench.sh"
 echo "bench.sh: commit $commit, $(date -u '+%Y-%m-%d %H:%M UTC')"
 
 mkdir -p "$dir"
@@ -80,6 +94,15 @@ fi
 
 if [ "${BENCH_TRAIN:-1}" != 0 ]; then sh tools/bench_train.sh || echo "bench.sh: tools/bench_train.sh failed" >&2; echo; fi
 echo
-# $extra and $models are word-split on purpose: options and paths without spaces.
+# $extra, $batch_extra and $models are word-split on purpose: options and paths
+# without spaces. Both benchmarks run even if the first fails; the script fails
+# if either did.
+status=0
 # shellcheck disable=SC2086
-exec "$bin/bench" --threads "$(echo $threads | tr ' ' ',')" $extra $models
+"$bin/bench" --threads "$(echo $threads | tr ' ' ',')" $extra $models || status=$?
+if [ "$batch" != 0 ]; then
+    echo
+    # shellcheck disable=SC2086
+    "$bin/bench_batch" --threads "$(echo $batch_threads | tr ' ' ',')" $batch_extra $models || status=$?
+fi
+exit "$status"
