@@ -226,10 +226,10 @@ FinishReason rt_accept_token(Engine *en, Request *r, int token, double now) {
     if (r->n_out == 0) r->tm.first_token = now;
     r->tokens[r->n_tokens++] = token;
     r->n_out++;
+    r->n_piece = 0;
     if (token == tok_eos(tok) && !r->ignore_eos) return FIN_EOS;
-    char piece[TOK_MAX_PIECE];
-    int len = tok_decode(tok, &r->dec, token, piece);
-    if (emit(r, piece, len)) return FIN_STOP;
+    r->n_piece = tok_decode(tok, &r->dec, token, r->piece);
+    if (emit(r, r->piece, r->n_piece)) return FIN_STOP;
     if (r->n_out >= r->max_tokens) return FIN_LENGTH;
     if (r->n_tokens >= r->cap) return FIN_CONTEXT;   /* cap < prompt + max_tokens: context full */
     return FIN_NONE;

@@ -85,6 +85,8 @@ struct Request {
     char stop[RT_MAX_STOP][RT_STOP_LEN];
     int n_stop, stop_max;        /* stop strings and the longest one's length */
     char held[RT_STOP_LEN + TOK_MAX_PIECE];   /* text that could be the start of a stop string */
+    char piece[TOK_MAX_PIECE];   /* the text of the last token (for the trace) */
+    int n_piece;
     int n_held;
     RtStreamFn on_text;
     void *user;

@@ -230,15 +230,32 @@ void trace_scheduled(Trace *t, const Engine *en, const SchedOutput *o) {
     }
 }
 
+/* The text of the request's last token, escaped and cut short if long. */
+static void piece_text(const Request *r, char *text, int cap) {
+    int n = 0;
+    for (int i = 0; i < r->n_piece && n < cap - 8; i++) {
+        unsigned char c = (unsigned char)r->piece[i];
+        if (c == '\n') n += snprintf(text + n, (size_t)(cap - n), "\\n");
+        else if (c == '"' || c == '\\') n += snprintf(text + n, (size_t)(cap - n), "\\%c", c);
+        else if (c < 32) n += snprintf(text + n, (size_t)(cap - n), "\\x%02x", c);
+        else text[n++] = (char)c;
+    }
+    text[n] = 0;
+}
+
 void trace_token(Trace *t, const Engine *en, Request *r, int token, double now) {
+    char text[64];
     if (r->n_out == 1) {
         event(t, en);
-        say(t, now, "#%d first token %d (TTFT %.1f ms)", r->id, token, ms(r->tm.first_token - r->tm.arrival));
+        piece_text(r, text, sizeof text);
+        say(t, now, "#%d first token %d \"%s\" (TTFT %.1f ms)", r->id, token, text,
+            ms(r->tm.first_token - r->tm.arrival));
         char args[64];
         snprintf(args, sizeof args, "\"request\": %d, \"token\": %d", r->id, token);
         mark(t, r, "first token", 'f', now, args);
     } else if (t->level >= TRACE_VERBOSE) {
-        say(t, now, "#%d token %d at position %d", r->id, token, r->n_tokens - 1);
+        piece_text(r, text, sizeof text);
+        say(t, now, "#%d token %d \"%s\" at position %d", r->id, token, text, r->n_tokens - 1);
     }
     if (r->tr_phase == PH_PREFILL) enter(t, r, PH_DECODE, now);
 }
