@@ -59,6 +59,21 @@ printf '%s\n' '{"prompt": "ROMEO:", "max_tokens": 100}' '{"prompt": "ROMEO:", "m
 grep -q "big.jsonl:1: request refused: .*whole pool has 4 blocks" "$tmp/err3" && ok || bad "no refusal: $(cat "$tmp/err3")"
 grep -q "^totals: 1 requests served, 1 refused" "$tmp/err3" && ok || bad "refusal not counted: $(grep totals "$tmp/err3")"
 
+# tracing: stdout unchanged, the trace on stderr ends with the memory report,
+# the JSON and SVG files are written (their content is checked in test_trace.c)
+"$INFER" --model $MODEL --workload data/workload-preempt.jsonl --policy priority --kv-blocks 10 \
+    --max-seqs 4 > "$tmp/plain" 2> /dev/null
+"$INFER" --model $MODEL --workload data/workload-preempt.jsonl --policy priority --kv-blocks 10 \
+    --max-seqs 4 --trace --trace-json "$tmp/t.json" --trace-svg "$tmp/t.svg" > "$tmp/traced" 2> "$tmp/terr"
+cmp -s "$tmp/plain" "$tmp/traced" && ok || bad "--trace changed stdout"
+grep -q "preempted: " "$tmp/terr" && grep -q "resumed in slot" "$tmp/terr" && ok || bad "the preempt example preempted nothing"
+grep -q "^memory: .*allocations after start-up: 0 inside engine steps" "$tmp/terr" && ok || bad "memory report: $(grep '^memory' "$tmp/terr")"
+head -c 40 "$tmp/t.json" | grep -q '"traceEvents"' && tail -c 4 "$tmp/t.json" | grep -q ']}' && ok || bad "--trace-json file incomplete"
+[ "$(grep -c '<g class="request"' "$tmp/t.svg")" -eq 6 ] && ok || bad "--trace-svg: expected 6 request rows"
+"$INFER" --model $MODEL --prompt "ROMEO:" -n 4 --trace-json /nonexistent/dir/t.json > "$tmp/o" 2> "$tmp/e"
+[ $? -ne 0 ] && [ "$(wc -l < "$tmp/e")" -eq 1 ] && grep -q "trace-json /nonexistent/dir/t.json: cannot create" "$tmp/e" && ok \
+    || bad "unwritable --trace-json: $(cat "$tmp/e")"
+
 # bad files: one line, naming file:line and the field
 expect_error() {
     want=$1; shift
