@@ -20,7 +20,10 @@
  *   3. Then waiting and preempted requests are admitted, best rank first,
  *      while slots, budget and blocks last. Admission looks the prompt up in
  *      the prefix cache first. No admission in a step that had to preempt
- *      (the pool is tight: admitting would only cause more preemption).
+ *      (the pool is tight: admitting would only cause more preemption), nor
+ *      one that would leave fewer than a watermark of blocks available (1% of
+ *      the pool, at least one: vLLM keeps such a reserve too), since the
+ *      running requests need room to grow.
  *
  * Rank: FCFS ranks everyone equal, so arrival order decides. The priority
  * policy ranks by level (low 0, normal 1, high 2) plus one level per
@@ -229,7 +232,13 @@ const SchedOutput *sched_step(Scheduler *s) {
          * give the next token. */
         int hit = kv_seq_match_prefix(s->pool, q, r->tokens, r->n_tokens, r->n_tokens - 1);
         int take = min3(r->n_tokens - hit, chunk, budget);
-        if (kv_seq_reserve(s->pool, q, take) != ST_OK) {
+        /* Admit only if a few blocks stay available afterwards (the
+         * watermark, 1% of the pool, at least one), so the running requests
+         * can grow into their next block without preempting the newcomer at
+         * once. With nothing running, admit regardless: progress first. */
+        int watermark = s->pool->NB / 100 > 1 ? s->pool->NB / 100 : 1;
+        if (kv_seq_reserve(s->pool, q, take) != ST_OK ||
+            (s->n_running > 0 && kv_available_blocks(s->pool) < watermark)) {
             kv_seq_release(s->pool, q);   /* not now: it waits for blocks */
             break;
         }

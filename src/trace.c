@@ -192,8 +192,9 @@ void trace_scheduled(Trace *t, const Engine *en, const SchedOutput *o) {
     char args[160];
     for (int i = 0; i < o->n_preempted; i++) {
         Request *r = o->preempted[i];
-        say(t, now, "#%d preempted: no free block for a better-ranked request; %d blocks freed, %d "
-            "tokens to recompute when it resumes", r->id, r->blocks_released, r->n_tokens);
+        say(t, now, "#%d preempted: the pool ran out and it ranked lowest of the requests still to "
+            "run this step; %d blocks freed, %d tokens to recompute when it resumes", r->id,
+            r->blocks_released, r->n_tokens);
         snprintf(args, sizeof args, "\"request\": %d, \"blocks_freed\": %d, \"tokens\": %d, \"step\": %ld",
                  r->id, r->blocks_released, r->n_tokens, en->steps);
         enter(t, r, PH_QUEUED, now);
