@@ -223,7 +223,7 @@ void trace_scheduled(Trace *t, const Engine *en, const SchedOutput *o) {
     }
     for (int i = 0; i < o->n_items; i++) {
         const SchedItem *it = &o->items[i];
-        if (it->n > 1 || it->req->n_out == 0 || it->from + it->n < it->req->n_tokens)
+        if (it->req->tr_phase == PH_PREFILL)   /* (a resumed request's recompute is a prefill too) */
             say(t, now, "#%d prefill [%d, %d)%s", it->req->id, it->from, it->from + it->n,
                 it->sample ? "" : " (a chunk: more to come)");
         else if (t->level >= TRACE_VERBOSE)
