@@ -54,10 +54,12 @@ size_t matmul_scratch_bytes(DType type, int T, int K);
 
 /* out (T, N) = x (T, K) @ W^T.
  * F32: T < 16 AVX-512 register tiles of 4 rows x 4 tokens (T == 1 is
- *      matrix-vector, memory-bound); T >= 16, or no AVX-512, OpenBLAS
- *      (sgemv at T == 1, sgemm otherwise).
- * F16: the same tiles, halves widened in registers; T >= 16 a few rows at a
- *      time widened to float into scratch, then sgemm on them.
+ *      matrix-vector, memory-bound); 16 <= T < 36 the same tiles over blocks
+ *      of K that stay in L1; T >= 36, or no AVX-512, OpenBLAS (sgemv at
+ *      T == 1, sgemm otherwise).
+ * F16: the same tiles, halves widened in registers (or once per block of K);
+ *      T >= 36 a few rows at a time widened to float into scratch, then
+ *      sgemm on them.
  * Q8_0: each row of x is rounded to Q8_0 blocks first (as llama.cpp does) and
  *       the products are int8 x int8 (VNNI) with one float multiply per block,
  *       in tiles of 4 rows x 4 tokens at any T.

@@ -3,9 +3,11 @@
  * Three kinds of check:
  *   - number formats: fp16 both ways over every half, rounding ties, Q8_0
  *     rounding of activations (it must match llama.cpp bit for bit);
- *   - matmul (every type, both instruction sets, T in {1, 3, 6, 17, 64}, shapes
- *     that leave tails in every tile) against matmul_ref and against a plain
- *     loop in double precision, with error bounds derived below;
+ *   - matmul (every type, both instruction sets, T in {1, 2, 3, 6, 7, 17,
+ *     64}, shapes that leave tails in every tile, and T on both sides of each
+ *     change of path: 15/16 and 35/36 for the float types) against
+ *     matmul_ref and against a plain loop in double precision, with error
+ *     bounds derived below;
  *   - determinism: 1 and 2 threads, and prefill versus decode, give the same
  *     bits where the kernels promise it.
  *
@@ -168,7 +170,9 @@ static void check_matmul(DType type, int N, int K, int T, OpsIsa isa, uint64_t s
     free(got), free(ref), free(x), free((void *)W.data);
 }
 
-static const int TOKEN_COUNTS[] = {1, 3, 6, 17, 64};   /* 6: one 4-token tile and a tail */
+/* 2, 3: only the 4 x 2 or 4 x 3 tile; 6, 7: a 4-token tile and one of them;
+ * 17: F32 and F16 through the k-blocked tiles with a 1-token tail; 64: sgemm */
+static const int TOKEN_COUNTS[] = {1, 2, 3, 6, 7, 17, 64};
 static const int ROW_COUNTS[] = {1, 7, 33, 130};   /* 4-row tiles leave 1, 3, 1, 2; 16-row groups too */
 
 static void check_type_everywhere(DType type, const int *Ks, int nK) {
@@ -402,6 +406,21 @@ static void q8_0_matmul_matches_plain_reference(void **state) {
     check_type_everywhere(DT_Q8_0, Ks, 4);
 }
 
+/* Where the float paths change (ops.c): the 4 x 4 tiles below 16 tokens, the
+ * k-blocked tiles from 16, sgemm from 36. K = 1000 is several k-blocks with
+ * a short last one (K % 16 = 8); 130 rows are several chunks of rows with a
+ * tail of 2 (N % 4 != 0); 35 tokens leave 3 over (T % 4 != 0). */
+static void float_matmul_matches_reference_on_both_sides_of_each_path(void **state) {
+    (void)state;
+    DType types[] = {DT_F32, DT_F16};
+    const int Ts[] = {15, 16, 35, 36}, Ks[] = {200, 1000}, Ns[] = {7, 130};
+    for (int i = 0; i < 2; i++)
+        for (int t = 0; t < 4; t++)
+            for (int k = 0; k < 2; k++)
+                for (int n = 0; n < 2; n++)
+                    check_matmul(types[i], Ns[n], Ks[k], Ts[t], ops_best_isa(), 100u + 10u * (unsigned)t + (unsigned)k);
+}
+
 static void matmul_matches_reference_at_model_widths(void **state) {
     (void)state;
     DType types[] = {DT_F32, DT_F16, DT_Q8_0};
@@ -427,8 +446,9 @@ static void q8_0_plain_path_equals_reference_bitwise(void **state) {
 
 /* Each (row, token) goes through the same instructions whatever the tile,
  * so several tokens processed at once give the bits of one token at a time.
- * That holds for Q8_0 at any T, and for F32 and F16 below 16 tokens, where
- * our tiles run instead of sgemm (batched decoding of a few sequences). */
+ * That holds for Q8_0 at any T, and for F32 and F16 below 36 tokens, where
+ * our tiles run instead of sgemm (batched decoding of a few sequences),
+ * k-blocked from 16 tokens on. */
 static void check_batch_equals_single_tokens(DType type, int N, int K, int T) {
     Mat W = {type, N, K, make_weights(type, N, K, 21)};
     float *x = make_activations(T, K, 22);
@@ -457,6 +477,17 @@ static void small_float_batches_equal_single_tokens_bitwise(void **state) {
     (void)state;
     check_batch_equals_single_tokens(DT_F32, 70, 200, 7);
     check_batch_equals_single_tokens(DT_F16, 70, 200, 7);
+    /* k-blocked: K = 1000 in several blocks, a short last one */
+    check_batch_equals_single_tokens(DT_F32, 70, 1000, 17);
+    check_batch_equals_single_tokens(DT_F16, 70, 1000, 35);
+}
+
+static void q8_0_small_batches_equal_single_tokens_bitwise(void **state) {
+    (void)state;
+    /* the 4 x 2 and 4 x 3 tiles, alone and after a 4 x 4 one */
+    check_batch_equals_single_tokens(DT_Q8_0, 70, 224, 2);
+    check_batch_equals_single_tokens(DT_Q8_0, 70, 224, 3);
+    check_batch_equals_single_tokens(DT_Q8_0, 70, 224, 7);
 }
 
 static void matmul_gives_same_results_on_one_and_two_threads(void **state) {
@@ -467,10 +498,10 @@ static void matmul_gives_same_results_on_one_and_two_threads(void **state) {
      * may split sums differently by thread count and is held to the error
      * bound instead. */
     DType types[] = {DT_F32, DT_F16, DT_Q8_0};
-    int Ts[] = {1, 5, 17};
+    int Ts[] = {1, 5, 17, 40};
     int saved = ops_threads();
     for (int i = 0; i < 3; i++) {
-        for (int j = 0; j < 3; j++) {
+        for (int j = 0; j < 4; j++) {
             int N = 1203, K = 256, T = Ts[j];
             Mat W = {types[i], N, K, make_weights(types[i], N, K, 31 + i)};
             float *x = make_activations(T, K, 32);
@@ -483,9 +514,9 @@ static void matmul_gives_same_results_on_one_and_two_threads(void **state) {
                 run_matmul(a, x, &W, T, isas[s]);
                 ops_set_threads(2);
                 run_matmul(b, x, &W, T, isas[s]);
-                /* ours: Q8_0 always; F32 and F16 below 16 tokens on AVX-512;
+                /* ours: Q8_0 always; F32 and F16 below 36 tokens on AVX-512;
                  * the plain F16 loop at T == 1 */
-                int ours = types[i] == DT_Q8_0 || (isas[s] == OPS_AVX512 && T < 16) ||
+                int ours = types[i] == DT_Q8_0 || (isas[s] == OPS_AVX512 && T < 36) ||
                            (types[i] == DT_F16 && T == 1);
                 for (int t = 0; t < T; t++) {
                     for (int n = 0; n < N; n++) {
@@ -622,10 +653,12 @@ int main(void) {
         cmocka_unit_test(f32_matmul_matches_plain_reference),
         cmocka_unit_test(f16_matmul_matches_plain_reference),
         cmocka_unit_test(q8_0_matmul_matches_plain_reference),
+        cmocka_unit_test(float_matmul_matches_reference_on_both_sides_of_each_path),
         cmocka_unit_test(matmul_matches_reference_at_model_widths),
         cmocka_unit_test(q8_0_plain_path_equals_reference_bitwise),
         cmocka_unit_test(q8_0_prefill_rows_equal_decode_rows_bitwise),
         cmocka_unit_test(small_float_batches_equal_single_tokens_bitwise),
+        cmocka_unit_test(q8_0_small_batches_equal_single_tokens_bitwise),
         cmocka_unit_test(matmul_gives_same_results_on_one_and_two_threads),
         cmocka_unit_test(matmul_scratch_does_not_depend_on_threads),
         cmocka_unit_test(rmsnorm_matches_double_precision),
