@@ -102,6 +102,11 @@ int engine_step(Engine *en) {
     for (int i = 0; i < o->n_items; i++) {
         if (sampled[i] < 0) continue;
         Request *r = o->items[i].req;
+        /* Its prompt is computed: the other samples of it fork from it now,
+         * before its own token can finish it and release its blocks. */
+        if (r->fork_next && !r->fork_parent)
+            rt_fork_samples(en, r, en->exec.fork_logits + (size_t)i * en->model->cfg.vocab_size,
+                            en->exec.fork_scratch, now);
         en->tokens_out++;
         FinishReason why = rt_accept_token(en, r, sampled[i], now);
         if (en->trace) trace_token(en->trace, en, r, sampled[i], now);

@@ -33,7 +33,11 @@ int exec_init(Executor *x, const Model *m, KvPool *pool, int max_T, int max_seqs
     x->logit_row = mem_alloc(B * sizeof(int));
     x->table = mem_alloc(B * sizeof(*x->table));
     x->sampled = mem_alloc(B * sizeof(int));
-    if (!x->token || !x->pos || !x->seq || !x->slot || !x->logit_row || !x->table || !x->sampled) {
+    size_t V = (size_t)m->cfg.vocab_size;
+    x->fork_logits = mem_alloc(B * V * sizeof(float));
+    x->fork_scratch = mem_alloc(V * sizeof(float));
+    if (!x->token || !x->pos || !x->seq || !x->slot || !x->logit_row || !x->table || !x->sampled ||
+        !x->fork_logits || !x->fork_scratch) {
         exec_free(x);
         return err_set(e, ST_NOMEM, "executor: cannot allocate the batch arrays for %d tokens", max_T);
     }
@@ -49,6 +53,8 @@ void exec_free(Executor *x) {
     mem_free(x->logit_row);
     mem_free(x->table);
     mem_free(x->sampled);
+    mem_free(x->fork_logits);
+    mem_free(x->fork_scratch);
     memset(x, 0, sizeof *x);
 }
 
@@ -89,8 +95,12 @@ const int *exec_run(Executor *x, Scheduler *s, const SchedOutput *o) {
         it->req->n_computed += it->n;
         x->sampled[i] = -1;
         if (it->sample) {
-            /* logits rows are this executor's own buffer: sampling may scale them */
-            x->sampled[i] = sampler_sample(&it->req->sampler, (float *)logits + (size_t)k * V);
+            /* logits rows are this executor's own buffer: sampling may scale them,
+             * so a request whose samples wait to fork keeps a copy for them */
+            float *row = (float *)logits + (size_t)k * V;
+            if (it->req->fork_next && !it->req->fork_parent)
+                memcpy(x->fork_logits + (size_t)i * V, row, (size_t)V * sizeof(float));
+            x->sampled[i] = sampler_sample(&it->req->sampler, row);
             k++;
         }
     }

@@ -19,6 +19,9 @@ typedef struct {
     int *logit_row;                  /* (max_seqs) */
     const int **table;               /* (max_seqs) */
     int *sampled;                    /* (max_seqs) token sampled for item i, or -1 */
+    float *fork_logits;              /* (max_seqs, V) logits of item i, saved before sampling
+                                        when its request has samples waiting to fork */
+    float *fork_scratch;             /* (V) a copy for each forked sample to sample from */
     double t_build, t_forward, t_sample;   /* seconds spent in the last step */
 } Executor;
 

@@ -52,6 +52,7 @@ RtParams rt_params_default(void) {
     p.add_bos = 1;
     p.sampling = (SamplerParams){.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     p.max_tokens = 16;
+    p.n = 1;
     p.priority = PRIO_NORMAL;
     return p;
 }
@@ -61,6 +62,8 @@ RtParams rt_params_default(void) {
 static int check_params(const Engine *en, const RtParams *p, Err *e) {
     int V = en->model->cfg.vocab_size;
     if (p->max_tokens < 1) return err_set(e, ST_ARG, "max_tokens %d must be at least 1", p->max_tokens);
+    if (p->n < 1 || p->n > RT_MAX_SAMPLES)
+        return err_set(e, ST_ARG, "n %d samples must be in 1..%d", p->n, RT_MAX_SAMPLES);
     if (!(p->sampling.temperature >= 0.0f) || isinf(p->sampling.temperature))
         return err_set(e, ST_ARG, "temperature %g must be a finite number >= 0",
                        (double)p->sampling.temperature);
@@ -77,6 +80,55 @@ static int check_params(const Engine *en, const RtParams *p, Err *e) {
             return err_set(e, ST_ARG, "stop string %d is %zu bytes; at most %d", i, n, RT_STOP_LEN - 1);
     }
     return ST_OK;
+}
+
+/* A request with its own token array (the prompt ids), sampler (the seed
+ * plus seed_offset) and stop strings. Not yet in the engine. NULL with e
+ * filled on failure. */
+static Request *new_request(Engine *en, const RtParams *p, const int *ids, int n, int cap,
+                            uint64_t seed_offset, Err *e) {
+    const Model *m = en->model;
+    Request *r = mem_alloc(sizeof *r);
+    int *tokens = mem_alloc((size_t)cap * sizeof(int));
+    SamplerParams sp = p->sampling;
+    sp.seed += seed_offset;
+    if (!r || !tokens || sampler_init(&r->sampler, m->cfg.vocab_size, sp, e)) {
+        mem_free(tokens);
+        if (r) sampler_free(&r->sampler);
+        mem_free(r);
+        err_set(e, ST_NOMEM, "request: cannot allocate %d tokens and a sampler", cap);
+        return NULL;
+    }
+    memcpy(tokens, ids, (size_t)n * sizeof(int));
+    r->priority = p->priority;
+    r->tokens = tokens;
+    r->cap = cap;
+    r->n_prompt = r->n_tokens = n;
+    r->max_tokens = p->max_tokens;
+    r->ignore_eos = p->ignore_eos;
+    r->slot = -1;
+    /* The output continues the prompt's text: run the prompt through the
+     * decoder (discarding its text) so the first generated token decodes in
+     * context (sentencepiece drops the space of a token that follows BOS). */
+    tok_decoder_init(&r->dec);
+    char piece[TOK_MAX_PIECE];
+    for (int i = 0; i < n; i++) tok_decode(m->tok, &r->dec, tokens[i], piece);
+    for (int i = 0; i < RT_MAX_STOP && p->stop[i]; i++) {
+        strcpy(r->stop[i], p->stop[i]);
+        int len = (int)strlen(p->stop[i]);
+        if (len > r->stop_max) r->stop_max = len;
+        r->n_stop++;
+    }
+    r->on_text = p->on_text;
+    r->user = p->user;
+    r->tm.first_scheduled = r->tm.first_token = r->tm.finished = -1.0;
+    return r;
+}
+
+static void free_request(Request *r) {
+    sampler_free(&r->sampler);
+    mem_free(r->tokens);
+    mem_free(r);
 }
 
 int rt_submit(Engine *en, const RtParams *p, Err *e) {
@@ -117,52 +169,42 @@ int rt_submit(Engine *en, const RtParams *p, Err *e) {
                        kv_tokens, blocks, BS, en->pool.NB);
     }
 
-    Request *r = mem_alloc(sizeof *r);
-    int *tokens = mem_alloc((size_t)cap * sizeof(int));
-    if (!r || !tokens) {
-        mem_free(ids);
-        mem_free(r);
-        mem_free(tokens);
-        return err_set(e, ST_NOMEM, "request: cannot allocate %d tokens", cap);
+    /* The request, and n - 1 more samples of the same prompt: each its own
+     * Request with seed + i, waiting to be forked from the first (see
+     * rt_fork_pending in engine.c). All or nothing. */
+    Request *first = NULL;
+    for (int i = 0; i < p->n; i++) {
+        Request *r = new_request(en, p, ids, n, cap, (uint64_t)i, e);
+        if (!r) {
+            mem_free(ids);
+            while (first) {   /* undo: free the ones made so far */
+                Request *next = first->fork_next;
+                free_request(first);
+                first = next;
+            }
+            return ST_NOMEM;
+        }
+        if (first) {   /* a sample waits on the first one's list */
+            r->fork_parent = first;
+            Request **tail = &first->fork_next;
+            while (*tail) tail = &(*tail)->fork_next;
+            *tail = r;
+        } else {
+            first = r;
+        }
     }
-    memcpy(tokens, ids, (size_t)n * sizeof(int));
     mem_free(ids);
-    st = sampler_init(&r->sampler, m->cfg.vocab_size, p->sampling, e);
-    if (st) {
-        mem_free(tokens);
-        mem_free(r);
-        return st;
+    /* Only now, when nothing can fail: ids in order, into the engine. */
+    for (Request *r = first; r; r = r->fork_next) {
+        r->id = en->next_id++;
+        r->tm.arrival = engine_now(en);
+        r->arrival_step = en->sched.step;
+        r->all_next = en->all;
+        en->all = r;
+        if (r == first) sched_add(&en->sched, r);
+        if (en->trace) trace_arrived(en->trace, en, r);
     }
-    r->id = en->next_id++;
-    r->priority = p->priority;
-    r->tokens = tokens;
-    r->cap = cap;
-    r->n_prompt = r->n_tokens = n;
-    r->max_tokens = p->max_tokens;
-    r->ignore_eos = p->ignore_eos;
-    r->slot = -1;
-    r->arrival_step = en->sched.step;
-    /* The output continues the prompt's text: run the prompt through the
-     * decoder (discarding its text) so the first generated token decodes in
-     * context (sentencepiece drops the space of a token that follows BOS). */
-    tok_decoder_init(&r->dec);
-    char piece[TOK_MAX_PIECE];
-    for (int i = 0; i < n; i++) tok_decode(m->tok, &r->dec, tokens[i], piece);
-    for (int i = 0; i < RT_MAX_STOP && p->stop[i]; i++) {
-        strcpy(r->stop[i], p->stop[i]);
-        int len = (int)strlen(p->stop[i]);
-        if (len > r->stop_max) r->stop_max = len;
-        r->n_stop++;
-    }
-    r->on_text = p->on_text;
-    r->user = p->user;
-    r->tm.arrival = engine_now(en);
-    r->tm.first_scheduled = r->tm.first_token = r->tm.finished = -1.0;
-    r->all_next = en->all;
-    en->all = r;
-    sched_add(&en->sched, r);
-    if (en->trace) trace_arrived(en->trace, en, r);
-    return r->id;
+    return first->id;
 }
 
 Request *rt_find(Engine *en, int id) {
@@ -235,7 +277,56 @@ FinishReason rt_accept_token(Engine *en, Request *r, int token, double now) {
     return FIN_NONE;
 }
 
+/* Undo r's place among the samples of its prompt: a waiting sample leaves
+ * its first's list; a first request that still has samples waiting lets
+ * them go, each queued to run on its own when requeue is set. */
+static void fork_detach(Engine *en, Request *r, int requeue) {
+    if (r->fork_parent) {
+        for (Request **q = &r->fork_parent->fork_next; *q; q = &(*q)->fork_next)
+            if (*q == r) {
+                *q = r->fork_next;
+                break;
+            }
+        r->fork_parent = NULL;
+        r->fork_next = NULL;
+        return;
+    }
+    Request *c = r->fork_next;
+    r->fork_next = NULL;
+    while (c) {
+        Request *next = c->fork_next;
+        c->fork_parent = c->fork_next = NULL;
+        if (requeue) sched_add(&en->sched, c);
+        c = next;
+    }
+}
+
+void rt_fork_samples(Engine *en, Request *first, const float *logits, float *scratch, double now) {
+    int V = en->model->cfg.vocab_size;
+    Request *c = first->fork_next;
+    first->fork_next = NULL;
+    while (c) {
+        Request *next = c->fork_next;
+        c->fork_parent = c->fork_next = NULL;
+        if (!sched_fork(&en->sched, first, c)) {   /* no free slot: it runs on its own */
+            sched_add(&en->sched, c);
+            c = next;
+            continue;
+        }
+        c->tm.first_scheduled = now;
+        if (en->trace) trace_forked(en->trace, en, first, c);
+        memcpy(scratch, logits, (size_t)V * sizeof(float));   /* sampling scales them in place */
+        int token = sampler_sample(&c->sampler, scratch);
+        en->tokens_out++;
+        FinishReason why = rt_accept_token(en, c, token, now);
+        if (en->trace) trace_token(en->trace, en, c, token, now);
+        if (why != FIN_NONE) rt_finish(en, c, why, now);
+        c = next;
+    }
+}
+
 void rt_finish(Engine *en, Request *r, FinishReason why, double now) {
+    fork_detach(en, r, 1);
     sched_remove(&en->sched, r);
     r->state = RQ_FINISHED;
     r->finish = why;
@@ -257,13 +348,12 @@ void rt_finish(Engine *en, Request *r, FinishReason why, double now) {
 
 void rt_request_free(Engine *en, Request *r) {
     if (!r) return;
+    fork_detach(en, r, 0);
     if (r->state != RQ_FINISHED) sched_remove(&en->sched, r);
     for (Request **p = &en->all; *p; p = &(*p)->all_next)
         if (*p == r) {
             *p = r->all_next;
             break;
         }
-    sampler_free(&r->sampler);
-    mem_free(r->tokens);
-    mem_free(r);
+    free_request(r);
 }

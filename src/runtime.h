@@ -32,7 +32,7 @@ typedef enum {
     FIN_CONTEXT,     /* the sequence reached the model's context length */
 } FinishReason;
 
-enum { RT_MAX_STOP = 4, RT_STOP_LEN = 64 };
+enum { RT_MAX_STOP = 4, RT_STOP_LEN = 64, RT_MAX_SAMPLES = 64 };
 
 /* Called with each piece of a request's text as soon as it is final (whole
  * UTF-8 characters, never a part of a possible stop string), and once more
@@ -45,6 +45,9 @@ typedef struct {
     SamplerParams sampling;      /* temperature, top_k, top_p, seed */
     int max_tokens;              /* >= 1 */
     int ignore_eos;              /* keep going past EOS (benchmarks want fixed lengths) */
+    int n;                       /* samples of this prompt (default 1); sample i uses seed + i.
+                                    Samples 1.. are forked from sample 0 once its prompt is
+                                    computed: they share its KV blocks, copied on write */
     const char *stop[RT_MAX_STOP];   /* stop strings (NULL-terminated list, may be empty) */
     Priority priority;
     RtStreamFn on_text;          /* may be NULL */
@@ -79,6 +82,9 @@ struct Request {
     int blocks_released;         /* blocks let go when it last left its slot */
     struct Request *next;        /* link in the scheduler's waiting or preempted queue */
     struct Request *all_next;    /* link in the engine's list of every request */
+    /* samples of one prompt (RtParams.n): the first request heads a list of
+     * the others (fork_next), which wait to be forked from it (fork_parent) */
+    struct Request *fork_parent, *fork_next;
     /* output */
     Sampler sampler;
     TokDecoder dec;
@@ -104,7 +110,8 @@ const char *rt_finish_name(FinishReason f);         /* "length", "eos", "stop", 
 /* Default parameters: greedy, 16 tokens, normal priority, BOS on. */
 RtParams rt_params_default(void);
 
-/* Validate, tokenize, and queue a request. Returns its id (>= 0), or a
+/* Validate, tokenize, and queue a request (with n > 1: n requests, ids id ..
+ * id + n - 1, sharing on_text and user). Returns its id (>= 0), or a
  * negative Status with a one-line reason in e: an empty prompt when the
  * vocabulary has no BOS, a prompt longer than the context, max_tokens < 1,
  * temperature < 0, top_p outside (0, 1], top_k outside 0..V, an unknown
@@ -127,6 +134,14 @@ FinishReason rt_accept_token(Engine *en, Request *r, int token, double now);
 /* Finish a request: its blocks go back, the rest of its text is streamed
  * (unless a stop string ended it), then on_text with len 0; telemetry set. */
 void rt_finish(Engine *en, Request *r, FinishReason why, double now);
+
+/* Fork the samples waiting on `first` (RtParams.n > 1), whose prompt has just
+ * been computed and whose first token has just been sampled from `logits`
+ * (V floats, saved before sampling): each goes into a free sequence slot
+ * sharing first's KV blocks and samples its own first token from the same
+ * logits with its own sampler; a sample that finds no free slot is queued
+ * to run on its own (its prompt mostly from the prefix cache). Engine use. */
+void rt_fork_samples(Engine *en, Request *first, const float *logits, float *scratch, double now);
 
 /* Free one finished request (the engine forgets it). */
 void rt_request_free(Engine *en, Request *r);

@@ -55,8 +55,9 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, KvPool *pool, int cap_block
     s->out.items = mem_alloc((size_t)n * sizeof *s->out.items);
     s->out.preempted = mem_alloc((size_t)n * sizeof *s->out.preempted);
     s->out.admitted = mem_alloc((size_t)n * sizeof *s->out.admitted);
+    s->out.cow = mem_alloc((size_t)n * sizeof *s->out.cow);
     int st = (s->seqs && s->running && s->order && s->out.items && s->out.preempted &&
-              s->out.admitted)
+              s->out.admitted && s->out.cow)
                  ? ST_OK
                  : err_set(e, ST_NOMEM, "scheduler: cannot allocate %d sequence slots", n);
     for (int i = 0; i < n && st == ST_OK; i++) st = kv_seq_init(&s->seqs[i], cap_blocks, e);
@@ -73,6 +74,7 @@ void sched_free(Scheduler *s) {
     mem_free(s->out.items);
     mem_free(s->out.preempted);
     mem_free(s->out.admitted);
+    mem_free(s->out.cow);
     memset(s, 0, sizeof *s);
 }
 
@@ -114,6 +116,19 @@ void sched_add(Scheduler *s, Request *r) {
     r->slot = -1;
     queue_push(&s->waiting, r);
     s->n_waiting++;
+}
+
+int sched_fork(Scheduler *s, const Request *parent, Request *child) {
+    if (s->n_running == s->cfg.max_seqs) return 0;
+    int slot = 0;
+    while (s->running[slot]) slot++;
+    if (kv_seq_fork(s->pool, &s->seqs[slot], &s->seqs[parent->slot]) != ST_OK) return 0;
+    child->slot = slot;
+    child->state = RQ_RUNNING;
+    child->n_computed = parent->n_computed;
+    s->running[slot] = child;
+    s->n_running++;
+    return 1;
 }
 
 KvSeq *sched_seq(Scheduler *s, const Request *r) {
@@ -187,7 +202,7 @@ static Request *best_queued(const Scheduler *s) {
 const SchedOutput *sched_step(Scheduler *s) {
     SchedOutput *o = &s->out;
     o->n_items = o->n_tokens = o->n_prefill_tokens = o->n_decode_tokens = 0;
-    o->n_preempted = o->n_admitted = 0;
+    o->n_preempted = o->n_admitted = o->n_cow = 0;
     int budget = s->cfg.token_budget;
     int chunk = s->cfg.chunk > 0 ? s->cfg.chunk : budget;
 
@@ -207,6 +222,7 @@ const SchedOutput *sched_step(Scheduler *s) {
         Request *r = s->order[i];
         if (r->state != RQ_RUNNING) continue;   /* preempted below as a victim */
         int take = min3(r->n_tokens - r->n_computed, chunk, budget);
+        long copies = s->pool->cow_copies;   /* to notice a copy-on-write (forked samples) */
         /* 2. no room: preempt the worst-ranked unscheduled request, maybe r itself */
         while (kv_seq_reserve(s->pool, &s->seqs[r->slot], take) != ST_OK) {
             int j = n - 1;
@@ -216,6 +232,7 @@ const SchedOutput *sched_step(Scheduler *s) {
             if (victim == r) break;
         }
         if (r->state != RQ_RUNNING) continue;
+        if (s->pool->cow_copies > copies) o->cow[o->n_cow++] = r;
         add_item(s, r, take);
         budget -= take;
     }

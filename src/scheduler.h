@@ -38,6 +38,8 @@ typedef struct {
     int n_preempted;
     Request **admitted;  /* (max_seqs) requests that got a slot in this step */
     int n_admitted;
+    Request **cow;       /* (max_seqs) requests whose reservation copied a shared block */
+    int n_cow;
 } SchedOutput;
 
 typedef struct {
@@ -71,6 +73,11 @@ const SchedOutput *sched_step(Scheduler *s);
 /* A running or waiting request leaves (finished or cancelled): its blocks go
  * back to the pool, its slot is freed; it is taken out of any queue. */
 void sched_remove(Scheduler *s, Request *r);
+
+/* Put `child` (waiting, holding nothing) into a free slot as a fork of the
+ * running `parent`: the same blocks (refcounts + 1, copied on the first
+ * write), the same computed positions. 0 if no slot is free. */
+int sched_fork(Scheduler *s, const Request *parent, Request *child);
 
 /* The KvSeq of a running request. */
 KvSeq *sched_seq(Scheduler *s, const Request *r);

@@ -183,7 +183,7 @@ void trace_arrived(Trace *t, const Engine *en, Request *r) {
 }
 
 static int plain_step(const SchedOutput *o) {
-    return o->n_preempted == 0 && o->n_admitted == 0 && o->n_prefill_tokens == 0;
+    return o->n_preempted == 0 && o->n_admitted == 0 && o->n_prefill_tokens == 0 && o->n_cow == 0;
 }
 
 void trace_scheduled(Trace *t, const Engine *en, const SchedOutput *o) {
@@ -199,6 +199,15 @@ void trace_scheduled(Trace *t, const Engine *en, const SchedOutput *o) {
                  r->id, r->blocks_released, r->n_tokens, en->steps);
         enter(t, r, PH_QUEUED, now);
         mark(t, r, "preempted", 'p', now, args);
+    }
+    for (int i = 0; i < o->n_cow; i++) {
+        Request *r = o->cow[i];
+        say(t, now, "#%d copy-on-write: position %d falls in a block it shared with other samples "
+            "of its prompt; that block was copied (%d rows) before the write", r->id, r->n_computed,
+            r->n_computed % en->pool.BS);
+        snprintf(args, sizeof args, "\"request\": %d, \"position\": %d, \"step\": %ld", r->id,
+                 r->n_computed, en->steps);
+        mark(t, r, "copy-on-write", 0, now, args);
     }
     for (int i = 0; i < o->n_admitted; i++) {
         Request *r = o->admitted[i];
@@ -259,6 +268,21 @@ void trace_token(Trace *t, const Engine *en, Request *r, int token, double now) 
         say(t, now, "#%d token %d \"%s\" at position %d", r->id, token, text, r->n_tokens - 1);
     }
     if (r->tr_phase == PH_PREFILL) enter(t, r, PH_DECODE, now);
+}
+
+void trace_forked(Trace *t, const Engine *en, const Request *first, Request *sample) {
+    event(t, en);
+    double now = sample->tm.first_scheduled;
+    const KvSeq *q = &en->sched.seqs[sample->slot];
+    say(t, now, "#%d forked from #%d into slot %d: shares its %d blocks (%d prompt tokens), no "
+        "prefill of its own", sample->id, first->id, sample->slot, q->n_blocks, q->n_tokens);
+    if (t->json) {
+        char args[96];
+        snprintf(args, sizeof args, "\"request\": %d, \"from\": %d, \"shared_blocks\": %d",
+                 sample->id, first->id, q->n_blocks);
+        json_instant(t, "forked", sample->id + 1, now, args);
+    }
+    enter(t, sample, PH_PREFILL, now);   /* a prefill of no length: its prompt came with the fork */
 }
 
 void trace_finished(Trace *t, const Engine *en, Request *r) {

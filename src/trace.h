@@ -76,6 +76,7 @@ void trace_flush(Trace *t, const Engine *en);
 void trace_arrived(Trace *t, const Engine *en, Request *r);
 void trace_scheduled(Trace *t, const Engine *en, const SchedOutput *o);
 void trace_token(Trace *t, const Engine *en, Request *r, int token, double now);
+void trace_forked(Trace *t, const Engine *en, const Request *first, Request *sample);
 void trace_finished(Trace *t, const Engine *en, Request *r);
 void trace_step_done(Trace *t, const Engine *en, const SchedOutput *o, const StageTimes *st);
 

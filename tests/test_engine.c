@@ -279,6 +279,61 @@ static void preemption_resumes_from_the_prefix_cache(void **state) {
     check_against_alone(jobs, 6);
 }
 
+/* n samples of one prompt: the first computes the prompt, the others fork
+ * from it (sharing its blocks) and copy only the block they write into. With
+ * fewer free slots than samples, the rest run on their own. Either way each
+ * sample is the same as a request alone with its seed (seed + i). */
+static void samples_of_one_prompt_fork_and_copy_only_on_write(void **state) {
+    Err e = {{0}};
+    int ids[256];
+    int len = tok_encode(M.tok, PROMPTS[3], 1, ids, 256, &e);
+    assert_true(len > 16 && len % 16 != 0);   /* a shared, partly filled last block */
+    for (int slots = 4; slots >= 2; slots -= 2) {
+        Engine en;
+        EngineConfig c = config(slots, 64, 0, 0);
+        assert_int_equal(engine_init(&en, &M, &c, &e), ST_OK);
+        RtParams p = rt_params_default();
+        p.prompt = PROMPTS[3];
+        p.max_tokens = 20;
+        p.sampling.temperature = 0.8f;
+        p.sampling.seed = 10;
+        p.n = 4;
+        int id = rt_submit(&en, &p, &e);
+        if (id < 0) fail_msg("submit: %s", e.msg);
+        assert_int_equal(engine_run(&en, &e), ST_OK);
+        /* slots 4: the three others fork and each but the last sharer copies the
+         * shared block once; slots 2: one forks (one copy), two run on their own
+         * and find the prompt's full block in the prefix cache */
+        assert_int_equal(en.pool.cow_copies, slots == 4 ? 3 : 1);
+        for (int i = 0; i < 4; i++) {
+            Request *r = rt_find(&en, id + i);
+            assert_int_equal(r->state, RQ_FINISHED);
+            Job got = {.prompt = PROMPTS[3], .max_tokens = 20, .temperature = 0.8f, .seed = 10 + (uint64_t)i};
+            got.n_out = r->n_out;
+            memcpy(got.out, r->tokens + r->n_prompt, (size_t)r->n_out * sizeof(int));
+            Job alone = got;
+            run_alone(&alone);
+            assert_same_tokens(&got, &alone, i);
+            if (slots == 2 && i >= 2) assert_true(r->prefix_hit_tokens >= 16);
+            if (i > 0) assert_int_equal(r->tm.first_scheduled >= 0, 1);
+        }
+        assert_int_equal(kv_held_blocks(&en.pool), 0);
+        if (kv_pool_check(&en.pool, &e)) fail_msg("pool: %s", e.msg);
+        engine_free(&en);
+    }
+    /* n beyond RT_MAX_SAMPLES is refused */
+    Engine en;
+    EngineConfig c = config(2, 64, 0, 0);
+    assert_int_equal(engine_init(&en, &M, &c, &e), ST_OK);
+    RtParams p = rt_params_default();
+    p.prompt = "ROMEO:";
+    p.n = RT_MAX_SAMPLES + 1;
+    assert_int_equal(rt_submit(&en, &p, &e), ST_ARG);
+    assert_non_null(strstr(e.msg, "samples must be in 1.."));
+    assert_null(en.all);
+    engine_free(&en);
+}
+
 /* ---- priorities ---- */
 
 static void a_high_request_behind_many_low_ones_gets_its_first_token_first(void **state) {
@@ -532,6 +587,7 @@ int main(void) {
         cmocka_unit_test(a_small_pool_preempts_and_every_output_is_still_exact),
         cmocka_unit_test(shared_prefixes_hit_the_cache_and_outputs_are_exact),
         cmocka_unit_test(preemption_resumes_from_the_prefix_cache),
+        cmocka_unit_test(samples_of_one_prompt_fork_and_copy_only_on_write),
         cmocka_unit_test(a_high_request_behind_many_low_ones_gets_its_first_token_first),
         cmocka_unit_test(aging_bounds_how_long_a_low_request_waits),
         cmocka_unit_test(the_decode_loop_allocates_nothing),

@@ -355,6 +355,47 @@ static void svg_timeline_is_well_formed_with_one_row_per_request(void **state) {
     }
 }
 
+static void forks_and_copies_on_write_are_traced_as_they_happen(void **state) {
+    Err e = {{0}};
+    EngineConfig c = engine_config_default();
+    Engine en;
+    assert_int_equal(engine_init(&en, &M, &c, &e), ST_OK);
+    char *text = NULL, *json = NULL;
+    size_t text_n = 0, json_n = 0;
+    FILE *tf = open_memstream(&text, &text_n), *jf = open_memstream(&json, &json_n);
+    Trace t;
+    assert_int_equal(trace_init(&t, TRACE_ON, tf, jf, 0, &e), ST_OK);
+    en.trace = &t;
+    RtParams p = rt_params_default();
+    p.prompt = "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?";
+    p.n = 3;
+    p.max_tokens = 8;
+    p.sampling.temperature = 0.8f;
+    assert_int_equal(rt_submit(&en, &p, &e), 0);
+    assert_int_equal(engine_run(&en, &e), ST_OK);
+    trace_finish(&t, &en);
+    fclose(tf);
+    fclose(jf);
+    assert_int_equal(count_lines(text, "] #1 forked from #0"), 1);
+    assert_int_equal(count_lines(text, "] #2 forked from #0"), 1);
+    assert_int_equal(count_lines(text, "copy-on-write: position"), (int)en.pool.cow_copies);
+    assert_true(en.pool.cow_copies > 0);
+    cJSON *root = cJSON_Parse(json);
+    assert_non_null(root);
+    int forked = 0, cow = 0;
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItemCaseSensitive(root, "traceEvents")) {
+        forked += !strcmp(str(ev, "name"), "forked");
+        cow += !strcmp(str(ev, "name"), "copy-on-write");
+    }
+    assert_int_equal(forked, 2);
+    assert_int_equal(cow, (int)en.pool.cow_copies);
+    cJSON_Delete(root);
+    free(text);
+    free(json);
+    engine_free(&en);
+}
+
 static void tracing_off_calls_no_hook_and_allocates_nothing_in_steps(void **state) {
     Err e = {{0}};
     Workload w;
@@ -377,6 +418,7 @@ int main(void) {
         cmocka_unit_test(json_trace_of_a_shared_prefix_workload_matches_the_engine),
         cmocka_unit_test(text_trace_of_the_examples_names_every_request_and_event),
         cmocka_unit_test(svg_timeline_is_well_formed_with_one_row_per_request),
+        cmocka_unit_test(forks_and_copies_on_write_are_traced_as_they_happen),
         cmocka_unit_test(tracing_off_calls_no_hook_and_allocates_nothing_in_steps),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
