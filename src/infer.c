@@ -258,8 +258,11 @@ static int run_prompt(const Options *o, const Model *m, Engine *en) {
 
 /* ---- a workload: replay it, one output per request, then a table ---- */
 
+/* One per request; a line with "n": k has k sinks side by side, and its
+ * samples (consecutive ids) find theirs from the first one's. */
 typedef struct {
     int id, line;
+    int used;                /* 1: a request was submitted for it (or refused, below) */
     FILE *file;              /* --out-dir: its own file */
     char buf[1024];          /* stdout: the current line, printed whole with its prefix */
     int n;
@@ -273,7 +276,7 @@ static void sink_line(Sink *k) {
 }
 
 static void to_sink(const Request *r, const char *text, int len, void *user) {
-    Sink *k = user;
+    Sink *first = user, *k = first + (r->id - first->id);   /* samples of one line */
     if (k->file) {
         if (len > 0) fwrite(text, 1, (size_t)len, k->file);
         else fputc('\n', k->file);
@@ -311,6 +314,7 @@ static void summary(Engine *en, Sink *sinks, int n, double seconds) {
     long out = 0;
     for (int i = 0; i < n; i++) {
         Sink *k = &sinks[i];
+        if (!k->used) continue;
         if (k->refused) {
             fprintf(stderr, "%4s %5d refused: %s\n", "-", k->line, k->why);
             refused++;
@@ -347,10 +351,11 @@ static int run_workload(const Options *o, Engine *en) {
         fprintf(stderr, "infer: %s\n", e.msg);
         return 1;
     }
-    int rc = 1;
-    Sink *sinks = mem_alloc((size_t)w.n * sizeof *sinks);
+    int rc = 1, total = 0, used = 0;
+    for (int i = 0; i < w.n; i++) total += w.items[i].params.n;
+    Sink *sinks = mem_alloc((size_t)total * sizeof *sinks);
     if (!sinks) {
-        fprintf(stderr, "infer: out of memory for %d requests\n", w.n);
+        fprintf(stderr, "infer: out of memory for %d requests\n", total);
         goto out;
     }
     if (o->out_dir && mkdir(o->out_dir, 0777) && errno != EEXIST) {
@@ -363,25 +368,29 @@ static int run_workload(const Options *o, Engine *en) {
         double now_ms = (engine_now(en) - start) * 1e3;
         for (; next < w.n && w.items[next].arrival_ms <= now_ms; next++) {
             WorkItem *it = &w.items[next];
-            Sink *k = &sinks[next];
-            k->line = it->line;
+            Sink *k = &sinks[used];
             it->params.on_text = to_sink;
             it->params.user = k;
             int id = rt_submit(en, &it->params, &e);
             if (id < 0) {   /* refused, with its reason; the others go on */
-                k->refused = 1;
+                *k = (Sink){.line = it->line, .used = 1, .refused = 1};
                 snprintf(k->why, sizeof k->why, "%s", e.msg);
                 fprintf(stderr, "infer: %s:%d: request refused: %s\n", o->workload, it->line, e.msg);
+                used++;
                 continue;
             }
-            k->id = id;
-            if (o->out_dir) {
-                char path[4096];
-                snprintf(path, sizeof path, "%s/%d.txt", o->out_dir, id);
-                if (!(k->file = fopen(path, "w"))) {
-                    fprintf(stderr, "infer: %s: cannot create: %s\n", path, strerror(errno));
-                    rt_cancel(en, id, &e);
-                    goto out;
+            for (int j = 0; j < it->params.n; j++, used++) {
+                k = &sinks[used];
+                k->id = id + j;
+                k->line = it->line;
+                k->used = 1;
+                if (o->out_dir) {
+                    char path[4096];
+                    snprintf(path, sizeof path, "%s/%d.txt", o->out_dir, k->id);
+                    if (!(k->file = fopen(path, "w"))) {
+                        fprintf(stderr, "infer: %s: cannot create: %s\n", path, strerror(errno));
+                        goto out;
+                    }
                 }
             }
         }
@@ -391,7 +400,7 @@ static int run_workload(const Options *o, Engine *en) {
             continue;
         }
         engine_step(en);
-        for (int i = 0; i < next; i++)   /* close finished requests' files */
+        for (int i = 0; i < used; i++)   /* close finished requests' files */
             if (sinks[i].file && rt_find(en, sinks[i].id)->state == RQ_FINISHED) {
                 fclose(sinks[i].file);
                 sinks[i].file = NULL;
@@ -399,11 +408,11 @@ static int run_workload(const Options *o, Engine *en) {
     }
     if (en->trace) trace_finish(en->trace, en);
     fflush(stdout);
-    summary(en, sinks, w.n, engine_now(en) - start);
+    summary(en, sinks, used, engine_now(en) - start);
     rc = 0;
 out:
     if (sinks)
-        for (int i = 0; i < w.n; i++)
+        for (int i = 0; i < used; i++)
             if (sinks[i].file) fclose(sinks[i].file);
     mem_free(sinks);
     workload_free(&w);

@@ -274,8 +274,9 @@ void trace_forked(Trace *t, const Engine *en, const Request *first, Request *sam
     event(t, en);
     double now = sample->tm.first_scheduled;
     const KvSeq *q = &en->sched.seqs[sample->slot];
-    say(t, now, "#%d forked from #%d into slot %d: shares its %d blocks (%d prompt tokens), no "
-        "prefill of its own", sample->id, first->id, sample->slot, q->n_blocks, q->n_tokens);
+    say(t, now, "#%d forked from #%d into slot %d: shares its %d block%s (%d prompt tokens), no "
+        "prefill of its own", sample->id, first->id, sample->slot, q->n_blocks,
+        q->n_blocks == 1 ? "" : "s", q->n_tokens);
     if (t->json) {
         char args[96];
         snprintf(args, sizeof args, "\"request\": %d, \"from\": %d, \"shared_blocks\": %d",

@@ -6,7 +6,8 @@
  * Fields (all but prompt optional): prompt (string), max_tokens (integer >= 1,
  * default 64), temperature (number, default 0), top_k (integer, default 0),
  * top_p (number, default 1), seed (integer >= 0, default 0), priority ("low",
- * "normal", "high"), stop (a string or an array of up to 4 strings),
+ * "normal", "high"), stop (a string or an array of up to 4 strings), n
+ * (samples of the prompt, 1..64, default 1: forked from the first),
  * arrival_ms (number >= 0, default 0: when to submit it, relative to the start
  * of the replay). Blank lines and lines starting with # are skipped. An
  * unknown field is an error (a typo must not pass silently). Parsed with

@@ -80,6 +80,19 @@ head -c 40 "$tmp/t.json" | grep -q '"traceEvents"' && tail -c 4 "$tmp/t.json" | 
 [ $? -ne 0 ] && [ "$(wc -l < "$tmp/e")" -eq 1 ] && grep -q "trace-json /nonexistent/dir/t.json: cannot create" "$tmp/e" && ok \
     || bad "unwritable --trace-json: $(cat "$tmp/e")"
 
+# "n": samples of one prompt fork from the first; each is the request alone with seed + i
+printf '%s\n' '{"prompt": "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?", "max_tokens": 12, "n": 3, "temperature": 0.8, "seed": 5}' > "$tmp/n.jsonl"
+"$INFER" --model $MODEL --workload "$tmp/n.jsonl" --trace > "$tmp/nout" 2> "$tmp/nerr"
+[ "$(grep -c 'forked from #0' "$tmp/nerr")" -eq 2 ] && grep -q 'copy-on-write: position' "$tmp/nerr" && ok \
+    || bad "no forks in the trace of n = 3: $(grep -E 'forked|copy' "$tmp/nerr")"
+for i in 0 1 2; do
+    "$INFER" --model $MODEL --prompt "$(printf 'JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?')" -n 12 \
+        --temperature 0.8 --top-p 1 --seed $((5 + i)) 2>/dev/null | tail -c +$(printf 'JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?' | wc -c | awk '{ print $1 + 1 }') \
+        | head -c -1 | awk 1 > "$tmp/nref$i"
+    grep "^\[$i\] " "$tmp/nout" | sed "s/^\[$i\] //" > "$tmp/ngot$i"
+    cmp -s "$tmp/ngot$i" "$tmp/nref$i" && ok || { bad "sample $i differs from the prompt alone with seed $((5 + i))"; diff "$tmp/ngot$i" "$tmp/nref$i" | head -4; }
+done
+
 # bad files: one line, naming file:line and the field
 expect_error() {
     want=$1; shift
@@ -95,6 +108,7 @@ expect_error 'field "priority": unknown value "urgent"' '{"prompt": "a", "priori
 expect_error 'field "max_tokens" is 0' '{"prompt": "a", "max_tokens": 0}'
 expect_error 'field "temperature" must be a number' '{"prompt": "a", "temperature": "hot"}'
 expect_error 'field "prompt" is missing' '{"max_tokens": 3}'
+expect_error 'field "n" is 65' '{"prompt": "a", "n": 65}'
 expect_error "no request in the file" '# nothing'
 "$INFER" --model $MODEL --workload /nonexistent.jsonl > "$tmp/o" 2> "$tmp/e"
 [ $? -ne 0 ] && grep -q "/nonexistent.jsonl: cannot open" "$tmp/e" && ok || bad "missing workload file: $(cat "$tmp/e")"
