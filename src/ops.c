@@ -809,50 +809,15 @@ AVX512_INLINE void float_tile(const MatmulJob *job, int n, int t0, DType type, i
             job->out[(size_t)(t0 + t) * N + n + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-/* The 4 x 4 tile, the one that does nearly all the work for T > 1, with its
- * 16 accumulators as named variables: with the array of float_tile, GCC 12
- * kept a copy of the accumulators in memory and stored all 16 of them at every
- * step of the loop, which halved the speed (tools/kbench, T = 8). */
+/* The float tiles of 4 rows below keep their accumulators in named
+ * variables: with the array of float_tile, GCC 12 kept a copy of them in
+ * memory and stored all 16 at every step of the loop, which halved the speed
+ * of the 4 x 4 tile (tools/kbench, T = 8). */
 AVX512_INLINE __m512 fma4(__m512 w, __m512 x, __m512 acc) { return _mm512_fmadd_ps(w, x, acc); }
 
-AVX512_INLINE void float_tile_4x4(const MatmulJob *job, int n, int t0, DType type) {
-    int N = job->W->N, K = job->W->K;
-    const uint8_t *w = row_ptr(job->W, n);
-    size_t ws = dtype_row_bytes(type, K), wsize = type == DT_F16 ? 2 : 4;
-    const float *x0 = job->x + (size_t)t0 * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
-    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00,
-           a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00,
-           a32 = a00, a33 = a00;
-    for (int k = 0; k < K; k += 16) {
-        __mmask16 m = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);
-        prefetch_next_tile(w + k * wsize, 4, ws);
-        prefetch_next_tile(w + ws + k * wsize, 4, ws);
-        prefetch_next_tile(w + 2 * ws + k * wsize, 4, ws);
-        prefetch_next_tile(w + 3 * ws + k * wsize, 4, ws);
-        __m512 w0 = wide_load(w, k, type, m), w1 = wide_load(w + ws, k, type, m),
-               w2 = wide_load(w + 2 * ws, k, type, m), w3 = wide_load(w + 3 * ws, k, type, m);
-        __m512 xv = _mm512_maskz_loadu_ps(m, x0 + k);
-        a00 = fma4(w0, xv, a00), a10 = fma4(w1, xv, a10), a20 = fma4(w2, xv, a20), a30 = fma4(w3, xv, a30);
-        xv = _mm512_maskz_loadu_ps(m, x1 + k);
-        a01 = fma4(w0, xv, a01), a11 = fma4(w1, xv, a11), a21 = fma4(w2, xv, a21), a31 = fma4(w3, xv, a31);
-        xv = _mm512_maskz_loadu_ps(m, x2 + k);
-        a02 = fma4(w0, xv, a02), a12 = fma4(w1, xv, a12), a22 = fma4(w2, xv, a22), a32 = fma4(w3, xv, a32);
-        xv = _mm512_maskz_loadu_ps(m, x3 + k);
-        a03 = fma4(w0, xv, a03), a13 = fma4(w1, xv, a13), a23 = fma4(w2, xv, a23), a33 = fma4(w3, xv, a33);
-    }
-    float *o = job->out + (size_t)t0 * N + n;
-    store_row4(o, a00, a10, a20, a30);
-    o += N;
-    store_row4(o, a01, a11, a21, a31);
-    o += N;
-    store_row4(o, a02, a12, a22, a32);
-    o += N;
-    store_row4(o, a03, a13, a23, a33);
-}
-
-/* 4 rows by TT = 2 or 3 tokens (the tokens left over), with named
- * accumulators for the same reason: float_tile's array is stored to the
- * stack at every step. As for Q8_0, 2 or 3 tokens left over now share each
+/* 4 rows by TT = 2, 3 or 4 tokens, with named accumulators (see above).
+ * 4 x 4 does nearly all the work for T > 1. As for Q8_0, 2 or 3 tokens left
+ * over now share each
  * load of the weights: 5632 x 2048 from memory, one thread (tools/kbench
  * --type F32 --shape 5632x2048 --prefill-t T), F32 T = 2: 7.9 -> 10.4
  * GFLOP/s, T = 3: 9.5 -> 15.3, T = 6: 21.3 -> 25.2; F16 T = 2: 16.7 -> 22.1,
@@ -863,9 +828,10 @@ AVX512_INLINE void float_tile_4xn(const MatmulJob *job, int n, int t0, DType typ
     int N = job->W->N, K = job->W->K;
     const uint8_t *w = row_ptr(job->W, n);
     size_t ws = dtype_row_bytes(type, K), wsize = type == DT_F16 ? 2 : 4;
-    const float *x0 = job->x + (size_t)t0 * K, *x1 = x0 + K, *x2 = x1 + K;
+    const float *x0 = job->x + (size_t)t0 * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
     __m512 a00 = _mm512_setzero_ps(), a10 = a00, a20 = a00, a30 = a00, a01 = a00, a11 = a00,
-           a21 = a00, a31 = a00, a02 = a00, a12 = a00, a22 = a00, a32 = a00;
+           a21 = a00, a31 = a00, a02 = a00, a12 = a00, a22 = a00, a32 = a00, a03 = a00,
+           a13 = a00, a23 = a00, a33 = a00;
     for (int k = 0; k < K; k += 16) {
         __mmask16 m = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);
         prefetch_next_tile(w + k * wsize, 4, ws);
@@ -882,18 +848,20 @@ AVX512_INLINE void float_tile_4xn(const MatmulJob *job, int n, int t0, DType typ
             xv = _mm512_maskz_loadu_ps(m, x2 + k);
             a02 = fma4(w0, xv, a02), a12 = fma4(w1, xv, a12), a22 = fma4(w2, xv, a22), a32 = fma4(w3, xv, a32);
         }
+        if (TT > 3) {
+            xv = _mm512_maskz_loadu_ps(m, x3 + k);
+            a03 = fma4(w0, xv, a03), a13 = fma4(w1, xv, a13), a23 = fma4(w2, xv, a23), a33 = fma4(w3, xv, a33);
+        }
     }
     float *o = job->out + (size_t)t0 * N + n;
     store_row4(o, a00, a10, a20, a30);
     o += N;
     store_row4(o, a01, a11, a21, a31);
-    if (TT > 2) {
-        o += N;
-        store_row4(o, a02, a12, a22, a32);
-    }
+    if (TT > 2) store_row4(o + N, a02, a12, a22, a32);
+    if (TT > 3) store_row4(o + 2 * (size_t)N, a03, a13, a23, a33);
 }
 
-static AVX512_FN void f32_r4t4(const MatmulJob *j, int n, int t) { float_tile_4x4(j, n, t, DT_F32); }
+static AVX512_FN void f32_r4t4(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_F32, 4); }
 static AVX512_FN void f32_r1t4(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F32, 1, 4); }
 static AVX512_FN void f32_r4t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F32, 4, 1); }
 static AVX512_FN void f32_r1t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F32, 1, 1); }
@@ -901,7 +869,7 @@ static AVX512_FN void f32_r4t2(const MatmulJob *j, int n, int t) { float_tile_4x
 static AVX512_FN void f32_r4t3(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_F32, 3); }
 static const TileSet F32_TILES = {f32_r4t4, f32_r1t4, f32_r4t1, f32_r1t1, f32_r4t2, f32_r4t3};
 
-static AVX512_FN void f16_r4t4(const MatmulJob *j, int n, int t) { float_tile_4x4(j, n, t, DT_F16); }
+static AVX512_FN void f16_r4t4(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_F16, 4); }
 static AVX512_FN void f16_r1t4(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F16, 1, 4); }
 static AVX512_FN void f16_r4t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F16, 4, 1); }
 static AVX512_FN void f16_r1t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F16, 1, 1); }
