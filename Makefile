@@ -23,6 +23,7 @@ FIXTURES ?= ../shared/fixtures
 
 LIB_SRC  := $(filter-out src/infer.c,$(wildcard src/*.c))
 TOOL_SRC := $(wildcard tools/*.c)
+TOOL_H   := $(wildcard tools/*.h) src/*.h
 TEST_SRC := $(wildcard tests/test_*.c)
 
 # Flavours: objects never mix between them.
@@ -42,8 +43,8 @@ build/libengine.a: $(patsubst src/%.c,build/obj/%.o,$(LIB_SRC))
 	ar rcs $@ $^
 build/infer: src/infer.c build/libengine.a
 	$(CC) $(DEBUG_FLAGS) $^ -o $@ $(LIBS)
-build/%: tools/%.c build/libengine.a
-	$(CC) $(DEBUG_FLAGS) $^ -o $@ $(LIBS)
+build/%: tools/%.c build/libengine.a $(TOOL_H)
+	$(CC) $(DEBUG_FLAGS) $(filter-out %.h,$^) -o $@ $(LIBS)
 
 # --- fast ----------------------------------------------------------------
 build/fast/obj/%.o: src/%.c src/*.h | deps
@@ -53,8 +54,8 @@ build/fast/libengine.a: $(patsubst src/%.c,build/fast/obj/%.o,$(LIB_SRC))
 	ar rcs $@ $^
 build/fast/infer: src/infer.c build/fast/libengine.a
 	$(CC) $(FAST_FLAGS) $^ -o $@ $(LIBS)
-build/fast/%: tools/%.c build/fast/libengine.a
-	$(CC) $(FAST_FLAGS) $^ -o $@ $(LIBS)
+build/fast/%: tools/%.c build/fast/libengine.a $(TOOL_H)
+	$(CC) $(FAST_FLAGS) $(filter-out %.h,$^) -o $@ $(LIBS)
 
 # --- tests (sanitizers on) -----------------------------------------------
 build/asan/obj/%.o: src/%.c src/*.h | deps
@@ -64,8 +65,8 @@ build/asan/libengine.a: $(patsubst src/%.c,build/asan/obj/%.o,$(LIB_SRC))
 	ar rcs $@ $^
 build/asan/infer: src/infer.c build/asan/libengine.a
 	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LIBS)
-build/asan/%: tools/%.c build/asan/libengine.a
-	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LIBS)
+build/asan/%: tools/%.c build/asan/libengine.a $(TOOL_H)
+	$(CC) $(ASAN_FLAGS) $(filter-out %.h,$^) -o $@ $(LIBS)
 build/asan/test_%: tests/test_%.c tests/testutil.h build/asan/libengine.a
 	$(CC) $(ASAN_FLAGS) -Itests $< build/asan/libengine.a -o $@ $(LIBS) -lcmocka
 

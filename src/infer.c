@@ -278,8 +278,13 @@ static void sink_line(Sink *k) {
 static void to_sink(const Request *r, const char *text, int len, void *user) {
     Sink *first = user, *k = first + (r->id - first->id);   /* samples of one line */
     if (k->file) {
-        if (len > 0) fwrite(text, 1, (size_t)len, k->file);
-        else fputc('\n', k->file);
+        if (len > 0) {
+            fwrite(text, 1, (size_t)len, k->file);
+        } else {   /* the request finished: its file is complete */
+            fputc('\n', k->file);
+            fclose(k->file);
+            k->file = NULL;
+        }
         return;
     }
     for (int i = 0; i < len; i++) {
@@ -400,11 +405,6 @@ static int run_workload(const Options *o, Engine *en) {
             continue;
         }
         engine_step(en);
-        for (int i = 0; i < used; i++)   /* close finished requests' files */
-            if (sinks[i].file && rt_find(en, sinks[i].id)->state == RQ_FINISHED) {
-                fclose(sinks[i].file);
-                sinks[i].file = NULL;
-            }
     }
     if (en->trace) trace_finish(en->trace, en);
     fflush(stdout);

@@ -40,6 +40,8 @@
  *
  * Weights that fit in the last-level cache can be read faster than DRAM
  * allows; such rows are marked and their "% of ceiling" can exceed 100. */
+#include "bench_util.h"
+#include "clock.h"
 #include "err.h"
 #include "mem.h"
 #include "model.h"
@@ -81,17 +83,6 @@ static const int SGEMM_SHAPES[2][3] = {{128, 2048, 2048}, {128, 5632, 2048}};   
 
 /* ------------------------------------------------------------- timing */
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median of n values (sorts them in place). */
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
@@ -114,9 +105,9 @@ static double measure_bandwidth(const float *buf, size_t n, float *sink) {
     double gbs[MACHINE_RUNS];
     *sink += stream_sum(buf, n);
     for (int r = 0; r < MACHINE_RUNS; r++) {
-        double t0 = now_s();
+        double t0 = clock_seconds();
         *sink += stream_sum(buf, n);
-        gbs[r] = (double)(n * sizeof *buf) / (now_s() - t0) * 1e-9;
+        gbs[r] = (double)(n * sizeof *buf) / (clock_seconds() - t0) * 1e-9;
     }
     return median(gbs, MACHINE_RUNS);
 }
@@ -129,9 +120,9 @@ static double measure_sgemm(int M, int N, int K, const float *x, const float *w,
     double gflops[MACHINE_RUNS];
     Mat W = {DT_F32, N, K, w};
     for (int r = -1; r < MACHINE_RUNS; r++) {
-        double t0 = now_s();
+        double t0 = clock_seconds();
         matmul(out, x, &W, M, NULL);
-        if (r >= 0) gflops[r] = 2.0 * M * N * K / (now_s() - t0) * 1e-9;
+        if (r >= 0) gflops[r] = 2.0 * M * N * K / (clock_seconds() - t0) * 1e-9;
     }
     return median(gflops, MACHINE_RUNS);
 }
@@ -181,22 +172,6 @@ static int measure_machine(const Args *a, Machine *mc, Err *e) {
 }
 
 /* "model name" from /proc/cpuinfo into buf. */
-static void cpu_name(char *buf, size_t cap) {
-    snprintf(buf, cap, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) == 0 && colon) {
-            snprintf(buf, cap, "%s", colon + 2);
-            buf[strcspn(buf, "\n")] = 0;
-            break;
-        }
-    }
-    fclose(f);
-}
-
 static void print_machine(const Args *a, const Machine *mc, int argc, char **argv) {
     char cpu[128], load[64] = "unknown";
     cpu_name(cpu, sizeof cpu);
@@ -257,17 +232,6 @@ static double prefill_flops(const Model *m, int T) {
     return 2.0 * T * layer_params + 2.0 * mat_params(&m->output);
 }
 
-/* A name for the table: general.name when the file has one, else the path. */
-static void model_label(const Model *m, const char *path, char *buf, size_t cap) {
-    GgufStr s;
-    if (strcmp(m->format, "gguf") == 0 && gguf_get_str(&m->gguf, "general.name", &s, NULL) == ST_OK) {
-        snprintf(buf, cap, "%.*s", (int)(s.len < 40 ? s.len : 40), s.s);
-        return;
-    }
-    const char *slash = strrchr(path, '/');
-    snprintf(buf, cap, "%s", slash ? slash + 1 : path);
-}
-
 static int argmax(const float *x, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)
@@ -287,12 +251,12 @@ static double decode_run(const Model *m, RunState *s, const int *prompt, int ste
     int V = m->cfg.vocab_size;
     float *logits = model_forward(m, s, prompt, DECODE_PROMPT, 0, 0);
     int tok = argmax(logits, V);
-    double t0 = now_s();
+    double t0 = clock_seconds();
     for (int i = 0; i < steps; i++) {
         logits = model_forward(m, s, &tok, 1, DECODE_PROMPT + i, 0);
         tok = argmax(logits, V);
     }
-    double t = now_s() - t0;
+    double t = clock_seconds() - t0;
     return all_finite(logits, V) ? t : -1.0;
 }
 
@@ -325,9 +289,9 @@ static int bench_one(const Model *m, const Args *a, const int *tokens, Result *r
     double spent = 0.0;
     int n = 0;
     while (n < a->runs && (n == 0 || spent < a->budget_s)) {
-        double t0 = now_s();
+        double t0 = clock_seconds();
         float *logits = model_forward(m, &s, tokens, a->prompt, 0, 0);
-        t[n] = now_s() - t0;
+        t[n] = clock_seconds() - t0;
         if (!all_finite(logits, m->cfg.vocab_size)) {
             runstate_free(&s);
             return err_set(e, ST_FORMAT, "prefill logits are not finite numbers");
@@ -411,15 +375,6 @@ static int bench_model(const char *path, const Args *a, const Machine *mc, int *
 }
 
 /* ------------------------------------------------------------ arguments */
-
-static int parse_int(const char *flag, const char *text, int lo, int hi, int *out, Err *e) {
-    char *end;
-    long v = strtol(text, &end, 10);
-    if (end == text || *end || v < lo || v > hi)
-        return err_set(e, ST_ARG, "%s wants an integer in %d..%d, got '%s'", flag, lo, hi, text);
-    *out = (int)v;
-    return ST_OK;
-}
 
 static int parse_args(int argc, char **argv, Args *a, Err *e) {
     *a = (Args){.threads = {1}, .n_threads = 1, .prompt = 128, .decode = 32, .runs = 3, .budget_s = 60.0};

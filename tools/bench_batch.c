@@ -97,6 +97,8 @@
  * carries over is each engine's ratio to its own single-stream rate, ours
  * being the speed-up column. Units: MB = 1e6 bytes. */
 #include "engine.h"
+#include "bench_util.h"
+#include "clock.h"
 #include "err.h"
 #include "mem.h"
 #include "model.h"
@@ -133,12 +135,6 @@ typedef struct {
 } Args;
 
 /* ------------------------------------------------------------- timing */
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* ------------------------------------------------------------ prompts */
 
@@ -393,7 +389,7 @@ static int run_workload(const Model *m, const Args *a, int N, int shared, const 
     }
     res->common = pr->common;
 
-    double t0 = now_s();
+    double t0 = clock_seconds();
     int submitted = 0;
     if (shared && N > 1) {
         /* The first request alone until its whole prompt is committed (its
@@ -417,13 +413,13 @@ static int run_workload(const Model *m, const Args *a, int N, int shared, const 
         if ((st = step_or_fail(&en, e))) goto done;
         res->prefill_steps++;
     }
-    res->prefill_s = now_s() - t0;
+    res->prefill_s = clock_seconds() - t0;
     res->kv_prefill = kv_use(&en, rows);
 
     for (int k = 0; k < a->decode; k++) {
-        double s0 = now_s();
+        double s0 = clock_seconds();
         int ran = engine_step(&en);
-        double dt = now_s() - s0;
+        double dt = clock_seconds() - s0;
         const SchedOutput *o = &en.sched.out;
         if (ran != N || o->n_decode_tokens != N || o->n_prefill_tokens != 0) break;
         res->decode_steps++;
@@ -465,22 +461,6 @@ static int warm_up(const Model *m, Err *e) {
 }
 
 /* ------------------------------------------------------------ reports */
-
-static int cmp_double(const void *x, const void *y) {
-    double u = *(const double *)x, v = *(const double *)y;
-    return (u > v) - (u < v);
-}
-
-/* A name for the table: general.name when the file has one, else the path. */
-static void model_label(const Model *m, const char *path, char *buf, size_t cap) {
-    GgufStr s;
-    if (strcmp(m->format, "gguf") == 0 && gguf_get_str(&m->gguf, "general.name", &s, NULL) == ST_OK) {
-        snprintf(buf, cap, "%.*s", (int)(s.len < 40 ? s.len : 40), s.s);
-        return;
-    }
-    const char *slash = strrchr(path, '/');
-    snprintf(buf, cap, "%s", slash ? slash + 1 : path);
-}
 
 /* TinyLlama-1.1B's shape (the peer figures are for it). */
 static int is_tinyllama_shape(const ModelConfig *c) {
@@ -696,22 +676,6 @@ static void print_summary(void) {
 /* ------------------------------------------------------------ context */
 
 /* "model name" from /proc/cpuinfo into buf. */
-static void cpu_name(char *buf, size_t cap) {
-    snprintf(buf, cap, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) == 0 && colon) {
-            snprintf(buf, cap, "%s", colon + 2);
-            buf[strcspn(buf, "\n")] = 0;
-            break;
-        }
-    }
-    fclose(f);
-}
-
 /* The commit (git rev-parse --short HEAD), "+ uncommitted changes" when
  * tracked files differ from it; "none" outside a repository. */
 static void commit_name(char *buf, size_t cap) {
@@ -756,15 +720,6 @@ static void print_context(int argc, char **argv) {
 }
 
 /* ------------------------------------------------------------ arguments */
-
-static int parse_int(const char *flag, const char *text, int lo, int hi, int *out, Err *e) {
-    char *end;
-    long v = strtol(text, &end, 10);
-    if (end == text || *end || v < lo || v > hi)
-        return err_set(e, ST_ARG, "%s wants an integer in %d..%d, got '%s'", flag, lo, hi, text);
-    *out = (int)v;
-    return ST_OK;
-}
 
 /* "1,4,16" into v (at most max values in lo..hi). */
 static int parse_list(const char *flag, const char *val, int lo, int hi, int *v, int max, int *n, Err *e) {
