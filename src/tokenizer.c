@@ -512,7 +512,7 @@ static int load_merges(Tokenizer *t, const Gguf *g, const int cp_to_byte[0x144],
         int lr = gpt2_unmap(sp + 1, nr, cp_to_byte, buf + (ll > 0 ? ll : 0));
         Merge *m = &t->merges[r];
         m->left = ll > 0 ? piece_find(t, buf, ll) : -1;
-        m->right = lr > 0 ? piece_find(t, buf + ll, lr) : -1;
+        m->right = ll > 0 && lr > 0 ? piece_find(t, buf + ll, lr) : -1;
         m->merged = m->left >= 0 && m->right >= 0 ? piece_find(t, buf, ll + lr) : -1;
         if (m->merged < 0)
             return err_set(e, ST_FORMAT, "%s: merge %d '%.*s' names a piece that is not in the "

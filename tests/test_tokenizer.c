@@ -856,6 +856,15 @@ static void gguf_without_a_usable_tokenizer_is_refused(void **state) {
     const char *merges[] = {"a c"};
     kv_strs(&img, "tokenizer.ggml.merges", merges, 1);
     expect_gguf_error(&img, ST_FORMAT, "merge 0 'a c' names a piece that is not in the vocabulary");
+
+    /* A left half outside the disguise (a 3-byte character) cannot be
+     * decoded: the merge is refused without reading before the buffer. */
+    gguf_header(&img);
+    kv_str(&img, "tokenizer.ggml.model", "gpt2");
+    kv_strs(&img, "tokenizer.ggml.tokens", pieces, 2);
+    const char *undecodable[] = {"\xE2\x82\xAC b"};
+    kv_strs(&img, "tokenizer.ggml.merges", undecodable, 1);
+    expect_gguf_error(&img, ST_FORMAT, "names a piece that is not in the vocabulary");
 }
 
 /* ---- allocation failures ------------------------------------------------------ */
