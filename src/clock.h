@@ -1,4 +1,17 @@
-/* clock.h - one monotonic clock for every timing in the engine. */
+/* clock.h - the engine's clock: the wall clock, or a virtual one that
+ * advances by exactly one millisecond per engine step.
+ *
+ * Every time the engine reports (arrivals, first tokens, telemetry, the
+ * trace) is read from a Clock. On the wall clock a run's times vary with the
+ * machine and its load; on the step clock (`--clock steps`) they are a pure
+ * function of what the scheduler decided, so a trace repeats byte for byte,
+ * run to run and machine to machine. The rule that maps a workload's
+ * arrival_ms onto steps follows: step k runs from (k - 1) ms to k ms of
+ * virtual time, and a request with arrival_ms a is submitted before the first
+ * step that starts at or after a ms (so arrival_ms 0..1 -> before step 1 or 2
+ * ...: a request arrives before step ceil(a) + 1). Durations measured inside a
+ * step (how long the forward pass took) are still real: they are facts about
+ * the machine, and a step-clock trace leaves them out. */
 #ifndef CLOCK_H
 #define CLOCK_H
 #include <time.h>
@@ -8,6 +21,45 @@ static inline double clock_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef enum { CLOCK_WALL = 0, CLOCK_STEPS = 1 } ClockKind;
+
+#define CLOCK_STEP_SECONDS 1e-3   /* one engine step of virtual time */
+
+typedef struct {
+    ClockKind kind;
+    double t0;       /* CLOCK_WALL: clock_seconds() at the start */
+    double vnow;     /* CLOCK_STEPS: virtual seconds since the start */
+} Clock;
+
+static inline void clock_start(Clock *c, ClockKind kind) {
+    c->kind = kind;
+    c->t0 = clock_seconds();
+    c->vnow = 0.0;
+}
+
+/* Seconds since clock_start. */
+static inline double clock_now(const Clock *c) {
+    return c->kind == CLOCK_STEPS ? c->vnow : clock_seconds() - c->t0;
+}
+
+/* An engine step ended: virtual time moves on by one step. */
+static inline void clock_step_done(Clock *c) {
+    if (c->kind == CLOCK_STEPS) c->vnow += CLOCK_STEP_SECONDS;
+}
+
+/* Nothing to do until time t: sleep (wall), or jump there (steps). */
+static inline void clock_wait_until(Clock *c, double t) {
+    double now = clock_now(c);
+    if (t <= now) return;
+    if (c->kind == CLOCK_STEPS) {
+        c->vnow = t;
+        return;
+    }
+    double d = t - now;
+    struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+    nanosleep(&ts, NULL);
 }
 
 #endif

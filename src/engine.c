@@ -1,19 +1,27 @@
 /* engine.c - the step loop.
  *
- *     while something is running or waiting:
- *         decision = scheduler.step()          who runs, how many tokens each
- *         sampled  = executor.run(decision)    one forward pass, then sampling
- *         for each sampled token:
- *             runtime.accept(token)            stream text, check stop conditions
- *             if finished: release its blocks
+ *     plan    = scheduler.step()             who runs, how many tokens each
+ *     sampled = executor.run(plan)           one forward pass, then sampling
+ *     scheduler.commit(plan)                 the K/V written are the sequences' now
+ *     for each sampled token:
+ *         fork the samples waiting on it     (the first token of an n > 1 request)
+ *         append it; EOS, length or context? finish: its blocks go back
+ *     report what happened                   the runtime turns it into text
  *
  * That is all an engine is. Every interesting decision lives in the stages it
- * calls; this file only keeps them in order and times them. A request that
- * finishes in step k gives its blocks back before step k+1 is scheduled, so
- * the next step can admit a waiting request at once: continuous batching. */
+ * calls; this file keeps them in order, times them, and applies the few
+ * rules that need more than one stage: a sequence's end (the scheduler lets
+ * go of its blocks) and the forking of samples (the scheduler shares the
+ * blocks, the executor samples from the saved logits). A sequence that
+ * finishes in step k gives its blocks back before step k + 1 is scheduled, so
+ * the next step can admit a waiting one at once: continuous batching.
+ *
+ * Nothing here calls up. The runtime learns what happened from the
+ * StepReport, and tells the engine what only it can know (a stop string in
+ * the text, a cancel) through engine_finish. */
 #include "engine.h"
-#include "clock.h"
 #include "mem.h"
+#include <stdio.h>
 #include <string.h>
 
 EngineConfig engine_config_default(void) {
@@ -23,6 +31,7 @@ EngineConfig engine_config_default(void) {
         .kv_bytes = 0,
         .sched = {.policy = SCHED_FCFS, .token_budget = 256, .max_seqs = 16, .chunk = 0,
                   .aging_steps = 32},
+        .clock = CLOCK_WALL,
     };
     return c;
 }
@@ -55,85 +64,228 @@ int engine_init(Engine *en, const Model *m, const EngineConfig *cfg, Err *e) {
     en->model = m;
     en->cfg = *cfg;
     en->cfg.n_blocks = nb;
+    en->cap_blocks = ctx_blocks;
     int st = kv_pool_init(&en->pool, c->n_layers, kvd, BS, nb, e);
-    if (!st) st = sched_init(&en->sched, &cfg->sched, &en->pool, ctx_blocks, e);
+    if (!st) st = sched_init(&en->sched, &cfg->sched, &en->pool, e);
     if (!st) st = exec_init(&en->exec, m, &en->pool, cfg->sched.token_budget, cfg->sched.max_seqs, e);
+    if (!st) {
+        en->report.out = mem_alloc(2 * (size_t)cfg->sched.max_seqs * sizeof *en->report.out);
+        if (!en->report.out) st = err_set(e, ST_NOMEM, "engine: cannot allocate the step report");
+    }
     if (st) {
         engine_free(en);
         return st;
     }
-    en->t0 = clock_seconds();
+    clock_start(&en->clock, cfg->clock);
     return ST_OK;
 }
 
 void engine_free(Engine *en) {
-    while (en->all) rt_request_free(en, en->all);
+    mem_free(en->report.out);
     exec_free(&en->exec);
     sched_free(&en->sched);
     kv_pool_free(&en->pool);
     memset(en, 0, sizeof *en);
 }
 
-double engine_now(const Engine *en) { return clock_seconds() - en->t0; }
+double engine_now(const Engine *en) { return clock_now(&en->clock); }
 
 int engine_idle(const Engine *en) { return sched_idle(&en->sched); }
 
-int engine_step(Engine *en) {
-    size_t allocs = mem_stats().total_count;
-    en->steps++;   /* this step's number, from 1 */
-    double t0 = clock_seconds();
-    en->step_started = t0 - en->t0;
-    const SchedOutput *o = sched_step(&en->sched);
-    double t1 = clock_seconds();
-    for (int i = 0; i < o->n_admitted; i++)
-        if (o->admitted[i]->tm.first_scheduled < 0) o->admitted[i]->tm.first_scheduled = t1 - en->t0;
-    StageTimes *st = &en->last;
-    memset(st, 0, sizeof *st);
-    st->schedule = t1 - t0;
-    if (en->trace) trace_scheduled(en->trace, en, o);
-    if (o->n_items == 0) {
-        en->step_allocations += mem_stats().total_count - allocs;
-        return 0;
-    }
+int engine_waiting(const Engine *en) { return en->sched.n_waiting + en->sched.n_preempted_queued; }
 
-    const int *sampled = exec_run(&en->exec, &en->sched, o);
-    double t2 = clock_seconds();
-    double now = t2 - en->t0;
-    for (int i = 0; i < o->n_items; i++) {
-        if (sampled[i] < 0) continue;
-        Request *r = o->items[i].req;
-        /* Its prompt is computed: the other samples of it fork from it now,
-         * before its own token can finish it and release its blocks. */
-        if (r->fork_next && !r->fork_parent)
-            rt_fork_samples(en, r, en->exec.fork_logits + (size_t)i * en->model->cfg.vocab_size,
-                            en->exec.fork_scratch, now);
-        en->tokens_out++;
-        FinishReason why = rt_accept_token(en, r, sampled[i], now);
-        if (en->trace) trace_token(en->trace, en, r, sampled[i], now);
-        if (why != FIN_NONE) rt_finish(en, r, why, now);
+int engine_running(const Engine *en) { return en->sched.n_running; }
+
+int engine_add(Engine *en, Sequence *q, Sequence *fork_of, Err *e) {
+    if (kv_seq_init(&q->kv, en->cap_blocks, e)) return ST_NOMEM;
+    if (!fork_of) {
+        sched_add(&en->sched, q);
+        return ST_OK;
     }
-    double t3 = clock_seconds();
-    st->build = en->exec.t_build;
-    st->forward = en->exec.t_forward;
-    st->sample = en->exec.t_sample;
-    st->output = t3 - t2;
-    en->total.schedule += st->schedule;
-    en->total.build += st->build;
-    en->total.forward += st->forward;
-    en->total.sample += st->sample;
-    en->total.output += st->output;
-    en->tokens_run += o->n_tokens;
-    if (en->trace) trace_step_done(en->trace, en, o, st);
-    en->step_allocations += mem_stats().total_count - allocs;
-    return o->n_tokens;
+    /* a sample waits on the first one's list until its prompt is computed */
+    q->fork_parent = fork_of;
+    Sequence **tail = &fork_of->fork_next;
+    while (*tail) tail = &(*tail)->fork_next;
+    *tail = q;
+    return ST_OK;
 }
 
-int engine_run(Engine *en, Err *e) {
-    while (!engine_idle(en)) {
-        int n = engine_step(en);
-        if (n == 0 && en->sched.n_running == 0 && en->sched.out.n_preempted == 0)
-            return err_set(e, ST_ARG, "engine: %d request(s) wait but none can be scheduled",
-                           en->sched.n_waiting + en->sched.n_preempted_queued);
+/* Undo q's place among the samples of its prompt: a waiting sample leaves
+ * its first's list; a first that still has samples waiting lets them go,
+ * each queued to run on its own when requeue is set. */
+static void fork_detach(Engine *en, Sequence *q, int requeue) {
+    if (q->fork_parent) {
+        for (Sequence **p = &q->fork_parent->fork_next; *p; p = &(*p)->fork_next)
+            if (*p == q) {
+                *p = q->fork_next;
+                break;
+            }
+        q->fork_parent = NULL;
+        q->fork_next = NULL;
+        return;
     }
-    return ST_OK;
+    Sequence *c = q->fork_next;
+    q->fork_next = NULL;
+    while (c) {
+        Sequence *next = c->fork_next;
+        c->fork_parent = c->fork_next = NULL;
+        if (requeue) sched_add(&en->sched, c);
+        c = next;
+    }
+}
+
+void engine_finish(Engine *en, Sequence *q, FinishReason why) {
+    if (q->state == SEQ_FINISHED) {
+        q->finish = why;
+        return;
+    }
+    fork_detach(en, q, 1);
+    sched_remove(&en->sched, q);
+    q->state = SEQ_FINISHED;
+    q->finish = why;
+}
+
+void engine_drop(Engine *en, Sequence *q) {
+    fork_detach(en, q, 0);
+    if (q->state != SEQ_FINISHED) sched_remove(&en->sched, q);
+    kv_seq_free(&q->kv);
+}
+
+/* A sampled token joins its sequence; the engine's stop rules are checked. */
+static void append(Engine *en, Sequence *q, int token, const Sequence *forked_from) {
+    q->tokens[q->n_tokens++] = token;
+    q->n_out++;
+    en->tokens_out++;
+    FinishReason why = FIN_NONE;
+    if (token == q->eos) why = FIN_EOS;
+    else if (q->n_out >= q->max_tokens) why = FIN_LENGTH;
+    else if (q->n_tokens >= q->cap) why = FIN_CONTEXT;   /* cap < prompt + max_tokens: context full */
+    StepOutput *o = &en->report.out[en->report.n_out++];
+    *o = (StepOutput){.seq = q, .token = token, .finish = why, .fork = {.from = -1}};
+    if (forked_from)
+        o->fork = (typeof(o->fork)){forked_from->id, q->slot, q->kv.n_blocks, q->kv.n_tokens};
+    if (why != FIN_NONE) engine_finish(en, q, why);
+}
+
+/* first's prompt is computed and item i of the plan sampled its first token:
+ * each sample waiting on it goes into a free slot sharing its blocks and
+ * samples its own first token from the same logits; a sample that finds no
+ * free slot is queued to run on its own (its prompt mostly from the prefix
+ * cache). Done before first's own token is appended, which might finish it
+ * and release the blocks the samples are to share. */
+static void fork_samples(Engine *en, Sequence *first, int i) {
+    Sequence *c = first->fork_next;
+    first->fork_next = NULL;
+    while (c) {
+        Sequence *next = c->fork_next;
+        c->fork_parent = c->fork_next = NULL;
+        if (sched_fork(&en->sched, first, c))
+            append(en, c, exec_sample_fork(&en->exec, i, c), first);
+        else
+            sched_add(&en->sched, c);
+        c = next;
+    }
+}
+
+const StepReport *engine_step(Engine *en) {
+    size_t allocs = mem_stats().total_count;
+    StepReport *rep = &en->report;
+    rep->step = ++en->steps;   /* this step's number, from 1 */
+    rep->start = engine_now(en);
+    rep->n_out = 0;
+    rep->times = (StageTimes){0};
+    double t0 = clock_seconds();
+    const StepPlan *plan = sched_step(&en->sched);
+    rep->plan = plan;
+    double t1 = clock_seconds();
+    rep->times.schedule = t1 - t0;
+    if (plan->n_items > 0) {
+        const int *sampled = exec_run(&en->exec, plan);
+        double t2 = clock_seconds();
+        sched_commit(&en->sched, plan);
+        for (int i = 0; i < plan->n_items; i++) {
+            if (sampled[i] < 0) continue;
+            Sequence *q = plan->items[i].seq;
+            if (q->fork_next && !q->fork_parent) fork_samples(en, q, i);
+            append(en, q, sampled[i], NULL);
+        }
+        rep->times.build = en->exec.t_build;
+        rep->times.forward = en->exec.t_forward;
+        rep->times.sample = en->exec.t_sample;
+        rep->times.output = clock_seconds() - t2;
+        en->tokens_run += plan->n_tokens;
+    }
+    clock_step_done(&en->clock);
+    rep->end = engine_now(en);
+    en->step_allocations += mem_stats().total_count - allocs;
+    return rep;
+}
+
+/* ---- pictures of the pool, for the trace ---- */
+
+static char owner_char(int id) {
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    return digits[id % 62];
+}
+
+/* Append to buf[*n .. cap), keeping it terminated. */
+static void put(char *buf, int cap, int *n, const char *s, int len) {
+    if (*n + len > cap - 1) len = cap - 1 - *n;
+    if (len <= 0) return;
+    memcpy(buf + *n, s, (size_t)len);
+    *n += len;
+    buf[*n] = 0;
+}
+
+int engine_kv_map(const Engine *en, char *buf, int cap) {
+    const KvPool *p = &en->pool;
+    enum { PER_LINE = 64 };
+    char line[PER_LINE + 32];
+    int n = 0;
+    if (cap > 0) buf[0] = 0;
+    int k = snprintf(line, sizeof line, "%15sKV pool, %d blocks of %d tokens", "", p->NB, p->BS);
+    put(buf, cap, &n, line, k);
+    const char *legend = " ('.' free, '+' cached, id = held by that request, '*' shared):\n";
+    put(buf, cap, &n, legend, (int)strlen(legend));
+    for (int b0 = 0; b0 < p->NB; b0 += PER_LINE) {
+        int w = p->NB - b0 < PER_LINE ? p->NB - b0 : PER_LINE;
+        char row[PER_LINE];
+        for (int i = 0; i < w; i++) {
+            int b = b0 + i;
+            row[i] = p->refcount[b] > 1 ? '*' : p->refcount[b] == 1 ? '?' : p->registered[b] ? '+' : '.';
+        }
+        for (int s = 0; s < en->sched.cfg.max_seqs; s++) {   /* who holds each block */
+            const Sequence *q = en->sched.running[s];
+            if (!q) continue;
+            for (int j = 0; j < q->kv.n_blocks; j++) {
+                int b = q->kv.table[j];
+                if (b >= b0 && b < b0 + w && row[b - b0] == '?') row[b - b0] = owner_char(q->id);
+            }
+        }
+        k = snprintf(line, sizeof line, "%15s%5d %.*s\n", "", b0, w, row);
+        put(buf, cap, &n, line, k);
+    }
+    return n;
+}
+
+int engine_block_tables(const Engine *en, char *buf, int cap) {
+    const KvPool *p = &en->pool;
+    int n = 0;
+    if (cap > 0) buf[0] = 0;
+    for (int s = 0; s < en->sched.cfg.max_seqs; s++) {
+        const Sequence *q = en->sched.running[s];
+        if (!q) continue;
+        char item[32];
+        int k = snprintf(item, sizeof item, "%15s#%d slot %d, ", "", q->id, s);
+        put(buf, cap, &n, item, k);
+        k = snprintf(item, sizeof item, "%d tokens in blocks [", q->kv.n_tokens);
+        put(buf, cap, &n, item, k);
+        for (int j = 0; j < q->kv.n_blocks; j++) {
+            int b = q->kv.table[j];
+            k = snprintf(item, sizeof item, "%s%d%s", j ? " " : "", b, p->refcount[b] > 1 ? "*" : "");
+            put(buf, cap, &n, item, k);
+        }
+        put(buf, cap, &n, "]\n", 2);
+    }
+    return n;
 }

@@ -1,25 +1,56 @@
-/* engine.h - the step loop: scheduler decides, executor runs, outputs are
- * processed, finished requests give their blocks back. Run until idle.
+/* engine.h - the step loop: the scheduler decides, the executor runs, the
+ * engine processes what came out (appends tokens, finishes sequences, forks
+ * samples) and reports it upward.
  *
- * An Engine owns the KV pool, the scheduler, the executor and every request
- * submitted to it (runtime.h's rt_submit). Two engines can live side by side:
- * there is no global state. See notes/engine.md. */
+ * An Engine owns the KV pool, the scheduler and the executor. It is told
+ * about sequences by the runtime (engine_add, engine_finish, engine_drop)
+ * and answers each step with a StepReport; it never calls up, and it is the
+ * only caller of the scheduler and the executor. Two engines can live side
+ * by side: there is no global state. See notes/engine.md. */
 #ifndef ENGINE_H
 #define ENGINE_H
+#include "clock.h"
 #include "err.h"
 #include "executor.h"
 #include "kv_paged.h"
 #include "model.h"
-#include "runtime.h"
 #include "scheduler.h"
-#include "trace.h"
+#include "sequence.h"
 
 typedef struct {
     int block_size;       /* tokens per KV block (default 16) */
     int n_blocks;         /* pool size in blocks; 0: from kv_bytes */
     size_t kv_bytes;      /* pool size in bytes when n_blocks is 0; both 0: the default */
     SchedConfig sched;
+    ClockKind clock;      /* CLOCK_WALL (default) or CLOCK_STEPS (see clock.h) */
 } EngineConfig;
+
+/* Seconds spent in each stage of a step. */
+typedef struct {
+    double schedule, build, forward, sample, output;
+} StageTimes;
+
+/* One token a step produced. A sample forked in this step gets its first
+ * token here too, with what the fork gave it. */
+typedef struct {
+    Sequence *seq;
+    int token;            /* appended to seq->tokens */
+    FinishReason finish;  /* FIN_NONE, or why the engine finished it: EOS, length, context */
+    struct {
+        int from;         /* -1, or the id of the sequence whose blocks it now shares */
+        int slot, blocks, tokens;   /* where it went, blocks shared, prompt tokens they hold */
+    } fork;
+} StepOutput;
+
+/* What one step did, for the stage above. Valid until the next step. */
+typedef struct {
+    long step;            /* its number, from 1 */
+    double start, end;    /* clock times (seconds since the engine started) */
+    const StepPlan *plan; /* the scheduler's decision (admitted, preempted, items ...) */
+    StepOutput *out;      /* (2 * max_seqs) tokens in the order they were sampled */
+    int n_out;
+    StageTimes times;     /* output: the engine's part (appending, finishing, forking) */
+} StepReport;
 
 struct Engine {
     const Model *model;
@@ -27,38 +58,63 @@ struct Engine {
     KvPool pool;
     Scheduler sched;
     Executor exec;
-    Request *all;         /* every request not yet freed, newest first (all_next) */
-    int next_id;
-    double t0;            /* clock_seconds() at engine_init */
+    Clock clock;
+    int cap_blocks;       /* block-table capacity of a sequence (the model's context) */
     long steps;           /* steps taken (engine_step calls), the number of the last one */
     long tokens_run;      /* tokens through the model (prefill + decode) */
     long tokens_out;      /* tokens sampled */
-    StageTimes last;      /* the last step's stage times */
-    double step_started;  /* seconds since start when the last step began */
+    StepReport report;
     size_t step_allocations;   /* allocations made inside engine_step (should stay 0) */
-    StageTimes total;     /* summed over all steps */
-    Trace *trace;         /* NULL: no tracing */
 };
+typedef struct Engine Engine;
 
 /* Defaults: block 16, FCFS, 16 sequences, budget 256 tokens, chunk 0 (the
- * budget), aging 32 steps, pool: every sequence's full context, capped at
- * 1 GiB of K/V (but never below one full context). */
+ * budget), aging 32 steps, the wall clock, pool: every sequence's full
+ * context, capped at 1 GiB of K/V (but never below one full context). */
 EngineConfig engine_config_default(void);
 
 int engine_init(Engine *en, const Model *m, const EngineConfig *cfg, Err *e);
-void engine_free(Engine *en);                       /* frees every request too */
+void engine_free(Engine *en);    /* the sequences are the caller's: engine_drop them first */
 
-/* Seconds since engine_init. */
+/* Seconds since engine_init, on the engine's clock. */
 double engine_now(const Engine *en);
 
-/* One step. Returns the tokens run (0 when nothing was scheduled). */
-int engine_step(Engine *en);
+/* Take a new sequence (made by the caller, fields as sequence.h says:
+ * state SEQ_WAITING, slot -1, arrival_step -1, counters 0): allocate its
+ * block table and queue it, or, with fork_of set, hold it until fork_of's
+ * prompt is computed and fork it then. ST_NOMEM with a message. */
+int engine_add(Engine *en, Sequence *q, Sequence *fork_of, Err *e);
 
-/* Step until nothing is running or waiting. ST_ARG (with a message) if a
- * step could schedule nothing while requests wait and none run, which would
- * otherwise loop forever; ST_OK when idle. */
-int engine_run(Engine *en, Err *e);
+/* One step: schedule, run, sample, append, finish. Sequences finished here
+ * (EOS, length, context) have already given their blocks back. */
+const StepReport *engine_step(Engine *en);
 
+/* The caller ends a sequence (a stop string, a cancel): its blocks go back
+ * at once; its waiting samples are queued to run on their own. On a
+ * sequence the engine already finished, only the reason changes (a stop
+ * string found in its last token outranks "length"). */
+void engine_finish(Engine *en, Sequence *q, FinishReason why);
+
+/* Forget a sequence, finished or not: out of every queue and list, its block
+ * table freed. The caller then frees the Sequence itself. */
+void engine_drop(Engine *en, Sequence *q);
+
+/* True when nothing is running or waiting. */
 int engine_idle(const Engine *en);
+
+/* Sequences waiting (new or preempted) and running. */
+int engine_waiting(const Engine *en);
+int engine_running(const Engine *en);
+
+/* The KV pool as text, for the trace: one character per block, 64 to a
+ * line, each line indented and numbered. '.' free, '+' cached (nobody holds
+ * it, its K/V kept for the prefix cache), a sequence's id in base 62 (0-9,
+ * a-z, A-Z, modulo 62) for a block one sequence holds, '*' for a block
+ * several hold. Returns the length written (cut short at cap - 1). */
+int engine_kv_map(const Engine *en, char *buf, int cap);
+
+/* Each running sequence's block table as text, a line each
+ * ("#3 slot 1, 40 tokens in blocks [4 5* 9]", '*' = shared). */
+int engine_block_tables(const Engine *en, char *buf, int cap);
 
 #endif

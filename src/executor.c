@@ -1,4 +1,4 @@
-/* executor.c - from the scheduler's decision to sampled tokens.
+/* executor.c - from the step's plan to sampled tokens.
  *
  * The scheduler says "request A: positions 40..55, request B: position 97,
  * request C: position 12". The model wants flat arrays: row t is token[t] at
@@ -58,20 +58,20 @@ void exec_free(Executor *x) {
     memset(x, 0, sizeof *x);
 }
 
-const int *exec_run(Executor *x, Scheduler *s, const SchedOutput *o) {
+const int *exec_run(Executor *x, const StepPlan *p) {
     double t0 = clock_seconds();
-    KvPool *p = x->pool;
+    const KvPool *pool = x->pool;
     int T = 0, n_logits = 0;
-    for (int i = 0; i < o->n_items; i++) {
-        const SchedItem *it = &o->items[i];
-        KvSeq *q = sched_seq(s, it->req);
-        x->table[i] = q->table;
+    for (int i = 0; i < p->n_items; i++) {
+        const StepItem *it = &p->items[i];
+        const Sequence *q = it->seq;
+        x->table[i] = q->kv.table;
         for (int j = 0; j < it->n; j++, T++) {
             int pos = it->from + j;
-            x->token[T] = it->req->tokens[pos];
+            x->token[T] = q->tokens[pos];
             x->pos[T] = pos;
             x->seq[T] = i;
-            x->slot[T] = kv_seq_slot(q, p->BS, pos);
+            x->slot[T] = kv_seq_slot(&q->kv, pool->BS, pos);
         }
         if (it->sample) x->logit_row[n_logits++] = T - 1;
     }
@@ -81,32 +81,34 @@ const int *exec_run(Executor *x, Scheduler *s, const SchedOutput *o) {
     if (T > 0) {
         Batch b = {.T = T, .token = x->token, .pos = x->pos, .seq = x->seq, .slot = x->slot,
                    .table = x->table, .n_logits = n_logits, .logit_row = x->logit_row};
-        KvStore kv = {p->key, p->value, p->NB, p->BS};
+        KvStore kv = {pool->key, pool->value, pool->NB, pool->BS};
         logits = model_forward_batch(x->model, &x->rs, &kv, &b);
     }
     double t2 = clock_seconds();
 
-    /* The K/V are written: the sequences own those positions now (full blocks
-     * become findable in the prefix cache). Then sample. */
+    /* Sample, each sequence with its own sampler. */
     int V = x->model->cfg.vocab_size, k = 0;
-    for (int i = 0; i < o->n_items; i++) {
-        const SchedItem *it = &o->items[i];
-        kv_seq_commit(p, sched_seq(s, it->req), it->req->tokens, it->n);
-        it->req->n_computed += it->n;
+    for (int i = 0; i < p->n_items; i++) {
+        const StepItem *it = &p->items[i];
         x->sampled[i] = -1;
-        if (it->sample) {
-            /* logits rows are this executor's own buffer: sampling may scale them,
-             * so a request whose samples wait to fork keeps a copy for them */
-            float *row = (float *)logits + (size_t)k * V;
-            if (it->req->fork_next && !it->req->fork_parent)
-                memcpy(x->fork_logits + (size_t)i * V, row, (size_t)V * sizeof(float));
-            x->sampled[i] = sampler_sample(&it->req->sampler, row);
-            k++;
-        }
+        if (!it->sample) continue;
+        /* logits rows are this executor's own buffer: sampling may scale them,
+         * so a sequence whose samples wait to fork keeps a copy for them */
+        float *row = (float *)logits + (size_t)k * V;
+        if (it->seq->fork_next && !it->seq->fork_parent)
+            memcpy(x->fork_logits + (size_t)i * V, row, (size_t)V * sizeof(float));
+        x->sampled[i] = sampler_sample(&it->seq->sampler, row);
+        k++;
     }
     double t3 = clock_seconds();
     x->t_build = t1 - t0;
     x->t_forward = t2 - t1;
     x->t_sample = t3 - t2;
     return x->sampled;
+}
+
+int exec_sample_fork(Executor *x, int i, Sequence *child) {
+    size_t V = (size_t)x->model->cfg.vocab_size;
+    memcpy(x->fork_scratch, x->fork_logits + (size_t)i * V, V * sizeof(float));   /* sampling scales it */
+    return sampler_sample(&child->sampler, x->fork_scratch);
 }

@@ -1,13 +1,16 @@
-/* executor.h - run what the scheduler decided: flatten it into one batch,
- * call the model, sample each sequence's next token.
+/* executor.h - run one step's plan: flatten it into one batch, call the
+ * model, sample each sequence's next token.
  *
- * See notes/executor.md. Everything is allocated by exec_init. */
+ * Its input is the StepPlan alone (sequence.h): each item names its
+ * sequence, whose tokens, block table and sampler are all the executor
+ * reads. It knows neither the scheduler nor the runtime. See
+ * notes/executor.md. Everything is allocated by exec_init. */
 #ifndef EXECUTOR_H
 #define EXECUTOR_H
 #include "err.h"
 #include "kv_paged.h"
 #include "model.h"
-#include "scheduler.h"
+#include "sequence.h"
 
 typedef struct {
     const Model *model;
@@ -20,7 +23,7 @@ typedef struct {
     const int **table;               /* (max_seqs) */
     int *sampled;                    /* (max_seqs) token sampled for item i, or -1 */
     float *fork_logits;              /* (max_seqs, V) logits of item i, saved before sampling
-                                        when its request has samples waiting to fork */
+                                        when its sequence has samples waiting to fork */
     float *fork_scratch;             /* (V) a copy for each forked sample to sample from */
     double t_build, t_forward, t_sample;   /* seconds spent in the last step */
 } Executor;
@@ -28,9 +31,14 @@ typedef struct {
 int exec_init(Executor *x, const Model *m, KvPool *pool, int max_T, int max_seqs, Err *e);
 void exec_free(Executor *x);                        /* accepts a zeroed one */
 
-/* Run one step's items (their KV slots are reserved): write their K/V, commit
- * them to their sequences, and sample a token for every item whose run ends
- * at its last known token. Returns x->sampled (one entry per item). */
-const int *exec_run(Executor *x, Scheduler *s, const SchedOutput *o);
+/* Run a plan whose KV slots are reserved: write the K/V of every item's
+ * tokens, and sample a token for every item whose run ends at its last known
+ * token. Returns x->sampled (one entry per item, -1 where nothing was
+ * sampled). The caller commits the K/V to the sequences afterwards. */
+const int *exec_run(Executor *x, const StepPlan *p);
+
+/* Sample `child`'s first token from the logits item i had in the last
+ * exec_run (its sequence had samples waiting: see Sequence.fork_next). */
+int exec_sample_fork(Executor *x, int i, Sequence *child);
 
 #endif

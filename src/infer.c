@@ -11,13 +11,14 @@
  * DIR/<id>.txt; a telemetry table follows on stderr. The trace, the summary and
  * errors go to stderr, so stdout can be piped. This is the only file that
  * prints errors and exits; the library returns Status codes. */
-#include "engine.h"
 #include "mem.h"
 #include "model.h"
+#include "runtime.h"
 #include "sampler.h"
 #include "trace.h"
 #include "workload.h"
 #include <math.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <errno.h>
 #include <limits.h>
@@ -37,6 +38,15 @@ typedef struct {
     long kv_mib;
 } Options;
 
+/* Cores this process may run on (its affinity mask, which a container or
+ * taskset may have narrowed), not the cores the machine has. */
+static int usable_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
 static void usage(FILE *f) {
     fprintf(f,
         "usage: infer --model FILE [options]\n"
@@ -49,16 +59,18 @@ static void usage(FILE *f) {
         "  --top-p P            nucleus sampling, in (0, 1] (default 0.95)\n"
         "  --seed S             random seed (default 42)\n"
         "  --stop TEXT          end the text before TEXT (up to 4 times)\n"
-        "  --threads N          threads for the kernels (default: all cores)\n"
+        "  --threads N          threads for the kernels (default: the cores this process may use)\n"
         "  --trace              lifecycle of every request and a summary of every step on\n"
         "                       stderr; --trace=verbose adds every token, block tables and\n"
         "                       a map of the KV pool at every step; both end with a memory report\n"
         "  --trace-json FILE    Chrome trace-event JSON of the run (open it in ui.perfetto.dev)\n"
         "  --trace-svg FILE     a timeline of the requests as SVG (open it in a browser)\n"
         "  --kv-map N           with --trace: print the KV pool map every N steps\n"
+        "  --clock C            wall (default) or steps: a virtual clock, 1 ms per engine\n"
+        "                       step, so a trace repeats byte for byte (see notes/tracing.md)\n"
         "serving:\n"
         "  --workload FILE      requests as JSON lines (prompt, max_tokens, temperature,\n"
-        "                       top_k, top_p, seed, priority, stop, arrival_ms), replayed\n"
+        "                       top_k, top_p, seed, priority, stop, n, arrival_ms), replayed\n"
         "                       at their arrival times\n"
         "  --out-dir DIR        write request i's text to DIR/i.txt instead of stdout\n"
         "  --max-seqs N         sequences running at once (default 16)\n"
@@ -99,8 +111,7 @@ static int parse_float(const char *opt, const char *s, float *out) {
 }
 
 static int parse_args(int argc, char **argv, Options *o) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    *o = (Options){.prompt = "", .max_tokens = 256, .threads = cores > 0 ? (int)cores : 1,
+    *o = (Options){.prompt = "", .max_tokens = 256, .threads = usable_cores(),
                    .sp = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f, .seed = 42},
                    .ec = engine_config_default()};
     for (int i = 1; i < argc; i++) {
@@ -182,6 +193,13 @@ static int parse_args(int argc, char **argv, Options *o) {
                 fprintf(stderr, "infer: --policy: '%s' is not fcfs or priority\n", v);
                 return -1;
             }
+        } else if (!strcmp(a, "--clock")) {
+            if (!strcmp(v, "wall")) o->ec.clock = CLOCK_WALL;
+            else if (!strcmp(v, "steps")) o->ec.clock = CLOCK_STEPS;
+            else {
+                fprintf(stderr, "infer: --clock: '%s' is not wall or steps\n", v);
+                return -1;
+            }
         } else if (!strcmp(a, "--block-size")) {
             if (parse_long(a, v, 1, 4096, &n)) return -1;
             o->ec.block_size = (int)n;
@@ -205,7 +223,7 @@ static int parse_args(int argc, char **argv, Options *o) {
 
 /* ---- one prompt: stream its text to stdout ---- */
 
-static void to_stdout(const Request *r, const char *text, int len, void *user) {
+static void to_stdout(int id, const char *text, int len, void *user) {
     if (len > 0) fwrite(text, 1, (size_t)len, stdout);
     fflush(stdout);
 }
@@ -219,7 +237,7 @@ static const char *why_name(FinishReason f) {
     }
 }
 
-static int run_prompt(const Options *o, const Model *m, Engine *en) {
+static int run_prompt(const Options *o, const Model *m, Runtime *rt) {
     Err e = {{0}};
     RtParams p = rt_params_default();
     p.prompt = o->prompt;
@@ -227,31 +245,37 @@ static int run_prompt(const Options *o, const Model *m, Engine *en) {
     p.max_tokens = o->max_tokens;
     for (int i = 0; i < o->n_stop; i++) p.stop[i] = o->stop[i];
     p.on_text = to_stdout;
-    int id = rt_submit(en, &p, &e);
+    int id = rt_submit(rt, &p, &e);
     if (id < 0) {
         fprintf(stderr, "infer: %s\n", e.msg);
         return 1;
     }
     /* Echo the prompt as its tokens decode (what llama2.c prints). */
-    const Request *r = rt_find(en, id);
+    const Sequence *q = rt_sequence(rt, id);
     TokDecoder d;
     tok_decoder_init(&d);
     char piece[TOK_MAX_PIECE];
-    for (int i = 0; i < r->n_prompt; i++) fwrite(piece, 1, (size_t)tok_decode(m->tok, &d, r->tokens[i], piece), stdout);
+    for (int i = 0; i < q->n_prompt; i++) fwrite(piece, 1, (size_t)tok_decode(m->tok, &d, q->tokens[i], piece), stdout);
     fflush(stdout);
-    if (engine_run(en, &e)) {
+    if (rt_run(rt, &e)) {
         fprintf(stderr, "infer: %s\n", e.msg);
         return 1;
     }
     fputc('\n', stdout);
     fflush(stdout);
-    if (en->trace) trace_finish(en->trace, en);
-    const Telemetry *t = &r->tm;
+    if (rt->trace) trace_finish(rt->trace);
+    const Telemetry *t = rt_telemetry(rt, id);
+    if (o->ec.clock == CLOCK_STEPS) {   /* no speeds: the clock counts steps, not seconds */
+        fprintf(stderr, "infer: %s %s, prompt %d tokens, generated %d (%s); %ld steps on the step "
+                "clock\n", m->format, dtype_name(m->wtype), q->n_prompt, q->n_out, why_name(q->finish),
+                rt->en.steps);
+        return 0;
+    }
     double prefill = t->first_token - t->first_scheduled, decode = t->finished - t->first_token;
     fprintf(stderr, "infer: %s %s, prompt %d tokens, generated %d (%s); prefill %.1f tok/s, "
-            "decode %.1f tok/s, %d thread%s\n", m->format, dtype_name(m->wtype), r->n_prompt,
-            r->n_out, why_name(r->finish), prefill > 0 ? r->n_prompt / prefill : 0.0,
-            r->n_out > 1 && decode > 0 ? (r->n_out - 1) / decode : 0.0, o->threads,
+            "decode %.1f tok/s, %d thread%s\n", m->format, dtype_name(m->wtype), q->n_prompt,
+            q->n_out, why_name(q->finish), prefill > 0 ? q->n_prompt / prefill : 0.0,
+            q->n_out > 1 && decode > 0 ? (q->n_out - 1) / decode : 0.0, o->threads,
             o->threads == 1 ? "" : "s");
     return 0;
 }
@@ -275,8 +299,8 @@ static void sink_line(Sink *k) {
     k->n = 0;
 }
 
-static void to_sink(const Request *r, const char *text, int len, void *user) {
-    Sink *first = user, *k = first + (r->id - first->id);   /* samples of one line */
+static void to_sink(int id, const char *text, int len, void *user) {
+    Sink *first = user, *k = first + (id - first->id);   /* samples of one line */
     if (k->file) {
         if (len > 0) {
             fwrite(text, 1, (size_t)len, k->file);
@@ -311,7 +335,7 @@ static double percentile(const double *v, int n, double pct) {
     return v[k < 1 ? 0 : k - 1];
 }
 
-static void summary(Engine *en, Sink *sinks, int n, double seconds) {
+static void summary(const Runtime *rt, Sink *sinks, int n, double seconds) {
     fprintf(stderr, "\n%4s %5s %-6s %6s %5s %-7s %9s %9s %9s %9s %7s %6s\n", "id", "line", "prio",
             "prompt", "out", "finish", "queue ms", "TTFT ms", "TPOT ms", "e2e ms", "preempt", "hit");
     double *ttft = mem_alloc((size_t)n * sizeof(double)), *tpot = mem_alloc((size_t)n * sizeof(double));
@@ -325,16 +349,16 @@ static void summary(Engine *en, Sink *sinks, int n, double seconds) {
             refused++;
             continue;
         }
-        const Request *r = rt_find(en, k->id);
-        const Telemetry *t = &r->tm;
-        fprintf(stderr, "%4d %5d %-6s %6d %5d %-7s %9.1f %9.1f %9.2f %9.1f %7d %6d\n", r->id, k->line,
-                rt_priority_name(r->priority), r->n_prompt, r->n_out, rt_finish_name(r->finish),
-                t->queue_wait * 1e3, t->ttft * 1e3, t->tpot * 1e3, t->e2e * 1e3, r->n_preempted,
-                r->prefix_hit_tokens);
+        const Sequence *q = rt_sequence(rt, k->id);
+        const Telemetry *t = rt_telemetry(rt, k->id);
+        fprintf(stderr, "%4d %5d %-6s %6d %5d %-7s %9.1f %9.1f %9.2f %9.1f %7d %6d\n", q->id, k->line,
+                rt_priority_name(q->priority), q->n_prompt, q->n_out, rt_finish_name(q->finish),
+                t->queue_wait * 1e3, t->ttft * 1e3, t->tpot * 1e3, t->e2e * 1e3, q->n_preempted,
+                q->prefix_hit_tokens);
         served++;
-        out += r->n_out;
+        out += q->n_out;
         if (ttft && t->ttft >= 0) ttft[n_ttft++] = t->ttft * 1e3;
-        if (tpot && r->n_out > 1) tpot[n_tpot++] = t->tpot * 1e3;
+        if (tpot && q->n_out > 1) tpot[n_tpot++] = t->tpot * 1e3;
     }
     if (ttft) qsort(ttft, (size_t)n_ttft, sizeof *ttft, cmp_double);
     if (tpot) qsort(tpot, (size_t)n_tpot, sizeof *tpot, cmp_double);
@@ -344,12 +368,13 @@ static void summary(Engine *en, Sink *sinks, int n, double seconds) {
             served, refused, seconds, served / seconds, out, out / seconds,
             ttft ? percentile(ttft, n_ttft, 50) : 0.0, ttft ? percentile(ttft, n_ttft, 99) : 0.0,
             tpot ? percentile(tpot, n_tpot, 50) : 0.0, tpot ? percentile(tpot, n_tpot, 99) : 0.0,
-            en->steps, en->sched.n_preemptions, en->pool.NB, en->pool.BS, en->pool.peak_held);
+            rt->en.steps, rt->en.sched.n_preemptions, rt->en.pool.NB, rt->en.pool.BS,
+            rt->en.pool.peak_held);
     mem_free(ttft);
     mem_free(tpot);
 }
 
-static int run_workload(const Options *o, Engine *en) {
+static int run_workload(const Options *o, Runtime *rt) {
     Err e = {{0}};
     Workload w;
     if (workload_load(&w, o->workload, &e)) {
@@ -367,16 +392,18 @@ static int run_workload(const Options *o, Engine *en) {
         fprintf(stderr, "infer: --out-dir %s: cannot create: %s\n", o->out_dir, strerror(errno));
         goto out;
     }
-    double start = engine_now(en);
+    /* A request is submitted before the first step that starts at or after
+     * its arrival_ms (on the step clock a step lasts 1 ms: see clock.h). */
+    double start = rt_now(rt);
     int next = 0;
-    while (next < w.n || !engine_idle(en)) {
-        double now_ms = (engine_now(en) - start) * 1e3;
+    while (next < w.n || !rt_idle(rt)) {
+        double now_ms = (rt_now(rt) - start) * 1e3;
         for (; next < w.n && w.items[next].arrival_ms <= now_ms; next++) {
             WorkItem *it = &w.items[next];
             Sink *k = &sinks[used];
             it->params.on_text = to_sink;
             it->params.user = k;
-            int id = rt_submit(en, &it->params, &e);
+            int id = rt_submit(rt, &it->params, &e);
             if (id < 0) {   /* refused, with its reason; the others go on */
                 *k = (Sink){.line = it->line, .used = 1, .refused = 1};
                 snprintf(k->why, sizeof k->why, "%s", e.msg);
@@ -399,16 +426,15 @@ static int run_workload(const Options *o, Engine *en) {
                 }
             }
         }
-        if (engine_idle(en)) {   /* nothing to do until the next arrival */
-            double wait_ms = w.items[next].arrival_ms - now_ms;
-            if (wait_ms > 0) usleep((useconds_t)(wait_ms * 1e3));
+        if (rt_idle(rt)) {   /* nothing to do until the next arrival */
+            rt_wait_until(rt, start + w.items[next].arrival_ms * 1e-3);
             continue;
         }
-        engine_step(en);
+        rt_step(rt);
     }
-    if (en->trace) trace_finish(en->trace, en);
+    if (rt->trace) trace_finish(rt->trace);
     fflush(stdout);
-    summary(en, sinks, used, engine_now(en) - start);
+    summary(rt, sinks, used, rt_now(rt) - start);
     rc = 0;
 out:
     if (sinks)
@@ -426,7 +452,7 @@ int main(int argc, char **argv) {
 
     Err e = {{0}};
     Model m;
-    Engine en;
+    Runtime rt;
     Trace trace = {0};
     FILE *json = NULL;
     int rc = 1;
@@ -440,8 +466,9 @@ int main(int argc, char **argv) {
             o.ec.n_blocks = (m.cfg.seq_len + o.ec.block_size - 1) / o.ec.block_size;
     }
     if (o.ec.sched.max_seqs > o.ec.sched.token_budget) o.ec.sched.token_budget = o.ec.sched.max_seqs;
-    if (engine_init(&en, &m, &o.ec, &e)) {
+    if (rt_init(&rt, &m, &o.ec, &e)) {
         fprintf(stderr, "infer: %s\n", e.msg);
+        rt_free(&rt);
         model_free(&m);
         return 1;
     }
@@ -450,30 +477,34 @@ int main(int argc, char **argv) {
         goto out;
     }
     if (o.trace || json || o.trace_svg) {
-        if (trace_init(&trace, o.trace, stderr, json, o.trace_svg ? 1 << 18 : 0, &e)) {
+        if (trace_init(&trace, o.trace, stderr, json, o.trace_svg ? 1 << 18 : 0,
+                       o.ec.clock == CLOCK_STEPS, &e) ||
+            rt_set_trace(&rt, &trace, &e)) {
             fprintf(stderr, "infer: %s\n", e.msg);
             goto out;
         }
         trace.kv_map_every = o.kv_map;
-        en.trace = &trace;
     }
     MemStats ready = mem_stats();
-    rc = o.workload ? run_workload(&o, &en) : run_prompt(&o, &m, &en);
+    rc = o.workload ? run_workload(&o, &rt) : run_prompt(&o, &m, &rt);
     if (rc == 0 && o.trace_svg) {
         FILE *f = fopen(o.trace_svg, "w");
-        if (!f || trace_write_svg(&trace, &en, f) || fclose(f)) {
+        if (!f || trace_write_svg(&trace, f) || fclose(f)) {
             fprintf(stderr, "infer: --trace-svg %s: cannot write: %s\n", o.trace_svg, strerror(errno));
             rc = 1;
         }
     }
-    if (rc == 0 && o.trace) trace_memory_report(stderr, &en, ready);
+    if (rc == 0 && o.trace) {
+        TraceMemory mem = rt_memory(&rt, ready);
+        trace_memory_report(&trace, stderr, &mem);
+    }
 out:
     if (json && fclose(json)) {
         fprintf(stderr, "infer: --trace-json %s: cannot write: %s\n", o.trace_json, strerror(errno));
         rc = 1;
     }
     trace_free(&trace);
-    engine_free(&en);
+    rt_free(&rt);
     model_free(&m);
     return rc;
 }

@@ -4,7 +4,10 @@
  * live_bytes exact without the caller passing the size back. */
 #include "mem.h"
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef struct { size_t size; size_t pad; } Header;   /* 16 bytes keeps malloc's alignment */
 
@@ -60,3 +63,17 @@ char *mem_strdup(const char *s) {
 MemStats mem_stats(void) { return g_stats; }
 
 void mem_fail_after(long n) { g_fail_countdown = n; }
+
+size_t mem_resident_bytes(const void *p, size_t n) {
+    if (!p || n == 0) return 0;
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)p & ~(uintptr_t)(page - 1);
+    size_t len = (uintptr_t)p + n - start, pages = (len + page - 1) / page, resident = 0;
+    unsigned char vec[4096];
+    for (size_t i = 0; i < pages; i += sizeof vec) {
+        size_t k = pages - i < sizeof vec ? pages - i : sizeof vec;
+        if (mincore((void *)(start + i * page), k * page, vec)) return 0;
+        for (size_t j = 0; j < k; j++) resident += vec[j] & 1;
+    }
+    return resident * page;
+}

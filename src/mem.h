@@ -24,4 +24,8 @@ MemStats mem_stats(void);
 /* Make the n-th allocation from now fail (n = 1: the next one). 0 disarms. */
 void mem_fail_after(long n);
 
+/* Bytes of [p, p + n) resident in physical memory (mincore, page by page):
+ * how much of a mapped file has really been read. 0 if it cannot tell. */
+size_t mem_resident_bytes(const void *p, size_t n);
+
 #endif

@@ -20,12 +20,37 @@
  *
  * Telemetry, the numbers a serving system is judged by: queue wait (arrival to
  * first scheduled), TTFT (arrival to first token), TPOT (mean time per output
- * token after the first), end-to-end latency. */
+ * token after the first), end-to-end latency.
+ *
+ * The runtime sits on top and drives: rt_step asks the engine for one step
+ * and gets back a report of what happened (who was admitted, preempted,
+ * which tokens came out, who the engine finished); it turns the tokens into
+ * text, tells the engine about any stop string it found (engine_finish), and
+ * tells the trace everything. The engine never calls back up. */
 #include "runtime.h"
-#include "engine.h"
-#include "mem.h"
+#include "clock.h"
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
+#include <sys/resource.h>
+
+/* A request: the engine's Sequence, and the text side only the runtime sees. */
+struct Request {
+    Sequence seq;
+    TokDecoder dec;
+    char stop[RT_MAX_STOP][RT_STOP_LEN];
+    int n_stop, stop_max;        /* stop strings and the longest one's length */
+    char held[RT_STOP_LEN + TOK_MAX_PIECE];   /* text that could be the start of a stop string */
+    int n_held;
+    char piece[TOK_MAX_PIECE];   /* the text of the last token */
+    int n_piece;
+    RtStreamFn on_text;
+    void *user;
+    Telemetry tm;
+    struct Request *all_next;    /* the runtime's list of every request */
+};
+
+static Request *request_of(Sequence *q) { return (Request *)((char *)q - offsetof(Request, seq)); }
 
 static const char *const PRIO_NAMES[] = {"low", "normal", "high"};
 
@@ -57,10 +82,54 @@ RtParams rt_params_default(void) {
     return p;
 }
 
+int rt_init(Runtime *rt, const Model *m, const EngineConfig *cfg, Err *e) {
+    memset(rt, 0, sizeof *rt);
+    rt->model = m;
+    return engine_init(&rt->en, m, cfg, e);
+}
+
+static void free_request(Request *r) {
+    sampler_free(&r->seq.sampler);
+    mem_free(r->seq.tokens);
+    mem_free(r);
+}
+
+void rt_free(Runtime *rt) {
+    while (rt->all) {
+        Request *r = rt->all;
+        rt->all = r->all_next;
+        engine_drop(&rt->en, &r->seq);
+        free_request(r);
+    }
+    engine_free(&rt->en);
+    mem_free(rt->pictures);
+    memset(rt, 0, sizeof *rt);
+}
+
+int rt_set_trace(Runtime *rt, Trace *t, Err *e) {
+    rt->trace = t;
+    if (!t || rt->pictures) return ST_OK;
+    /* room for the KV map (a line of 64 blocks) and every block table */
+    const Engine *en = &rt->en;
+    size_t map = 160 + ((size_t)en->pool.NB / 64 + 1) * 96;
+    size_t tables = (size_t)en->sched.cfg.max_seqs * (64 + (size_t)en->cap_blocks * 12);
+    rt->pictures_cap = (int)(map + tables);
+    rt->pictures = mem_alloc((size_t)rt->pictures_cap);
+    if (!rt->pictures) return err_set(e, ST_NOMEM, "trace: cannot allocate %d bytes for the KV map",
+                                      rt->pictures_cap);
+    return ST_OK;
+}
+
+int rt_idle(const Runtime *rt) { return engine_idle(&rt->en); }
+
+double rt_now(const Runtime *rt) { return engine_now(&rt->en); }
+
+void rt_wait_until(Runtime *rt, double t) { clock_wait_until(&rt->en.clock, t); }
+
 /* ---- submission ---- */
 
-static int check_params(const Engine *en, const RtParams *p, Err *e) {
-    int V = en->model->cfg.vocab_size;
+static int check_params(const Runtime *rt, const RtParams *p, Err *e) {
+    int V = rt->model->cfg.vocab_size;
     if (p->max_tokens < 1) return err_set(e, ST_ARG, "max_tokens %d must be at least 1", p->max_tokens);
     if (p->n < 1 || p->n > RT_MAX_SAMPLES)
         return err_set(e, ST_ARG, "n %d samples must be in 1..%d", p->n, RT_MAX_SAMPLES);
@@ -85,28 +154,31 @@ static int check_params(const Engine *en, const RtParams *p, Err *e) {
 /* A request with its own token array (the prompt ids), sampler (the seed
  * plus seed_offset) and stop strings. Not yet in the engine. NULL with e
  * filled on failure. */
-static Request *new_request(Engine *en, const RtParams *p, const int *ids, int n, int cap,
+static Request *new_request(const Runtime *rt, const RtParams *p, const int *ids, int n, int cap,
                             uint64_t seed_offset, Err *e) {
-    const Model *m = en->model;
+    const Model *m = rt->model;
     Request *r = mem_alloc(sizeof *r);
     int *tokens = mem_alloc((size_t)cap * sizeof(int));
     SamplerParams sp = p->sampling;
     sp.seed += seed_offset;
-    if (!r || !tokens || sampler_init(&r->sampler, m->cfg.vocab_size, sp, e)) {
+    if (!r || !tokens || sampler_init(&r->seq.sampler, m->cfg.vocab_size, sp, e)) {
         mem_free(tokens);
-        if (r) sampler_free(&r->sampler);
+        if (r) sampler_free(&r->seq.sampler);
         mem_free(r);
         err_set(e, ST_NOMEM, "request: cannot allocate %d tokens and a sampler", cap);
         return NULL;
     }
     memcpy(tokens, ids, (size_t)n * sizeof(int));
-    r->priority = p->priority;
-    r->tokens = tokens;
-    r->cap = cap;
-    r->n_prompt = r->n_tokens = n;
-    r->max_tokens = p->max_tokens;
-    r->ignore_eos = p->ignore_eos;
-    r->slot = -1;
+    Sequence *q = &r->seq;
+    q->priority = p->priority;
+    q->state = SEQ_WAITING;
+    q->tokens = tokens;
+    q->cap = cap;
+    q->n_prompt = q->n_tokens = n;
+    q->max_tokens = p->max_tokens;
+    q->eos = p->ignore_eos ? -1 : tok_eos(m->tok);
+    q->slot = -1;
+    q->arrival_step = -1;
     /* The output continues the prompt's text: run the prompt through the
      * decoder (discarding its text) so the first generated token decodes in
      * context (sentencepiece drops the space of a token that follows BOS). */
@@ -125,16 +197,21 @@ static Request *new_request(Engine *en, const RtParams *p, const int *ids, int n
     return r;
 }
 
-static void free_request(Request *r) {
-    sampler_free(&r->sampler);
-    mem_free(r->tokens);
-    mem_free(r);
+static void trace_arrival(Runtime *rt, const Request *r) {
+    const Sequence *q = &r->seq;
+    const SamplerParams *sp = &q->sampler.p;
+    TraceArrival a = {.id = q->id, .prompt_tokens = q->n_prompt, .max_tokens = q->max_tokens,
+                      .priority = rt_priority_name(q->priority), .temperature = sp->temperature,
+                      .top_p = sp->top_p, .top_k = sp->top_k, .seed = (unsigned long long)sp->seed,
+                      .waiting = engine_waiting(&rt->en)};
+    if (trace_arrived(rt->trace, r->tm.arrival, &a)) rt->trace = NULL;   /* out of memory: stop tracing */
 }
 
-int rt_submit(Engine *en, const RtParams *p, Err *e) {
-    const Model *m = en->model;
-    int P = m->cfg.seq_len, BS = en->pool.BS;
-    int st = check_params(en, p, e);
+int rt_submit(Runtime *rt, const RtParams *p, Err *e) {
+    const Model *m = rt->model;
+    const KvPool *pool = &rt->en.pool;
+    int P = m->cfg.seq_len, BS = pool->BS;
+    int st = check_params(rt, p, e);
     if (st) return st;
 
     const char *text = p->prompt ? p->prompt : "";
@@ -159,74 +236,70 @@ int rt_submit(Engine *en, const RtParams *p, Err *e) {
     /* Tokens it may hold: the prompt and max_tokens, but no more than the
      * context and one token sampled from its last position (which is never
      * run, so needs no K/V). */
-    int cap = n + p->max_tokens < P + 1 ? n + p->max_tokens : P + 1;
+    int cap = p->max_tokens < P + 1 - n ? n + p->max_tokens : P + 1;   /* (no overflow at INT_MAX) */
     int kv_tokens = cap < P ? cap : P;
     int blocks = (kv_tokens + BS - 1) / BS;
-    if (blocks > en->pool.NB) {
+    if (blocks > pool->NB) {
         mem_free(ids);
         return err_set(e, ST_ARG, "request needs up to %d tokens = %d KV blocks of %d, but the "
                                   "whole pool has %d blocks: it could never run",
-                       kv_tokens, blocks, BS, en->pool.NB);
+                       kv_tokens, blocks, BS, pool->NB);
     }
 
     /* The request, and n - 1 more samples of the same prompt: each its own
-     * Request with seed + i, waiting to be forked from the first (see
-     * rt_fork_pending in engine.c). All or nothing. */
-    Request *first = NULL;
-    for (int i = 0; i < p->n; i++) {
-        Request *r = new_request(en, p, ids, n, cap, (uint64_t)i, e);
-        if (!r) {
-            mem_free(ids);
-            while (first) {   /* undo: free the ones made so far */
-                Request *next = first->fork_next;
-                free_request(first);
-                first = next;
-            }
-            return ST_NOMEM;
-        }
-        if (first) {   /* a sample waits on the first one's list */
-            r->fork_parent = first;
-            Request **tail = &first->fork_next;
-            while (*tail) tail = &(*tail)->fork_next;
-            *tail = r;
-        } else {
-            first = r;
+     * Request with seed + i, handed to the engine to be forked from the
+     * first once its prompt is computed. All or nothing. */
+    Request *made[RT_MAX_SAMPLES];
+    int k = 0;
+    for (; k < p->n; k++) {
+        made[k] = new_request(rt, p, ids, n, cap, (uint64_t)k, e);
+        if (!made[k]) break;
+        made[k]->seq.id = rt->next_id + k;
+        if (engine_add(&rt->en, &made[k]->seq, k ? &made[0]->seq : NULL, e)) {
+            free_request(made[k]);
+            break;
         }
     }
     mem_free(ids);
-    /* Only now, when nothing can fail: ids in order, into the engine. */
-    for (Request *r = first; r; r = r->fork_next) {
-        r->id = en->next_id++;
-        r->tm.arrival = engine_now(en);
-        r->arrival_step = en->sched.step;
-        r->all_next = en->all;
-        en->all = r;
-        if (r == first) sched_add(&en->sched, r);
-        if (en->trace) trace_arrived(en->trace, en, r);
+    if (k < p->n) {   /* undo: the engine forgets the ones it took */
+        while (k-- > 0) {
+            engine_drop(&rt->en, &made[k]->seq);
+            free_request(made[k]);
+        }
+        return ST_NOMEM;
     }
-    return first->id;
+    /* Only now, when nothing can fail: ids in order, into the list. */
+    rt->next_id += p->n;
+    for (k = 0; k < p->n; k++) {
+        Request *r = made[k];
+        r->tm.arrival = rt_now(rt);
+        r->all_next = rt->all;
+        rt->all = r;
+        if (rt->trace) trace_arrival(rt, r);
+    }
+    return made[0]->seq.id;
 }
 
-Request *rt_find(Engine *en, int id) {
-    for (Request *r = en->all; r; r = r->all_next)
-        if (r->id == id) return r;
+static Request *find(const Runtime *rt, int id) {
+    for (Request *r = rt->all; r; r = r->all_next)
+        if (r->seq.id == id) return r;
     return NULL;
 }
 
-int rt_cancel(Engine *en, int id, Err *e) {
-    Request *r = rt_find(en, id);
-    if (!r) return err_set(e, ST_ARG, "cancel: no request %d", id);
-    if (r->state == RQ_FINISHED)
-        return err_set(e, ST_ARG, "cancel: request %d already finished (%s)", id,
-                       rt_finish_name(r->finish));
-    rt_finish(en, r, FIN_CANCEL, engine_now(en));
-    return ST_OK;
+const Sequence *rt_sequence(const Runtime *rt, int id) {
+    const Request *r = find(rt, id);
+    return r ? &r->seq : NULL;
+}
+
+const Telemetry *rt_telemetry(const Runtime *rt, int id) {
+    const Request *r = find(rt, id);
+    return r ? &r->tm : NULL;
 }
 
 /* ---- output ---- */
 
 static void stream(Request *r, const char *s, int len) {
-    if (r->on_text && len > 0) r->on_text(r, s, len, r->user);
+    if (r->on_text && len > 0) r->on_text(r->seq.id, s, len, r->user);
 }
 
 /* Does a stop string begin with the k bytes at s? */
@@ -263,97 +336,177 @@ static int emit(Request *r, const char *s, int len) {
     return 0;
 }
 
-FinishReason rt_accept_token(Engine *en, Request *r, int token, double now) {
-    const Tokenizer *tok = en->model->tok;
-    if (r->n_out == 0) r->tm.first_token = now;
-    r->tokens[r->n_tokens++] = token;
-    r->n_out++;
-    r->n_piece = 0;
-    if (token == tok_eos(tok) && !r->ignore_eos) return FIN_EOS;
-    r->n_piece = tok_decode(tok, &r->dec, token, r->piece);
-    if (emit(r, r->piece, r->n_piece)) return FIN_STOP;
-    if (r->n_out >= r->max_tokens) return FIN_LENGTH;
-    if (r->n_tokens >= r->cap) return FIN_CONTEXT;   /* cap < prompt + max_tokens: context full */
-    return FIN_NONE;
-}
-
-/* Undo r's place among the samples of its prompt: a waiting sample leaves
- * its first's list; a first request that still has samples waiting lets
- * them go, each queued to run on its own when requeue is set. */
-static void fork_detach(Engine *en, Request *r, int requeue) {
-    if (r->fork_parent) {
-        for (Request **q = &r->fork_parent->fork_next; *q; q = &(*q)->fork_next)
-            if (*q == r) {
-                *q = r->fork_next;
-                break;
-            }
-        r->fork_parent = NULL;
-        r->fork_next = NULL;
-        return;
-    }
-    Request *c = r->fork_next;
-    r->fork_next = NULL;
-    while (c) {
-        Request *next = c->fork_next;
-        c->fork_parent = c->fork_next = NULL;
-        if (requeue) sched_add(&en->sched, c);
-        c = next;
-    }
-}
-
-void rt_fork_samples(Engine *en, Request *first, const float *logits, float *scratch, double now) {
-    int V = en->model->cfg.vocab_size;
-    Request *c = first->fork_next;
-    first->fork_next = NULL;
-    while (c) {
-        Request *next = c->fork_next;
-        c->fork_parent = c->fork_next = NULL;
-        if (!sched_fork(&en->sched, first, c)) {   /* no free slot: it runs on its own */
-            sched_add(&en->sched, c);
-            c = next;
-            continue;
-        }
-        c->tm.first_scheduled = now;
-        if (en->trace) trace_forked(en->trace, en, first, c);
-        memcpy(scratch, logits, (size_t)V * sizeof(float));   /* sampling scales them in place */
-        int token = sampler_sample(&c->sampler, scratch);
-        en->tokens_out++;
-        FinishReason why = rt_accept_token(en, c, token, now);
-        if (en->trace) trace_token(en->trace, en, c, token, now);
-        if (why != FIN_NONE) rt_finish(en, c, why, now);
-        c = next;
-    }
-}
-
-void rt_finish(Engine *en, Request *r, FinishReason why, double now) {
-    fork_detach(en, r, 1);
-    sched_remove(&en->sched, r);
-    r->state = RQ_FINISHED;
-    r->finish = why;
-    if (why != FIN_STOP) {   /* held text turned out not to be a stop string */
+/* The request has ended (the engine has finished its sequence): the rest
+ * of its text is streamed (unless a stop string ended it), then on_text
+ * with len 0; telemetry set; the trace told. */
+static void finalize(Runtime *rt, Request *r, double now) {
+    const Sequence *q = &r->seq;
+    if (q->finish != FIN_STOP) {   /* held text turned out not to be a stop string */
         char tail[TOK_MAX_PIECE];
         stream(r, r->held, r->n_held);
         stream(r, tail, tok_decode_flush(&r->dec, tail));
     }
     r->n_held = 0;
-    if (r->on_text) r->on_text(r, "", 0, r->user);
+    if (r->on_text) r->on_text(q->id, "", 0, r->user);
     Telemetry *t = &r->tm;
     t->finished = now;
     t->queue_wait = (t->first_scheduled >= 0 ? t->first_scheduled : now) - t->arrival;
     t->ttft = t->first_token >= 0 ? t->first_token - t->arrival : -1.0;
-    t->tpot = r->n_out > 1 ? (now - t->first_token) / (r->n_out - 1) : 0.0;
+    t->tpot = q->n_out > 1 ? (now - t->first_token) / (q->n_out - 1) : 0.0;
     t->e2e = now - t->arrival;
-    if (en->trace) trace_finished(en->trace, en, r);
+    if (rt->trace) {
+        TraceFinish f = {.id = q->id, .reason = rt_finish_name(q->finish), .output_tokens = q->n_out,
+                         .prompt_tokens = q->n_prompt, .preemptions = q->n_preempted,
+                         .prefix_hit_tokens = q->prefix_hit_tokens,
+                         .blocks_released = q->blocks_released, .queue_wait = t->queue_wait,
+                         .ttft = t->ttft, .tpot = t->tpot, .e2e = t->e2e};
+        trace_finished(rt->trace, now, &f);
+    }
 }
 
-void rt_request_free(Engine *en, Request *r) {
-    if (!r) return;
-    fork_detach(en, r, 0);
-    if (r->state != RQ_FINISHED) sched_remove(&en->sched, r);
-    for (Request **p = &en->all; *p; p = &(*p)->all_next)
-        if (*p == r) {
+/* One token the engine produced: its text, a stop string, the end. */
+static void deliver(Runtime *rt, const StepOutput *o, double now) {
+    Request *r = request_of(o->seq);
+    Sequence *q = &r->seq;
+    if (o->fork.from >= 0) {
+        r->tm.first_scheduled = now;
+        if (rt->trace)
+            trace_forked(rt->trace, now, q->id, o->fork.from, o->fork.slot, o->fork.blocks,
+                         o->fork.tokens);
+    }
+    if (q->n_out == 1) r->tm.first_token = now;
+    r->n_piece = 0;
+    if (o->finish != FIN_EOS) {
+        r->n_piece = tok_decode(rt->model->tok, &r->dec, o->token, r->piece);
+        if (emit(r, r->piece, r->n_piece)) engine_finish(&rt->en, q, FIN_STOP);
+    }
+    if (rt->trace)
+        trace_token(rt->trace, now, q->id, o->token, r->piece, r->n_piece, q->n_out, q->n_tokens - 1);
+    if (q->state == SEQ_FINISHED) finalize(rt, r, now);
+}
+
+/* q's work in this step: where it began (for an admitted sequence, the
+ * tokens found in the prefix cache; for a copy-on-write, the position
+ * written) and its slot, as they were when the step was planned. */
+static const StepItem *item_of(const StepPlan *p, const Sequence *q) {
+    for (int i = 0; i < p->n_items; i++)
+        if (p->items[i].seq == q) return &p->items[i];
+    return &p->items[0];   /* not reached: every admitted or copied sequence has an item */
+}
+
+/* Tell the trace what the scheduler decided, in the order it decided it. */
+static void trace_plan(Runtime *rt, const StepReport *rep) {
+    Trace *t = rt->trace;
+    const StepPlan *p = rep->plan;
+    double now = rep->start;
+    for (int i = 0; i < p->n_preempted; i++) {
+        const Sequence *q = p->preempted[i];
+        trace_preempted(t, now, rep->step, q->id, q->blocks_released, q->n_tokens);
+    }
+    for (int i = 0; i < p->n_cow; i++)
+        trace_cow(t, now, rep->step, p->cow[i]->id, item_of(p, p->cow[i])->from, rt->en.pool.BS);
+    for (int i = 0; i < p->n_admitted; i++) {
+        const StepItem *it = item_of(p, p->admitted[i]);
+        trace_admitted(t, now, rep->step, it->seq->id, it->slot, it->from, it->seq->n_preempted);
+    }
+    for (int i = 0; i < p->n_items; i++) {
+        const StepItem *it = &p->items[i];
+        trace_item(t, now, it->seq->id, it->from, it->n, it->sample);
+    }
+}
+
+static void trace_step(Runtime *rt, const StepReport *rep, double end) {
+    const Engine *en = &rt->en;
+    const StepPlan *p = rep->plan;
+    const KvPool *pool = &en->pool;
+    TraceStep s = {.step = rep->step, .start = rep->start, .end = end, .seqs = p->n_items,
+                   .prefill_tokens = p->n_prefill_tokens, .decode_tokens = p->n_decode_tokens,
+                   .tokens = p->n_tokens, .budget = en->sched.cfg.token_budget,
+                   .preempted = p->n_preempted, .admitted = p->n_admitted, .cow = p->n_cow,
+                   .kv_held = kv_held_blocks(pool), .kv_cached = kv_cached_blocks(pool),
+                   .kv_free = kv_free_blocks(pool), .running = engine_running(en),
+                   .waiting = engine_waiting(en),
+                   .stage = {rt->last.schedule, rt->last.build, rt->last.forward, rt->last.sample,
+                             rt->last.output}};
+    int used = 0;
+    if (trace_wants_block_tables(rt->trace)) {
+        s.block_tables = rt->pictures;
+        used = engine_block_tables(en, rt->pictures, rt->pictures_cap) + 1;
+    }
+    if (trace_wants_kv_map(rt->trace, rep->step, p->n_preempted)) {
+        s.kv_map = rt->pictures + used;
+        engine_kv_map(en, rt->pictures + used, rt->pictures_cap - used);
+    }
+    trace_step_done(rt->trace, &s);
+}
+
+const StepReport *rt_step(Runtime *rt) {
+    const StepReport *rep = engine_step(&rt->en);
+    double t0 = clock_seconds();
+    const StepPlan *p = rep->plan;
+    for (int i = 0; i < p->n_admitted; i++) {
+        Request *r = request_of(p->admitted[i]);
+        if (r->tm.first_scheduled < 0) r->tm.first_scheduled = rep->start;
+    }
+    if (rt->trace) trace_plan(rt, rep);
+    for (int i = 0; i < rep->n_out; i++) deliver(rt, &rep->out[i], rep->end);
+    rt->last = rep->times;
+    rt->last.output += clock_seconds() - t0;
+    rt->total.schedule += rt->last.schedule;
+    rt->total.build += rt->last.build;
+    rt->total.forward += rt->last.forward;
+    rt->total.sample += rt->last.sample;
+    rt->total.output += rt->last.output;
+    if (rt->trace) trace_step(rt, rep, rt->en.clock.kind == CLOCK_STEPS ? rep->end : rt_now(rt));
+    return rep;
+}
+
+int rt_run(Runtime *rt, Err *e) {
+    while (!rt_idle(rt)) {
+        const StepReport *rep = rt_step(rt);
+        if (rep->plan->n_items == 0 && engine_running(&rt->en) == 0 && rep->plan->n_preempted == 0)
+            return err_set(e, ST_ARG, "engine: %d request(s) wait but none can be scheduled",
+                           engine_waiting(&rt->en));
+    }
+    return ST_OK;
+}
+
+int rt_cancel(Runtime *rt, int id, Err *e) {
+    Request *r = find(rt, id);
+    if (!r) return err_set(e, ST_ARG, "cancel: no request %d", id);
+    if (r->seq.state == SEQ_FINISHED)
+        return err_set(e, ST_ARG, "cancel: request %d already finished (%s)", id,
+                       rt_finish_name(r->seq.finish));
+    engine_finish(&rt->en, &r->seq, FIN_CANCEL);
+    finalize(rt, r, rt_now(rt));
+    return ST_OK;
+}
+
+void rt_request_free(Runtime *rt, int id) {
+    for (Request **p = &rt->all; *p; p = &(*p)->all_next)
+        if ((*p)->seq.id == id) {
+            Request *r = *p;
             *p = r->all_next;
-            break;
+            engine_drop(&rt->en, &r->seq);
+            free_request(r);
+            return;
         }
-    free_request(r);
+}
+
+TraceMemory rt_memory(const Runtime *rt, MemStats ready) {
+    const Model *m = rt->model;
+    const Engine *en = &rt->en;
+    const void *map = m->gguf.map ? (const void *)m->gguf.map : m->map;
+    size_t map_size = m->gguf.map ? m->gguf.size : m->map_size;
+    MemStats now = mem_stats();
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    const KvPool *p = &en->pool;
+    return (TraceMemory){
+        .weights_mapped = map_size, .weights_resident = mem_resident_bytes(map, map_size),
+        .kv_bytes = p->bytes, .kv_block_bytes = 2 * (size_t)p->L * p->BS * p->KVD * sizeof(float),
+        .kv_blocks = p->NB, .kv_peak_held = p->peak_held, .activations = en->exec.rs.bytes,
+        .heap_peak = now.peak_bytes, .peak_rss_kb = ru.ru_maxrss,
+        .allocs_in_steps = en->step_allocations,
+        .allocs_outside = now.total_count - ready.total_count - en->step_allocations};
 }

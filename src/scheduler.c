@@ -32,10 +32,9 @@
  * goes first. Ties go to the older request. */
 #include "scheduler.h"
 #include "mem.h"
-#include <assert.h>
 #include <string.h>
 
-int sched_init(Scheduler *s, const SchedConfig *cfg, KvPool *pool, int cap_blocks, Err *e) {
+int sched_init(Scheduler *s, const SchedConfig *cfg, KvPool *pool, Err *e) {
     memset(s, 0, sizeof *s);
     if (cfg->max_seqs < 1 || cfg->max_seqs > 65536)
         return err_set(e, ST_ARG, "scheduler: max_seqs %d outside 1..65536", cfg->max_seqs);
@@ -48,27 +47,23 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, KvPool *pool, int cap_block
                        cfg->aging_steps);
     s->cfg = *cfg;
     s->pool = pool;
-    int n = cfg->max_seqs;
-    s->seqs = mem_alloc((size_t)n * sizeof *s->seqs);
-    s->running = mem_alloc((size_t)n * sizeof *s->running);
-    s->order = mem_alloc((size_t)n * sizeof *s->order);
-    s->out.items = mem_alloc((size_t)n * sizeof *s->out.items);
-    s->out.preempted = mem_alloc((size_t)n * sizeof *s->out.preempted);
-    s->out.admitted = mem_alloc((size_t)n * sizeof *s->out.admitted);
-    s->out.cow = mem_alloc((size_t)n * sizeof *s->out.cow);
-    int st = (s->seqs && s->running && s->order && s->out.items && s->out.preempted &&
-              s->out.admitted && s->out.cow)
-                 ? ST_OK
-                 : err_set(e, ST_NOMEM, "scheduler: cannot allocate %d sequence slots", n);
-    for (int i = 0; i < n && st == ST_OK; i++) st = kv_seq_init(&s->seqs[i], cap_blocks, e);
-    if (st) sched_free(s);
-    return st;
+    size_t n = (size_t)cfg->max_seqs;
+    s->running = mem_alloc(n * sizeof *s->running);
+    s->order = mem_alloc(n * sizeof *s->order);
+    s->out.items = mem_alloc(n * sizeof *s->out.items);
+    s->out.preempted = mem_alloc(n * sizeof *s->out.preempted);
+    s->out.admitted = mem_alloc(n * sizeof *s->out.admitted);
+    s->out.cow = mem_alloc(n * sizeof *s->out.cow);
+    if (!s->running || !s->order || !s->out.items || !s->out.preempted || !s->out.admitted ||
+        !s->out.cow) {
+        sched_free(s);
+        return err_set(e, ST_NOMEM, "scheduler: cannot allocate %zu sequence slots", n);
+    }
+    memset(s->running, 0, n * sizeof *s->running);
+    return ST_OK;
 }
 
 void sched_free(Scheduler *s) {
-    if (s->seqs)
-        for (int i = 0; i < s->cfg.max_seqs; i++) kv_seq_free(&s->seqs[i]);
-    mem_free(s->seqs);
     mem_free(s->running);
     mem_free(s->order);
     mem_free(s->out.items);
@@ -78,15 +73,15 @@ void sched_free(Scheduler *s) {
     memset(s, 0, sizeof *s);
 }
 
-long sched_rank(const Scheduler *s, const Request *r) {
+long sched_rank(const Scheduler *s, const Sequence *q) {
     if (s->cfg.policy == SCHED_FCFS) return 0;
-    long rank = r->priority;
-    if (s->cfg.aging_steps > 0) rank += (s->step - r->arrival_step) / s->cfg.aging_steps;
+    long rank = q->priority;
+    if (s->cfg.aging_steps > 0) rank += (s->step - q->arrival_step) / s->cfg.aging_steps;
     return rank;
 }
 
 /* Does a go before b? Higher rank, then earlier arrival, then lower id. */
-static int before(const Scheduler *s, const Request *a, const Request *b) {
+static int before(const Scheduler *s, const Sequence *a, const Sequence *b) {
     long ra = sched_rank(s, a), rb = sched_rank(s, b);
     if (ra != rb) return ra > rb;
     if (a->arrival_step != b->arrival_step) return a->arrival_step < b->arrival_step;
@@ -95,90 +90,93 @@ static int before(const Scheduler *s, const Request *a, const Request *b) {
 
 /* ---- queues: singly linked, appended at the tail ---- */
 
-static void queue_push(Request **head, Request *r) {
-    r->next = NULL;
+static void queue_push(Sequence **head, Sequence *q) {
+    q->next = NULL;
     while (*head) head = &(*head)->next;
-    *head = r;
+    *head = q;
 }
 
-static int queue_unlink(Request **head, Request *r) {
+static int queue_unlink(Sequence **head, Sequence *q) {
     for (; *head; head = &(*head)->next)
-        if (*head == r) {
-            *head = r->next;
-            r->next = NULL;
+        if (*head == q) {
+            *head = q->next;
+            q->next = NULL;
             return 1;
         }
     return 0;
 }
 
-void sched_add(Scheduler *s, Request *r) {
-    r->state = RQ_WAITING;
-    r->slot = -1;
-    queue_push(&s->waiting, r);
+void sched_add(Scheduler *s, Sequence *q) {
+    q->state = SEQ_WAITING;
+    q->slot = -1;
+    if (q->arrival_step < 0) q->arrival_step = s->step;
+    queue_push(&s->waiting, q);
     s->n_waiting++;
 }
 
-int sched_fork(Scheduler *s, const Request *parent, Request *child) {
-    if (s->n_running == s->cfg.max_seqs) return 0;
+static int free_slot(const Scheduler *s) {
     int slot = 0;
     while (s->running[slot]) slot++;
-    if (kv_seq_fork(s->pool, &s->seqs[slot], &s->seqs[parent->slot]) != ST_OK) return 0;
+    return slot;
+}
+
+int sched_fork(Scheduler *s, const Sequence *parent, Sequence *child) {
+    if (s->n_running == s->cfg.max_seqs) return 0;
+    if (kv_seq_fork(s->pool, &child->kv, &parent->kv) != ST_OK) return 0;
+    int slot = free_slot(s);
     child->slot = slot;
-    child->state = RQ_RUNNING;
+    child->state = SEQ_RUNNING;
     child->n_computed = parent->n_computed;
+    if (child->arrival_step < 0) child->arrival_step = parent->arrival_step;
     s->running[slot] = child;
     s->n_running++;
     return 1;
-}
-
-KvSeq *sched_seq(Scheduler *s, const Request *r) {
-    assert(r->slot >= 0 && r->slot < s->cfg.max_seqs && s->running[r->slot] == r);
-    return &s->seqs[r->slot];
 }
 
 int sched_idle(const Scheduler *s) {
     return s->n_running == 0 && s->waiting == NULL && s->preempted == NULL;
 }
 
-/* Give a running request's slot and blocks back. */
-static void leave_slot(Scheduler *s, Request *r) {
-    r->blocks_released = kv_seq_release(s->pool, &s->seqs[r->slot]);
-    s->running[r->slot] = NULL;
+/* Give a running sequence's slot and blocks back. */
+static void leave_slot(Scheduler *s, Sequence *q) {
+    q->blocks_released = kv_seq_release(s->pool, &q->kv);
+    s->running[q->slot] = NULL;
     s->n_running--;
-    r->slot = -1;
+    q->slot = -1;
 }
 
-void sched_remove(Scheduler *s, Request *r) {
-    if (r->state == RQ_RUNNING) {
-        leave_slot(s, r);
-    } else if (queue_unlink(&s->waiting, r)) {
+void sched_remove(Scheduler *s, Sequence *q) {
+    if (q->state == SEQ_RUNNING) {
+        leave_slot(s, q);
+    } else if (queue_unlink(&s->waiting, q)) {
         s->n_waiting--;
-    } else if (queue_unlink(&s->preempted, r)) {
+    } else if (queue_unlink(&s->preempted, q)) {
         s->n_preempted_queued--;
     }
 }
 
 /* Recompute preemption: drop the K/V, keep the tokens. */
-static void preempt(Scheduler *s, Request *r) {
-    leave_slot(s, r);
-    r->state = RQ_WAITING;
-    r->n_computed = 0;
-    r->n_preempted++;
-    queue_push(&s->preempted, r);
+static void preempt(Scheduler *s, Sequence *q) {
+    leave_slot(s, q);
+    q->state = SEQ_WAITING;
+    q->n_computed = 0;
+    q->n_preempted++;
+    queue_push(&s->preempted, q);
     s->n_preempted_queued++;
     s->n_preemptions++;
-    s->out.preempted[s->out.n_preempted++] = r;
+    s->out.preempted[s->out.n_preempted++] = q;
 }
 
-static void add_item(Scheduler *s, Request *r, int n) {
-    SchedOutput *o = &s->out;
-    SchedItem *it = &o->items[o->n_items++];
-    it->req = r;
+static void add_item(Scheduler *s, Sequence *q, int n) {
+    StepPlan *o = &s->out;
+    StepItem *it = &o->items[o->n_items++];
+    it->seq = q;
+    it->slot = q->slot;
     it->n = n;
-    it->from = r->n_computed;
-    it->sample = r->n_computed + n == r->n_tokens;
+    it->from = q->n_computed;
+    it->sample = q->n_computed + n == q->n_tokens;
     o->n_tokens += n;
-    if (r->n_tokens - r->n_computed == 1 && r->n_out > 0)
+    if (q->n_tokens - q->n_computed == 1 && q->n_out > 0)
         o->n_decode_tokens += n;    /* one new token after the first output: decode */
     else
         o->n_prefill_tokens += n;   /* prompt (or recompute after preemption) */
@@ -189,90 +187,96 @@ static int min3(int a, int b, int c) {
     return m < c ? m : c;
 }
 
-/* The best request in either queue, or NULL. */
-static Request *best_queued(const Scheduler *s) {
-    Request *best = NULL;
-    for (Request *r = s->preempted; r; r = r->next)
-        if (!best || before(s, r, best)) best = r;
-    for (Request *r = s->waiting; r; r = r->next)
-        if (!best || before(s, r, best)) best = r;
+/* The best sequence in either queue, or NULL. */
+static Sequence *best_queued(const Scheduler *s) {
+    Sequence *best = NULL;
+    for (Sequence *q = s->preempted; q; q = q->next)
+        if (!best || before(s, q, best)) best = q;
+    for (Sequence *q = s->waiting; q; q = q->next)
+        if (!best || before(s, q, best)) best = q;
     return best;
 }
 
-const SchedOutput *sched_step(Scheduler *s) {
-    SchedOutput *o = &s->out;
+const StepPlan *sched_step(Scheduler *s) {
+    StepPlan *o = &s->out;
     o->n_items = o->n_tokens = o->n_prefill_tokens = o->n_decode_tokens = 0;
     o->n_preempted = o->n_admitted = o->n_cow = 0;
     int budget = s->cfg.token_budget;
     int chunk = s->cfg.chunk > 0 ? s->cfg.chunk : budget;
 
-    /* 1. running requests, best rank first (insertion sort: a handful of them) */
+    /* 1. running sequences, best rank first (insertion sort: a handful of them) */
     int n = 0;
     for (int i = 0; i < s->cfg.max_seqs; i++)
         if (s->running[i]) {
-            Request *r = s->running[i];
+            Sequence *q = s->running[i];
             int j = n++;
-            while (j > 0 && before(s, r, s->order[j - 1])) {
+            while (j > 0 && before(s, q, s->order[j - 1])) {
                 s->order[j] = s->order[j - 1];
                 j--;
             }
-            s->order[j] = r;
+            s->order[j] = q;
         }
     for (int i = 0; i < n && budget > 0; i++) {
-        Request *r = s->order[i];
-        if (r->state != RQ_RUNNING) continue;   /* preempted below as a victim */
-        int take = min3(r->n_tokens - r->n_computed, chunk, budget);
+        Sequence *q = s->order[i];
+        if (q->state != SEQ_RUNNING) continue;   /* preempted below as a victim */
+        int take = min3(q->n_tokens - q->n_computed, chunk, budget);
         long copies = s->pool->cow_copies;   /* to notice a copy-on-write (forked samples) */
-        /* 2. no room: preempt the worst-ranked unscheduled request, maybe r itself */
-        while (kv_seq_reserve(s->pool, &s->seqs[r->slot], take) != ST_OK) {
+        /* 2. no room: preempt the worst-ranked unscheduled sequence, maybe q itself */
+        while (kv_seq_reserve(s->pool, &q->kv, take) != ST_OK) {
             int j = n - 1;
-            while (s->order[j]->state != RQ_RUNNING) j--;
-            Request *victim = s->order[j];
+            while (s->order[j]->state != SEQ_RUNNING) j--;
+            Sequence *victim = s->order[j];
             preempt(s, victim);
-            if (victim == r) break;
+            if (victim == q) break;
         }
-        if (r->state != RQ_RUNNING) continue;
-        if (s->pool->cow_copies > copies) o->cow[o->n_cow++] = r;
-        add_item(s, r, take);
+        if (q->state != SEQ_RUNNING) continue;
+        if (s->pool->cow_copies > copies) o->cow[o->n_cow++] = q;
+        add_item(s, q, take);
         budget -= take;
     }
 
     /* 3. admissions, while slots, budget and blocks last */
     while (o->n_preempted == 0 && budget > 0 && s->n_running < s->cfg.max_seqs) {
-        Request *r = best_queued(s);
-        if (!r) break;
-        int slot = 0;
-        while (s->running[slot]) slot++;
-        KvSeq *q = &s->seqs[slot];
+        Sequence *q = best_queued(s);
+        if (!q) break;
         /* Reuse cached blocks of the prompt (and of tokens generated before a
          * preemption), but always leave the last token to compute: its logits
          * give the next token. */
-        int hit = kv_seq_match_prefix(s->pool, q, r->tokens, r->n_tokens, r->n_tokens - 1);
-        int take = min3(r->n_tokens - hit, chunk, budget);
+        int hit = kv_seq_match_prefix(s->pool, &q->kv, q->tokens, q->n_tokens, q->n_tokens - 1);
+        int take = min3(q->n_tokens - hit, chunk, budget);
         /* Admit only if a few blocks stay available afterwards (the
-         * watermark, 1% of the pool, at least one), so the running requests
+         * watermark, 1% of the pool, at least one), so the running sequences
          * can grow into their next block without preempting the newcomer at
          * once. With nothing running, admit regardless: progress first. */
         int watermark = s->pool->NB / 100 > 1 ? s->pool->NB / 100 : 1;
-        if (kv_seq_reserve(s->pool, q, take) != ST_OK ||
+        if (kv_seq_reserve(s->pool, &q->kv, take) != ST_OK ||
             (s->n_running > 0 && kv_available_blocks(s->pool) < watermark)) {
-            kv_seq_release(s->pool, q);   /* not now: it waits for blocks */
+            kv_seq_release(s->pool, &q->kv);   /* not now: it waits for blocks */
             break;
         }
-        if (queue_unlink(&s->preempted, r))
+        if (queue_unlink(&s->preempted, q))
             s->n_preempted_queued--;
-        else if (queue_unlink(&s->waiting, r))
+        else if (queue_unlink(&s->waiting, q))
             s->n_waiting--;
-        r->slot = slot;
-        r->state = RQ_RUNNING;
-        r->n_computed = hit;
-        r->prefix_hit_tokens += hit;
-        s->running[slot] = r;
+        int slot = free_slot(s);
+        q->slot = slot;
+        q->state = SEQ_RUNNING;
+        q->n_computed = hit;
+        q->prefix_hit_tokens += hit;
+        s->running[slot] = q;
         s->n_running++;
-        o->admitted[o->n_admitted++] = r;
-        add_item(s, r, take);
+        o->admitted[o->n_admitted++] = q;
+        add_item(s, q, take);
         budget -= take;
     }
     s->step++;
     return o;
+}
+
+void sched_commit(Scheduler *s, const StepPlan *p) {
+    for (int i = 0; i < p->n_items; i++) {
+        const StepItem *it = &p->items[i];
+        kv_seq_commit(s->pool, &it->seq->kv, it->seq->tokens, it->n);
+        it->seq->n_computed += it->n;
+    }
 }

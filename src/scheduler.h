@@ -2,13 +2,14 @@
  * FCFS or priority (with aging), a token budget and a sequence cap per step,
  * chunked prefill mixed with decode, preemption by recompute.
  *
- * The scheduler owns the sequence slots (a KvSeq each, allocated once) and
- * decides; it never runs the model. See notes/scheduler.md. */
+ * The scheduler decides; it never runs the model, and only the engine calls
+ * it. It owns the running slots and each sequence's place in the KV pool
+ * (its block table, n_computed). See notes/scheduler.md. */
 #ifndef SCHEDULER_H
 #define SCHEDULER_H
 #include "err.h"
 #include "kv_paged.h"
-#include "runtime.h"
+#include "sequence.h"
 
 typedef enum { SCHED_FCFS = 0, SCHED_PRIORITY = 1 } SchedPolicy;
 
@@ -20,73 +21,52 @@ typedef struct {
     int aging_steps;     /* priority policy: a waiting request rises one level per this many steps */
 } SchedConfig;
 
-/* One sequence's work in this step: positions n_computed .. n_computed + n - 1. */
-typedef struct {
-    Request *req;
-    int n;               /* tokens to run */
-    int from;            /* first position (req->n_computed when scheduled) */
-    int sample;          /* 1 if this run reaches the last known token: sample the next */
-} SchedItem;
-
-/* What sched_step decided. Arrays allocated once by sched_init. */
-typedef struct {
-    SchedItem *items;    /* (max_seqs) */
-    int n_items;
-    int n_tokens;        /* sum of items[].n (<= token_budget) */
-    int n_prefill_tokens, n_decode_tokens;
-    Request **preempted; /* (max_seqs) requests preempted in this step */
-    int n_preempted;
-    Request **admitted;  /* (max_seqs) requests that got a slot in this step */
-    int n_admitted;
-    Request **cow;       /* (max_seqs) requests whose reservation copied a shared block */
-    int n_cow;
-} SchedOutput;
-
 typedef struct {
     SchedConfig cfg;
     KvPool *pool;
-    KvSeq *seqs;         /* (max_seqs) one per slot */
-    Request **running;   /* (max_seqs) by slot; NULL = free slot */
+    Sequence **running;  /* (max_seqs) by slot; NULL = free slot */
     int n_running;
-    Request *waiting;    /* queue in arrival order (linked by next) */
-    Request *preempted;  /* queue in the order they were preempted */
+    Sequence *waiting;   /* queue in arrival order (linked by next) */
+    Sequence *preempted; /* queue in the order they were preempted */
     int n_waiting, n_preempted_queued;
     long step;           /* steps decided so far */
     long n_preemptions;  /* total */
-    SchedOutput out;
-    Request **order;     /* (max_seqs) scratch: running requests by rank */
+    StepPlan out;
+    Sequence **order;    /* (max_seqs) scratch: running sequences by rank */
 } Scheduler;
 
-/* cap_blocks: table capacity of each slot (blocks for the model's context). */
-int sched_init(Scheduler *s, const SchedConfig *cfg, KvPool *pool, int cap_blocks, Err *e);
+int sched_init(Scheduler *s, const SchedConfig *cfg, KvPool *pool, Err *e);
 void sched_free(Scheduler *s);                      /* accepts a zeroed one */
 
-/* Queue a new request (state RQ_WAITING). */
-void sched_add(Scheduler *s, Request *r);
+/* Queue a sequence: state SEQ_WAITING. Its arrival_step is stamped with the
+ * current step unless it was stamped before (-1 = not yet: a new sequence). */
+void sched_add(Scheduler *s, Sequence *q);
 
 /* Decide one step: fills s->out and returns it. Reserves the KV blocks of
  * every scheduled token, preempting (lowest priority, newest first) when the
- * pool runs out, and admits waiting requests while budget, slots and blocks
- * last. An empty output with requests waiting means they wait for blocks. */
-const SchedOutput *sched_step(Scheduler *s);
+ * pool runs out, and admits waiting sequences while budget, slots and blocks
+ * last. An empty plan with sequences waiting means they wait for blocks. */
+const StepPlan *sched_step(Scheduler *s);
 
-/* A running or waiting request leaves (finished or cancelled): its blocks go
+/* The plan's K/V are written: advance each item's n_computed and offer the
+ * blocks it completed to the prefix cache. */
+void sched_commit(Scheduler *s, const StepPlan *p);
+
+/* A running or waiting sequence leaves (finished or cancelled): its blocks go
  * back to the pool, its slot is freed; it is taken out of any queue. */
-void sched_remove(Scheduler *s, Request *r);
+void sched_remove(Scheduler *s, Sequence *q);
 
-/* Put `child` (waiting, holding nothing) into a free slot as a fork of the
- * running `parent`: the same blocks (refcounts + 1, copied on the first
- * write), the same computed positions. 0 if no slot is free. */
-int sched_fork(Scheduler *s, const Request *parent, Request *child);
-
-/* The KvSeq of a running request. */
-KvSeq *sched_seq(Scheduler *s, const Request *r);
+/* Put `child` (waiting, holding nothing, in no queue) into a free slot as a
+ * fork of the running `parent`: the same blocks (refcounts + 1, copied on the
+ * first write), the same computed positions, the parent's arrival step if it
+ * has none. 0 if no slot is free. */
+int sched_fork(Scheduler *s, const Sequence *parent, Sequence *child);
 
 /* True when nothing is running or waiting. */
 int sched_idle(const Scheduler *s);
 
-/* Where a request stands in the queue order (higher runs first): the
+/* Where a sequence stands in the queue order (higher runs first): the
  * priority level, plus one per aging_steps waited under SCHED_PRIORITY. */
-long sched_rank(const Scheduler *s, const Request *r);
+long sched_rank(const Scheduler *s, const Sequence *q);
 
 #endif

@@ -23,21 +23,24 @@
  * is closed before the next opens, and instant events for arrived, first
  * token, preempted, resumed and finished (its args carry the telemetry).
  *
- * A request's phase lives in the request itself (tr_phase, tr_since), so the
- * trace needs no table of its own. */
+ * The trace is told everything it prints (see trace.h): ids, counts, times,
+ * and the text of the KV map drawn by the engine that owns the pool. What it
+ * must remember between events, each live request's phase and arrival time,
+ * it keeps in a small table of its own, grown when a request arrives (never
+ * inside a step) and shrunk when it finishes. */
 #include "trace.h"
-#include "engine.h"
+#include "mem.h"
 #include <stdarg.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
-#include <unistd.h>
+#include <string.h>
 
 enum { RUN_MAX = 32 };
 static void json_name(Trace *t, const char *what, int pid, int tid, const char *name);
 static const char *const PHASE_NAMES[] = {"none", "queued", "prefill", "decode"};
 
-int trace_init(Trace *t, int level, FILE *text, FILE *json, int svg_spans, Err *e) {
-    *t = (Trace){.level = level, .text = level > TRACE_OFF ? text : NULL, .json = json, .max_req = -1};
+int trace_init(Trace *t, int level, FILE *text, FILE *json, int svg_spans, int virtual_clock,
+               Err *e) {
+    *t = (Trace){.level = level, .text = level > TRACE_OFF ? text : NULL, .json = json,
+                 .max_req = -1, .virtual_clock = virtual_clock};
     if (svg_spans > 0) {
         t->spans = mem_alloc((size_t)svg_spans * sizeof *t->spans);
         if (!t->spans) return err_set(e, ST_NOMEM, "trace: cannot allocate %d timeline spans", svg_spans);
@@ -54,11 +57,37 @@ int trace_init(Trace *t, int level, FILE *text, FILE *json, int svg_spans, Err *
 
 void trace_free(Trace *t) {
     mem_free(t->spans);
+    mem_free(t->reqs);
     t->spans = NULL;
+    t->reqs = NULL;
     t->cap_spans = t->n_spans = 0;
+    t->cap_reqs = t->n_reqs = 0;
 }
 
 static double ms(double s) { return s * 1e3; }
+
+/* ---- the table of live requests ---- */
+
+static TraceReq *find(Trace *t, int id) {
+    for (int i = t->n_reqs - 1; i >= 0; i--)
+        if (t->reqs[i].id == id) return &t->reqs[i];
+    return NULL;
+}
+
+/* A request the trace was never told about (it arrived before the trace was
+ * attached) is treated as having arrived at time 0. */
+static TraceReq *req(Trace *t, int id) {
+    static TraceReq unknown;
+    TraceReq *r = find(t, id);
+    if (r) return r;
+    unknown = (TraceReq){.id = id, .phase = PH_NONE};
+    return &unknown;
+}
+
+static void forget(Trace *t, int id) {
+    TraceReq *r = find(t, id);
+    if (r) *r = t->reqs[--t->n_reqs];
+}
 
 /* ---- JSON ---- */
 
@@ -94,31 +123,31 @@ static void json_name(Trace *t, const char *what, int pid, int tid, const char *
 
 /* ---- phases: each change closes the open span ---- */
 
-static void record(Trace *t, int req, int phase, double t0, double t1) {
+static void record(Trace *t, int id, int phase, double t0, double t1) {
     if (!t->spans) return;
     if (t->n_spans == t->cap_spans) {
         t->dropped++;
         return;
     }
-    t->spans[t->n_spans++] = (TraceSpan){req, phase, t0, t1};
+    t->spans[t->n_spans++] = (TraceSpan){id, phase, t0, t1};
 }
 
-static void enter(Trace *t, Request *r, int phase, double now) {
-    if (r->tr_phase != PH_NONE) {
+static void enter(Trace *t, TraceReq *r, int phase, double now) {
+    if (r->phase != PH_NONE) {
         if (t->json) {
             char args[64];
             snprintf(args, sizeof args, "\"request\": %d", r->id);
-            json_span(t, PHASE_NAMES[r->tr_phase], 2, r->id + 1, r->tr_since, now, args);
+            json_span(t, PHASE_NAMES[r->phase], 2, r->id + 1, r->since, now, args);
         }
-        record(t, r->id, r->tr_phase, r->tr_since, now);
+        record(t, r->id, r->phase, r->since, now);
     }
-    r->tr_phase = phase;
-    r->tr_since = now;
+    r->phase = phase;
+    r->since = now;
 }
 
-static void mark(Trace *t, Request *r, const char *name, int kind, double now, const char *args) {
-    if (t->json) json_instant(t, name, r->id + 1, now, args);
-    if (kind) record(t, r->id, kind, now, now);
+static void mark(Trace *t, int id, const char *name, int kind, double now, const char *args) {
+    if (t->json) json_instant(t, name, id + 1, now, args);
+    if (kind) record(t, id, kind, now, now);
 }
 
 /* ---- text ---- */
@@ -134,117 +163,132 @@ static void say(Trace *t, double at, const char *fmt, ...) {
     fputc('\n', t->text);
 }
 
-void trace_flush(Trace *t, const Engine *en) {
+/* "; 1.23 ms: schedule 0.001, build ..." for n steps, or nothing on the
+ * step clock (the times are real, the clock is not). */
+static void stage_times(const Trace *t, char *buf, size_t cap, const double *st, long n) {
+    buf[0] = 0;
+    if (t->virtual_clock) return;
+    double total = 0;
+    for (int i = 0; i < TRACE_STAGES; i++) total += st[i];
+    snprintf(buf, cap, "; %.2f ms%s: schedule %.3f, build %.3f, forward %.2f, sample %.3f, output %.3f",
+             ms(total) / n, n > 1 ? "/step" : "", ms(st[0]) / n, ms(st[1]) / n, ms(st[2]) / n,
+             ms(st[3]) / n, ms(st[4]) / n);
+}
+
+void trace_flush(Trace *t) {
     if (t->run_first == 0) return;
     long n = t->run_last - t->run_first + 1;
-    const StageTimes *s = &t->run_time;
-    double total = s->schedule + s->build + s->forward + s->sample + s->output;
-    char seqs[32];
+    char seqs[32], times[160];
     if (t->run_seqs_min == t->run_seqs_max)
         snprintf(seqs, sizeof seqs, "%d seq%s", t->run_seqs_min, t->run_seqs_min == 1 ? "" : "s");
     else
         snprintf(seqs, sizeof seqs, "%d-%d seqs", t->run_seqs_min, t->run_seqs_max);
-    if (t->text)
-        fprintf(t->text,
-                "[%9.1f ms] steps %ld-%ld: decode only, %s, %ld tokens; %.2f ms/step: schedule %.3f, "
-                "build %.3f, forward %.2f, sample %.3f, output %.3f\n",
-                t->run_end, t->run_first, t->run_last, seqs, t->run_tokens, ms(total) / n,
-                ms(s->schedule) / n, ms(s->build) / n, ms(s->forward) / n, ms(s->sample) / n,
-                ms(s->output) / n);
+    stage_times(t, times, sizeof times, t->run_time, n);
+    say(t, t->run_end, "steps %ld-%ld: decode only, %s, %ld tokens%s", t->run_first, t->run_last,
+        seqs, t->run_tokens, times);
     t->run_first = 0;
 }
 
 /* Every event but a plain step ends the pending run first, so lines stay in time order. */
-static void event(Trace *t, const Engine *en) {
-    trace_flush(t, en);
+static void event(Trace *t) {
+    trace_flush(t);
     t->step_events++;
 }
 
+int trace_wants_kv_map(const Trace *t, long step, int n_preempted) {
+    return t->text && (t->level >= TRACE_VERBOSE || (t->kv_map_every > 0 && step % t->kv_map_every == 0) ||
+                       (t->level >= TRACE_ON && n_preempted > 0));
+}
+
+int trace_wants_block_tables(const Trace *t) { return t->text && t->level >= TRACE_VERBOSE; }
+
 /* ---- hooks ---- */
 
-void trace_arrived(Trace *t, const Engine *en, Request *r) {
-    event(t, en);
-    double now = r->tm.arrival;
-    if (r->id > t->max_req) t->max_req = r->id;
-    const SamplerParams *p = &r->sampler.p;
+int trace_arrived(Trace *t, double now, const TraceArrival *a) {
+    if (t->n_reqs == t->cap_reqs) {
+        int cap = t->cap_reqs ? 2 * t->cap_reqs : 64;
+        TraceReq *grown = mem_alloc((size_t)cap * sizeof *grown);
+        if (!grown) return ST_NOMEM;
+        if (t->n_reqs) memcpy(grown, t->reqs, (size_t)t->n_reqs * sizeof *grown);
+        mem_free(t->reqs);
+        t->reqs = grown;
+        t->cap_reqs = cap;
+    }
+    TraceReq *r = &t->reqs[t->n_reqs++];
+    *r = (TraceReq){.id = a->id, .phase = PH_NONE, .arrival = now};
+    event(t);
+    if (a->id > t->max_req) t->max_req = a->id;
     say(t, now, "#%d arrived: %d prompt tokens, priority %s, max %d new, temperature %g, top-k %d, "
-        "top-p %g, seed %llu; %d waiting", r->id, r->n_prompt, rt_priority_name(r->priority),
-        r->max_tokens, (double)p->temperature, p->top_k, (double)p->top_p,
-        (unsigned long long)p->seed, en->sched.n_waiting + en->sched.n_preempted_queued);
+        "top-p %g, seed %llu; %d waiting", a->id, a->prompt_tokens, a->priority, a->max_tokens,
+        a->temperature, a->top_k, a->top_p, a->seed, a->waiting);
     if (t->json) {
         char name[48], args[160];
-        snprintf(name, sizeof name, "#%d %s", r->id, rt_priority_name(r->priority));
-        json_name(t, "thread_name", 2, r->id + 1, name);
+        snprintf(name, sizeof name, "#%d %s", a->id, a->priority);
+        json_name(t, "thread_name", 2, a->id + 1, name);
         snprintf(args, sizeof args, "\"request\": %d, \"prompt_tokens\": %d, \"max_tokens\": %d, "
-                 "\"priority\": \"%s\"", r->id, r->n_prompt, r->max_tokens, rt_priority_name(r->priority));
-        json_instant(t, "arrived", r->id + 1, now, args);
+                 "\"priority\": \"%s\"", a->id, a->prompt_tokens, a->max_tokens, a->priority);
+        json_instant(t, "arrived", a->id + 1, now, args);
     }
     enter(t, r, PH_QUEUED, now);
+    return ST_OK;
 }
 
-static int plain_step(const SchedOutput *o) {
-    return o->n_preempted == 0 && o->n_admitted == 0 && o->n_prefill_tokens == 0 && o->n_cow == 0;
-}
-
-void trace_scheduled(Trace *t, const Engine *en, const SchedOutput *o) {
-    if (!plain_step(o)) event(t, en);
-    double now = engine_now(en);
+void trace_preempted(Trace *t, double now, long step, int id, int blocks_freed, int tokens) {
+    event(t);
+    say(t, now, "#%d preempted: the pool ran out and it ranked lowest of the requests still to "
+        "run this step; %d blocks freed, %d tokens to recompute when it resumes", id, blocks_freed,
+        tokens);
     char args[160];
-    for (int i = 0; i < o->n_preempted; i++) {
-        Request *r = o->preempted[i];
-        say(t, now, "#%d preempted: the pool ran out and it ranked lowest of the requests still to "
-            "run this step; %d blocks freed, %d tokens to recompute when it resumes", r->id,
-            r->blocks_released, r->n_tokens);
-        snprintf(args, sizeof args, "\"request\": %d, \"blocks_freed\": %d, \"tokens\": %d, \"step\": %ld",
-                 r->id, r->blocks_released, r->n_tokens, en->steps);
-        enter(t, r, PH_QUEUED, now);
-        mark(t, r, "preempted", 'p', now, args);
-    }
-    for (int i = 0; i < o->n_cow; i++) {
-        Request *r = o->cow[i];
-        say(t, now, "#%d copy-on-write: position %d falls in a block it shared with other samples "
-            "of its prompt; that block was copied (%d rows) before the write", r->id, r->n_computed,
-            r->n_computed % en->pool.BS);
-        snprintf(args, sizeof args, "\"request\": %d, \"position\": %d, \"step\": %ld", r->id,
-                 r->n_computed, en->steps);
-        mark(t, r, "copy-on-write", 0, now, args);
-    }
-    for (int i = 0; i < o->n_admitted; i++) {
-        Request *r = o->admitted[i];
-        const KvSeq *q = &en->sched.seqs[r->slot];
-        char hit[64] = "";
-        if (q->n_tokens > 0) snprintf(hit, sizeof hit, "; prefix cache hit: %d tokens reused", q->n_tokens);
-        double at = r->n_preempted > 0 ? now : r->tm.first_scheduled;
-        if (r->n_preempted > 0) {
-            say(t, at, "#%d resumed in slot %d after preemption %d%s", r->id, r->slot, r->n_preempted, hit);
-            snprintf(args, sizeof args, "\"request\": %d, \"prefix_hit_tokens\": %d, \"step\": %ld",
-                     r->id, q->n_tokens, en->steps);
-            mark(t, r, "resumed", 0, at, args);
-        } else {
-            say(t, at, "#%d admitted to slot %d after %.1f ms in the queue%s", r->id, r->slot,
-                ms(r->tm.first_scheduled - r->tm.arrival), hit);
-            if (q->n_tokens > 0) {
-                snprintf(args, sizeof args, "\"request\": %d, \"prefix_hit_tokens\": %d", r->id, q->n_tokens);
-                mark(t, r, "prefix hit", 0, at, args);
-            }
-        }
-        enter(t, r, PH_PREFILL, at);
-    }
-    for (int i = 0; i < o->n_items; i++) {
-        const SchedItem *it = &o->items[i];
-        if (it->req->tr_phase == PH_PREFILL)   /* (a resumed request's recompute is a prefill too) */
-            say(t, now, "#%d prefill [%d, %d)%s", it->req->id, it->from, it->from + it->n,
-                it->sample ? "" : " (a chunk: more to come)");
-        else if (t->level >= TRACE_VERBOSE)
-            say(t, now, "#%d decode at position %d", it->req->id, it->from);
-    }
+    snprintf(args, sizeof args, "\"request\": %d, \"blocks_freed\": %d, \"tokens\": %d, \"step\": %ld",
+             id, blocks_freed, tokens, step);
+    enter(t, req(t, id), PH_QUEUED, now);
+    mark(t, id, "preempted", 'p', now, args);
 }
 
-/* The text of the request's last token, escaped and cut short if long. */
-static void piece_text(const Request *r, char *text, int cap) {
+void trace_cow(Trace *t, double now, long step, int id, int position, int block_size) {
+    event(t);
+    say(t, now, "#%d copy-on-write: position %d falls in a block it shared with other samples "
+        "of its prompt; that block was copied (%d rows) before the write", id, position,
+        position % block_size);
+    char args[96];
+    snprintf(args, sizeof args, "\"request\": %d, \"position\": %d, \"step\": %ld", id, position, step);
+    mark(t, id, "copy-on-write", 0, now, args);
+}
+
+void trace_admitted(Trace *t, double now, long step, int id, int slot, int hit_tokens,
+                    int n_preempted) {
+    event(t);
+    TraceReq *r = req(t, id);
+    char hit[64] = "", args[128];
+    if (hit_tokens > 0) snprintf(hit, sizeof hit, "; prefix cache hit: %d tokens reused", hit_tokens);
+    if (n_preempted > 0) {
+        say(t, now, "#%d resumed in slot %d after preemption %d%s", id, slot, n_preempted, hit);
+        snprintf(args, sizeof args, "\"request\": %d, \"prefix_hit_tokens\": %d, \"step\": %ld", id,
+                 hit_tokens, step);
+        mark(t, id, "resumed", 0, now, args);
+    } else {
+        say(t, now, "#%d admitted to slot %d after %.1f ms in the queue%s", id, slot,
+            ms(now - r->arrival), hit);
+        if (hit_tokens > 0) {
+            snprintf(args, sizeof args, "\"request\": %d, \"prefix_hit_tokens\": %d", id, hit_tokens);
+            mark(t, id, "prefix hit", 0, now, args);
+        }
+    }
+    enter(t, r, PH_PREFILL, now);
+}
+
+void trace_item(Trace *t, double now, int id, int from, int n, int sample) {
+    if (req(t, id)->phase == PH_PREFILL)   /* (a resumed request's recompute is a prefill too) */
+        say(t, now, "#%d prefill [%d, %d)%s", id, from, from + n, sample ? "" : " (a chunk: more to come)");
+    else if (t->level >= TRACE_VERBOSE)
+        say(t, now, "#%d decode at position %d", id, from);
+}
+
+/* The text of a token, escaped and cut short if long. */
+static void piece_text(const char *piece, int len, char *text, int cap) {
     int n = 0;
-    for (int i = 0; i < r->n_piece && n < cap - 8; i++) {
-        unsigned char c = (unsigned char)r->piece[i];
+    for (int i = 0; i < len && n < cap - 8; i++) {
+        unsigned char c = (unsigned char)piece[i];
         if (c == '\n') n += snprintf(text + n, (size_t)(cap - n), "\\n");
         else if (c == '"' || c == '\\') n += snprintf(text + n, (size_t)(cap - n), "\\%c", c);
         else if (c < 32) n += snprintf(text + n, (size_t)(cap - n), "\\x%02x", c);
@@ -253,141 +297,116 @@ static void piece_text(const Request *r, char *text, int cap) {
     text[n] = 0;
 }
 
-void trace_token(Trace *t, const Engine *en, Request *r, int token, double now) {
-    char text[64];
-    if (r->n_out == 1) {
-        event(t, en);
-        piece_text(r, text, sizeof text);
-        say(t, now, "#%d first token %d \"%s\" (TTFT %.1f ms)", r->id, token, text,
-            ms(r->tm.first_token - r->tm.arrival));
-        char args[64];
-        snprintf(args, sizeof args, "\"request\": %d, \"token\": %d", r->id, token);
-        mark(t, r, "first token", 'f', now, args);
-    } else if (t->level >= TRACE_VERBOSE) {
-        piece_text(r, text, sizeof text);
-        say(t, now, "#%d token %d \"%s\" at position %d", r->id, token, text, r->n_tokens - 1);
-    }
-    if (r->tr_phase == PH_PREFILL) enter(t, r, PH_DECODE, now);
-}
-
-void trace_forked(Trace *t, const Engine *en, const Request *first, Request *sample) {
-    event(t, en);
-    double now = sample->tm.first_scheduled;
-    const KvSeq *q = &en->sched.seqs[sample->slot];
+void trace_forked(Trace *t, double now, int id, int from_id, int slot, int blocks, int tokens) {
+    event(t);
     say(t, now, "#%d forked from #%d into slot %d: shares its %d block%s (%d prompt tokens), no "
-        "prefill of its own", sample->id, first->id, sample->slot, q->n_blocks,
-        q->n_blocks == 1 ? "" : "s", q->n_tokens);
+        "prefill of its own", id, from_id, slot, blocks, blocks == 1 ? "" : "s", tokens);
     if (t->json) {
         char args[96];
-        snprintf(args, sizeof args, "\"request\": %d, \"from\": %d, \"shared_blocks\": %d",
-                 sample->id, first->id, q->n_blocks);
-        json_instant(t, "forked", sample->id + 1, now, args);
+        snprintf(args, sizeof args, "\"request\": %d, \"from\": %d, \"shared_blocks\": %d", id,
+                 from_id, blocks);
+        json_instant(t, "forked", id + 1, now, args);
     }
-    enter(t, sample, PH_PREFILL, now);   /* a prefill of no length: its prompt came with the fork */
+    enter(t, req(t, id), PH_PREFILL, now);   /* a prefill of no length: its prompt came with the fork */
 }
 
-void trace_finished(Trace *t, const Engine *en, Request *r) {
-    event(t, en);
-    const Telemetry *m = &r->tm;
-    say(t, m->finished, "#%d finished (%s): %d tokens; queue %.1f ms, TTFT %.1f ms, TPOT %.2f ms, e2e "
-        "%.1f ms; %d blocks released", r->id, rt_finish_name(r->finish), r->n_out, ms(m->queue_wait),
-        m->ttft >= 0 ? ms(m->ttft) : 0.0, ms(m->tpot), ms(m->e2e), r->blocks_released);
-    enter(t, r, PH_NONE, m->finished);
+void trace_token(Trace *t, double now, int id, int token, const char *piece, int len, int n_out,
+                 int position) {
+    TraceReq *r = req(t, id);
+    char text[64];
+    if (n_out == 1) {
+        event(t);
+        piece_text(piece, len, text, sizeof text);
+        say(t, now, "#%d first token %d \"%s\" (TTFT %.1f ms)", id, token, text, ms(now - r->arrival));
+        char args[64];
+        snprintf(args, sizeof args, "\"request\": %d, \"token\": %d", id, token);
+        mark(t, id, "first token", 'f', now, args);
+    } else if (t->level >= TRACE_VERBOSE) {
+        piece_text(piece, len, text, sizeof text);
+        say(t, now, "#%d token %d \"%s\" at position %d", id, token, text, position);
+    }
+    if (r->phase == PH_PREFILL) enter(t, r, PH_DECODE, now);
+}
+
+void trace_finished(Trace *t, double now, const TraceFinish *f) {
+    event(t);
+    say(t, now, "#%d finished (%s): %d tokens; queue %.1f ms, TTFT %.1f ms, TPOT %.2f ms, e2e "
+        "%.1f ms; %d blocks released", f->id, f->reason, f->output_tokens, ms(f->queue_wait),
+        f->ttft >= 0 ? ms(f->ttft) : 0.0, ms(f->tpot), ms(f->e2e), f->blocks_released);
+    enter(t, req(t, f->id), PH_NONE, now);
     if (t->json) {
         char args[400];
         snprintf(args, sizeof args, "\"request\": %d, \"reason\": \"%s\", \"output_tokens\": %d, "
                  "\"prompt_tokens\": %d, \"preemptions\": %d, \"prefix_hit_tokens\": %d, "
                  "\"queue_wait_ms\": %.6f, \"ttft_ms\": %.6f, \"tpot_ms\": %.6f, \"e2e_ms\": %.6f",
-                 r->id, rt_finish_name(r->finish), r->n_out, r->n_prompt, r->n_preempted,
-                 r->prefix_hit_tokens, ms(m->queue_wait), ms(m->ttft), ms(m->tpot), ms(m->e2e));
-        json_instant(t, "finished", r->id + 1, m->finished, args);
+                 f->id, f->reason, f->output_tokens, f->prompt_tokens, f->preemptions,
+                 f->prefix_hit_tokens, ms(f->queue_wait), ms(f->ttft), ms(f->tpot), ms(f->e2e));
+        json_instant(t, "finished", f->id + 1, now, args);
     }
+    forget(t, f->id);
 }
 
-static void add_times(StageTimes *a, const StageTimes *b) {
-    a->schedule += b->schedule;
-    a->build += b->build;
-    a->forward += b->forward;
-    a->sample += b->sample;
-    a->output += b->output;
-}
-
-static void json_step(Trace *t, const Engine *en, const SchedOutput *o, const StageTimes *st) {
+static void json_step(Trace *t, const TraceStep *s) {
     static const char *const stage[] = {"schedule", "build batch", "forward", "sample", "output"};
-    const double d[] = {st->schedule, st->build, st->forward, st->sample, st->output};
-    double t0 = en->step_started, end = t0;
-    for (int i = 0; i < 5; i++) end += d[i];
     char name[32], args[200];
-    snprintf(name, sizeof name, "step %ld", en->steps);
+    snprintf(name, sizeof name, "step %ld", s->step);
     snprintf(args, sizeof args, "\"seqs\": %d, \"prefill_tokens\": %d, \"decode_tokens\": %d, "
-             "\"budget\": %d, \"preempted\": %d, \"admitted\": %d", o->n_items, o->n_prefill_tokens,
-             o->n_decode_tokens, en->sched.cfg.token_budget, o->n_preempted, o->n_admitted);
-    json_span(t, name, 1, 1, t0, end, args);
-    for (int i = 0; i < 5; i++) {   /* nested inside the step: Perfetto draws them below it */
-        json_span(t, stage[i], 1, 1, t0, t0 + d[i], NULL);
-        t0 += d[i];
+             "\"budget\": %d, \"preempted\": %d, \"admitted\": %d", s->seqs, s->prefill_tokens,
+             s->decode_tokens, s->budget, s->preempted, s->admitted);
+    json_span(t, name, 1, 1, s->start, s->end, args);
+    if (!t->virtual_clock) {   /* nested inside the step: Perfetto draws them below it */
+        double t0 = s->start;
+        for (int i = 0; i < TRACE_STAGES; i++) {
+            json_span(t, stage[i], 1, 1, t0, t0 + s->stage[i], NULL);
+            t0 += s->stage[i];
+        }
     }
-    const KvPool *p = &en->pool;
-    json_begin(t, "KV blocks", 'C', 1, 1, end);
-    fprintf(t->json, ", \"args\": {\"held\": %d, \"cached\": %d, \"free\": %d}", kv_held_blocks(p),
-            kv_cached_blocks(p), kv_free_blocks(p));
+    json_begin(t, "KV blocks", 'C', 1, 1, s->end);
+    fprintf(t->json, ", \"args\": {\"held\": %d, \"cached\": %d, \"free\": %d}", s->kv_held,
+            s->kv_cached, s->kv_free);
     json_end(t);
-    json_begin(t, "requests", 'C', 1, 1, end);
-    fprintf(t->json, ", \"args\": {\"running\": %d, \"waiting\": %d}", en->sched.n_running,
-            en->sched.n_waiting + en->sched.n_preempted_queued);
+    json_begin(t, "requests", 'C', 1, 1, s->end);
+    fprintf(t->json, ", \"args\": {\"running\": %d, \"waiting\": %d}", s->running, s->waiting);
     json_end(t);
 }
 
-void trace_step_done(Trace *t, const Engine *en, const SchedOutput *o, const StageTimes *st) {
-    if (t->json) json_step(t, en, o, st);
-    long step = en->steps;
-    int plain = plain_step(o) && t->step_events == 0;
+static int plain_step(const TraceStep *s) {
+    return s->preempted == 0 && s->admitted == 0 && s->prefill_tokens == 0 && s->cow == 0;
+}
+
+void trace_step_done(Trace *t, const TraceStep *s) {
+    if (t->json) json_step(t, s);
+    int plain = plain_step(s) && t->step_events == 0;
     t->step_events = 0;
-    int map = t->text && ((t->level >= TRACE_VERBOSE) ||
-                          (t->kv_map_every > 0 && step % t->kv_map_every == 0) ||
-                          (t->level >= TRACE_ON && o->n_preempted > 0));
-    if (t->level < TRACE_VERBOSE && plain && !map) {   /* add to the run of plain steps */
+    if (t->level < TRACE_VERBOSE && plain && !s->kv_map) {   /* add to the run of plain steps */
         if (t->run_first == 0) {
-            t->run_first = step;
+            t->run_first = s->step;
             t->run_tokens = 0;
-            t->run_seqs_min = t->run_seqs_max = o->n_items;
-            t->run_time = (StageTimes){0};
+            t->run_seqs_min = t->run_seqs_max = s->seqs;
+            memset(t->run_time, 0, sizeof t->run_time);
         }
-        t->run_last = step;
-        t->run_tokens += o->n_tokens;
-        if (o->n_items < t->run_seqs_min) t->run_seqs_min = o->n_items;
-        if (o->n_items > t->run_seqs_max) t->run_seqs_max = o->n_items;
-        add_times(&t->run_time, st);
-        t->run_end = ms(engine_now(en));
-        if (t->run_last - t->run_first + 1 >= RUN_MAX) trace_flush(t, en);
+        t->run_last = s->step;
+        t->run_tokens += s->tokens;
+        if (s->seqs < t->run_seqs_min) t->run_seqs_min = s->seqs;
+        if (s->seqs > t->run_seqs_max) t->run_seqs_max = s->seqs;
+        for (int i = 0; i < TRACE_STAGES; i++) t->run_time[i] += s->stage[i];
+        t->run_end = s->end;
+        if (t->run_last - t->run_first + 1 >= RUN_MAX) trace_flush(t);
         return;
     }
-    trace_flush(t, en);
+    trace_flush(t);
     if (!t->text) return;
-    const KvPool *p = &en->pool;
-    double total = st->schedule + st->build + st->forward + st->sample + st->output;
-    say(t, engine_now(en), "step %ld: %d seq%s (%d prefill, %d decode tokens), %d of %d tokens; KV "
-        "%d held, %d cached, %d free; %.2f ms: schedule %.3f, build %.3f, forward %.2f, sample %.3f, "
-        "output %.3f", step, o->n_items, o->n_items == 1 ? "" : "s", o->n_prefill_tokens,
-        o->n_decode_tokens, o->n_tokens, en->sched.cfg.token_budget, kv_held_blocks(p),
-        kv_cached_blocks(p), kv_free_blocks(p), ms(total), ms(st->schedule), ms(st->build),
-        ms(st->forward), ms(st->sample), ms(st->output));
-    if (t->level >= TRACE_VERBOSE)
-        for (int i = 0; i < en->sched.cfg.max_seqs; i++) {
-            const Request *r = en->sched.running[i];
-            if (!r) continue;
-            const KvSeq *q = &en->sched.seqs[i];
-            fprintf(t->text, "%15s#%d slot %d, %d tokens in blocks [", "", r->id, i, q->n_tokens);
-            for (int b = 0; b < q->n_blocks; b++)
-                fprintf(t->text, "%s%d%s", b ? " " : "", q->table[b],
-                        p->refcount[q->table[b]] > 1 ? "*" : "");
-            fprintf(t->text, "]\n");
-        }
-    if (map) trace_kv_map(t->text, en);
+    char times[160];
+    stage_times(t, times, sizeof times, s->stage, 1);
+    say(t, s->end, "step %ld: %d seq%s (%d prefill, %d decode tokens), %d of %d tokens; KV "
+        "%d held, %d cached, %d free%s", s->step, s->seqs, s->seqs == 1 ? "" : "s", s->prefill_tokens,
+        s->decode_tokens, s->tokens, s->budget, s->kv_held, s->kv_cached, s->kv_free, times);
+    if (s->block_tables) fputs(s->block_tables, t->text);
+    if (s->kv_map) fputs(s->kv_map, t->text);
 }
 
-void trace_finish(Trace *t, const Engine *en) {
-    trace_flush(t, en);
+void trace_finish(Trace *t) {
+    trace_flush(t);
     if (t->json) {
         fprintf(t->json, "\n]}\n");
         fflush(t->json);
@@ -396,39 +415,7 @@ void trace_finish(Trace *t, const Engine *en) {
 
 /* ---- pictures ---- */
 
-static char owner_char(int id) {
-    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-    return digits[id % 62];
-}
-
-void trace_kv_map(FILE *f, const Engine *en) {
-    const KvPool *p = &en->pool;
-    /* who holds each block: scan the running sequences' tables */
-    enum { PER_LINE = 64 };
-    fprintf(f, "%15sKV pool, %d blocks of %d tokens ('.' free, '+' cached, id = held by that request, "
-            "'*' shared):\n", "", p->NB, p->BS);
-    char line[PER_LINE + 1];
-    for (int b0 = 0; b0 < p->NB; b0 += PER_LINE) {
-        int n = p->NB - b0 < PER_LINE ? p->NB - b0 : PER_LINE;
-        for (int i = 0; i < n; i++) {
-            int b = b0 + i;
-            line[i] = p->refcount[b] > 1 ? '*' : p->refcount[b] == 1 ? '?' : p->registered[b] ? '+' : '.';
-        }
-        for (int s = 0; s < en->sched.cfg.max_seqs; s++) {
-            const Request *r = en->sched.running[s];
-            if (!r) continue;
-            const KvSeq *q = &en->sched.seqs[s];
-            for (int k = 0; k < q->n_blocks; k++) {
-                int b = q->table[k];
-                if (b >= b0 && b < b0 + n && line[b - b0] == '?') line[b - b0] = owner_char(r->id);
-            }
-        }
-        line[n] = 0;
-        fprintf(f, "%15s%5d %s\n", "", b0, line);
-    }
-}
-
-int trace_write_svg(const Trace *t, const Engine *en, FILE *f) {
+int trace_write_svg(const Trace *t, FILE *f) {
     int rows = t->max_req + 1;
     double end = 0;
     for (int i = 0; i < t->n_spans; i++)
@@ -483,36 +470,16 @@ int trace_write_svg(const Trace *t, const Engine *en, FILE *f) {
     return ferror(f) ? ST_IO : ST_OK;
 }
 
-/* Bytes of [p, p + n) resident in memory (mincore, page by page). */
-static size_t resident_bytes(const void *p, size_t n) {
-    if (!p || n == 0) return 0;
-    long page = sysconf(_SC_PAGESIZE);
-    uintptr_t start = (uintptr_t)p & ~(uintptr_t)(page - 1);
-    size_t len = (uintptr_t)p + n - start, pages = (len + page - 1) / page, resident = 0;
-    unsigned char vec[4096];
-    for (size_t i = 0; i < pages; i += sizeof vec) {
-        size_t k = pages - i < sizeof vec ? pages - i : sizeof vec;
-        if (mincore((void *)(start + i * page), k * page, vec)) return 0;
-        for (size_t j = 0; j < k; j++) resident += vec[j] & 1;
+void trace_memory_report(const Trace *t, FILE *f, const TraceMemory *m) {
+    char resident[48] = "", rss[40] = "";
+    if (!t->virtual_clock) {   /* what the machine and its load decide */
+        snprintf(resident, sizeof resident, ", %.1f MB resident", m->weights_resident / 1e6);
+        snprintf(rss, sizeof rss, "; peak RSS %.1f MB", m->peak_rss_kb / 1e3);
     }
-    return resident * page;
-}
-
-void trace_memory_report(FILE *f, const Engine *en, MemStats ready) {
-    const Model *m = en->model;
-    const void *map = m->gguf.map ? (const void *)m->gguf.map : m->map;
-    size_t map_size = m->gguf.map ? m->gguf.size : m->map_size;
-    MemStats now = mem_stats();
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    const KvPool *p = &en->pool;
-    size_t block_bytes = 2 * (size_t)p->L * p->BS * p->KVD * sizeof(float);
-    fprintf(f, "memory: weights %.1f MB mapped, %.1f MB resident; KV pool %.1f MB (%d blocks of %.1f KB, "
-            "peak %d held = %.1f MB); activations and scratch %.1f MB; heap peak %.1f MB; peak RSS "
-            "%.1f MB; allocations after start-up: %zu inside engine steps, %zu outside them (requests, workload)\n",
-            map_size / 1e6,
-            resident_bytes(map, map_size) / 1e6, p->bytes / 1e6, p->NB, block_bytes / 1e3,
-            p->peak_held, p->peak_held * (double)block_bytes / 1e6, en->exec.rs.bytes / 1e6,
-            now.peak_bytes / 1e6, ru.ru_maxrss / 1e3, en->step_allocations,
-            now.total_count - ready.total_count - en->step_allocations);
+    fprintf(f, "memory: weights %.1f MB mapped%s; KV pool %.1f MB (%d blocks of %.1f KB, peak %d "
+            "held = %.1f MB); activations and scratch %.1f MB; heap peak %.1f MB%s; allocations "
+            "after start-up: %zu inside engine steps, %zu outside them (requests, workload)\n",
+            m->weights_mapped / 1e6, resident, m->kv_bytes / 1e6, m->kv_blocks,
+            m->kv_block_bytes / 1e3, m->kv_peak_held, m->kv_peak_held * (double)m->kv_block_bytes / 1e6,
+            m->activations / 1e6, m->heap_peak / 1e6, rss, m->allocs_in_steps, m->allocs_outside);
 }

@@ -10,7 +10,7 @@
  *
  * Model: data/shakespeare.gguf, the project's own default model (in the
  * repository, so these tests never skip). */
-#include "engine.h"
+#include "runtime.h"
 #include "mem.h"
 #include "testutil.h"
 
@@ -70,7 +70,7 @@ static EngineConfig config(int max_seqs, int budget, int chunk, int n_blocks) {
     return c;
 }
 
-static int submit(Engine *en, Job *j) {
+static int submit(Runtime *rt, Job *j) {
     RtParams p = rt_params_default();
     p.prompt = j->prompt;
     p.max_tokens = j->max_tokens;
@@ -79,7 +79,7 @@ static int submit(Engine *en, Job *j) {
     p.priority = j->priority;
     p.stop[0] = j->stop;
     Err e = {{0}};
-    int id = rt_submit(en, &p, &e);
+    int id = rt_submit(rt, &p, &e);
     if (id < 0) print_error("submit: %s\n", e.msg);
     assert_true(id >= 0);
     return id;
@@ -89,37 +89,38 @@ static int submit(Engine *en, Job *j) {
  * early, the next job is submitted at once), run to idle, collect results.
  * Checks that every block came back. */
 static void run_jobs(const EngineConfig *cfg, Job *jobs, int n) {
-    Engine en;
+    Runtime rt;
     Err e = {{0}};
-    assert_int_equal(engine_init(&en, &M, cfg, &e), ST_OK);
+    assert_int_equal(rt_init(&rt, &M, cfg, &e), ST_OK);
     int next = 0;
     for (int i = 0; i < n; i++) jobs[i].first_token_step = -1;
-    while (next < n || !engine_idle(&en)) {
-        while (next < n && (jobs[next].at_step <= en.steps || engine_idle(&en)))
-            jobs[next].id = submit(&en, &jobs[next]), next++;
-        engine_step(&en);
+    while (next < n || !rt_idle(&rt)) {
+        while (next < n && (jobs[next].at_step <= rt.en.steps || rt_idle(&rt)))
+            jobs[next].id = submit(&rt, &jobs[next]), next++;
+        rt_step(&rt);
         for (int i = 0; i < next; i++) {
-            Request *r = rt_find(&en, jobs[i].id);
-            if (jobs[i].first_token_step < 0 && r->n_out > 0) jobs[i].first_token_step = en.steps;
+            const Sequence *q = rt_sequence(&rt, jobs[i].id);
+            if (jobs[i].first_token_step < 0 && q->n_out > 0) jobs[i].first_token_step = rt.en.steps;
         }
     }
     for (int i = 0; i < n; i++) {
-        Request *r = rt_find(&en, jobs[i].id);
-        assert_non_null(r);
-        assert_int_equal(r->state, RQ_FINISHED);
-        jobs[i].n_out = r->n_out;
-        memcpy(jobs[i].out, r->tokens + r->n_prompt, (size_t)r->n_out * sizeof(int));
-        jobs[i].finish = r->finish;
-        jobs[i].n_preempted = r->n_preempted;
-        jobs[i].prefix_hit_tokens = r->prefix_hit_tokens;
-        jobs[i].tm = r->tm;
+        const Sequence *q = rt_sequence(&rt, jobs[i].id);
+        assert_non_null(q);
+        assert_int_equal(q->state, SEQ_FINISHED);
+        jobs[i].n_out = q->n_out;
+        memcpy(jobs[i].out, q->tokens + q->n_prompt, (size_t)q->n_out * sizeof(int));
+        jobs[i].finish = q->finish;
+        jobs[i].n_preempted = q->n_preempted;
+        jobs[i].prefix_hit_tokens = q->prefix_hit_tokens;
+        jobs[i].tm = *rt_telemetry(&rt, jobs[i].id);
     }
     /* Every block is back: nobody holds one, and the pool is consistent. */
-    assert_int_equal(kv_held_blocks(&en.pool), 0);
-    for (int b = 0; b < en.pool.NB; b++) assert_int_equal(en.pool.refcount[b], 0);
-    assert_int_equal(kv_free_blocks(&en.pool) + kv_cached_blocks(&en.pool), en.pool.NB);
-    if (kv_pool_check(&en.pool, &e)) fail_msg("pool: %s", e.msg);
-    engine_free(&en);
+    const KvPool *pool = &rt.en.pool;
+    assert_int_equal(kv_held_blocks(pool), 0);
+    for (int b = 0; b < pool->NB; b++) assert_int_equal(pool->refcount[b], 0);
+    assert_int_equal(kv_free_blocks(pool) + kv_cached_blocks(pool), pool->NB);
+    if (kv_pool_check(pool, &e)) fail_msg("pool: %s", e.msg);
+    rt_free(&rt);
 }
 
 /* The same job alone in a roomy engine. */
@@ -289,49 +290,49 @@ static void samples_of_one_prompt_fork_and_copy_only_on_write(void **state) {
     int len = tok_encode(M.tok, PROMPTS[3], 1, ids, 256, &e);
     assert_true(len > 16 && len % 16 != 0);   /* a shared, partly filled last block */
     for (int slots = 4; slots >= 2; slots -= 2) {
-        Engine en;
+        Runtime rt;
         EngineConfig c = config(slots, 64, 0, 0);
-        assert_int_equal(engine_init(&en, &M, &c, &e), ST_OK);
+        assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
         RtParams p = rt_params_default();
         p.prompt = PROMPTS[3];
         p.max_tokens = 20;
         p.sampling.temperature = 0.8f;
         p.sampling.seed = 10;
         p.n = 4;
-        int id = rt_submit(&en, &p, &e);
+        int id = rt_submit(&rt, &p, &e);
         if (id < 0) fail_msg("submit: %s", e.msg);
-        assert_int_equal(engine_run(&en, &e), ST_OK);
+        assert_int_equal(rt_run(&rt, &e), ST_OK);
         /* slots 4: the three others fork and each but the last sharer copies the
          * shared block once; slots 2: one forks (one copy), two run on their own
          * and find the prompt's full block in the prefix cache */
-        assert_int_equal(en.pool.cow_copies, slots == 4 ? 3 : 1);
+        assert_int_equal(rt.en.pool.cow_copies, slots == 4 ? 3 : 1);
         for (int i = 0; i < 4; i++) {
-            Request *r = rt_find(&en, id + i);
-            assert_int_equal(r->state, RQ_FINISHED);
+            const Sequence *q = rt_sequence(&rt, id + i);
+            assert_int_equal(q->state, SEQ_FINISHED);
             Job got = {.prompt = PROMPTS[3], .max_tokens = 20, .temperature = 0.8f, .seed = 10 + (uint64_t)i};
-            got.n_out = r->n_out;
-            memcpy(got.out, r->tokens + r->n_prompt, (size_t)r->n_out * sizeof(int));
+            got.n_out = q->n_out;
+            memcpy(got.out, q->tokens + q->n_prompt, (size_t)q->n_out * sizeof(int));
             Job alone = got;
             run_alone(&alone);
             assert_same_tokens(&got, &alone, i);
-            if (slots == 2 && i >= 2) assert_true(r->prefix_hit_tokens >= 16);
-            if (i > 0) assert_int_equal(r->tm.first_scheduled >= 0, 1);
+            if (slots == 2 && i >= 2) assert_true(q->prefix_hit_tokens >= 16);
+            if (i > 0) assert_int_equal(rt_telemetry(&rt, id + i)->first_scheduled >= 0, 1);
         }
-        assert_int_equal(kv_held_blocks(&en.pool), 0);
-        if (kv_pool_check(&en.pool, &e)) fail_msg("pool: %s", e.msg);
-        engine_free(&en);
+        assert_int_equal(kv_held_blocks(&rt.en.pool), 0);
+        if (kv_pool_check(&rt.en.pool, &e)) fail_msg("pool: %s", e.msg);
+        rt_free(&rt);
     }
     /* n beyond RT_MAX_SAMPLES is refused */
-    Engine en;
+    Runtime rt;
     EngineConfig c = config(2, 64, 0, 0);
-    assert_int_equal(engine_init(&en, &M, &c, &e), ST_OK);
+    assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
     RtParams p = rt_params_default();
     p.prompt = "ROMEO:";
     p.n = RT_MAX_SAMPLES + 1;
-    assert_int_equal(rt_submit(&en, &p, &e), ST_ARG);
+    assert_int_equal(rt_submit(&rt, &p, &e), ST_ARG);
     assert_non_null(strstr(e.msg, "samples must be in 1.."));
-    assert_null(en.all);
-    engine_free(&en);
+    assert_null(rt.all);
+    rt_free(&rt);
 }
 
 /* ---- priorities ---- */
@@ -395,38 +396,38 @@ static void aging_bounds_how_long_a_low_request_waits(void **state) {
 /* ---- what the runtime promises ---- */
 
 static void the_decode_loop_allocates_nothing(void **state) {
-    Engine en;
+    Runtime rt;
     Err e = {{0}};
     EngineConfig c = config(8, 64, 0, 0);
-    assert_int_equal(engine_init(&en, &M, &c, &e), ST_OK);
+    assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
     Job jobs[8];
     make_jobs(jobs, 8);
     for (int i = 0; i < 8; i++) {
         jobs[i].max_tokens = 40;
         jobs[i].temperature = i % 2 ? 0.9f : 0.0f;
         jobs[i].stop = i % 3 ? NULL : "zzz";
-        submit(&en, &jobs[i]);
+        submit(&rt, &jobs[i]);
     }
     /* run until every request is decoding */
-    for (int guard = 0; guard < 100 && en.sched.out.n_prefill_tokens + en.sched.n_waiting; guard++)
-        engine_step(&en);
-    assert_int_equal(en.sched.n_running, 8);
+    for (int guard = 0; guard < 100 && rt.en.sched.out.n_prefill_tokens + rt.en.sched.n_waiting; guard++)
+        rt_step(&rt);
+    assert_int_equal(rt.en.sched.n_running, 8);
     MemStats before = mem_stats();
-    long tokens = en.tokens_out;
-    for (int k = 0; k < 10; k++) engine_step(&en);
+    long tokens = rt.en.tokens_out;
+    for (int k = 0; k < 10; k++) rt_step(&rt);
     MemStats after = mem_stats();
-    assert_int_equal(en.tokens_out - tokens, 80);
+    assert_int_equal(rt.en.tokens_out - tokens, 80);
     assert_int_equal(after.total_count, before.total_count);
     assert_int_equal(after.live_bytes, before.live_bytes);
-    assert_int_equal(engine_run(&en, &e), ST_OK);
-    engine_free(&en);
+    assert_int_equal(rt_run(&rt, &e), ST_OK);
+    rt_free(&rt);
 }
 
 static void bad_requests_are_refused_with_a_reason_and_nothing_is_queued(void **state) {
-    Engine en;
+    Runtime rt;
     Err e = {{0}};
     EngineConfig c = config(4, 64, 0, 8);   /* 8 blocks = 128 tokens */
-    assert_int_equal(engine_init(&en, &M, &c, &e), ST_OK);
+    assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
     static char longp[4096];
     memset(longp, 'a', sizeof longp - 1);
     struct {
@@ -455,18 +456,18 @@ static void bad_requests_are_refused_with_a_reason_and_nothing_is_queued(void **
     cases[7].p.max_tokens = 200;
     for (int i = 0; i < 8; i++) {
         e.msg[0] = 0;
-        int st = rt_submit(&en, &cases[i].p, &e);
+        int st = rt_submit(&rt, &cases[i].p, &e);
         if (st != ST_ARG || !strstr(e.msg, cases[i].expect))
             fail_msg("%s: status %d, message \"%s\"", cases[i].what, st, e.msg);
-        assert_true(engine_idle(&en));
-        assert_null(en.all);
+        assert_true(rt_idle(&rt));
+        assert_null(rt.all);
     }
     Priority pr;
     assert_int_equal(rt_parse_priority("urgent", &pr, &e), ST_ARG);
     assert_non_null(strstr(e.msg, "urgent"));
     assert_int_equal(rt_parse_priority("high", &pr, &e), ST_OK);
     assert_int_equal(pr, PRIO_HIGH);
-    engine_free(&en);
+    rt_free(&rt);
 }
 
 typedef struct {
@@ -474,7 +475,7 @@ typedef struct {
     int len, ends;
 } Sink;
 
-static void collect(const Request *r, const char *s, int len, void *user) {
+static void collect(int id, const char *s, int len, void *user) {
     Sink *k = user;
     if (len == 0) {
         k->ends++;
@@ -488,10 +489,10 @@ static void collect(const Request *r, const char *s, int len, void *user) {
 
 static int run_streamed(const char *prompt, int max_tokens, const char *stop, Sink *k,
                         FinishReason *why) {
-    Engine en;
+    Runtime rt;
     Err e = {{0}};
     EngineConfig c = config(2, 64, 0, 0);
-    assert_int_equal(engine_init(&en, &M, &c, &e), ST_OK);
+    assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
     RtParams p = rt_params_default();
     p.prompt = prompt;
     p.max_tokens = max_tokens;
@@ -499,13 +500,13 @@ static int run_streamed(const char *prompt, int max_tokens, const char *stop, Si
     p.on_text = collect;
     p.user = k;
     memset(k, 0, sizeof *k);
-    int id = rt_submit(&en, &p, &e);
+    int id = rt_submit(&rt, &p, &e);
     assert_true(id >= 0);
-    assert_int_equal(engine_run(&en, &e), ST_OK);
-    Request *r = rt_find(&en, id);
-    *why = r->finish;
-    int n = r->n_out;
-    engine_free(&en);
+    assert_int_equal(rt_run(&rt, &e), ST_OK);
+    const Sequence *q = rt_sequence(&rt, id);
+    *why = q->finish;
+    int n = q->n_out;
+    rt_free(&rt);
     return n;
 }
 
@@ -529,35 +530,35 @@ static void a_stop_string_ends_the_text_just_before_it(void **state) {
 }
 
 static void cancel_returns_the_blocks_and_spares_the_others(void **state) {
-    Engine en;
+    Runtime rt;
     Err e = {{0}};
     EngineConfig c = config(4, 64, 0, 0);
-    assert_int_equal(engine_init(&en, &M, &c, &e), ST_OK);
+    assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
     Job jobs[3];
     make_jobs(jobs, 3);
-    for (int i = 0; i < 3; i++) jobs[i].id = submit(&en, &jobs[i]);
-    for (int k = 0; k < 4; k++) engine_step(&en);
-    int held = kv_held_blocks(&en.pool);
-    Request *r = rt_find(&en, jobs[1].id);
-    assert_int_equal(r->state, RQ_RUNNING);
-    int its_blocks = en.sched.seqs[r->slot].n_blocks;
+    for (int i = 0; i < 3; i++) jobs[i].id = submit(&rt, &jobs[i]);
+    for (int k = 0; k < 4; k++) rt_step(&rt);
+    int held = kv_held_blocks(&rt.en.pool);
+    const Sequence *q = rt_sequence(&rt, jobs[1].id);
+    assert_int_equal(q->state, SEQ_RUNNING);
+    int its_blocks = q->kv.n_blocks;
     assert_true(its_blocks > 0);
-    assert_int_equal(rt_cancel(&en, jobs[1].id, &e), ST_OK);
-    assert_int_equal(r->finish, FIN_CANCEL);
-    assert_int_equal(kv_held_blocks(&en.pool), held - its_blocks);
-    assert_int_equal(rt_cancel(&en, jobs[1].id, &e), ST_ARG);   /* already finished */
-    assert_int_equal(rt_cancel(&en, 999, &e), ST_ARG);
-    assert_int_equal(engine_run(&en, &e), ST_OK);
+    assert_int_equal(rt_cancel(&rt, jobs[1].id, &e), ST_OK);
+    assert_int_equal(q->finish, FIN_CANCEL);
+    assert_int_equal(kv_held_blocks(&rt.en.pool), held - its_blocks);
+    assert_int_equal(rt_cancel(&rt, jobs[1].id, &e), ST_ARG);   /* already finished */
+    assert_int_equal(rt_cancel(&rt, 999, &e), ST_ARG);
+    assert_int_equal(rt_run(&rt, &e), ST_OK);
     for (int i = 0; i < 3; i += 2) {
-        Request *q = rt_find(&en, jobs[i].id);
-        jobs[i].n_out = q->n_out;
-        memcpy(jobs[i].out, q->tokens + q->n_prompt, (size_t)q->n_out * sizeof(int));
+        const Sequence *r = rt_sequence(&rt, jobs[i].id);
+        jobs[i].n_out = r->n_out;
+        memcpy(jobs[i].out, r->tokens + r->n_prompt, (size_t)r->n_out * sizeof(int));
         Job alone = jobs[i];
         run_alone(&alone);
         assert_same_tokens(&jobs[i], &alone, i);
     }
-    assert_int_equal(kv_held_blocks(&en.pool), 0);
-    engine_free(&en);
+    assert_int_equal(kv_held_blocks(&rt.en.pool), 0);
+    rt_free(&rt);
 }
 
 static void telemetry_is_ordered_and_consistent(void **state) {

@@ -7,10 +7,10 @@
  * writer's own code); the SVG with a small XML checker written here.
  *
  * Workloads: the two examples shipped in data/ (the pool and policy their
- * header comments name), arrivals mapped to steps (one step per 5 ms of
- * arrival time) so the run repeats exactly. */
-#include "engine.h"
+ * header comments name), on the step clock (one millisecond per step, the
+ * rule of clock.h) so the run repeats exactly. */
 #include "mem.h"
+#include "runtime.h"
 #include "testutil.h"
 #include "trace.h"
 #include "workload.h"
@@ -55,55 +55,59 @@ static void replay(const char *path, int preempt_config, Record *rec, Outputs *o
     assert_int_equal(workload_load(&w, path, &e), ST_OK);
     assert_true(w.n <= MAXREQ);
     EngineConfig c = engine_config_default();
+    c.clock = CLOCK_STEPS;
     if (preempt_config) {   /* what data/workload-preempt.jsonl's header says */
         c.sched.policy = SCHED_PRIORITY;
         c.n_blocks = 10;
         c.sched.max_seqs = 4;
     }
-    Engine en;
-    assert_int_equal(engine_init(&en, &M, &c, &e), ST_OK);
+    Runtime rt;
+    assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
     FILE *text = open_memstream(&out->text, &out->text_n);
     FILE *json = open_memstream(&out->json, &out->json_n);
     Trace t;
-    assert_int_equal(trace_init(&t, TRACE_ON, text, json, 4096, &e), ST_OK);
-    en.trace = &t;
+    assert_int_equal(trace_init(&t, TRACE_ON, text, json, 4096, 1, &e), ST_OK);
+    assert_int_equal(rt_set_trace(&rt, &t, &e), ST_OK);
     memset(rec, 0, sizeof *rec);
     int next = 0;
-    while (next < w.n || !engine_idle(&en)) {
-        while (next < w.n && (w.items[next].arrival_ms / 5 <= en.steps || engine_idle(&en))) {
-            int id = rt_submit(&en, &w.items[next].params, &e);
+    while (next < w.n || !rt_idle(&rt)) {
+        while (next < w.n && w.items[next].arrival_ms <= rt_now(&rt) * 1e3) {
+            int id = rt_submit(&rt, &w.items[next].params, &e);
             assert_int_equal(id, next);
             next++;
         }
-        engine_step(&en);
-        long step = en.steps;   /* the number of the step just taken */
-        const SchedOutput *o = &en.sched.out;
+        if (rt_idle(&rt)) {
+            rt_wait_until(&rt, w.items[next].arrival_ms * 1e-3);
+            continue;
+        }
+        const StepReport *rep = rt_step(&rt);
+        const StepPlan *o = rep->plan;
         for (int i = 0; i < o->n_preempted; i++) {
             rec->preempt_req[rec->n_preempt] = o->preempted[i]->id;
-            rec->preempt_step[rec->n_preempt++] = step;
+            rec->preempt_step[rec->n_preempt++] = rep->step;
         }
         for (int i = 0; i < o->n_admitted; i++)
             if (o->admitted[i]->n_preempted > 0) {
                 rec->resume_req[rec->n_resume] = o->admitted[i]->id;
-                rec->resume_step[rec->n_resume++] = step;
+                rec->resume_step[rec->n_resume++] = rep->step;
             }
     }
-    trace_finish(&t, &en);
+    trace_finish(&t);
     rec->n_req = w.n;
     for (int i = 0; i < w.n; i++) {
-        Request *r = rt_find(&en, i);
-        rec->tm[i] = r->tm;
-        rec->n_preempted[i] = r->n_preempted;
-        rec->prefix_hit[i] = r->prefix_hit_tokens;
-        rec->n_out[i] = r->n_out;
+        const Sequence *q = rt_sequence(&rt, i);
+        rec->tm[i] = *rt_telemetry(&rt, i);
+        rec->n_preempted[i] = q->n_preempted;
+        rec->prefix_hit[i] = q->prefix_hit_tokens;
+        rec->n_out[i] = q->n_out;
     }
     FILE *svg = open_memstream(&out->svg, &out->svg_n);
-    assert_int_equal(trace_write_svg(&t, &en, svg), ST_OK);
+    assert_int_equal(trace_write_svg(&t, svg), ST_OK);
     fclose(svg);
     fclose(text);
     fclose(json);
     trace_free(&t);
-    engine_free(&en);
+    rt_free(&rt);
     workload_free(&w);
 }
 
@@ -358,28 +362,29 @@ static void svg_timeline_is_well_formed_with_one_row_per_request(void **state) {
 static void forks_and_copies_on_write_are_traced_as_they_happen(void **state) {
     Err e = {{0}};
     EngineConfig c = engine_config_default();
-    Engine en;
-    assert_int_equal(engine_init(&en, &M, &c, &e), ST_OK);
+    Runtime rt;
+    assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
     char *text = NULL, *json = NULL;
     size_t text_n = 0, json_n = 0;
     FILE *tf = open_memstream(&text, &text_n), *jf = open_memstream(&json, &json_n);
     Trace t;
-    assert_int_equal(trace_init(&t, TRACE_ON, tf, jf, 0, &e), ST_OK);
-    en.trace = &t;
+    assert_int_equal(trace_init(&t, TRACE_ON, tf, jf, 0, 0, &e), ST_OK);
+    assert_int_equal(rt_set_trace(&rt, &t, &e), ST_OK);
     RtParams p = rt_params_default();
     p.prompt = "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?";
     p.n = 3;
     p.max_tokens = 8;
     p.sampling.temperature = 0.8f;
-    assert_int_equal(rt_submit(&en, &p, &e), 0);
-    assert_int_equal(engine_run(&en, &e), ST_OK);
-    trace_finish(&t, &en);
+    assert_int_equal(rt_submit(&rt, &p, &e), 0);
+    assert_int_equal(rt_run(&rt, &e), ST_OK);
+    trace_finish(&t);
     fclose(tf);
     fclose(jf);
+    long copies = rt.en.pool.cow_copies;
     assert_int_equal(count_lines(text, "] #1 forked from #0"), 1);
     assert_int_equal(count_lines(text, "] #2 forked from #0"), 1);
-    assert_int_equal(count_lines(text, "copy-on-write: position"), (int)en.pool.cow_copies);
-    assert_true(en.pool.cow_copies > 0);
+    assert_int_equal(count_lines(text, "copy-on-write: position"), (int)copies);
+    assert_true(copies > 0);
     cJSON *root = cJSON_Parse(json);
     assert_non_null(root);
     int forked = 0, cow = 0;
@@ -389,26 +394,43 @@ static void forks_and_copies_on_write_are_traced_as_they_happen(void **state) {
         cow += !strcmp(str(ev, "name"), "copy-on-write");
     }
     assert_int_equal(forked, 2);
-    assert_int_equal(cow, (int)en.pool.cow_copies);
+    assert_int_equal(cow, (int)copies);
     cJSON_Delete(root);
     free(text);
     free(json);
-    engine_free(&en);
+    trace_free(&t);
+    rt_free(&rt);
 }
 
-static void tracing_off_calls_no_hook_and_allocates_nothing_in_steps(void **state) {
+/* Steps allocate nothing, traced or not: the trace's table of live requests
+ * grows when a request arrives, outside the step loop. */
+static void steps_allocate_nothing_with_tracing_off_or_on(void **state) {
     Err e = {{0}};
     Workload w;
     assert_int_equal(workload_load(&w, "data/workload-shared-prefix.jsonl", &e), ST_OK);
-    EngineConfig c = engine_config_default();
-    Engine en;
-    assert_int_equal(engine_init(&en, &M, &c, &e), ST_OK);
-    for (int i = 0; i < w.n; i++) assert_true(rt_submit(&en, &w.items[i].params, &e) >= 0);
-    assert_int_equal(engine_run(&en, &e), ST_OK);
-    assert_int_equal(en.step_allocations, 0);
-    /* and a request's phase bookkeeping was never touched */
-    for (int i = 0; i < w.n; i++) assert_int_equal(rt_find(&en, i)->tr_phase, PH_NONE);
-    engine_free(&en);
+    for (int traced = 0; traced <= 1; traced++) {
+        EngineConfig c = engine_config_default();
+        Runtime rt;
+        assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
+        char *text = NULL;
+        size_t text_n = 0;
+        FILE *tf = open_memstream(&text, &text_n);
+        Trace t;
+        assert_int_equal(trace_init(&t, TRACE_VERBOSE, tf, NULL, 0, 0, &e), ST_OK);
+        if (traced) assert_int_equal(rt_set_trace(&rt, &t, &e), ST_OK);
+        for (int i = 0; i < w.n; i++) assert_true(rt_submit(&rt, &w.items[i].params, &e) >= 0);
+        assert_int_equal(rt_run(&rt, &e), ST_OK);
+        trace_finish(&t);
+        fclose(tf);
+        assert_int_equal(rt.en.step_allocations, 0);
+        /* off: the trace heard nothing; on: every request arrived and finished */
+        assert_int_equal(count_lines(text, "arrived:"), traced ? w.n : 0);
+        assert_int_equal(count_lines(text, "finished ("), traced ? w.n : 0);
+        assert_int_equal(t.n_reqs, 0);
+        free(text);
+        trace_free(&t);
+        rt_free(&rt);
+    }
     workload_free(&w);
 }
 
@@ -419,7 +441,7 @@ int main(void) {
         cmocka_unit_test(text_trace_of_the_examples_names_every_request_and_event),
         cmocka_unit_test(svg_timeline_is_well_formed_with_one_row_per_request),
         cmocka_unit_test(forks_and_copies_on_write_are_traced_as_they_happen),
-        cmocka_unit_test(tracing_off_calls_no_hook_and_allocates_nothing_in_steps),
+        cmocka_unit_test(steps_allocate_nothing_with_tracing_off_or_on),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -32,17 +32,18 @@
  *                   --decode plus a headroom of ceil(N * prompt / (budget - N))
  *                   + 2 (a bound on the tokens a request can decode during the
  *                   prefill phase); the requests are dropped unfinished after.
- *   decode tok/s    N * steps / the wall time of those steps (each engine_step
+ *   decode tok/s    N * steps / the wall time of those steps (each rt_step
  *                   call timed on its own; nothing else is inside the timer)
  *   per seq tok/s   decode tok/s / N: the rate each request sees
  *   ms/step         the mean wall time of one decode step
  *   speed-up        decode tok/s over that of N = 1 (same model, same threads;
  *                   "-" if 1 is not in --concurrency). Target: >= 8x at N = 16.
- *   stage %         the engine's StageTimes (en->last) over the timed steps,
+ *   stage %         the step's StageTimes (Runtime.last) over the timed steps,
  *                   summed, as shares of their summed wall time: schedule
  *                   (sched_step), build (flattening the batch), forward (the
- *                   model), sample, output (runtime: accept, stream, stop
- *                   checks). What is left to 100% is engine_step's own overhead.
+ *                   model), sample, output (engine: append, finish; runtime:
+ *                   decode text, stream, stop checks). What is left to 100% is
+ *                   rt_step's own overhead.
  *
  * With --runs R > 1 each row is run R times and the run with the median decode
  * time is reported, all its figures together. Before the first row of each
@@ -68,7 +69,7 @@
  *   logical tok     the sum over the sequences of n_tokens: the rows needed
  *                   without sharing
  *   saved %         1 - used / logical: what sharing blocks saves
- *   prefix hits     the sum of Request.prefix_hit_tokens: prompt tokens found
+ *   prefix hits     the sum of Sequence.prefix_hit_tokens: prompt tokens found
  *                   in the prefix cache instead of being computed
  *
  * p/d: at the end of the prefill phase / after the last timed decode step
@@ -96,7 +97,7 @@
  * bandwidth per core), so the tok/s do not compare across the two; what
  * carries over is each engine's ratio to its own single-stream rate, ours
  * being the speed-up column. Units: MB = 1e6 bytes. */
-#include "engine.h"
+#include "runtime.h"
 #include "bench_util.h"
 #include "clock.h"
 #include "err.h"
@@ -282,7 +283,7 @@ static KvUse kv_use(const Engine *en, int *rows) {
     memset(rows, 0, (size_t)p->NB * sizeof *rows);
     for (int s = 0; s < en->sched.cfg.max_seqs; s++) {
         if (!en->sched.running[s]) continue;
-        const KvSeq *q = &en->sched.seqs[s];
+        const KvSeq *q = &en->sched.running[s]->kv;
         u.n_running++;
         u.logical += q->n_tokens;
         for (int i = 0; i < q->n_blocks; i++) {
@@ -330,27 +331,27 @@ static int headroom(int N, int prompt, int budget) {
     return (int)(((long)N * prompt + room - 1) / room) + 2;
 }
 
-static int submit_one(Engine *en, const char *text, int max_tokens, Err *e) {
+static int submit_one(Runtime *rt, const char *text, int max_tokens, Err *e) {
     RtParams p = rt_params_default();
     p.prompt = text;
     p.max_tokens = max_tokens;
     p.ignore_eos = 1;
     p.sampling.temperature = 0.0f;
-    return rt_submit(en, &p, e);
+    return rt_submit(rt, &p, e);
 }
 
 /* Step once; ST_ARG if nothing could be scheduled (it would loop forever). */
-static int step_or_fail(Engine *en, Err *e) {
-    if (engine_step(en) == 0 && !engine_idle(en))
+static int step_or_fail(Runtime *rt, Err *e) {
+    if (rt_step(rt)->plan->n_tokens == 0 && !rt_idle(rt))
         return err_set(e, ST_ARG, "a step scheduled nothing while %d request(s) wait",
-                       en->sched.n_waiting + en->sched.n_preempted_queued);
+                       engine_waiting(&rt->en));
     return ST_OK;
 }
 
-static int all_have_first_token(Engine *en, const int *ids, int n) {
+static int all_have_first_token(const Runtime *rt, const int *ids, int n) {
     for (int i = 0; i < n; i++) {
-        const Request *r = rt_find(en, ids[i]);
-        if (!r || r->n_out < 1) return 0;
+        const Sequence *q = rt_sequence(rt, ids[i]);
+        if (!q || q->n_out < 1) return 0;
     }
     return 1;
 }
@@ -373,11 +374,14 @@ static int run_workload(const Model *m, const Args *a, int N, int shared, const 
     cfg.sched.token_budget = budget;
     cfg.sched.chunk = 0;
     cfg.n_blocks = N * ((need + a->block - 1) / a->block) + POOL_SPARE;
-    Engine en;
-    int st = engine_init(&en, m, &cfg, e);
-    if (st) return st;
+    Runtime rt;
+    int st = rt_init(&rt, m, &cfg, e);
+    if (st) {
+        rt_free(&rt);
+        return st;
+    }
     int *ids = mem_alloc((size_t)N * sizeof(int));
-    int *rows = mem_alloc((size_t)en.pool.NB * sizeof(int));
+    int *rows = mem_alloc((size_t)rt.en.pool.NB * sizeof(int));
     if (!ids || !rows) {
         st = err_set(e, ST_NOMEM, "out of memory for %d requests", N);
         goto done;
@@ -394,42 +398,41 @@ static int run_workload(const Model *m, const Args *a, int N, int shared, const 
     if (shared && N > 1) {
         /* The first request alone until its whole prompt is committed (its
          * full blocks are then registered in the prefix cache). */
-        if ((ids[0] = submit_one(&en, pr->text[0], max_tokens, e)) < 0) {
+        if ((ids[0] = submit_one(&rt, pr->text[0], max_tokens, e)) < 0) {
             st = ids[0];
             goto done;
         }
         submitted = 1;
-        while (rt_find(&en, ids[0])->n_out < 1) {
-            if ((st = step_or_fail(&en, e))) goto done;
+        while (rt_sequence(&rt, ids[0])->n_out < 1) {
+            if ((st = step_or_fail(&rt, e))) goto done;
             res->prefill_steps++;
         }
     }
     for (int i = submitted; i < N; i++)
-        if ((ids[i] = submit_one(&en, pr->text[i], max_tokens, e)) < 0) {
+        if ((ids[i] = submit_one(&rt, pr->text[i], max_tokens, e)) < 0) {
             st = ids[i];
             goto done;
         }
-    while (!all_have_first_token(&en, ids, N)) {
-        if ((st = step_or_fail(&en, e))) goto done;
+    while (!all_have_first_token(&rt, ids, N)) {
+        if ((st = step_or_fail(&rt, e))) goto done;
         res->prefill_steps++;
     }
     res->prefill_s = clock_seconds() - t0;
-    res->kv_prefill = kv_use(&en, rows);
+    res->kv_prefill = kv_use(&rt.en, rows);
 
     for (int k = 0; k < a->decode; k++) {
         double s0 = clock_seconds();
-        int ran = engine_step(&en);
+        const StepPlan *o = rt_step(&rt)->plan;
         double dt = clock_seconds() - s0;
-        const SchedOutput *o = &en.sched.out;
-        if (ran != N || o->n_decode_tokens != N || o->n_prefill_tokens != 0) break;
+        if (o->n_tokens != N || o->n_decode_tokens != N || o->n_prefill_tokens != 0) break;
         res->decode_steps++;
         res->decode_s += dt;
-        res->stages.schedule += en.last.schedule;
-        res->stages.build += en.last.build;
-        res->stages.forward += en.last.forward;
-        res->stages.sample += en.last.sample;
-        res->stages.output += en.last.output;
-        KvUse u = kv_use(&en, rows);
+        res->stages.schedule += rt.last.schedule;
+        res->stages.build += rt.last.build;
+        res->stages.forward += rt.last.forward;
+        res->stages.sample += rt.last.sample;
+        res->stages.output += rt.last.output;
+        KvUse u = kv_use(&rt.en, rows);
         if (u.n_running == N) {
             res->kv_decode = u;
             res->waste_sum += waste_pct(&u);
@@ -437,13 +440,13 @@ static int run_workload(const Model *m, const Args *a, int N, int shared, const 
         }
     }
     for (int i = 0; i < N; i++) {
-        const Request *r = rt_find(&en, ids[i]);
-        if (r) res->prefix_hits += r->prefix_hit_tokens;
+        const Sequence *q = rt_sequence(&rt, ids[i]);
+        if (q) res->prefix_hits += q->prefix_hit_tokens;
     }
 done:
     mem_free(ids);
     mem_free(rows);
-    engine_free(&en);   /* frees the requests, finished or not */
+    rt_free(&rt);   /* frees the requests, finished or not */
     return st;
 }
 
@@ -451,12 +454,11 @@ done:
 static int warm_up(const Model *m, Err *e) {
     EngineConfig cfg = engine_config_default();
     cfg.sched.max_seqs = 1;
-    Engine en;
-    int st = engine_init(&en, m, &cfg, e);
-    if (st) return st;
-    int id = submit_one(&en, "once upon a time", 2, e);
-    st = id < 0 ? id : engine_run(&en, e);
-    engine_free(&en);
+    Runtime rt;
+    int st = rt_init(&rt, m, &cfg, e);
+    int id = st ? st : submit_one(&rt, "once upon a time", 2, e);
+    st = id < 0 ? id : rt_run(&rt, e);
+    rt_free(&rt);
     return st;
 }
 

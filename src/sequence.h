@@ -1,0 +1,92 @@
+/* sequence.h - the data every serving stage below the runtime shares: one
+ * sequence of tokens being generated, and the plan for one engine step.
+ *
+ * A leaf: types only, no functions. Who writes what (each field has one
+ * owner; everyone else only reads it):
+ *
+ *   runtime    creates a Sequence at submission (id, priority, tokens of the
+ *              prompt, limits, sampler) and never writes it again
+ *   engine     appends sampled tokens (n_tokens, n_out), finishes it (state,
+ *              finish), links samples of one prompt (fork_parent, fork_next)
+ *   scheduler  state WAITING <-> RUNNING, slot, the KV sequence, n_computed,
+ *              arrival_step, the counters n_preempted, prefix_hit_tokens,
+ *              blocks_released, and its queue link `next`
+ *   executor   reads tokens, the block table and the sampler (the sampler's
+ *              random stream advances when it draws: that is the only write)
+ *
+ * The runtime keeps its text-side state (decoder, stop strings, stream
+ * callback, telemetry) in its own Request, which embeds a Sequence; the
+ * trace keeps its own per-request state. Neither lives here. */
+#ifndef SEQUENCE_H
+#define SEQUENCE_H
+#include "kv_paged.h"
+#include "sampler.h"
+
+typedef enum { PRIO_LOW = 0, PRIO_NORMAL = 1, PRIO_HIGH = 2 } Priority;
+
+typedef enum {
+    SEQ_WAITING,     /* submitted (or preempted), not holding KV blocks */
+    SEQ_RUNNING,     /* holds a sequence slot and its blocks */
+    SEQ_FINISHED,
+} SeqState;
+
+typedef enum {
+    FIN_NONE = 0,
+    FIN_LENGTH,      /* max_tokens generated */
+    FIN_EOS,         /* the model produced end-of-sequence */
+    FIN_STOP,        /* a stop string appeared (it is not part of the output) */
+    FIN_CANCEL,      /* cancelled by the caller */
+    FIN_CONTEXT,     /* the sequence reached the model's context length */
+} FinishReason;
+
+typedef struct Sequence {
+    int id;
+    Priority priority;
+    SeqState state;
+    FinishReason finish;
+    /* tokens: the prompt, then each generated token as it is sampled */
+    int *tokens;                 /* (cap) */
+    int cap;                     /* min(prompt + max_tokens, P + 1): the last token needs no K/V */
+    int n_prompt, n_tokens, n_out;
+    int max_tokens;
+    int eos;                     /* the token that ends it, or -1 (none, or ignore_eos) */
+    Sampler sampler;             /* its own parameters and random stream */
+    /* the scheduler's */
+    int n_computed;              /* leading tokens whose K/V are in the cache */
+    int slot;                    /* index among the running sequences, or -1 */
+    KvSeq kv;                    /* its block table (allocated once, at submission) */
+    long arrival_step;           /* scheduler step at submission (aging counts from it) */
+    int n_preempted;             /* times it lost its blocks */
+    int prefix_hit_tokens;       /* prompt tokens found in the prefix cache (all admissions) */
+    int blocks_released;         /* blocks let go when it last left its slot */
+    struct Sequence *next;       /* link in the scheduler's waiting or preempted queue */
+    /* samples of one prompt: the first heads a list of the others
+     * (fork_next), which wait to be forked from it (fork_parent) */
+    struct Sequence *fork_parent, *fork_next;
+} Sequence;
+
+/* One sequence's work in a step: positions from .. from + n - 1. */
+typedef struct {
+    Sequence *seq;
+    int slot;            /* its running slot this step */
+    int n;               /* tokens to run */
+    int from;            /* first position (seq->n_computed when scheduled) */
+    int sample;          /* 1 if this run reaches the last known token: sample the next */
+} StepItem;
+
+/* What the scheduler decided for one step: the executor's whole input, and
+ * the events the engine reports upward. Arrays allocated once (max_seqs). */
+typedef struct {
+    StepItem *items;
+    int n_items;
+    int n_tokens;        /* sum of items[].n (<= token budget) */
+    int n_prefill_tokens, n_decode_tokens;
+    Sequence **preempted;   /* preempted in this step */
+    int n_preempted;
+    Sequence **admitted;    /* got a slot in this step (new or resumed) */
+    int n_admitted;
+    Sequence **cow;         /* their reservation copied a shared block */
+    int n_cow;
+} StepPlan;
+
+#endif
