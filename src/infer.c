@@ -362,10 +362,16 @@ static void summary(const Runtime *rt, Sink *sinks, int n, double seconds) {
     }
     if (ttft) qsort(ttft, (size_t)n_ttft, sizeof *ttft, cmp_double);
     if (tpot) qsort(tpot, (size_t)n_tpot, sizeof *tpot, cmp_double);
-    fprintf(stderr, "totals: %d requests served, %d refused, in %.2f s: %.2f requests/s, %ld output "
-            "tokens, %.1f output tok/s; TTFT p50 %.1f ms, p99 %.1f ms; TPOT p50 %.2f ms, p99 %.2f ms; "
-            "%ld steps, %ld preemptions, KV pool %d blocks of %d tokens (peak %d held)\n",
-            served, refused, seconds, served / seconds, out, out / seconds,
+    char rate[160];   /* per second on the wall clock; per step on the step clock */
+    if (rt->en.clock.kind == CLOCK_STEPS)
+        snprintf(rate, sizeof rate, "in %ld steps of the step clock: %ld output tokens, %.2f per step",
+                 rt->en.steps, out, rt->en.steps ? (double)out / rt->en.steps : 0.0);
+    else
+        snprintf(rate, sizeof rate, "in %.2f s: %.2f requests/s, %ld output tokens, %.1f output tok/s",
+                 seconds, served / seconds, out, out / seconds);
+    fprintf(stderr, "totals: %d requests served, %d refused, %s; TTFT p50 %.1f ms, p99 %.1f ms; "
+            "TPOT p50 %.2f ms, p99 %.2f ms; %ld steps, %ld preemptions, KV pool %d blocks of %d "
+            "tokens (peak %d held)\n", served, refused, rate,
             ttft ? percentile(ttft, n_ttft, 50) : 0.0, ttft ? percentile(ttft, n_ttft, 99) : 0.0,
             tpot ? percentile(tpot, n_tpot, 50) : 0.0, tpot ? percentile(tpot, n_tpot, 99) : 0.0,
             rt->en.steps, rt->en.sched.n_preemptions, rt->en.pool.NB, rt->en.pool.BS,

@@ -67,6 +67,12 @@ if [ -f "$FIX/tiny/tiny-f32.gguf" ]; then
     long=$(head -c 3000 /dev/zero | tr '\0' 'a')
     expect_error "context holds 256" --model "$FIX/tiny/tiny-f32.gguf" --prompt "$long"
 fi
+# -n at the largest int: the request's capacity is the context, not an
+# overflowed sum (UBSan stops the run on the overflow); it ends when the context is full.
+if [ -f data/shakespeare.gguf ]; then
+    "$INFER" --model data/shakespeare.gguf --prompt "ROMEO:" -n 2147483647 --temperature 0 > "$tmp/out" 2> "$tmp/err" &&
+        grep -q "generated 254 (context full)" "$tmp/err" && ok || bad "-n 2147483647: $(cat "$tmp/err")"
+fi
 # The default model shipped in data/ loads and generates.
 if [ -f data/shakespeare.gguf ]; then
     "$INFER" --model data/shakespeare.gguf --prompt "ROMEO:" -n 30 --seed 1 > "$tmp/out" 2> "$tmp/err" &&

@@ -32,6 +32,21 @@ for p in "ROMEO:" "First Citizen:" "$(printf 'JULIET:\nO Romeo')"; do
     i=$((i + 1))
 done
 
+# On the step clock a trace repeats byte for byte: two runs of the preempting
+# example (with the pool its header names) give the same stdout and stderr,
+# and the trace really shows preemption and a resume.
+for k in 1 2; do
+    "$INFER" --model $MODEL --workload data/workload-preempt.jsonl --policy priority --kv-blocks 10 \
+        --max-seqs 4 --clock steps --trace > "$tmp/steps$k.out" 2> "$tmp/steps$k.err" || bad "step-clock run $k failed"
+done
+if cmp -s "$tmp/steps1.err" "$tmp/steps2.err" && cmp -s "$tmp/steps1.out" "$tmp/steps2.out" &&
+   grep -q "preempted: the pool ran out" "$tmp/steps1.err" && grep -q "resumed in slot" "$tmp/steps1.err"; then ok
+else bad "two step-clock traces differ or show no preemption: $(diff "$tmp/steps1.err" "$tmp/steps2.err" | head -5)"; fi
+# and no wall-clock figure leaks into it (stage times, RSS, tok/s)
+if grep -q -e "ms/step" -e "schedule 0" -e "peak RSS" -e "resident" -e "tok/s" "$tmp/steps1.err"; then
+    bad "a step-clock trace prints wall-clock figures: $(grep -m1 -e "ms/step" -e "schedule 0" -e "peak RSS" -e "tok/s" "$tmp/steps1.err")"
+else ok; fi
+
 "$INFER" --model $MODEL --workload "$tmp/w.jsonl" --max-seqs 4 --chunk 4 > "$tmp/out" 2> "$tmp/err"
 [ $? -eq 0 ] && ok || bad "workload run failed: $(cat "$tmp/err")"
 # ids follow arrival order: 0 ROMEO (0 ms), 1 First Citizen (10 ms), 2 JULIET (20 ms)

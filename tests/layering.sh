@@ -1,0 +1,37 @@
+#!/bin/sh
+# layering.sh - the stage rules hold on src/, and the checker catches each
+# kind of break (a checker that cannot fail proves nothing): it is run on
+# copies of src/ with one break planted in each.
+pass=0; fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "!! $1"; }
+
+if sh tools/check_layers.sh src >/tmp/layers.out 2>&1; then ok; else cat /tmp/layers.out; bad "src/ breaks a stage rule"; fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# plant FILE LINE WHAT: copy src/, add an include line to FILE, expect a failure naming WHAT
+plant() {
+    rm -rf "$tmp/src"; cp -r src "$tmp/src"
+    printf '%s\n' "$2" >>"$tmp/src/$1"
+    out=$(sh tools/check_layers.sh "$tmp/src" 2>&1)
+    if [ $? -ne 0 ] && echo "$out" | grep -q "$3"; then ok; else bad "planted '$2' in $1: not caught ($out)"; fi
+}
+plant executor.c '#include "scheduler.h"' "executor.c includes scheduler.h"
+plant executor.h '#include "runtime.h"' "executor.h includes runtime.h"
+plant trace.c '#include "engine.h"' "trace.c includes engine.h"
+plant trace.h '#include "sequence.h"' "trace.h includes sequence.h"
+plant model.c '#include "engine.h"' "model.c includes engine.h"
+plant kv_paged.c '#include "ops.h"' "kv_paged includes only"
+plant scheduler.c '#include "executor.h"' "scheduler.c includes executor.h"
+plant engine.c '#include "runtime.h"' "engine.c includes runtime.h"
+plant runtime.c '#include "infer.c"' "a .c file is never included"
+# a circle between two modules no other rule names
+rm -rf "$tmp/src"; cp -r src "$tmp/src"
+echo '#include "tokenizer.h"' >>"$tmp/src/sampler.h"
+echo '#include "sampler.h"' >>"$tmp/src/tokenizer.c"
+out=$(sh tools/check_layers.sh "$tmp/src" 2>&1)
+if [ $? -ne 0 ] && echo "$out" | grep -q "circle"; then ok; else bad "a sampler <-> tokenizer circle was not caught ($out)"; fi
+
+echo "layering: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
