@@ -1,0 +1,30 @@
+#!/bin/sh
+# docs.sh - the trace excerpts in README.md and notes/ are what the code
+# prints now (tools/doc_excerpts.sh regenerates each one from a step-clock
+# run), and the check really fails when an excerpt is edited by hand.
+INFER=${INFER:-build/asan/infer}
+export INFER
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+n=$(grep -c '^<!-- excerpt: ' README.md notes/*.md | awk -F: '{ s += $2 } END { print s }')
+[ "$n" -ge 10 ] && ok || bad "only $n excerpts are marked in README.md and notes/"
+if sh tools/doc_excerpts.sh --check > "$tmp/check" 2>&1; then ok
+else bad "a document shows a trace the code no longer prints:"; cat "$tmp/check"; fi
+
+# Edit one line inside an excerpt: the check must fail and name the file.
+cp notes/scheduler.md "$tmp/edited.md"
+awk 'seen == 1 && /^\[/ && !done { sub(/ms\]/, "ms] (edited)"); done = 1 }
+     /^<!-- excerpt: / { seen = 1 } { print }' notes/scheduler.md > "$tmp/edited.md"
+if cmp -s notes/scheduler.md "$tmp/edited.md"; then bad "could not plant an edit"
+elif sh tools/doc_excerpts.sh --check "$tmp/edited.md" > "$tmp/out" 2>&1; then bad "an edited excerpt passed the check"
+elif grep -q "edited.md differs" "$tmp/out"; then ok
+else bad "the failed check did not name the file: $(cat "$tmp/out")"; fi
+# An edit outside every excerpt is prose: the check passes.
+sed 's/^What happened, step by step/What happened, one step at a time/' notes/scheduler.md > "$tmp/prose.md"
+sh tools/doc_excerpts.sh --check "$tmp/prose.md" > "$tmp/out" 2>&1 && ok || bad "an edit to prose failed the check: $(cat "$tmp/out")"
+
+echo "docs: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,85 @@
+#!/bin/sh
+# doc_excerpts.sh [--check | --write] [FILE.md ...] - the trace excerpts in
+# the documents, made by the code itself.
+#
+# An excerpt in a Markdown file is a fenced block right after a marker line:
+#
+#     <!-- excerpt: RUN.err | sed -n '1,5p' -->
+#     ```
+#     ...what the filter printed...
+#     ```
+#
+# RUN names one of the runs below (its .out is stdout, its .err stderr); the
+# filter after "|" is a shell pipeline (optional) that picks the lines.
+# Lines longer than 150 characters are cut there and end with " ...". Every
+# run uses the step clock (1 ms per engine step, see src/clock.h), one
+# thread and the plain-loop kernels, so what it prints is the same on every
+# machine and every time.
+#
+#   --check (default)  exit 1, showing the difference, when a block is not what
+#                      the code prints now (tests/docs.sh runs this)
+#   --write            rewrite the blocks in place
+# Files: README.md and notes/*.md unless named. INFER: the binary (default
+# build/asan/infer, the build `make test` makes).
+mode=check
+case "$1" in
+    --check) shift ;;
+    --write) mode=write; shift ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+esac
+files=${*:-README.md notes/*.md}
+INFER=${INFER:-build/asan/infer}
+MODEL=data/shakespeare.gguf
+export LLM_ISA=plain
+runs=$(mktemp -d)
+trap 'rm -rf "$runs"' EXIT
+
+# run NAME ARGS...: the default model with ARGS on the step clock, one thread
+run() {
+    name=$1; shift
+    "$INFER" --model $MODEL --clock steps --threads 1 "$@" > "$runs/$name.out" 2> "$runs/$name.err" ||
+        { echo "doc_excerpts: run $name failed: $(tail -1 "$runs/$name.err")" >&2; exit 2; }
+}
+run romeo --prompt "ROMEO:" -n 250 --temperature 0.8 --seed 42 --trace
+run preempt --workload data/workload-preempt.jsonl --policy priority --kv-blocks 10 --max-seqs 4 --trace
+run shared --workload data/workload-shared-prefix.jsonl --trace
+run shared-verbose --workload data/workload-shared-prefix.jsonl --trace=verbose
+
+status=0
+for f in $files; do
+    [ -f "$f" ] || continue
+    grep -q '^<!-- excerpt: ' "$f" || continue
+    # rebuild the file: copy every line, but replace the body of each
+    # marked block with what its run and filter print now
+    awk -v runs="$runs" '
+        function trim(s) { return length(s) > 150 ? substr(s, 1, 150) " ..." : s }
+        state == 0 && /^<!-- excerpt: .* -->$/ {
+            print
+            spec = $0; sub(/^<!-- excerpt: /, "", spec); sub(/ -->$/, "", spec)
+            n = index(spec, "|")
+            src = n ? substr(spec, 1, n - 1) : spec; filt = n ? substr(spec, n + 1) : "cat"
+            gsub(/ /, "", src)
+            cmd = "cd " runs " && cat " src " | " filt
+            state = 1; next
+        }
+        state == 1 { print; state = 2; next }          # the opening fence
+        state == 2 && /^```/ {                          # the closing fence: the new body, then it
+            while ((cmd | getline line) > 0) print trim(line)
+            close(cmd)
+            print; state = 0; next
+        }
+        state == 2 { next }                             # the old body: dropped
+        { print }
+    ' "$f" > "$runs/new.md"
+    if ! cmp -s "$f" "$runs/new.md"; then
+        if [ $mode = write ]; then
+            cp "$runs/new.md" "$f"
+            echo "doc_excerpts: rewrote $f"
+        else
+            echo "doc_excerpts: $f differs from what the code prints now (tools/doc_excerpts.sh --write):"
+            diff "$f" "$runs/new.md" | head -20
+            status=1
+        fi
+    fi
+done
+exit $status
