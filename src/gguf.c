@@ -5,12 +5,11 @@
  * to step past the end. Arrays of strings are walked once here to check their
  * bounds, so later readers (the tokenizer) can walk them without checks. */
 #include "gguf.h"
+#include "fileio.h"
 #include "mem.h"
 #include "ops.h"
-#include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct {
@@ -184,14 +183,9 @@ static int parse(Gguf *g, Err *e) {
 int gguf_open(Gguf *g, const char *path, Err *e) {
     memset(g, 0, sizeof *g);
     g->path = path;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return err_set(e, ST_IO, "%s: cannot open: %m", path);
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return err_set(e, ST_IO, "%s: not a regular file", path);
-    }
-    g->size = (size_t)st.st_size;
+    int fd;
+    int st_ = fio_open(path, &fd, &g->size, e);
+    if (st_) return st_;
     if (g->size < 24) {
         close(fd);
         return err_set(e, ST_FORMAT, "%s: truncated: %zu bytes is shorter than a GGUF header (24)",
@@ -201,7 +195,7 @@ int gguf_open(Gguf *g, const char *path, Err *e) {
     close(fd);
     if (m == MAP_FAILED) return err_set(e, ST_IO, "%s: cannot map: %m", path);
     g->map = m;
-    int st_ = parse(g, e);
+    st_ = parse(g, e);
     if (st_ != ST_OK) gguf_close(g);
     return st_;
 }

@@ -28,14 +28,13 @@
  * mapping of the file, in whatever type the file stores (F32, F16, Q8_0), and
  * the kernels in ops.c read that type directly. */
 #include "model.h"
+#include "fileio.h"
 #include "mem.h"
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* Limits that no real model exceeds; a header beyond them is corrupt, and
@@ -195,14 +194,10 @@ static int load_gguf(Model *m, const char *path, Err *e) {
  * classifier follows), then float32 arrays in a fixed order, all layers of one
  * kind together. It has no RoPE settings: base 10000 over the whole head. */
 static int load_llama2c(Model *m, const char *path, const char *tok_path, Err *e) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return err_set(e, ST_IO, "%s: cannot open: %m", path);
-    struct stat st_;
-    if (fstat(fd, &st_) != 0 || !S_ISREG(st_.st_mode)) {
-        close(fd);
-        return err_set(e, ST_IO, "%s: not a regular file", path);
-    }
-    size_t size = (size_t)st_.st_size;
+    int fd;
+    size_t size;
+    int st = fio_open(path, &fd, &size, e);
+    if (st) return st;
     if (size < 28) {
         close(fd);
         return err_set(e, ST_FORMAT, "%s: truncated: %zu bytes is shorter than the 28-byte llama2.c "
@@ -223,8 +218,7 @@ static int load_llama2c(Model *m, const char *path, const char *tok_path, Err *e
                        .seq_len = h[6], .rope_base = 10000.0f, .rms_eps = 1e-5f};
     c->head_dim = c->n_heads > 0 ? c->dim / c->n_heads : 0;
     c->n_rot = c->head_dim;
-    int st = check_config(c, path, e);
-    if (st) return st;
+    if ((st = check_config(c, path, e))) return st;
 
     size_t D = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size, P = c->seq_len;
     size_t kvd = (size_t)c->n_kv_heads * c->head_dim, S = c->head_dim;
@@ -266,12 +260,16 @@ static int load_llama2c(Model *m, const char *path, const char *tok_path, Err *e
 
 int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e) {
     memset(m, 0, sizeof *m);
+    /* The magic decides the loader. fio_open refuses directories and FIFOs
+     * before anything is read (each loader opens the file again). */
     char magic[4] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(e, ST_IO, "%s: cannot open: %m", path);
-    size_t got = fread(magic, 1, 4, f);
-    fclose(f);
-    int st;
+    int fd;
+    size_t size;
+    int st = fio_open(path, &fd, &size, e);
+    if (st) return st;
+    ssize_t got = pread(fd, magic, 4, 0);
+    close(fd);
+    if (got < 0) return err_set(e, ST_IO, "%s: cannot read: %m", path);
     if (got == 4 && memcmp(magic, "GGUF", 4) == 0) {
         m->format = "gguf";
         st = load_gguf(m, path, e);

@@ -5,6 +5,7 @@
  * message; the runtime checks the values again when the request is submitted
  * (a workload is one way in, not the only one). */
 #include "workload.h"
+#include "fileio.h"
 #include "mem.h"
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -98,9 +99,11 @@ int workload_load(Workload *w, const char *path, Err *e) {
     memset(w, 0, sizeof *w);
     static cJSON_Hooks hooks = {mem_alloc, mem_free};   /* cJSON allocates through our seam too */
     cJSON_InitHooks(&hooks);
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(e, ST_IO, "%s: cannot open: %m", path);
-    int st = ST_OK, line_no = 0, cap = 0;
+    FILE *f;
+    size_t size;
+    int st = fio_fopen(path, &f, &size, e);
+    if (st) return st;
+    int line_no = 0, cap = 0;
     char *line = NULL;
     size_t line_cap = 0;
     ssize_t len;

@@ -8,6 +8,10 @@
 #include "mem.h"
 #include "model.h"
 #include "testutil.h"
+#include "tokenizer.h"
+#include "workload.h"
+#include <signal.h>
+#include <sys/stat.h>
 
 typedef struct {
     unsigned char *bytes;
@@ -181,6 +185,60 @@ static void missing_file_is_an_io_error(void **st) {
     assert_non_null(strstr(e.msg, "/nonexistent/model.gguf"));
 }
 
+/* ---- what is not a regular file ----------------------------------------- */
+
+/* Every reader given `path` fails with ST_IO and one line "path: want",
+ * and leaks nothing. */
+static void expect_every_reader_refuses(const char *path, const char *want) {
+    char line[600];
+    snprintf(line, sizeof line, "%s: %s", path, want);
+    MemStats before = mem_stats();
+    Err e = {{0}};
+    Model m;
+    assert_int_equal(model_load(&m, path, NULL, &e), ST_IO);
+    if (!strstr(e.msg, line)) fail_msg("model_load: \"%s\", want \"%s\"", e.msg, line);
+    Gguf g;
+    assert_int_equal(gguf_open(&g, path, &e), ST_IO);
+    if (!strstr(e.msg, line)) fail_msg("gguf_open: \"%s\", want \"%s\"", e.msg, line);
+    Tokenizer *t = NULL;
+    assert_int_equal(tok_from_llama2c(&t, path, 512, &e), ST_IO);
+    if (!strstr(e.msg, line)) fail_msg("tok_from_llama2c: \"%s\", want \"%s\"", e.msg, line);
+    assert_null(t);
+    Workload w;
+    assert_int_equal(workload_load(&w, path, &e), ST_IO);
+    if (!strstr(e.msg, line)) fail_msg("workload_load: \"%s\", want \"%s\"", e.msg, line);
+    assert_null(strchr(e.msg, '\n'));
+    /* the tokenizer of a llama2.c checkpoint, the case that asked for 2^63 bytes */
+    char tiny[512];
+    if (fixture(tiny, sizeof tiny, "tiny/tiny.bin")) {
+        assert_int_equal(model_load(&m, tiny, path, &e), ST_IO);
+        if (!strstr(e.msg, line)) fail_msg("model_load tokenizer: \"%s\", want \"%s\"", e.msg, line);
+    }
+    assert_int_equal(mem_stats().live_count, before.live_count);
+}
+
+static void a_directory_is_refused_by_every_reader(void **st) {
+    char dir[] = "/tmp/llm-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    expect_every_reader_refuses(dir, "is a directory");
+    rmdir(dir);
+}
+
+/* open() on a FIFO waits for a writer: the readers must refuse it without
+ * opening it for blocking reads. The alarm turns a regression into a
+ * failure rather than a hung suite. */
+static void a_fifo_is_refused_without_blocking(void **st) {
+    char dir[] = "/tmp/llm-test-XXXXXX", fifo[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(20);
+    expect_every_reader_refuses(fifo, "not a regular file (a FIFO)");
+    alarm(0);
+    unlink(fifo);
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gguf_truncated_header_is_refused),
@@ -194,6 +252,8 @@ int main(void) {
         cmocka_unit_test(llama2c_truncated_checkpoint_is_refused),
         cmocka_unit_test(llama2c_absurd_header_is_refused),
         cmocka_unit_test(missing_file_is_an_io_error),
+        cmocka_unit_test(a_directory_is_refused_by_every_reader),
+        cmocka_unit_test(a_fifo_is_refused_without_blocking),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

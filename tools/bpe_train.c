@@ -21,6 +21,7 @@
  * arguments or unreadable input. */
 #include "bpe.h"
 #include "err.h"
+#include "fileio.h"
 #include "gguf.h"
 #include "mem.h"
 #include "tokenizer.h"
@@ -28,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 typedef struct {
@@ -82,30 +82,13 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
     return ST_OK;
 }
 
-/* The whole file, NUL-terminated, in memory from mem_alloc. */
+/* The whole file, NUL-terminated, in memory from mem_alloc (a directory or a
+ * FIFO is refused before anything is read). */
 static int read_text(const char *path, char **text, size_t *size, Err *e) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(e, ST_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return err_set(e, ST_IO, "cannot read %s: not a regular file", path);
-    }
-    size_t n = (size_t)sb.st_size;
-    *text = mem_alloc(n + 1);
-    if (!*text) {
-        fclose(f);
-        return err_set(e, ST_NOMEM, "out of memory for %s (%zu bytes)", path, n);
-    }
-    size_t got = fread(*text, 1, n, f);
-    int failed = ferror(f);
-    fclose(f);
-    if (failed || got != n) {
-        mem_free(*text);
-        return err_set(e, ST_IO, "cannot read %s: %s", path, failed ? strerror(errno) : "short read");
-    }
-    *size = n;
-    return ST_OK;
+    unsigned char *bytes;
+    int st = fio_slurp(path, &bytes, size, e);
+    *text = (char *)bytes;
+    return st;
 }
 
 static double now_s(void) {

@@ -24,6 +24,7 @@
  * tokens in its second half (the first window scores all), so every token is
  * scored once with at least T/2 tokens of context; the sum of -ln p over all
  * validation tokens is divided by the number of validation characters. */
+#include "fileio.h"
 #include "gguf_write.h"
 #include "mem.h"
 #include "model.h"
@@ -154,16 +155,12 @@ static int encode_all(const Tokenizer *tok, const char *text, int **ids, long *n
 }
 
 static int load_data(Data *d, const Args *a, const Tokenizer *tok, Err *e) {
-    FILE *f = fopen(a->corpus, "rb");
-    if (!f) return err_set(e, ST_IO, "%s: cannot open: %s", a->corpus, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = mem_alloc((size_t)size + 1);
-    if (!text) { fclose(f); return err_set(e, ST_NOMEM, "out of memory for the corpus"); }
-    size_t got = fread(text, 1, (size_t)size, f);
-    fclose(f);
-    if (got != (size_t)size) { mem_free(text); return err_set(e, ST_IO, "%s: short read", a->corpus); }
+    unsigned char *bytes;
+    size_t bytes_n;
+    int rc = fio_slurp(a->corpus, &bytes, &bytes_n, e);   /* refuses a directory or a FIFO */
+    if (rc) return rc;
+    char *text = (char *)bytes;
+    long size = (long)bytes_n;
     long split = (long)(size * a->train_fraction);
     char *val = mem_strdup(text + split);
     text[split] = 0;
