@@ -189,6 +189,35 @@ static int load_gguf(Model *m, const char *path, Err *e) {
 
 /* ------------------------------------------------------------ llama2.c */
 
+/* The file must hold exactly what the header describes: a header that claims
+ * fewer layers, a narrower model or fewer KV heads than were written would
+ * otherwise load the first bytes of each array and generate garbage. The one
+ * optional part, the unshared classifier, is announced by the sign of
+ * vocab_size; when the size is off by exactly that classifier, say so. */
+static int check_llama2c_size(const ModelConfig *c, int shared, size_t want, size_t size,
+                              const char *path, Err *e) {
+    if (size == want) return ST_OK;
+    char hdr[200];
+    snprintf(hdr, sizeof hdr, "the header (dim %d, hidden_dim %d, n_layers %d, n_heads %d, "
+             "n_kv_heads %d, vocab_size %d, seq_len %d) implies", c->dim, c->hidden_dim,
+             c->n_layers, c->n_heads, c->n_kv_heads, shared ? c->vocab_size : -c->vocab_size,
+             c->seq_len);
+    size_t cls = (size_t)c->vocab_size * c->dim * 4;
+    if (shared && size == want + cls)
+        return err_set(e, ST_FORMAT, "%s: %s %zu bytes, the file has %zu: the extra %zu bytes are an "
+                       "unshared classifier, which llama2.c announces with a negative vocab_size",
+                       path, hdr, want, size, cls);
+    if (!shared && size + cls == want)
+        return err_set(e, ST_FORMAT, "%s: %s %zu bytes, the file has %zu: the negative vocab_size "
+                       "announces an unshared classifier, and the file ends before it", path, hdr,
+                       want, size);
+    if (size < want)
+        return err_set(e, ST_FORMAT, "%s: truncated: %s %zu bytes, the file has %zu", path, hdr,
+                       want, size);
+    return err_set(e, ST_FORMAT, "%s: %s %zu bytes, the file has %zu (%zu bytes more): the header "
+                   "does not describe these weights", path, hdr, want, size, size - want);
+}
+
 /* llama2.c's checkpoint: seven int32 (dim, hidden_dim, n_layers, n_heads,
  * n_kv_heads, vocab_size, seq_len; a negative vocab_size means a separate
  * classifier follows), then float32 arrays in a fixed order, all layers of one
@@ -224,9 +253,7 @@ static int load_llama2c(Model *m, const char *path, const char *tok_path, Err *e
     size_t kvd = (size_t)c->n_kv_heads * c->head_dim, S = c->head_dim;
     size_t floats = V * D + L * D + L * D * D + 2 * L * kvd * D + L * D * D + L * D + 3 * L * F * D +
                     D + P * S + (shared ? 0 : V * D);   /* P*S: the unused RoPE tables */
-    if (size - 28 < floats * 4)
-        return err_set(e, ST_FORMAT, "%s: truncated: the header's shape needs %zu bytes of weights, "
-                       "the file has %zu", path, floats * 4, size - 28);
+    if ((st = check_llama2c_size(c, shared, 28 + floats * 4, size, path, e))) return st;
     const float *p = (const float *)((const char *)map + 28);
     m->layers = mem_alloc(L * sizeof(Layer));
     if (!m->layers) return err_set(e, ST_NOMEM, "%s: out of memory", path);

@@ -178,6 +178,67 @@ static void llama2c_absurd_header_is_refused(void **st) {
     free(b.bytes);
 }
 
+/* A header that claims a smaller model than the file holds would load the
+ * first bytes of every array and print garbage: the size must be exact. */
+static void llama2c_header_that_disagrees_with_the_file_size_is_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny.bin")) return;
+    int32_t h[7];
+    memcpy(h, b.bytes, sizeof h);
+    char want[96];
+    snprintf(want, sizeof want, "the file has %zu", b.size);
+    const int fields[] = {2, 1, 4};   /* n_layers, hidden_dim, n_kv_heads: each one less */
+    for (int i = 0; i < 3; i++) {
+        int32_t smaller = h[fields[i]] - (fields[i] == 1 ? 32 : 1);
+        memcpy(b.bytes + 4 * fields[i], &smaller, 4);
+        expect_refused(&b, b.size, want);
+        expect_refused(&b, b.size, "implies");
+        memcpy(b.bytes, h, sizeof h);
+    }
+    /* a negative vocab_size says a classifier follows, and none does */
+    int32_t unshared = -h[5];
+    memcpy(b.bytes + 20, &unshared, 4);
+    expect_refused(&b, b.size, "classifier");
+    /* one float too many */
+    memcpy(b.bytes, h, sizeof h);
+    unsigned char *longer = malloc(b.size + 4);
+    memcpy(longer, b.bytes, b.size);
+    memset(longer + b.size, 0, 4);
+    Blob l = {longer, b.size + 4};
+    expect_refused(&l, l.size, "4 bytes more");
+    free(longer);
+    free(b.bytes);
+}
+
+/* Two tensors whose data overlap: one of them would read the other's bytes. */
+static void gguf_overlapping_tensors_are_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny-f32.gguf")) return;
+    char path[64];
+    write_temp(path, sizeof path, b.bytes, b.size);
+    Gguf g;
+    Err e;
+    assert_int_equal(gguf_open(&g, path, &e), ST_OK);
+    unlink(path);
+    /* the smallest tensor moved onto the start of the largest: inside the file */
+    uint64_t small = 0, big = 0;
+    for (uint64_t i = 1; i < g.n_tensors; i++) {
+        if (g.tensors[i].nbytes < g.tensors[small].nbytes) small = i;
+        if (g.tensors[i].nbytes > g.tensors[big].nbytes) big = i;
+    }
+    uint64_t off = g.tensors[big].offset + 32;
+    char small_name[80], big_name[80];
+    snprintf(small_name, sizeof small_name, "%.*s", (int)g.tensors[small].name.len, g.tensors[small].name.s);
+    snprintf(big_name, sizeof big_name, "%.*s", (int)g.tensors[big].name.len, g.tensors[big].name.s);
+    gguf_close(&g);
+    TensorAt at = tensor_at(&b, small);
+    memcpy(b.bytes + at.offset, &off, 8);
+    expect_refused(&b, b.size, "overlap");
+    expect_refused(&b, b.size, small_name);
+    expect_refused(&b, b.size, big_name);
+    free(b.bytes);
+}
+
 static void missing_file_is_an_io_error(void **st) {
     Model m;
     Err e;
@@ -251,6 +312,8 @@ int main(void) {
         cmocka_unit_test(gguf_absurd_layer_count_is_refused),
         cmocka_unit_test(llama2c_truncated_checkpoint_is_refused),
         cmocka_unit_test(llama2c_absurd_header_is_refused),
+        cmocka_unit_test(llama2c_header_that_disagrees_with_the_file_size_is_refused),
+        cmocka_unit_test(gguf_overlapping_tensors_are_refused),
         cmocka_unit_test(missing_file_is_an_io_error),
         cmocka_unit_test(a_directory_is_refused_by_every_reader),
         cmocka_unit_test(a_fifo_is_refused_without_blocking),
