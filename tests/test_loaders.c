@@ -300,6 +300,68 @@ static void a_fifo_is_refused_without_blocking(void **st) {
     rmdir(dir);
 }
 
+/* ---- workload files --------------------------------------------------------- */
+
+/* Load a workload made of `text`; returns the status, the message in e. */
+static int load_workload_text(const char *text, char *path, size_t cap, Workload *w, Err *e) {
+    write_temp(path, cap, text, strlen(text));
+    int rc = workload_load(w, path, e);
+    unlink(path);
+    return rc;
+}
+
+/* Expect text refused with ST_FORMAT and one line holding "path:want". */
+static void expect_workload_refused(const char *text, const char *want) {
+    char path[64], line[160];
+    Workload w;
+    Err e = {{0}};
+    MemStats before = mem_stats();
+    int rc = load_workload_text(text, path, sizeof path, &w, &e);
+    if (rc == ST_OK) {
+        workload_free(&w);
+        fail_msg("workload accepted, want \"%s\": %s", want, text);
+    }
+    assert_int_equal(rc, ST_FORMAT);
+    snprintf(line, sizeof line, "%s:%s", path, want);
+    if (!strstr(e.msg, line)) fail_msg("message \"%s\" should say \"%s\"", e.msg, line);
+    assert_null(strchr(e.msg, '\n'));
+    assert_int_equal(mem_stats().live_count, before.live_count);
+}
+
+/* cJSON decodes "\u0000" to a NUL and the string ends there: "a\u0000b"
+ * would become the prompt "a" without a word. */
+static void workload_escaped_nul_is_refused_naming_line_and_field(void **st) {
+    expect_workload_refused("{\"prompt\": \"a\"}\n{\"prompt\": \"a\\u0000b\"}\n",
+                            "2: field \"prompt\" contains \\u0000");
+    expect_workload_refused("{\"prompt\": \"a\", \"stop\": [\"x\", \"y\\u0000\"]}\n",
+                            "1: field \"stop\" contains \\u0000");
+    expect_workload_refused("{\"prompt\": \"a\", \"stop\": \"\\u0000\"}\n",
+                            "1: field \"stop\" contains \\u0000");
+    /* the key itself: "prompt\u0000x" would be read as "prompt" */
+    expect_workload_refused("{\"prompt\\u0000x\": \"a\"}\n", "1: a field name contains \\u0000");
+}
+
+/* "\\u0000" is a backslash followed by the text u0000: an ordinary prompt. */
+static void workload_escaped_backslash_before_u0000_is_plain_text(void **st) {
+    char path[64];
+    Workload w;
+    Err e = {{0}};
+    assert_int_equal(load_workload_text("{\"prompt\": \"a\\\\u0000b\", \"stop\": \"\\\\\"}\n",
+                                        path, sizeof path, &w, &e), ST_OK);
+    assert_int_equal(w.n, 1);
+    assert_string_equal(w.items[0].params.prompt, "a\\u0000b");
+    assert_string_equal(w.items[0].params.stop[0], "\\");
+    workload_free(&w);
+}
+
+/* cJSON keeps both copies of a repeated key and the last would silently win. */
+static void workload_duplicate_field_is_refused(void **st) {
+    expect_workload_refused("{\"prompt\": \"a\", \"max_tokens\": 3, \"max_tokens\": 5}\n",
+                            "1: duplicate field \"max_tokens\"");
+    expect_workload_refused("\n{\"prompt\": \"a\", \"seed\": 1, \"prompt\": \"b\"}\n",
+                            "2: duplicate field \"prompt\"");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gguf_truncated_header_is_refused),
@@ -317,6 +379,9 @@ int main(void) {
         cmocka_unit_test(missing_file_is_an_io_error),
         cmocka_unit_test(a_directory_is_refused_by_every_reader),
         cmocka_unit_test(a_fifo_is_refused_without_blocking),
+        cmocka_unit_test(workload_escaped_nul_is_refused_naming_line_and_field),
+        cmocka_unit_test(workload_escaped_backslash_before_u0000_is_plain_text),
+        cmocka_unit_test(workload_duplicate_field_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

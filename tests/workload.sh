@@ -110,6 +110,8 @@ expect_error 'field "temperature" must be a number' '{"prompt": "a", "temperatur
 expect_error 'field "prompt" is missing' '{"max_tokens": 3}'
 expect_error 'field "n" is 65' '{"prompt": "a", "n": 65}'
 expect_error "no request in the file" '# nothing'
+expect_error 'bad.jsonl:1: field "prompt" contains .u0000' '{"prompt": "ROMEO\u0000 and JULIET"}'
+expect_error 'bad.jsonl:1: duplicate field "max_tokens"' '{"prompt": "a", "max_tokens": 3, "max_tokens": 5}'
 # a directory or a FIFO as the workload: refused at once (the timeout keeps a regression from hanging)
 mkdir "$tmp/wdir"; mkfifo "$tmp/wfifo"
 for f in wdir wfifo; do
