@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -55,6 +56,9 @@ static int check_config(const ModelConfig *c, const char *path, Err *e) {
         if (f[i].v < f[i].lo || f[i].v > f[i].hi)
             return err_set(e, ST_FORMAT, "%s: absurd %s = %ld (want %ld..%ld)", path, f[i].name,
                            f[i].v, f[i].lo, f[i].hi);
+    if (c->seq_len < 2)   /* BOS fills a context of 1: nothing could ever be generated */
+        return err_set(e, ST_FORMAT, "%s: seq_len %d is too small: the context must hold BOS and "
+                       "at least one generated token (want 2..%d)", path, c->seq_len, MAX_CTX);
     if (c->dim % c->n_heads)
         return err_set(e, ST_FORMAT, "%s: dim %d is not a multiple of n_heads %d", path, c->dim,
                        c->n_heads);
@@ -297,7 +301,12 @@ int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e) {
     ssize_t got = pread(fd, magic, 4, 0);
     close(fd);
     if (got < 0) return err_set(e, ST_IO, "%s: cannot read: %m", path);
-    if (got == 4 && memcmp(magic, "GGUF", 4) == 0) {
+    if (size == 0) return err_set(e, ST_FORMAT, "%s: empty file", path);
+    /* A file named *.gguf goes to the GGUF reader whatever its magic, so that
+     * a broken one hears "not a GGUF file" rather than llama2.c's complaints. */
+    size_t n = strlen(path);
+    int named_gguf = n >= 5 && strcasecmp(path + n - 5, ".gguf") == 0;
+    if ((got == 4 && memcmp(magic, "GGUF", 4) == 0) || named_gguf) {
         m->format = "gguf";
         st = load_gguf(m, path, e);
     } else {

@@ -337,6 +337,10 @@ int tok_from_llama2c(Tokenizer **out, const char *path, int n_vocab, Err *e) {
     size_t size = 0;
     int st = fio_slurp(path, &data, &size, e);
     if (st) return st;
+    if (size == 0) {
+        mem_free(data);
+        return err_set(e, ST_FORMAT, "%s: empty file", path);
+    }
 
     BinCursor c = {data, size, 0, path, e};
     int32_t max_len = 0;

@@ -239,6 +239,84 @@ static void gguf_overlapping_tensors_are_refused(void **st) {
     free(b.bytes);
 }
 
+/* Write n bytes to dir/name in a fresh temporary directory; path gets the
+ * file's path. remove_named() undoes it. */
+static void write_named(char *path, size_t cap, const char *name, const void *data, size_t n) {
+    char dir[] = "/tmp/llm-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, cap, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+static void remove_named(const char *path) {
+    unlink(path);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(path, '/') - path), path);
+    rmdir(dir);
+}
+
+/* Load path as a model; expect ST_FORMAT and a message naming it and `want`. */
+static void expect_model_refused(const char *path, const char *want) {
+    Model m;
+    Err e = {{0}};
+    int rc = model_load(&m, path, "/nonexistent/tokenizer.bin", &e);
+    if (rc == ST_OK) model_free(&m);
+    if (rc != ST_FORMAT || !strstr(e.msg, path) || !strstr(e.msg, want))
+        fail_msg("status %d, message \"%s\": want a format error naming %s and saying \"%s\"", rc,
+                 e.msg, path, want);
+}
+
+/* An empty file is neither a short llama2.c header nor a short GGUF one. */
+static void an_empty_file_is_called_empty_whatever_its_name(void **st) {
+    const char *names[] = {"model.gguf", "model.bin", "model"};
+    for (int i = 0; i < 3; i++) {
+        char path[512];
+        write_named(path, sizeof path, names[i], "", 0);
+        expect_model_refused(path, ": empty file");
+        Err e = {{0}};
+        Gguf g;
+        assert_int_equal(gguf_open(&g, path, &e), ST_FORMAT);
+        assert_non_null(strstr(e.msg, ": empty file"));
+        Tokenizer *t;
+        assert_int_equal(tok_from_llama2c(&t, path, 512, &e), ST_FORMAT);
+        assert_non_null(strstr(e.msg, ": empty file"));
+        remove_named(path);
+    }
+}
+
+/* A file named *.gguf is read as GGUF whatever its first bytes: "not a
+ * GGUF file" explains more than a llama2.c header of absurd numbers. */
+static void a_gguf_named_file_without_the_magic_says_so(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny.bin")) return;
+    size_t sizes[] = {b.size, 10};
+    for (int i = 0; i < 2; i++) {
+        char path[512];
+        write_named(path, sizeof path, "tiny.gguf", b.bytes, sizes[i]);
+        expect_model_refused(path, "not a GGUF file");
+        remove_named(path);
+    }
+    free(b.bytes);
+}
+
+/* A context of one position holds BOS and nothing more: nothing could ever
+ * be generated, and the runtime's complaint would not name the file. */
+static void llama2c_seq_len_too_small_is_refused_naming_the_file(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny.bin")) return;
+    int32_t h[7];
+    memcpy(h, b.bytes, sizeof h);
+    size_t S = (size_t)(h[0] / h[3]), rope = (size_t)h[6] * S * 4;
+    int32_t one = 1;
+    memcpy(b.bytes + 24, &one, 4);
+    /* keep the size consistent: the (unused) RoPE tables shrink to one position */
+    expect_refused(&b, b.size - rope + S * 4, "seq_len 1");
+    free(b.bytes);
+}
+
 static void missing_file_is_an_io_error(void **st) {
     Model m;
     Err e;
@@ -376,6 +454,9 @@ int main(void) {
         cmocka_unit_test(llama2c_absurd_header_is_refused),
         cmocka_unit_test(llama2c_header_that_disagrees_with_the_file_size_is_refused),
         cmocka_unit_test(gguf_overlapping_tensors_are_refused),
+        cmocka_unit_test(an_empty_file_is_called_empty_whatever_its_name),
+        cmocka_unit_test(a_gguf_named_file_without_the_magic_says_so),
+        cmocka_unit_test(llama2c_seq_len_too_small_is_refused_naming_the_file),
         cmocka_unit_test(missing_file_is_an_io_error),
         cmocka_unit_test(a_directory_is_refused_by_every_reader),
         cmocka_unit_test(a_fifo_is_refused_without_blocking),
