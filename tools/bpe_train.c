@@ -35,6 +35,7 @@ typedef struct {
     const char *input, *out;
     double fraction;
     int vocab;
+    int help;   /* --help / -h: print the usage and stop */
 } Args;
 
 static void usage(FILE *f) {
@@ -48,12 +49,16 @@ static void usage(FILE *f) {
 }
 
 static int parse_args(int argc, char **argv, Args *a, Err *e) {
-    *a = (Args){NULL, NULL, 0.9, 0};
+    *a = (Args){NULL, NULL, 0.9, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            a->help = 1;
+            return ST_OK;
+        }
         if (strcmp(arg, "--input") && strcmp(arg, "--out") && strcmp(arg, "--vocab") &&
             strcmp(arg, "--train-fraction"))
-            return err_set(e, ST_ARG, "unknown option %s (run with no arguments for help)", arg);
+            return err_set(e, ST_ARG, "unknown option %s (see --help)", arg);
         if (i + 1 >= argc) return err_set(e, ST_ARG, "%s needs a value", arg);
         const char *val = argv[++i];
         char *end;
@@ -210,15 +215,16 @@ static int check_with_engine(const Bpe *b, const char *path, const char *text, s
 }
 
 int main(int argc, char **argv) {
-    if (argc == 1 || (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))) {
-        usage(stdout);
-        return 0;
-    }
     Args a;
     Err e = {{0}};
     char *text = NULL;
     size_t size = 0;
-    if (parse_args(argc, argv, &a, &e) || read_text(a.input, &text, &size, &e)) {
+    int parsed = parse_args(argc, argv, &a, &e);
+    if (argc == 1 || (parsed == ST_OK && a.help)) {
+        usage(stdout);
+        return 0;
+    }
+    if (parsed || read_text(a.input, &text, &size, &e)) {
         fprintf(stderr, "bpe_train: %s\n", e.msg);
         return 2;
     }
