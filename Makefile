@@ -70,9 +70,12 @@ build/asan/%: tools/%.c build/asan/libengine.a $(TOOL_H)
 build/asan/test_%: tests/test_%.c tests/testutil.h build/asan/libengine.a
 	$(CC) $(ASAN_FLAGS) -Itests $< build/asan/libengine.a -o $@ $(LIBS) -lcmocka
 
+# The tools the shell tests run (tests/train.sh, tests/tools.sh).
+TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train)
+
 # Tests run one binary at a time; each prints cmocka's summary. OMP/BLAS
 # threads are kept at 2 so the suite fits a 2-core machine.
-test: $(patsubst tests/%.c,build/asan/%,$(TEST_SRC)) build/asan/infer build/asan/train
+test: $(patsubst tests/%.c,build/asan/%,$(TEST_SRC)) build/asan/infer $(TESTED_TOOLS)
 	@FIXTURES=$(FIXTURES) INFER=build/asan/infer sh tests/run_all.sh $(patsubst tests/%.c,build/asan/%,$(TEST_SRC))
 
 # --- running -------------------------------------------------------------

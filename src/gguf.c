@@ -5,12 +5,12 @@
  * to step past the end. Arrays of strings are walked once here to check their
  * bounds, so later readers (the tokenizer) can walk them without checks. */
 #include "gguf.h"
+#include "fileio.h"
 #include "mem.h"
 #include "ops.h"
-#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct {
@@ -91,6 +91,45 @@ static int skip_value(Cursor *c, GgufKV *kv, uint32_t type, int depth) {
         return err_set(c->e, ST_FORMAT, "%s: unknown metadata value type %u at offset %zu",
                        c->g->path, type, c->pos - 4);
     return take(c, scalar_size(type), "metadata value") ? ST_OK : ST_FORMAT;
+}
+
+/* One tensor's bytes in the data section, for the overlap check. */
+typedef struct {
+    uint64_t offset, end;
+    uint64_t index;
+} Extent;
+
+static int extent_cmp(const void *a, const void *b) {
+    const Extent *x = a, *y = b;
+    if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* No two tensors may share bytes: a lying offset would make one tensor read
+ * another's weights. Sorted by offset, each extent must end where the next
+ * begins or before. Called once every extent is known to lie inside the file. */
+static int check_overlaps(const Gguf *g, Err *e) {
+    uint64_t n = g->n_tensors;
+    if (n < 2) return ST_OK;
+    Extent *x = mem_alloc(n * sizeof *x);
+    if (!x) return err_set(e, ST_NOMEM, "%s: out of memory for %llu tensor extents", g->path,
+                           (unsigned long long)n);
+    for (uint64_t i = 0; i < n; i++)
+        x[i] = (Extent){g->tensors[i].offset, g->tensors[i].offset + g->tensors[i].nbytes, i};
+    qsort(x, n, sizeof *x, extent_cmp);
+    int st = ST_OK;
+    for (uint64_t i = 1; i < n && st == ST_OK; i++) {
+        if (x[i].offset >= x[i - 1].end) continue;
+        const GgufTensor *a = &g->tensors[x[i - 1].index], *b = &g->tensors[x[i].index];
+        st = err_set(e, ST_FORMAT, "%s: tensor '%.*s' (%zu bytes at offset %llu) overlaps tensor "
+                     "'%.*s' (%zu bytes at offset %llu)", g->path,
+                     a->name.len > 64 ? 64 : (int)a->name.len, a->name.s, a->nbytes,
+                     (unsigned long long)(g->data_offset + a->offset),
+                     b->name.len > 64 ? 64 : (int)b->name.len, b->name.s, b->nbytes,
+                     (unsigned long long)(g->data_offset + b->offset));
+    }
+    mem_free(x);
+    return st;
 }
 
 static int parse(Gguf *g, Err *e) {
@@ -178,30 +217,24 @@ static int parse(Gguf *g, Err *e) {
                            (unsigned long long)(g->data_offset + t->offset), g->size);
         t->data = g->map + g->data_offset + t->offset;
     }
-    return ST_OK;
+    return check_overlaps(g, e);
 }
 
 int gguf_open(Gguf *g, const char *path, Err *e) {
     memset(g, 0, sizeof *g);
     g->path = path;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return err_set(e, ST_IO, "%s: cannot open: %m", path);
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    int fd;
+    int st_ = fio_open(path, &fd, &g->size, e);
+    if (st_) return st_;
+    if (g->size == 0) {   /* (mmap refuses a length of 0; a short file is parse's to judge) */
         close(fd);
-        return err_set(e, ST_IO, "%s: not a regular file", path);
-    }
-    g->size = (size_t)st.st_size;
-    if (g->size < 24) {
-        close(fd);
-        return err_set(e, ST_FORMAT, "%s: truncated: %zu bytes is shorter than a GGUF header (24)",
-                       path, g->size);
+        return err_set(e, ST_FORMAT, "%s: empty file", path);
     }
     void *m = mmap(NULL, g->size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (m == MAP_FAILED) return err_set(e, ST_IO, "%s: cannot map: %m", path);
     g->map = m;
-    int st_ = parse(g, e);
+    st_ = parse(g, e);
     if (st_ != ST_OK) gguf_close(g);
     return st_;
 }

@@ -28,14 +28,14 @@
  * mapping of the file, in whatever type the file stores (F32, F16, Q8_0), and
  * the kernels in ops.c read that type directly. */
 #include "model.h"
+#include "fileio.h"
 #include "mem.h"
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* Limits that no real model exceeds; a header beyond them is corrupt, and
@@ -56,6 +56,9 @@ static int check_config(const ModelConfig *c, const char *path, Err *e) {
         if (f[i].v < f[i].lo || f[i].v > f[i].hi)
             return err_set(e, ST_FORMAT, "%s: absurd %s = %ld (want %ld..%ld)", path, f[i].name,
                            f[i].v, f[i].lo, f[i].hi);
+    if (c->seq_len < 2)   /* BOS fills a context of 1: nothing could ever be generated */
+        return err_set(e, ST_FORMAT, "%s: seq_len %d is too small: the context must hold BOS and "
+                       "at least one generated token (want 2..%d)", path, c->seq_len, MAX_CTX);
     if (c->dim % c->n_heads)
         return err_set(e, ST_FORMAT, "%s: dim %d is not a multiple of n_heads %d", path, c->dim,
                        c->n_heads);
@@ -190,19 +193,44 @@ static int load_gguf(Model *m, const char *path, Err *e) {
 
 /* ------------------------------------------------------------ llama2.c */
 
+/* The file must hold exactly what the header describes: a header that claims
+ * fewer layers, a narrower model or fewer KV heads than were written would
+ * otherwise load the first bytes of each array and generate garbage. The one
+ * optional part, the unshared classifier, is announced by the sign of
+ * vocab_size; when the size is off by exactly that classifier, say so. */
+static int check_llama2c_size(const ModelConfig *c, int shared, size_t want, size_t size,
+                              const char *path, Err *e) {
+    if (size == want) return ST_OK;
+    char hdr[200];
+    snprintf(hdr, sizeof hdr, "the header (dim %d, hidden_dim %d, n_layers %d, n_heads %d, "
+             "n_kv_heads %d, vocab_size %d, seq_len %d) implies", c->dim, c->hidden_dim,
+             c->n_layers, c->n_heads, c->n_kv_heads, shared ? c->vocab_size : -c->vocab_size,
+             c->seq_len);
+    size_t cls = (size_t)c->vocab_size * c->dim * 4;
+    if (shared && size == want + cls)
+        return err_set(e, ST_FORMAT, "%s: %s %zu bytes, the file has %zu: the extra %zu bytes are an "
+                       "unshared classifier, which llama2.c announces with a negative vocab_size",
+                       path, hdr, want, size, cls);
+    if (!shared && size + cls == want)
+        return err_set(e, ST_FORMAT, "%s: %s %zu bytes, the file has %zu: the negative vocab_size "
+                       "announces an unshared classifier, and the file ends before it", path, hdr,
+                       want, size);
+    if (size < want)
+        return err_set(e, ST_FORMAT, "%s: truncated: %s %zu bytes, the file has %zu", path, hdr,
+                       want, size);
+    return err_set(e, ST_FORMAT, "%s: %s %zu bytes, the file has %zu (%zu bytes more): the header "
+                   "does not describe these weights", path, hdr, want, size, size - want);
+}
+
 /* llama2.c's checkpoint: seven int32 (dim, hidden_dim, n_layers, n_heads,
  * n_kv_heads, vocab_size, seq_len; a negative vocab_size means a separate
  * classifier follows), then float32 arrays in a fixed order, all layers of one
  * kind together. It has no RoPE settings: base 10000 over the whole head. */
 static int load_llama2c(Model *m, const char *path, const char *tok_path, Err *e) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return err_set(e, ST_IO, "%s: cannot open: %m", path);
-    struct stat st_;
-    if (fstat(fd, &st_) != 0 || !S_ISREG(st_.st_mode)) {
-        close(fd);
-        return err_set(e, ST_IO, "%s: not a regular file", path);
-    }
-    size_t size = (size_t)st_.st_size;
+    int fd;
+    size_t size;
+    int st = fio_open(path, &fd, &size, e);
+    if (st) return st;
     if (size < 28) {
         close(fd);
         return err_set(e, ST_FORMAT, "%s: truncated: %zu bytes is shorter than the 28-byte llama2.c "
@@ -223,16 +251,13 @@ static int load_llama2c(Model *m, const char *path, const char *tok_path, Err *e
                        .seq_len = h[6], .rope_base = 10000.0f, .rms_eps = 1e-5f};
     c->head_dim = c->n_heads > 0 ? c->dim / c->n_heads : 0;
     c->n_rot = c->head_dim;
-    int st = check_config(c, path, e);
-    if (st) return st;
+    if ((st = check_config(c, path, e))) return st;
 
     size_t D = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size, P = c->seq_len;
     size_t kvd = (size_t)c->n_kv_heads * c->head_dim, S = c->head_dim;
     size_t floats = V * D + L * D + L * D * D + 2 * L * kvd * D + L * D * D + L * D + 3 * L * F * D +
                     D + P * S + (shared ? 0 : V * D);   /* P*S: the unused RoPE tables */
-    if (size - 28 < floats * 4)
-        return err_set(e, ST_FORMAT, "%s: truncated: the header's shape needs %zu bytes of weights, "
-                       "the file has %zu", path, floats * 4, size - 28);
+    if ((st = check_llama2c_size(c, shared, 28 + floats * 4, size, path, e))) return st;
     const float *p = (const float *)((const char *)map + 28);
     m->layers = mem_alloc(L * sizeof(Layer));
     if (!m->layers) return err_set(e, ST_NOMEM, "%s: out of memory", path);
@@ -266,13 +291,22 @@ static int load_llama2c(Model *m, const char *path, const char *tok_path, Err *e
 
 int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e) {
     memset(m, 0, sizeof *m);
+    /* The magic decides the loader. fio_open refuses directories and FIFOs
+     * before anything is read (each loader opens the file again). */
     char magic[4] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(e, ST_IO, "%s: cannot open: %m", path);
-    size_t got = fread(magic, 1, 4, f);
-    fclose(f);
-    int st;
-    if (got == 4 && memcmp(magic, "GGUF", 4) == 0) {
+    int fd;
+    size_t size;
+    int st = fio_open(path, &fd, &size, e);
+    if (st) return st;
+    ssize_t got = pread(fd, magic, 4, 0);
+    close(fd);
+    if (got < 0) return err_set(e, ST_IO, "%s: cannot read: %m", path);
+    if (size == 0) return err_set(e, ST_FORMAT, "%s: empty file", path);
+    /* A file named *.gguf goes to the GGUF reader whatever its magic, so that
+     * a broken one hears "not a GGUF file" rather than llama2.c's complaints. */
+    size_t n = strlen(path);
+    int named_gguf = n >= 5 && strcasecmp(path + n - 5, ".gguf") == 0;
+    if ((got == 4 && memcmp(magic, "GGUF", 4) == 0) || named_gguf) {
         m->format = "gguf";
         st = load_gguf(m, path, e);
     } else {

@@ -51,6 +51,7 @@
  * Dimensions: n is the length of a text in bytes; n_vocab the number of
  * pieces. */
 #include "tokenizer.h"
+#include "fileio.h"
 #include "mem.h"
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -327,32 +328,6 @@ static int bin_walk(BinCursor *c, int n_vocab, int max_len, Tokenizer *t, size_t
     return ST_OK;
 }
 
-/* Read a whole file into memory from mem_alloc. */
-static int slurp(const char *path, unsigned char **data, size_t *size, Err *e) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(e, ST_IO, "%s: cannot open: %m", path);
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    if (n < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return err_set(e, ST_IO, "%s: cannot find its size", path);
-    }
-    *data = mem_alloc((size_t)n + 1);
-    if (!*data) {
-        fclose(f);
-        return err_set(e, ST_NOMEM, "%s: out of memory reading %ld bytes", path, n);
-    }
-    size_t got = fread(*data, 1, (size_t)n, f);
-    fclose(f);
-    if (got != (size_t)n) {
-        mem_free(*data);
-        *data = NULL;
-        return err_set(e, ST_IO, "%s: read %zu of %ld bytes", path, got, n);
-    }
-    *size = (size_t)n;
-    return ST_OK;
-}
-
 int tok_from_llama2c(Tokenizer **out, const char *path, int n_vocab, Err *e) {
     *out = NULL;
     if (n_vocab < 3)
@@ -360,8 +335,12 @@ int tok_from_llama2c(Tokenizer **out, const char *path, int n_vocab, Err *e) {
                        "BOS and EOS at 0, 1, 2)", path, n_vocab);
     unsigned char *data = NULL;
     size_t size = 0;
-    int st = slurp(path, &data, &size, e);
+    int st = fio_slurp(path, &data, &size, e);
     if (st) return st;
+    if (size == 0) {
+        mem_free(data);
+        return err_set(e, ST_FORMAT, "%s: empty file", path);
+    }
 
     BinCursor c = {data, size, 0, path, e};
     int32_t max_len = 0;

@@ -5,6 +5,7 @@
  * message; the runtime checks the values again when the request is submitted
  * (a workload is one way in, not the only one). */
 #include "workload.h"
+#include "fileio.h"
 #include "mem.h"
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -33,6 +34,36 @@ static int number(const cJSON *f, const char *where, double lo, double hi, int i
     return ST_OK;
 }
 
+/* cJSON decodes the escape \u0000 to a NUL, and its strings are C strings
+ * that end there: "a\u0000b" would reach the runtime as the prompt "a",
+ * without a word. So look for the escape in the raw text of the line (valid
+ * JSON: cJSON has just parsed it). Returns 0 if there is none, 1 if a value
+ * holds one (*key is then the top-level field it belongs to), 2 if a key
+ * holds one. */
+static int find_escaped_nul(const char *text, char *key, size_t cap) {
+    int depth = 0;
+    snprintf(key, cap, "?");
+    for (const char *p = text; *p; p++) {
+        if (*p == '{' || *p == '[') depth++;
+        else if (*p == '}' || *p == ']') depth--;
+        if (*p != '"') continue;
+        const char *s = ++p;   /* a string: find its end, noting a \u0000 */
+        int nul = 0;
+        while (*p && *p != '"') {
+            if (*p != '\\') { p++; continue; }
+            if (p[1] == 'u' && strncmp(p + 2, "0000", 4) == 0) nul = 1;
+            p += p[1] ? 2 : 1;   /* past the backslash and its letter; hex digits are plain */
+        }
+        const char *after = p + 1;
+        while (*after == ' ' || *after == '\t' || *after == '\r' || *after == '\n') after++;
+        int is_key = *after == ':';
+        if (is_key && depth == 1) snprintf(key, cap, "%.*s", (int)(p - s), s);
+        if (nul) return is_key ? 2 : 1;
+        if (!*p) break;
+    }
+    return 0;
+}
+
 static int parse_line(Workload *w, WorkItem *it, const char *text, const char *where, Err *e) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
@@ -42,7 +73,15 @@ static int parse_line(Workload *w, WorkItem *it, const char *text, const char *w
                        at && at >= text ? (int)(at - text) + 1 : 1);
     }
     int st = ST_OK;
+    char key[64];
+    int nul = find_escaped_nul(text, key, sizeof key);
     if (!cJSON_IsObject(root)) st = err_set(e, ST_FORMAT, "%s: expected a JSON object", where);
+    else if (nul == 2)
+        st = err_set(e, ST_FORMAT, "%s: a field name contains \\u0000 (a NUL character), which "
+                     "would cut it short", where);
+    else if (nul == 1)
+        st = err_set(e, ST_FORMAT, "%s: field \"%s\" contains \\u0000 (a NUL character), which "
+                     "would cut the text short", where, key);
     RtParams *p = &it->params;
     *p = rt_params_default();
     p->max_tokens = 64;
@@ -50,6 +89,10 @@ static int parse_line(Workload *w, WorkItem *it, const char *text, const char *w
     double v = 0;
     for (const cJSON *f = root->child; f && st == ST_OK; f = f->next) {
         const char *k = f->string;
+        for (const cJSON *g = root->child; g != f && st == ST_OK; g = g->next)
+            if (!strcmp(g->string, k))   /* cJSON keeps both; the last would silently win */
+                st = err_set(e, ST_FORMAT, "%s: duplicate field \"%s\"", where, k);
+        if (st) break;
         if (!strcmp(k, "prompt")) {
             if (!cJSON_IsString(f)) st = err_set(e, ST_FORMAT, "%s: field \"prompt\" must be a string", where);
             else if (!(p->prompt = keep(w, f->valuestring))) st = ST_NOMEM;
@@ -98,9 +141,11 @@ int workload_load(Workload *w, const char *path, Err *e) {
     memset(w, 0, sizeof *w);
     static cJSON_Hooks hooks = {mem_alloc, mem_free};   /* cJSON allocates through our seam too */
     cJSON_InitHooks(&hooks);
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(e, ST_IO, "%s: cannot open: %m", path);
-    int st = ST_OK, line_no = 0, cap = 0;
+    FILE *f;
+    size_t size;
+    int st = fio_fopen(path, &f, &size, e);
+    if (st) return st;
+    int line_no = 0, cap = 0;
     char *line = NULL;
     size_t line_cap = 0;
     ssize_t len;

@@ -10,8 +10,9 @@
  * (samples of the prompt, 1..64, default 1: forked from the first),
  * arrival_ms (number >= 0, default 0: when to submit it, relative to the start
  * of the replay). Blank lines and lines starting with # are skipped. An
- * unknown field is an error (a typo must not pass silently). Parsed with
- * cJSON (Debian's libcjson): see notes/runtime.md for why. */
+ * unknown field is an error (a typo must not pass silently), and so are a
+ * field given twice and a \u0000 in a string (C strings would end there).
+ * Parsed with cJSON (Debian's libcjson): see notes/runtime.md for why. */
 #ifndef WORKLOAD_H
 #define WORKLOAD_H
 #include "err.h"

@@ -42,9 +42,10 @@ else
 fi
 
 # expect_error WANT ARGS...: exit code non-zero, one stderr line containing WANT, empty stdout
+# (under a timeout: a file that blocks the reader must fail the check, not hang the suite)
 expect_error() {
     want=$1; shift
-    "$INFER" "$@" > "$tmp/out" 2> "$tmp/err"
+    timeout 10 "$INFER" "$@" > "$tmp/out" 2> "$tmp/err"
     rc=$?
     lines=$(wc -l < "$tmp/err")
     if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ] && grep -q -- "$want" "$tmp/err" && [ ! -s "$tmp/out" ]; then ok
@@ -61,6 +62,14 @@ printf 'GGUF\003\000\000\000' > "$tmp/short.gguf"
 expect_error "truncated" --model "$tmp/short.gguf"
 head -c 5000 /dev/urandom > "$tmp/noise.bin"
 expect_error "$tmp/noise.bin" --model "$tmp/noise.bin"
+# a directory or a FIFO where a file belongs: refused at once, never read or waited on
+mkdir "$tmp/dir"; mkfifo "$tmp/fifo"
+expect_error "$tmp/dir: is a directory" --model "$tmp/dir"
+expect_error "$tmp/fifo: not a regular file (a FIFO)" --model "$tmp/fifo"
+if [ -f "$FIX/tiny/tiny.bin" ]; then
+    expect_error "$tmp/dir: is a directory" --model "$FIX/tiny/tiny.bin" --tokenizer "$tmp/dir"
+    expect_error "$tmp/fifo: not a regular file (a FIFO)" --model "$FIX/tiny/tiny.bin" --tokenizer "$tmp/fifo"
+fi
 if [ -f "$FIX/tiny/tiny-f32.gguf" ]; then
     expect_error "temperature" --model "$FIX/tiny/tiny-f32.gguf" --temperature -1
     expect_error "top_p" --model "$FIX/tiny/tiny-f32.gguf" --top-p 1.5

@@ -8,6 +8,10 @@
 #include "mem.h"
 #include "model.h"
 #include "testutil.h"
+#include "tokenizer.h"
+#include "workload.h"
+#include <signal.h>
+#include <sys/stat.h>
 
 typedef struct {
     unsigned char *bytes;
@@ -174,11 +178,266 @@ static void llama2c_absurd_header_is_refused(void **st) {
     free(b.bytes);
 }
 
+/* A header that claims a smaller model than the file holds would load the
+ * first bytes of every array and print garbage: the size must be exact. */
+static void llama2c_header_that_disagrees_with_the_file_size_is_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny.bin")) return;
+    int32_t h[7];
+    memcpy(h, b.bytes, sizeof h);
+    char want[96];
+    snprintf(want, sizeof want, "the file has %zu", b.size);
+    const int fields[] = {2, 1, 4};   /* n_layers, hidden_dim, n_kv_heads: each one less */
+    for (int i = 0; i < 3; i++) {
+        int32_t smaller = h[fields[i]] - (fields[i] == 1 ? 32 : 1);
+        memcpy(b.bytes + 4 * fields[i], &smaller, 4);
+        expect_refused(&b, b.size, want);
+        expect_refused(&b, b.size, "implies");
+        memcpy(b.bytes, h, sizeof h);
+    }
+    /* a negative vocab_size says a classifier follows, and none does */
+    int32_t unshared = -h[5];
+    memcpy(b.bytes + 20, &unshared, 4);
+    expect_refused(&b, b.size, "classifier");
+    /* one float too many */
+    memcpy(b.bytes, h, sizeof h);
+    unsigned char *longer = malloc(b.size + 4);
+    memcpy(longer, b.bytes, b.size);
+    memset(longer + b.size, 0, 4);
+    Blob l = {longer, b.size + 4};
+    expect_refused(&l, l.size, "4 bytes more");
+    free(longer);
+    free(b.bytes);
+}
+
+/* Two tensors whose data overlap: one of them would read the other's bytes. */
+static void gguf_overlapping_tensors_are_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny-f32.gguf")) return;
+    char path[64];
+    write_temp(path, sizeof path, b.bytes, b.size);
+    Gguf g;
+    Err e;
+    assert_int_equal(gguf_open(&g, path, &e), ST_OK);
+    unlink(path);
+    /* the smallest tensor moved onto the start of the largest: inside the file */
+    uint64_t small = 0, big = 0;
+    for (uint64_t i = 1; i < g.n_tensors; i++) {
+        if (g.tensors[i].nbytes < g.tensors[small].nbytes) small = i;
+        if (g.tensors[i].nbytes > g.tensors[big].nbytes) big = i;
+    }
+    uint64_t off = g.tensors[big].offset + 32;
+    char small_name[80], big_name[80];
+    snprintf(small_name, sizeof small_name, "%.*s", (int)g.tensors[small].name.len, g.tensors[small].name.s);
+    snprintf(big_name, sizeof big_name, "%.*s", (int)g.tensors[big].name.len, g.tensors[big].name.s);
+    gguf_close(&g);
+    TensorAt at = tensor_at(&b, small);
+    memcpy(b.bytes + at.offset, &off, 8);
+    expect_refused(&b, b.size, "overlap");
+    expect_refused(&b, b.size, small_name);
+    expect_refused(&b, b.size, big_name);
+    free(b.bytes);
+}
+
+/* Write n bytes to dir/name in a fresh temporary directory; path gets the
+ * file's path. remove_named() undoes it. */
+static void write_named(char *path, size_t cap, const char *name, const void *data, size_t n) {
+    char dir[] = "/tmp/llm-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, cap, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+static void remove_named(const char *path) {
+    unlink(path);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(path, '/') - path), path);
+    rmdir(dir);
+}
+
+/* Load path as a model; expect ST_FORMAT and a message naming it and `want`. */
+static void expect_model_refused(const char *path, const char *want) {
+    Model m;
+    Err e = {{0}};
+    int rc = model_load(&m, path, "/nonexistent/tokenizer.bin", &e);
+    if (rc == ST_OK) model_free(&m);
+    if (rc != ST_FORMAT || !strstr(e.msg, path) || !strstr(e.msg, want))
+        fail_msg("status %d, message \"%s\": want a format error naming %s and saying \"%s\"", rc,
+                 e.msg, path, want);
+}
+
+/* An empty file is neither a short llama2.c header nor a short GGUF one. */
+static void an_empty_file_is_called_empty_whatever_its_name(void **st) {
+    const char *names[] = {"model.gguf", "model.bin", "model"};
+    for (int i = 0; i < 3; i++) {
+        char path[512];
+        write_named(path, sizeof path, names[i], "", 0);
+        expect_model_refused(path, ": empty file");
+        Err e = {{0}};
+        Gguf g;
+        assert_int_equal(gguf_open(&g, path, &e), ST_FORMAT);
+        assert_non_null(strstr(e.msg, ": empty file"));
+        Tokenizer *t;
+        assert_int_equal(tok_from_llama2c(&t, path, 512, &e), ST_FORMAT);
+        assert_non_null(strstr(e.msg, ": empty file"));
+        remove_named(path);
+    }
+}
+
+/* A file named *.gguf is read as GGUF whatever its first bytes: "not a
+ * GGUF file" explains more than a llama2.c header of absurd numbers. */
+static void a_gguf_named_file_without_the_magic_says_so(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny.bin")) return;
+    size_t sizes[] = {b.size, 10};
+    for (int i = 0; i < 2; i++) {
+        char path[512];
+        write_named(path, sizeof path, "tiny.gguf", b.bytes, sizes[i]);
+        expect_model_refused(path, "not a GGUF file");
+        remove_named(path);
+    }
+    free(b.bytes);
+}
+
+/* A context of one position holds BOS and nothing more: nothing could ever
+ * be generated, and the runtime's complaint would not name the file. */
+static void llama2c_seq_len_too_small_is_refused_naming_the_file(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "tiny/tiny.bin")) return;
+    int32_t h[7];
+    memcpy(h, b.bytes, sizeof h);
+    size_t S = (size_t)(h[0] / h[3]), rope = (size_t)h[6] * S * 4;
+    int32_t one = 1;
+    memcpy(b.bytes + 24, &one, 4);
+    /* keep the size consistent: the (unused) RoPE tables shrink to one position */
+    expect_refused(&b, b.size - rope + S * 4, "seq_len 1");
+    free(b.bytes);
+}
+
 static void missing_file_is_an_io_error(void **st) {
     Model m;
     Err e;
     assert_int_equal(model_load(&m, "/nonexistent/model.gguf", NULL, &e), ST_IO);
     assert_non_null(strstr(e.msg, "/nonexistent/model.gguf"));
+}
+
+/* ---- what is not a regular file ----------------------------------------- */
+
+/* Every reader given `path` fails with ST_IO and one line "path: want",
+ * and leaks nothing. */
+static void expect_every_reader_refuses(const char *path, const char *want) {
+    char line[600];
+    snprintf(line, sizeof line, "%s: %s", path, want);
+    MemStats before = mem_stats();
+    Err e = {{0}};
+    Model m;
+    assert_int_equal(model_load(&m, path, NULL, &e), ST_IO);
+    if (!strstr(e.msg, line)) fail_msg("model_load: \"%s\", want \"%s\"", e.msg, line);
+    Gguf g;
+    assert_int_equal(gguf_open(&g, path, &e), ST_IO);
+    if (!strstr(e.msg, line)) fail_msg("gguf_open: \"%s\", want \"%s\"", e.msg, line);
+    Tokenizer *t = NULL;
+    assert_int_equal(tok_from_llama2c(&t, path, 512, &e), ST_IO);
+    if (!strstr(e.msg, line)) fail_msg("tok_from_llama2c: \"%s\", want \"%s\"", e.msg, line);
+    assert_null(t);
+    Workload w;
+    assert_int_equal(workload_load(&w, path, &e), ST_IO);
+    if (!strstr(e.msg, line)) fail_msg("workload_load: \"%s\", want \"%s\"", e.msg, line);
+    assert_null(strchr(e.msg, '\n'));
+    /* the tokenizer of a llama2.c checkpoint, the case that asked for 2^63 bytes */
+    char tiny[512];
+    if (fixture(tiny, sizeof tiny, "tiny/tiny.bin")) {
+        assert_int_equal(model_load(&m, tiny, path, &e), ST_IO);
+        if (!strstr(e.msg, line)) fail_msg("model_load tokenizer: \"%s\", want \"%s\"", e.msg, line);
+    }
+    assert_int_equal(mem_stats().live_count, before.live_count);
+}
+
+static void a_directory_is_refused_by_every_reader(void **st) {
+    char dir[] = "/tmp/llm-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    expect_every_reader_refuses(dir, "is a directory");
+    rmdir(dir);
+}
+
+/* open() on a FIFO waits for a writer: the readers must refuse it without
+ * opening it for blocking reads. The alarm turns a regression into a
+ * failure rather than a hung suite. */
+static void a_fifo_is_refused_without_blocking(void **st) {
+    char dir[] = "/tmp/llm-test-XXXXXX", fifo[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(20);
+    expect_every_reader_refuses(fifo, "not a regular file (a FIFO)");
+    alarm(0);
+    unlink(fifo);
+    rmdir(dir);
+}
+
+/* ---- workload files --------------------------------------------------------- */
+
+/* Load a workload made of `text`; returns the status, the message in e. */
+static int load_workload_text(const char *text, char *path, size_t cap, Workload *w, Err *e) {
+    write_temp(path, cap, text, strlen(text));
+    int rc = workload_load(w, path, e);
+    unlink(path);
+    return rc;
+}
+
+/* Expect text refused with ST_FORMAT and one line holding "path:want". */
+static void expect_workload_refused(const char *text, const char *want) {
+    char path[64], line[160];
+    Workload w;
+    Err e = {{0}};
+    MemStats before = mem_stats();
+    int rc = load_workload_text(text, path, sizeof path, &w, &e);
+    if (rc == ST_OK) {
+        workload_free(&w);
+        fail_msg("workload accepted, want \"%s\": %s", want, text);
+    }
+    assert_int_equal(rc, ST_FORMAT);
+    snprintf(line, sizeof line, "%s:%s", path, want);
+    if (!strstr(e.msg, line)) fail_msg("message \"%s\" should say \"%s\"", e.msg, line);
+    assert_null(strchr(e.msg, '\n'));
+    assert_int_equal(mem_stats().live_count, before.live_count);
+}
+
+/* cJSON decodes "\u0000" to a NUL and the string ends there: "a\u0000b"
+ * would become the prompt "a" without a word. */
+static void workload_escaped_nul_is_refused_naming_line_and_field(void **st) {
+    expect_workload_refused("{\"prompt\": \"a\"}\n{\"prompt\": \"a\\u0000b\"}\n",
+                            "2: field \"prompt\" contains \\u0000");
+    expect_workload_refused("{\"prompt\": \"a\", \"stop\": [\"x\", \"y\\u0000\"]}\n",
+                            "1: field \"stop\" contains \\u0000");
+    expect_workload_refused("{\"prompt\": \"a\", \"stop\": \"\\u0000\"}\n",
+                            "1: field \"stop\" contains \\u0000");
+    /* the key itself: "prompt\u0000x" would be read as "prompt" */
+    expect_workload_refused("{\"prompt\\u0000x\": \"a\"}\n", "1: a field name contains \\u0000");
+}
+
+/* "\\u0000" is a backslash followed by the text u0000: an ordinary prompt. */
+static void workload_escaped_backslash_before_u0000_is_plain_text(void **st) {
+    char path[64];
+    Workload w;
+    Err e = {{0}};
+    assert_int_equal(load_workload_text("{\"prompt\": \"a\\\\u0000b\", \"stop\": \"\\\\\"}\n",
+                                        path, sizeof path, &w, &e), ST_OK);
+    assert_int_equal(w.n, 1);
+    assert_string_equal(w.items[0].params.prompt, "a\\u0000b");
+    assert_string_equal(w.items[0].params.stop[0], "\\");
+    workload_free(&w);
+}
+
+/* cJSON keeps both copies of a repeated key and the last would silently win. */
+static void workload_duplicate_field_is_refused(void **st) {
+    expect_workload_refused("{\"prompt\": \"a\", \"max_tokens\": 3, \"max_tokens\": 5}\n",
+                            "1: duplicate field \"max_tokens\"");
+    expect_workload_refused("\n{\"prompt\": \"a\", \"seed\": 1, \"prompt\": \"b\"}\n",
+                            "2: duplicate field \"prompt\"");
 }
 
 int main(void) {
@@ -193,7 +452,17 @@ int main(void) {
         cmocka_unit_test(gguf_absurd_layer_count_is_refused),
         cmocka_unit_test(llama2c_truncated_checkpoint_is_refused),
         cmocka_unit_test(llama2c_absurd_header_is_refused),
+        cmocka_unit_test(llama2c_header_that_disagrees_with_the_file_size_is_refused),
+        cmocka_unit_test(gguf_overlapping_tensors_are_refused),
+        cmocka_unit_test(an_empty_file_is_called_empty_whatever_its_name),
+        cmocka_unit_test(a_gguf_named_file_without_the_magic_says_so),
+        cmocka_unit_test(llama2c_seq_len_too_small_is_refused_naming_the_file),
         cmocka_unit_test(missing_file_is_an_io_error),
+        cmocka_unit_test(a_directory_is_refused_by_every_reader),
+        cmocka_unit_test(a_fifo_is_refused_without_blocking),
+        cmocka_unit_test(workload_escaped_nul_is_refused_naming_line_and_field),
+        cmocka_unit_test(workload_escaped_backslash_before_u0000_is_plain_text),
+        cmocka_unit_test(workload_duplicate_field_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -125,6 +125,17 @@ expect_error 'field "temperature" must be a number' '{"prompt": "a", "temperatur
 expect_error 'field "prompt" is missing' '{"max_tokens": 3}'
 expect_error 'field "n" is 65' '{"prompt": "a", "n": 65}'
 expect_error "no request in the file" '# nothing'
+expect_error 'bad.jsonl:1: field "prompt" contains .u0000' '{"prompt": "ROMEO\u0000 and JULIET"}'
+expect_error 'bad.jsonl:1: duplicate field "max_tokens"' '{"prompt": "a", "max_tokens": 3, "max_tokens": 5}'
+# a directory or a FIFO as the workload: refused at once (the timeout keeps a regression from hanging)
+mkdir "$tmp/wdir"; mkfifo "$tmp/wfifo"
+for f in wdir wfifo; do
+    timeout 10 "$INFER" --model $MODEL --workload "$tmp/$f" > "$tmp/o" 2> "$tmp/e"
+    rc=$?
+    want="$tmp/$f: is a directory"; [ $f = wfifo ] && want="$tmp/$f: not a regular file (a FIFO)"
+    [ $rc -ne 0 ] && [ $rc -lt 124 ] && [ "$(wc -l < "$tmp/e")" -eq 1 ] && grep -qF "$want" "$tmp/e" && ok \
+        || bad "workload $f -> rc $rc, stderr: $(cat "$tmp/e")"
+done
 "$INFER" --model $MODEL --workload /nonexistent.jsonl > "$tmp/o" 2> "$tmp/e"
 [ $? -ne 0 ] && grep -q "/nonexistent.jsonl: cannot open" "$tmp/e" && ok || bad "missing workload file: $(cat "$tmp/e")"
 echo "workload: $pass passed, $fail failed"

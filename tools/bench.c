@@ -376,11 +376,27 @@ static int bench_model(const char *path, const Args *a, const Machine *mc, int *
 
 /* ------------------------------------------------------------ arguments */
 
-static int parse_args(int argc, char **argv, Args *a, Err *e) {
+static void usage(FILE *f) {
+    fprintf(f, "usage: bench [--threads 1,2] [--prompt 128] [--decode 32] [--runs 3] [--budget 60] "
+               "MODEL.gguf ...\n");
+}
+
+/* Sets *help (and stops) at --help or -h. */
+static int parse_args(int argc, char **argv, Args *a, int *help, Err *e) {
+    static const char *const valued[] = {"--threads", "--prompt", "--decode", "--runs", "--budget"};
     *a = (Args){.threads = {1}, .n_threads = 1, .prompt = 128, .decode = 32, .runs = 3, .budget_s = 60.0};
+    *help = 0;
     int i = 1;
     for (; i < argc && argv[i][0] == '-' && argv[i][1]; i += 2) {
         const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
+            *help = 1;
+            return ST_OK;
+        }
+        size_t k = 0;
+        while (k < sizeof valued / sizeof valued[0] && strcmp(flag, valued[k])) k++;
+        if (k == sizeof valued / sizeof valued[0])
+            return err_set(e, ST_ARG, "unknown option %s (see --help)", flag);
         if (!val) return err_set(e, ST_ARG, "%s needs a value", flag);
         if (strcmp(flag, "--threads") == 0) {
             a->n_threads = 0;
@@ -404,8 +420,6 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
             int b;
             if (parse_int(flag, val, 1, 3600, &b, e)) return ST_ARG;
             a->budget_s = b;
-        } else {
-            return err_set(e, ST_ARG, "unknown option %s", flag);
         }
     }
     a->models = argv + i;
@@ -417,14 +431,18 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
 int main(int argc, char **argv) {
     Args a;
     Err e = {{0}};
+    int help;
     if (argc == 1) {
-        printf("usage: bench [--threads 1,2] [--prompt 128] [--decode 32] [--runs 3] [--budget 60] "
-               "MODEL.gguf ...\n");
+        usage(stdout);
         return 0;
     }
-    if (parse_args(argc, argv, &a, &e)) {
+    if (parse_args(argc, argv, &a, &help, &e)) {
         fprintf(stderr, "bench: %s\n", e.msg);
         return 2;
+    }
+    if (help) {
+        usage(stdout);
+        return 0;
     }
     Machine mc = {0};
     if (measure_machine(&a, &mc, &e)) {

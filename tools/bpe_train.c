@@ -21,6 +21,7 @@
  * arguments or unreadable input. */
 #include "bpe.h"
 #include "err.h"
+#include "fileio.h"
 #include "gguf.h"
 #include "mem.h"
 #include "tokenizer.h"
@@ -28,13 +29,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 typedef struct {
     const char *input, *out;
     double fraction;
     int vocab;
+    int help;   /* --help / -h: print the usage and stop */
 } Args;
 
 static void usage(FILE *f) {
@@ -48,12 +49,16 @@ static void usage(FILE *f) {
 }
 
 static int parse_args(int argc, char **argv, Args *a, Err *e) {
-    *a = (Args){NULL, NULL, 0.9, 0};
+    *a = (Args){NULL, NULL, 0.9, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            a->help = 1;
+            return ST_OK;
+        }
         if (strcmp(arg, "--input") && strcmp(arg, "--out") && strcmp(arg, "--vocab") &&
             strcmp(arg, "--train-fraction"))
-            return err_set(e, ST_ARG, "unknown option %s (run with no arguments for help)", arg);
+            return err_set(e, ST_ARG, "unknown option %s (see --help)", arg);
         if (i + 1 >= argc) return err_set(e, ST_ARG, "%s needs a value", arg);
         const char *val = argv[++i];
         char *end;
@@ -82,30 +87,13 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
     return ST_OK;
 }
 
-/* The whole file, NUL-terminated, in memory from mem_alloc. */
+/* The whole file, NUL-terminated, in memory from mem_alloc (a directory or a
+ * FIFO is refused before anything is read). */
 static int read_text(const char *path, char **text, size_t *size, Err *e) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(e, ST_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return err_set(e, ST_IO, "cannot read %s: not a regular file", path);
-    }
-    size_t n = (size_t)sb.st_size;
-    *text = mem_alloc(n + 1);
-    if (!*text) {
-        fclose(f);
-        return err_set(e, ST_NOMEM, "out of memory for %s (%zu bytes)", path, n);
-    }
-    size_t got = fread(*text, 1, n, f);
-    int failed = ferror(f);
-    fclose(f);
-    if (failed || got != n) {
-        mem_free(*text);
-        return err_set(e, ST_IO, "cannot read %s: %s", path, failed ? strerror(errno) : "short read");
-    }
-    *size = n;
-    return ST_OK;
+    unsigned char *bytes;
+    int st = fio_slurp(path, &bytes, size, e);
+    *text = (char *)bytes;
+    return st;
 }
 
 static double now_s(void) {
@@ -227,15 +215,16 @@ static int check_with_engine(const Bpe *b, const char *path, const char *text, s
 }
 
 int main(int argc, char **argv) {
-    if (argc == 1 || (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))) {
-        usage(stdout);
-        return 0;
-    }
     Args a;
     Err e = {{0}};
     char *text = NULL;
     size_t size = 0;
-    if (parse_args(argc, argv, &a, &e) || read_text(a.input, &text, &size, &e)) {
+    int parsed = parse_args(argc, argv, &a, &e);
+    if (argc == 1 || (parsed == ST_OK && a.help)) {
+        usage(stdout);
+        return 0;
+    }
+    if (parsed || read_text(a.input, &text, &size, &e)) {
         fprintf(stderr, "bpe_train: %s\n", e.msg);
         return 2;
     }

@@ -138,34 +138,55 @@ static double time_cell(const Cell *c, const uint8_t *pool, size_t pool_bytes, i
     return per_call * calls / (t1 - t0);
 }
 
+static void usage(FILE *f) {
+    fprintf(f, "usage: kbench [--isa plain|avx512] [--type F32|F16|Q8_0] [--shape NxK] "
+               "[--reps R (1..%d)] [--threads 1|2|both] [--pool-mib M] [--prefill-t T]\n",
+            MAX_REPS);
+}
+
+/* 0: run; 1: --help was asked for; -1: a bad command line (one line said why). */
 static int parse_args(Options *o, int argc, char **argv) {
+    static const char *const valued[] = {"--isa", "--type", "--shape", "--reps", "--threads",
+                                         "--pool-mib", "--prefill-t"};
     *o = (Options){ops_best_isa(), -1, 0, 0, 7, 0, 256.0, 128};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) return -1;
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
+        size_t k = 0;
+        while (k < sizeof valued / sizeof valued[0] && strcmp(a, valued[k])) k++;
+        if (k == sizeof valued / sizeof valued[0]) {
+            fprintf(stderr, "kbench: unknown option %s (see --help)\n", a);
+            return -1;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "kbench: %s needs a value\n", a);
+            return -1;
+        }
+        const char *v = argv[++i];
         if (!strcmp(a, "--isa")) o->isa = !strcmp(v, "plain") ? OPS_PLAIN : OPS_AVX512;
         else if (!strcmp(a, "--type")) o->type = !strcmp(v, "F32") ? DT_F32 : !strcmp(v, "F16") ? DT_F16 : DT_Q8_0;
         else if (!strcmp(a, "--shape")) {
-            if (sscanf(v, "%dx%d", &o->N, &o->K) != 2) return -1;
+            if (sscanf(v, "%dx%d", &o->N, &o->K) != 2) o->N = -1;
         } else if (!strcmp(a, "--reps")) o->reps = atoi(v);
         else if (!strcmp(a, "--threads")) o->threads = !strcmp(v, "both") ? 0 : atoi(v);
         else if (!strcmp(a, "--pool-mib")) o->pool_mib = atof(v);
-        else if (!strcmp(a, "--prefill-t")) o->prefill_T = atoi(v);
-        else return -1;
-        i++;
+        else o->prefill_T = atoi(v);   /* --prefill-t */
     }
     int shapes_ok = o->N ? o->N > 0 && o->K > 0 && o->K % QK8_0 == 0 : 1;
-    return o->reps >= 1 && o->reps <= MAX_REPS && o->prefill_T >= 1 && shapes_ok ? 0 : -1;
+    if (o->reps >= 1 && o->reps <= MAX_REPS && o->prefill_T >= 1 && shapes_ok) return 0;
+    fprintf(stderr, "kbench: bad value: --reps wants 1..%d, --prefill-t at least 1, --shape NxK "
+                    "with K a multiple of %d\n", MAX_REPS, QK8_0);
+    return -1;
 }
 
 int main(int argc, char **argv) {
     Options o;
-    if (parse_args(&o, argc, argv)) {
-        fprintf(stderr, "usage: kbench [--isa plain|avx512] [--type F32|F16|Q8_0] [--shape NxK] "
-                        "[--reps R (1..%d)] [--threads 1|2|both] [--pool-mib M] [--prefill-t T]\n",
-                MAX_REPS);
-        return 2;
+    int parsed = parse_args(&o, argc, argv);
+    if (parsed == 1) {
+        usage(stdout);
+        return 0;
     }
+    if (parsed) return 2;
 
     /* The figures: for each type and shape, T = 1 then T = prefill, 1 then 2 threads. */
     static Cell cells[MAX_CELLS];

@@ -257,6 +257,7 @@ typedef struct {
     DType type;
     uint64_t seed;
     int size_only;
+    int help;          /* --help / -h: print the usage and stop */
     const char *out;
 } Args;
 
@@ -314,9 +315,14 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
     a->type = DT_F32;
     a->seed = 1;
     a->size_only = 0;
+    a->help = 0;
     a->out = NULL;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            a->help = 1;
+            return ST_OK;
+        }
         if (strcmp(arg, "--size-only") == 0) {
             a->size_only = 1;
             continue;
@@ -326,11 +332,13 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
             a->out = arg;
             continue;
         }
+        int f = 0;
+        while (f < 7 && strcmp(arg, flags[f]) != 0) f++;
+        if (f == 7 && strcmp(arg, "--preset") && strcmp(arg, "--type") && strcmp(arg, "--seed"))
+            return err_set(e, ST_ARG, "unknown option %s (see --help)", arg);
         if (i + 1 >= argc) return err_set(e, ST_ARG, "%s needs a value", arg);
         const char *val = argv[++i];
         long long v;
-        int f = 0;
-        while (f < 7 && strcmp(arg, flags[f]) != 0) f++;
         if (f < 7) {
             if (parse_int(arg, val, 1, max[f], &v, e)) return ST_ARG;
             given[f] = (int)v;
@@ -345,11 +353,9 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
             else if (strcmp(val, "f16") == 0) a->type = DT_F16;
             else if (strcmp(val, "q8_0") == 0) a->type = DT_Q8_0;
             else return err_set(e, ST_ARG, "--type wants f32, f16 or q8_0, got '%s'", val);
-        } else if (strcmp(arg, "--seed") == 0) {
+        } else {   /* --seed */
             if (parse_int(arg, val, 0, INT64_MAX, &v, e)) return ST_ARG;
             a->seed = (uint64_t)v;
-        } else {
-            return err_set(e, ST_ARG, "unknown option %s (run with no arguments for help)", arg);
         }
     }
     if (!a->out) return err_set(e, ST_ARG, "no output path given");
@@ -388,6 +394,10 @@ int main(int argc, char **argv) {
     if (parse_args(argc, argv, &a, &e)) {
         fprintf(stderr, "mkmodel: %s\n", e.msg);
         return 2;
+    }
+    if (a.help) {
+        usage(stdout);
+        return 0;
     }
     const Shape *s = &a.shape;
     double t0 = now_s();

@@ -24,6 +24,7 @@
  * tokens in its second half (the first window scores all), so every token is
  * scored once with at least T/2 tokens of context; the sum of -ln p over all
  * validation tokens is divided by the number of validation characters. */
+#include "fileio.h"
 #include "gguf_write.h"
 #include "mem.h"
 #include "model.h"
@@ -70,6 +71,20 @@ static int parse(int argc, char **argv, Args *a) {
                 .eval_every = 250, .ckpt_every = 100, .lr = 1e-3f, .min_lr = 1e-4f, .wd = 0.1f,
                 .dropout = 0.1f, .clip = 1.0f, .beta2 = 0.99f, .seed = 1, .q8 = 1,
                 .train_fraction = 0.9};
+    struct { const char *name; int *i; long *l; float *f; double lo, hi; } nums[] = {
+        {"--dim", &a->dim, 0, 0, 8, 4096}, {"--hidden", &a->hidden, 0, 0, 8, 16384},
+        {"--layers", &a->layers, 0, 0, 1, 64}, {"--heads", &a->heads, 0, 0, 1, 64},
+        {"--kv-heads", &a->kv_heads, 0, 0, 1, 64}, {"--ctx", &a->ctx, 0, 0, 2, 4096},
+        {"--batch", &a->batch, 0, 0, 1, 1024}, {"--threads", &a->threads, 0, 0, 1, 256},
+        {"--steps", 0, &a->steps, 0, 1, 1e9}, {"--warmup", 0, &a->warmup, 0, 0, 1e9},
+        {"--eval-every", 0, &a->eval_every, 0, 1, 1e9},
+        {"--checkpoint-every", 0, &a->ckpt_every, 0, 1, 1e9},
+        {"--lr", 0, 0, &a->lr, 0, 1}, {"--min-lr", 0, 0, &a->min_lr, 0, 1},
+        {"--wd", 0, 0, &a->wd, 0, 10}, {"--dropout", 0, 0, &a->dropout, 0, 0.9},
+        {"--clip", 0, 0, &a->clip, 0, 1e6}, {"--beta2", 0, 0, &a->beta2, 0.5, 0.99999},
+    };
+    static const char *const strs[] = {"--tokenizer", "--corpus", "--out", "--checkpoint", "--log",
+                                       "--seed", "--train-fraction"};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { usage(stdout); exit(0); }
@@ -77,24 +92,16 @@ static int parse(int argc, char **argv, Args *a) {
         if (!strcmp(k, "--resume")) { a->resume = 1; continue; }
         if (!strcmp(k, "--f32")) { a->q8 = 0; continue; }
         if (!strcmp(k, "--no-eval")) { a->no_eval = 1; continue; }
+        int known = 0;
+        for (size_t n = 0; n < sizeof nums / sizeof nums[0]; n++) known |= !strcmp(k, nums[n].name);
+        for (size_t n = 0; n < sizeof strs / sizeof strs[0]; n++) known |= !strcmp(k, strs[n]);
+        if (!known) { fprintf(stderr, "train: unknown option %s (see --help)\n", k); return -1; }
         if (i + 1 >= argc) { fprintf(stderr, "train: %s needs a value\n", k); return -1; }
         const char *v = argv[++i];
         char *end = NULL;
         errno = 0;
         double num = strtod(v, &end);
         int isnum = errno == 0 && end != v && *end == 0;
-        struct { const char *name; int *i; long *l; float *f; double lo, hi; } nums[] = {
-            {"--dim", &a->dim, 0, 0, 8, 4096}, {"--hidden", &a->hidden, 0, 0, 8, 16384},
-            {"--layers", &a->layers, 0, 0, 1, 64}, {"--heads", &a->heads, 0, 0, 1, 64},
-            {"--kv-heads", &a->kv_heads, 0, 0, 1, 64}, {"--ctx", &a->ctx, 0, 0, 2, 4096},
-            {"--batch", &a->batch, 0, 0, 1, 1024}, {"--threads", &a->threads, 0, 0, 1, 256},
-            {"--steps", 0, &a->steps, 0, 1, 1e9}, {"--warmup", 0, &a->warmup, 0, 0, 1e9},
-            {"--eval-every", 0, &a->eval_every, 0, 1, 1e9},
-            {"--checkpoint-every", 0, &a->ckpt_every, 0, 1, 1e9},
-            {"--lr", 0, 0, &a->lr, 0, 1}, {"--min-lr", 0, 0, &a->min_lr, 0, 1},
-            {"--wd", 0, 0, &a->wd, 0, 10}, {"--dropout", 0, 0, &a->dropout, 0, 0.9},
-            {"--clip", 0, 0, &a->clip, 0, 1e6}, {"--beta2", 0, 0, &a->beta2, 0.5, 0.99999},
-        };
         int done = 0;
         for (size_t n = 0; n < sizeof nums / sizeof nums[0] && !done; n++) {
             if (strcmp(k, nums[n].name)) continue;
@@ -117,7 +124,11 @@ static int parse(int argc, char **argv, Args *a) {
         else if (!strcmp(k, "--log")) a->log = v;
         else if (!strcmp(k, "--seed") && isnum && num >= 0) a->seed = (uint64_t)num;
         else if (!strcmp(k, "--train-fraction") && isnum && num > 0 && num < 1) a->train_fraction = num;
-        else { fprintf(stderr, "train: unknown option or bad value: %s %s\n", k, v); return -1; }
+        else {   /* --seed or --train-fraction with a bad value */
+            fprintf(stderr, "train: %s: bad value '%s' (want %s)\n", k, v,
+                    !strcmp(k, "--seed") ? "a number >= 0" : "a number in (0, 1)");
+            return -1;
+        }
     }
     if (!a->tokenizer || !a->corpus || !a->out) {
         fprintf(stderr, "train: --tokenizer, --corpus and --out are required (see --help)\n");
@@ -154,16 +165,12 @@ static int encode_all(const Tokenizer *tok, const char *text, int **ids, long *n
 }
 
 static int load_data(Data *d, const Args *a, const Tokenizer *tok, Err *e) {
-    FILE *f = fopen(a->corpus, "rb");
-    if (!f) return err_set(e, ST_IO, "%s: cannot open: %s", a->corpus, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = mem_alloc((size_t)size + 1);
-    if (!text) { fclose(f); return err_set(e, ST_NOMEM, "out of memory for the corpus"); }
-    size_t got = fread(text, 1, (size_t)size, f);
-    fclose(f);
-    if (got != (size_t)size) { mem_free(text); return err_set(e, ST_IO, "%s: short read", a->corpus); }
+    unsigned char *bytes;
+    size_t bytes_n;
+    int rc = fio_slurp(a->corpus, &bytes, &bytes_n, e);   /* refuses a directory or a FIFO */
+    if (rc) return rc;
+    char *text = (char *)bytes;
+    long size = (long)bytes_n;
     long split = (long)(size * a->train_fraction);
     char *val = mem_strdup(text + split);
     text[split] = 0;
