@@ -3,7 +3,7 @@
 # measured, not counted by hand.
 #
 # Builds the CLI with -finstrument-functions (every function's entry and exit
-# logged by tools/hops_hook.c), generates a few tokens from the default model
+# logged by tools/hops/hook.c), generates a few tokens from the default model
 # on one thread and the plain kernels, and follows step STEP (default 3: a
 # decode step): the file of the innermost running function is tracked through
 # every call and return, and each change of file is counted. Kernel and helper
@@ -22,7 +22,7 @@ libs="-L/usr/lib/x86_64-linux-gnu/openblas-openmp -Wl,-rpath,/usr/lib/x86_64-lin
 # shellcheck disable=SC2086
 gcc -std=gnu11 -D_GNU_SOURCE -fopenmp $inc -Isrc -O0 -g -no-pie -finstrument-functions \
     -finstrument-functions-exclude-file-list=ops,mem.c,err.c,clock.h \
-    src/*.c "$here/hops_hook.c" -o "$out/infer" $libs
+    src/*.c "$here/hops/hook.c" -o "$out/infer" $libs
 # top: the function that is one step in this design (rt_step, or engine_step
 # in a design where the runtime does not drive the loop)
 if grep -q "rt_step" src/runtime.h 2>/dev/null; then top=rt_step; else top=engine_step; fi

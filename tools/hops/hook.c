@@ -1,4 +1,4 @@
-/* hops_hook.c - function entry/exit hooks for tools/count_hops.sh.
+/* hook.c - function entry/exit hooks for tools/count_hops.sh.
  *
  * GCC's -finstrument-functions calls these at the entry and exit of every
  * function compiled with it; each writes one line ("> ADDR" or "< ADDR") to
