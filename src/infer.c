@@ -36,7 +36,17 @@ typedef struct {
     SamplerParams sp;
     EngineConfig ec;
     long kv_mib;
+    const char *one_prompt_option;   /* the last option given that only --prompt uses */
 } Options;
+
+/* errno of the first failed write to stdout (0: none), reported at the end:
+ * output that could not be written is an error, not a silent loss. */
+static int stdout_errno;
+
+static void write_stdout(const char *text, size_t len) {
+    if ((len && fwrite(text, 1, len, stdout) != len) || fflush(stdout))
+        if (!stdout_errno) stdout_errno = errno ? errno : EIO;
+}
 
 /* Cores this process may run on (its affinity mask, which a container or
  * taskset may have narrowed), not the cores the machine has. */
@@ -110,6 +120,28 @@ static int parse_float(const char *opt, const char *s, float *out) {
     return 0;
 }
 
+/* The options that take a value (every other option but --trace and -h). */
+static int takes_value(const char *a) {
+    static const char *const opts[] = {
+        "--model", "--tokenizer", "--prompt", "-n", "--max-tokens", "--temperature", "--top-k",
+        "--top-p", "--seed", "--threads", "--stop", "--workload", "--trace-json", "--trace-svg",
+        "--kv-map", "--out-dir", "--max-seqs", "--token-budget", "--chunk", "--aging", "--policy",
+        "--clock", "--block-size", "--kv-blocks", "--kv-mem", NULL};
+    for (int i = 0; opts[i]; i++)
+        if (!strcmp(a, opts[i])) return 1;
+    return 0;
+}
+
+/* Options that describe the one request of --prompt; a workload's lines
+ * set their own, so with --workload these would be ignored: refused. */
+static int only_for_one_prompt(const char *a) {
+    static const char *const opts[] = {"--prompt", "-n", "--max-tokens", "--temperature", "--top-k",
+                                       "--top-p", "--seed", "--stop", NULL};
+    for (int i = 0; opts[i]; i++)
+        if (!strcmp(a, opts[i])) return 1;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, Options *o) {
     *o = (Options){.prompt = "", .max_tokens = 256, .threads = usable_cores(),
                    .sp = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f, .seed = 42},
@@ -128,11 +160,23 @@ static int parse_args(int argc, char **argv, Options *o) {
             o->trace = TRACE_VERBOSE;
             continue;
         }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "infer: %s: %s\n", a,
-                    a[0] == '-' ? "missing value (see --help)" : "unexpected argument (see --help)");
+        if (!strncmp(a, "--trace=", 8)) {
+            fprintf(stderr, "infer: %s: unknown trace level '%s' (--trace or --trace=verbose)\n", a, a + 8);
             return -1;
         }
+        if (a[0] != '-') {
+            fprintf(stderr, "infer: %s: unexpected argument (see --help)\n", a);
+            return -1;
+        }
+        if (!takes_value(a)) {
+            fprintf(stderr, "infer: unknown option %s (see --help)\n", a);
+            return -1;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "infer: %s: missing value (see --help)\n", a);
+            return -1;
+        }
+        if (only_for_one_prompt(a)) o->one_prompt_option = a;
         const char *v = argv[++i];
         long n;
         if (!strcmp(a, "--model")) o->model = v;
@@ -218,14 +262,33 @@ static int parse_args(int argc, char **argv, Options *o) {
         fprintf(stderr, "infer: --model FILE is required (see --help)\n");
         return -1;
     }
+    if (o->workload && o->one_prompt_option) {
+        fprintf(stderr, "infer: %s is for a single --prompt; with --workload each line sets its own "
+                "(see notes/serving.md)\n", o->one_prompt_option);
+        return -1;
+    }
     return 0;
+}
+
+/* An output file: a FIFO is refused (opening it would wait for a reader
+ * forever), as is a directory; anything else is created or truncated. NULL
+ * after one line on stderr. */
+static FILE *open_output(const char *what, const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISDIR(st.st_mode))) {
+        fprintf(stderr, "infer: %s%s: %s\n", what, path,
+                S_ISDIR(st.st_mode) ? "is a directory" : "is a FIFO (refused: opening it would wait for a reader)");
+        return NULL;
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) fprintf(stderr, "infer: %s%s: cannot create: %s\n", what, path, strerror(errno));
+    return f;
 }
 
 /* ---- one prompt: stream its text to stdout ---- */
 
 static void to_stdout(int id, const char *text, int len, void *user) {
-    if (len > 0) fwrite(text, 1, (size_t)len, stdout);
-    fflush(stdout);
+    write_stdout(text, (size_t)(len > 0 ? len : 0));
 }
 
 /* The finish reasons as this CLI has always named them. */
@@ -255,14 +318,12 @@ static int run_prompt(const Options *o, const Model *m, Runtime *rt) {
     TokDecoder d;
     tok_decoder_init(&d);
     char piece[TOK_MAX_PIECE];
-    for (int i = 0; i < q->n_prompt; i++) fwrite(piece, 1, (size_t)tok_decode(m->tok, &d, q->tokens[i], piece), stdout);
-    fflush(stdout);
+    for (int i = 0; i < q->n_prompt; i++) write_stdout(piece, (size_t)tok_decode(m->tok, &d, q->tokens[i], piece));
     if (rt_run(rt, &e)) {
         fprintf(stderr, "infer: %s\n", e.msg);
         return 1;
     }
-    fputc('\n', stdout);
-    fflush(stdout);
+    write_stdout("\n", 1);
     if (rt->trace) trace_finish(rt->trace);
     const Telemetry *t = rt_telemetry(rt, id);
     if (o->ec.clock == CLOCK_STEPS) {   /* no speeds: the clock counts steps, not seconds */
@@ -292,10 +353,15 @@ typedef struct {
     int n;
     int refused;
     char why[600];
+    int write_errno;         /* --out-dir: the first failed write to its file (0: none) */
 } Sink;
 
 static void sink_line(Sink *k) {
-    printf("[%d] %.*s\n", k->id, k->n, k->buf);
+    char prefix[24];
+    int len = snprintf(prefix, sizeof prefix, "[%d] ", k->id);
+    write_stdout(prefix, (size_t)len);
+    write_stdout(k->buf, (size_t)k->n);
+    write_stdout("\n", 1);
     k->n = 0;
 }
 
@@ -303,10 +369,11 @@ static void to_sink(int id, const char *text, int len, void *user) {
     Sink *first = user, *k = first + (id - first->id);   /* samples of one line */
     if (k->file) {
         if (len > 0) {
-            fwrite(text, 1, (size_t)len, k->file);
+            if (fwrite(text, 1, (size_t)len, k->file) != (size_t)len && !k->write_errno)
+                k->write_errno = errno ? errno : EIO;
         } else {   /* the request finished: its file is complete */
-            fputc('\n', k->file);
-            fclose(k->file);
+            if ((fputc('\n', k->file) == EOF || fclose(k->file)) && !k->write_errno)
+                k->write_errno = errno ? errno : EIO;
             k->file = NULL;
         }
         return;
@@ -320,7 +387,6 @@ static void to_sink(int id, const char *text, int len, void *user) {
         k->buf[k->n++] = text[i];
     }
     if (len == 0 && k->n > 0) sink_line(k);   /* finished: the last, unterminated line */
-    fflush(stdout);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -425,10 +491,7 @@ static int run_workload(const Options *o, Runtime *rt) {
                 if (o->out_dir) {
                     char path[4096];
                     snprintf(path, sizeof path, "%s/%d.txt", o->out_dir, k->id);
-                    if (!(k->file = fopen(path, "w"))) {
-                        fprintf(stderr, "infer: %s: cannot create: %s\n", path, strerror(errno));
-                        goto out;
-                    }
+                    if (!(k->file = open_output("", path))) goto out;
                 }
             }
         }
@@ -439,9 +502,14 @@ static int run_workload(const Options *o, Runtime *rt) {
         rt_step(rt);
     }
     if (rt->trace) trace_finish(rt->trace);
-    fflush(stdout);
     summary(rt, sinks, used, rt_now(rt) - start);
     rc = 0;
+    for (int i = 0; i < used; i++)
+        if (sinks[i].write_errno) {
+            fprintf(stderr, "infer: %s/%d.txt: cannot write: %s\n", o->out_dir, sinks[i].id,
+                    strerror(sinks[i].write_errno));
+            rc = 1;
+        }
 out:
     if (sinks)
         for (int i = 0; i < used; i++)
@@ -478,10 +546,7 @@ int main(int argc, char **argv) {
         model_free(&m);
         return 1;
     }
-    if (o.trace_json && !(json = fopen(o.trace_json, "w"))) {
-        fprintf(stderr, "infer: --trace-json %s: cannot create: %s\n", o.trace_json, strerror(errno));
-        goto out;
-    }
+    if (o.trace_json && !(json = open_output("--trace-json ", o.trace_json))) goto out;
     if (o.trace || json || o.trace_svg) {
         if (trace_init(&trace, o.trace, stderr, json, o.trace_svg ? 1 << 18 : 0,
                        o.ec.clock == CLOCK_STEPS, &e) ||
@@ -494,10 +559,16 @@ int main(int argc, char **argv) {
     MemStats ready = mem_stats();
     rc = o.workload ? run_workload(&o, &rt) : run_prompt(&o, &m, &rt);
     if (rc == 0 && o.trace_svg) {
-        FILE *f = fopen(o.trace_svg, "w");
-        if (!f || trace_write_svg(&trace, f) || fclose(f)) {
-            fprintf(stderr, "infer: --trace-svg %s: cannot write: %s\n", o.trace_svg, strerror(errno));
+        FILE *f = open_output("--trace-svg ", o.trace_svg);
+        if (!f) {
             rc = 1;
+        } else {
+            int bad = trace_write_svg(&trace, f) != ST_OK || fflush(f) != 0, why = errno ? errno : EIO;
+            if (fclose(f) && !bad) bad = 1, why = errno;
+            if (bad) {
+                fprintf(stderr, "infer: --trace-svg %s: cannot write: %s\n", o.trace_svg, strerror(why));
+                rc = 1;
+            }
         }
     }
     if (rc == 0 && o.trace) {
@@ -505,8 +576,16 @@ int main(int argc, char **argv) {
         trace_memory_report(&trace, stderr, &mem);
     }
 out:
-    if (json && fclose(json)) {
-        fprintf(stderr, "infer: --trace-json %s: cannot write: %s\n", o.trace_json, strerror(errno));
+    if (json) {   /* a full disk shows at the flush or the close: either is an error */
+        int bad = fflush(json) != 0 || ferror(json), why = errno ? errno : EIO;
+        if (fclose(json) && !bad) bad = 1, why = errno;
+        if (bad) {
+            fprintf(stderr, "infer: --trace-json %s: cannot write: %s\n", o.trace_json, strerror(why));
+            rc = 1;
+        }
+    }
+    if (stdout_errno || fflush(stdout) || ferror(stdout)) {
+        fprintf(stderr, "infer: stdout: cannot write: %s\n", strerror(stdout_errno ? stdout_errno : errno ? errno : EIO));
         rc = 1;
     }
     trace_free(&trace);

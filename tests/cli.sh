@@ -20,7 +20,9 @@ if [ -f "$FIX/tiny/tiny.bin" ]; then
     while IFS= read -r esc; do
         prompt=$(printf '%b' "$esc")
         for model in tiny.bin tiny-f32.gguf; do
-            if "$INFER" --model "$FIX/tiny/$model" --tokenizer "$FIX/tiny/tokenizer.bin" --prompt "$prompt" \
+            tok=; [ "$model" = tiny.bin ] && tok="--tokenizer $FIX/tiny/tokenizer.bin"
+            # shellcheck disable=SC2086
+            if "$INFER" --model "$FIX/tiny/$model" $tok --prompt "$prompt" \
                 -n 64 --temperature 0 --threads 1 > "$tmp/out" 2> "$tmp/err" &&
                cmp -s "$tmp/out" "$FIX/tiny/runc/$k.txt"; then ok
             else bad "$model prompt $k: output differs from llama2.c's runc/$k.txt"; diff "$tmp/out" "$FIX/tiny/runc/$k.txt" | head -5; fi
@@ -82,6 +84,37 @@ if [ -f data/shakespeare.gguf ]; then
     "$INFER" --model data/shakespeare.gguf --prompt "ROMEO:" -n 2147483647 --temperature 0 > "$tmp/out" 2> "$tmp/err" &&
         grep -q "generated 254 (context full)" "$tmp/err" && ok || bad "-n 2147483647: $(cat "$tmp/err")"
 fi
+# Options: an unknown one (short or long) is named as unknown, a bad trace
+# level is named, options of a single prompt are refused beside --workload,
+# and --tokenizer beside a GGUF file (which carries its own vocabulary).
+expect_error "unknown option -x" --model x -x 3
+expect_error "unknown option -x" --model x -x
+expect_error "unknown trace level 'bogus'" --model x --trace=bogus
+printf '{"prompt": "a"}\n' > "$tmp/w1.jsonl"
+expect_error "prompt is for a single --prompt" --model data/shakespeare.gguf --workload "$tmp/w1.jsonl" --prompt hi
+expect_error "temperature is for a single --prompt" --model data/shakespeare.gguf --temperature 0.5 --workload "$tmp/w1.jsonl"
+expect_error "carries its own vocabulary" --model data/shakespeare.gguf --tokenizer "$tmp/w1.jsonl"
+# Output that cannot be written is an error: stdout, --trace-json and
+# --out-dir on a full disk (/dev/full), and a FIFO as an output file.
+if [ -w /dev/full ]; then
+    "$INFER" --model data/shakespeare.gguf --prompt "ROMEO:" -n 5 > /dev/full 2> "$tmp/err"
+    [ $? -eq 1 ] && grep -q "stdout: cannot write: No space left on device" "$tmp/err" && ok \
+        || bad "stdout on a full disk: $(cat "$tmp/err")"
+    "$INFER" --model data/shakespeare.gguf --prompt "ROMEO:" -n 5 --trace-json /dev/full > /dev/null 2> "$tmp/err"
+    [ $? -eq 1 ] && grep -q "trace-json /dev/full: cannot write" "$tmp/err" && ok \
+        || bad "--trace-json on a full disk: $(cat "$tmp/err")"
+    "$INFER" --model data/shakespeare.gguf --prompt "ROMEO:" -n 5 --trace-svg /dev/full > /dev/null 2> "$tmp/err"
+    [ $? -eq 1 ] && grep -q "trace-svg /dev/full: cannot write" "$tmp/err" && ok \
+        || bad "--trace-svg on a full disk: $(cat "$tmp/err")"
+    mkdir -p "$tmp/outd" && ln -sf /dev/full "$tmp/outd/0.txt"
+    "$INFER" --model data/shakespeare.gguf --workload "$tmp/w1.jsonl" --out-dir "$tmp/outd" > /dev/null 2> "$tmp/err"
+    [ $? -eq 1 ] && grep -q "outd/0.txt: cannot write: No space left on device" "$tmp/err" && ok \
+        || bad "--out-dir on a full disk: $(cat "$tmp/err")"
+fi
+mkfifo "$tmp/fifo.json"
+timeout 20 "$INFER" --model data/shakespeare.gguf --prompt "ROMEO:" -n 5 --trace-json "$tmp/fifo.json" > /dev/null 2> "$tmp/err"
+[ $? -eq 1 ] && grep -q "fifo.json: is a FIFO" "$tmp/err" && ok || bad "--trace-json to a FIFO: $(cat "$tmp/err")"
+
 # The default model shipped in data/ loads and generates.
 if [ -f data/shakespeare.gguf ]; then
     "$INFER" --model data/shakespeare.gguf --prompt "ROMEO:" -n 30 --seed 1 > "$tmp/out" 2> "$tmp/err" &&
