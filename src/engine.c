@@ -204,8 +204,14 @@ const StepReport *engine_step(Engine *en) {
         double t2 = clock_seconds();
         sched_commit(&en->sched, plan);
         for (int i = 0; i < plan->n_items; i++) {
-            if (sampled[i] < 0) continue;
+            if (sampled[i] == EXEC_NO_TOKEN) continue;
             Sequence *q = plan->items[i].seq;
+            if (sampled[i] == EXEC_NONFINITE) {   /* never sample from NaN: it ends here */
+                en->report.out[en->report.n_out++] =
+                    (StepOutput){.seq = q, .token = -1, .finish = FIN_ERROR, .fork = {.from = -1}};
+                engine_finish(en, q, FIN_ERROR);
+                continue;
+            }
             if (q->fork_next && !q->fork_parent) fork_samples(en, q, i);
             append(en, q, sampled[i], NULL);
         }

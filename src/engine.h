@@ -34,8 +34,9 @@ typedef struct {
  * token here too, with what the fork gave it. */
 typedef struct {
     Sequence *seq;
-    int token;            /* appended to seq->tokens */
-    FinishReason finish;  /* FIN_NONE, or why the engine finished it: EOS, length, context */
+    int token;            /* appended to seq->tokens; -1 with FIN_ERROR (nothing appended) */
+    FinishReason finish;  /* FIN_NONE, or why the engine finished it: EOS, length, context,
+                             error (the logits of its last position were not all finite) */
     struct {
         int from;         /* -1, or the id of the sequence whose blocks it now shares */
         int slot, blocks, tokens;   /* where it went, blocks shared, prompt tokens they hold */

@@ -16,6 +16,17 @@
 #include "mem.h"
 #include <string.h>
 
+/* 1 if every logit is finite. x * 0 is 0 for a finite x and NaN for NaN or
+ * an infinity, so one sum tells; the simd reduction lets it vectorize. The
+ * cost is one pass over V floats per sampled row, against the V x D matrix
+ * product that made them. */
+static int all_finite(const float *x, int n) {
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int i = 0; i < n; i++) acc += x[i] * 0.0f;
+    return acc == 0.0f;
+}
+
 int exec_init(Executor *x, const Model *m, KvPool *pool, int max_T, int max_seqs, Err *e) {
     memset(x, 0, sizeof *x);
     if (max_seqs > max_T) max_seqs = max_T;   /* each sequence runs at least one token */
@@ -90,15 +101,19 @@ const int *exec_run(Executor *x, const StepPlan *p) {
     int V = x->model->cfg.vocab_size, k = 0;
     for (int i = 0; i < p->n_items; i++) {
         const StepItem *it = &p->items[i];
-        x->sampled[i] = -1;
+        x->sampled[i] = EXEC_NO_TOKEN;
         if (!it->sample) continue;
         /* logits rows are this executor's own buffer: sampling may scale them,
          * so a sequence whose samples wait to fork keeps a copy for them */
         float *row = (float *)logits + (size_t)k * V;
+        k++;
+        if (!all_finite(row, V)) {
+            x->sampled[i] = EXEC_NONFINITE;
+            continue;
+        }
         if (it->seq->fork_next && !it->seq->fork_parent)
             memcpy(x->fork_logits + (size_t)i * V, row, (size_t)V * sizeof(float));
         x->sampled[i] = sampler_sample(&it->seq->sampler, row);
-        k++;
     }
     double t3 = clock_seconds();
     x->t_build = t1 - t0;

@@ -28,13 +28,18 @@ typedef struct {
     double t_build, t_forward, t_sample;   /* seconds spent in the last step */
 } Executor;
 
+/* exec_run's entries for an item that sampled nothing: a prefill chunk that
+ * stops before the end of the prompt, or logits that were not all finite
+ * (sampling from NaN would pick garbage, and casting it is undefined). */
+enum { EXEC_NO_TOKEN = -1, EXEC_NONFINITE = -2 };
+
 int exec_init(Executor *x, const Model *m, KvPool *pool, int max_T, int max_seqs, Err *e);
 void exec_free(Executor *x);                        /* accepts a zeroed one */
 
 /* Run a plan whose KV slots are reserved: write the K/V of every item's
  * tokens, and sample a token for every item whose run ends at its last known
- * token. Returns x->sampled (one entry per item, -1 where nothing was
- * sampled). The caller commits the K/V to the sequences afterwards. */
+ * token. Returns x->sampled (one entry per item: the token, EXEC_NO_TOKEN, or
+ * EXEC_NONFINITE). The caller commits the K/V to the sequences afterwards. */
 const int *exec_run(Executor *x, const StepPlan *p);
 
 /* Sample `child`'s first token from the logits item i had in the last

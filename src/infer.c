@@ -326,6 +326,10 @@ static int run_prompt(const Options *o, const Model *m, Runtime *rt) {
     write_stdout("\n", 1);
     if (rt->trace) trace_finish(rt->trace);
     const Telemetry *t = rt_telemetry(rt, id);
+    if (rt_error(rt, id)) {   /* the model failed it: its text is cut short */
+        fprintf(stderr, "infer: %s: %s\n", o->model, rt_error(rt, id));
+        return 1;
+    }
     if (o->ec.clock == CLOCK_STEPS) {   /* no speeds: the clock counts steps, not seconds */
         fprintf(stderr, "infer: %s %s, prompt %d tokens, generated %d (%s); %ld steps on the step "
                 "clock\n", m->format, dtype_name(m->wtype), q->n_prompt, q->n_out, why_name(q->finish),
@@ -354,6 +358,14 @@ typedef struct {
     int refused;
     char why[600];
     int write_errno;         /* --out-dir: the first failed write to its file (0: none) */
+    /* what the summary needs, kept when the request ends (the runtime then
+     * frees it: memory stays flat however many requests a workload has) */
+    int done;
+    Priority priority;
+    int n_prompt, n_out, n_preempted, prefix_hit_tokens;
+    FinishReason finish;
+    Telemetry tm;
+    char error[80];
 } Sink;
 
 static void sink_line(Sink *k) {
@@ -389,6 +401,19 @@ static void to_sink(int id, const char *text, int len, void *user) {
     if (len == 0 && k->n > 0) sink_line(k);   /* finished: the last, unterminated line */
 }
 
+static void sink_done(int id, const Sequence *q, const Telemetry *t, const char *error, void *user) {
+    Sink *first = user, *k = first + (id - first->id);
+    k->done = 1;
+    k->priority = q->priority;
+    k->n_prompt = q->n_prompt;
+    k->n_out = q->n_out;
+    k->n_preempted = q->n_preempted;
+    k->prefix_hit_tokens = q->prefix_hit_tokens;
+    k->finish = q->finish;
+    k->tm = *t;
+    snprintf(k->error, sizeof k->error, "%s", error ? error : "");
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -415,16 +440,15 @@ static void summary(const Runtime *rt, Sink *sinks, int n, double seconds) {
             refused++;
             continue;
         }
-        const Sequence *q = rt_sequence(rt, k->id);
-        const Telemetry *t = rt_telemetry(rt, k->id);
-        fprintf(stderr, "%4d %5d %-6s %6d %5d %-7s %9.1f %9.1f %9.2f %9.1f %7d %6d\n", q->id, k->line,
-                rt_priority_name(q->priority), q->n_prompt, q->n_out, rt_finish_name(q->finish),
-                t->queue_wait * 1e3, t->ttft * 1e3, t->tpot * 1e3, t->e2e * 1e3, q->n_preempted,
-                q->prefix_hit_tokens);
+        const Telemetry *t = &k->tm;
+        fprintf(stderr, "%4d %5d %-6s %6d %5d %-7s %9.1f %9.1f %9.2f %9.1f %7d %6d\n", k->id, k->line,
+                rt_priority_name(k->priority), k->n_prompt, k->n_out, rt_finish_name(k->finish),
+                t->queue_wait * 1e3, t->ttft * 1e3, t->tpot * 1e3, t->e2e * 1e3, k->n_preempted,
+                k->prefix_hit_tokens);
         served++;
-        out += q->n_out;
+        out += k->n_out;
         if (ttft && t->ttft >= 0) ttft[n_ttft++] = t->ttft * 1e3;
-        if (tpot && q->n_out > 1) tpot[n_tpot++] = t->tpot * 1e3;
+        if (tpot && k->n_out > 1) tpot[n_tpot++] = t->tpot * 1e3;
     }
     if (ttft) qsort(ttft, (size_t)n_ttft, sizeof *ttft, cmp_double);
     if (tpot) qsort(tpot, (size_t)n_tpot, sizeof *tpot, cmp_double);
@@ -466,6 +490,7 @@ static int run_workload(const Options *o, Runtime *rt) {
     }
     /* A request is submitted before the first step that starts at or after
      * its arrival_ms (on the step clock a step lasts 1 ms: see clock.h). */
+    rt->release_finished = 1;   /* each request's row is kept in its Sink */
     double start = rt_now(rt);
     int next = 0;
     while (next < w.n || !rt_idle(rt)) {
@@ -474,6 +499,7 @@ static int run_workload(const Options *o, Runtime *rt) {
             WorkItem *it = &w.items[next];
             Sink *k = &sinks[used];
             it->params.on_text = to_sink;
+            it->params.on_finish = sink_done;
             it->params.user = k;
             int id = rt_submit(rt, &it->params, &e);
             if (id < 0) {   /* refused, with its reason; the others go on */
@@ -504,6 +530,12 @@ static int run_workload(const Options *o, Runtime *rt) {
     if (rt->trace) trace_finish(rt->trace);
     summary(rt, sinks, used, rt_now(rt) - start);
     rc = 0;
+    for (int i = 0; i < used; i++)
+        if (sinks[i].done && sinks[i].error[0]) {
+            fprintf(stderr, "infer: %s:%d: request %d: %s\n", o->workload, sinks[i].line, sinks[i].id,
+                    sinks[i].error);
+            rc = 1;
+        }
     for (int i = 0; i < used; i++)
         if (sinks[i].write_errno) {
             fprintf(stderr, "infer: %s/%d.txt: cannot write: %s\n", o->out_dir, sinks[i].id,

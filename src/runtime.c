@@ -45,8 +45,10 @@ struct Request {
     char piece[TOK_MAX_PIECE];   /* the text of the last token */
     int n_piece;
     RtStreamFn on_text;
+    RtFinishFn on_finish;
     void *user;
     Telemetry tm;
+    char error[80];              /* why it ended with FIN_ERROR, or "" */
     struct Request *all_next;    /* the runtime's list of every request */
 };
 
@@ -68,8 +70,8 @@ int rt_parse_priority(const char *s, Priority *out, Err *e) {
 }
 
 const char *rt_finish_name(FinishReason f) {
-    static const char *const names[] = {"none", "length", "eos", "stop", "cancel", "context"};
-    return f >= FIN_NONE && f <= FIN_CONTEXT ? names[f] : "unknown";
+    static const char *const names[] = {"none", "length", "eos", "stop", "cancel", "context", "error"};
+    return f >= FIN_NONE && f <= FIN_ERROR ? names[f] : "unknown";
 }
 
 RtParams rt_params_default(void) {
@@ -192,6 +194,7 @@ static Request *new_request(const Runtime *rt, const RtParams *p, const int *ids
         r->n_stop++;
     }
     r->on_text = p->on_text;
+    r->on_finish = p->on_finish;
     r->user = p->user;
     r->tm.first_scheduled = r->tm.first_token = r->tm.finished = -1.0;
     return r;
@@ -296,6 +299,11 @@ const Telemetry *rt_telemetry(const Runtime *rt, int id) {
     return r ? &r->tm : NULL;
 }
 
+const char *rt_error(const Runtime *rt, int id) {
+    const Request *r = find(rt, id);
+    return r && r->error[0] ? r->error : NULL;
+}
+
 /* ---- output ---- */
 
 static void stream(Request *r, const char *s, int len) {
@@ -336,6 +344,17 @@ static int emit(Request *r, const char *s, int len) {
     return 0;
 }
 
+/* Take r out of the list, out of the engine, and free it. */
+static void release(Runtime *rt, Request *r) {
+    for (Request **p = &rt->all; *p; p = &(*p)->all_next)
+        if (*p == r) {
+            *p = r->all_next;
+            break;
+        }
+    engine_drop(&rt->en, &r->seq);
+    free_request(r);
+}
+
 /* The request has ended (the engine has finished its sequence): the rest
  * of its text is streamed (unless a stop string ended it), then on_text
  * with len 0; telemetry set; the trace told. */
@@ -355,13 +374,16 @@ static void finalize(Runtime *rt, Request *r, double now) {
     t->tpot = q->n_out > 1 ? (now - t->first_token) / (q->n_out - 1) : 0.0;
     t->e2e = now - t->arrival;
     if (rt->trace) {
-        TraceFinish f = {.id = q->id, .reason = rt_finish_name(q->finish), .output_tokens = q->n_out,
+        TraceFinish f = {.id = q->id, .reason = r->error[0] ? r->error : rt_finish_name(q->finish),
+                         .output_tokens = q->n_out,
                          .prompt_tokens = q->n_prompt, .preemptions = q->n_preempted,
                          .prefix_hit_tokens = q->prefix_hit_tokens,
                          .blocks_released = q->blocks_released, .queue_wait = t->queue_wait,
                          .ttft = t->ttft, .tpot = t->tpot, .e2e = t->e2e};
         trace_finished(rt->trace, now, &f);
     }
+    if (r->on_finish) r->on_finish(q->id, q, t, r->error[0] ? r->error : NULL, r->user);
+    if (rt->release_finished) release(rt, r);
 }
 
 /* One token the engine produced: its text, a stop string, the end. */
@@ -374,8 +396,13 @@ static void deliver(Runtime *rt, const StepOutput *o, double now) {
             trace_forked(rt->trace, now, q->id, o->fork.from, o->fork.slot, o->fork.blocks,
                          o->fork.tokens);
     }
-    if (q->n_out == 1) r->tm.first_token = now;
     r->n_piece = 0;
+    if (o->finish == FIN_ERROR) {
+        snprintf(r->error, sizeof r->error, "error: non-finite logits at position %d", q->n_tokens - 1);
+        finalize(rt, r, now);
+        return;
+    }
+    if (q->n_out == 1) r->tm.first_token = now;
     if (o->finish != FIN_EOS) {
         r->n_piece = tok_decode(rt->model->tok, &r->dec, o->token, r->piece);
         if (emit(r, r->piece, r->n_piece)) engine_finish(&rt->en, q, FIN_STOP);
@@ -483,14 +510,8 @@ int rt_cancel(Runtime *rt, int id, Err *e) {
 }
 
 void rt_request_free(Runtime *rt, int id) {
-    for (Request **p = &rt->all; *p; p = &(*p)->all_next)
-        if ((*p)->seq.id == id) {
-            Request *r = *p;
-            *p = r->all_next;
-            engine_drop(&rt->en, &r->seq);
-            free_request(r);
-            return;
-        }
+    Request *r = find(rt, id);
+    if (r) release(rt, r);
 }
 
 TraceMemory rt_memory(const Runtime *rt, MemStats ready) {

@@ -28,6 +28,15 @@ enum { RT_MAX_STOP = 4, RT_STOP_LEN = 64, RT_MAX_SAMPLES = 64 };
  * more with len 0 when the request finishes. */
 typedef void (*RtStreamFn)(int id, const char *text, int len, void *user);
 
+typedef struct RtTelemetry Telemetry;
+
+/* Called once when request `id` has ended, after its last text: its
+ * sequence (tokens, finish reason, counters), its telemetry, and for
+ * FIN_ERROR the reason ("error: non-finite logits at position P", else
+ * NULL). With Runtime.release_finished the request is freed right after. */
+typedef void (*RtFinishFn)(int id, const Sequence *q, const Telemetry *t, const char *error,
+                           void *user);
+
 typedef struct {
     const char *prompt;          /* UTF-8 text */
     int add_bos;                 /* put BOS first when the vocabulary has one */
@@ -40,17 +49,18 @@ typedef struct {
     const char *stop[RT_MAX_STOP];   /* stop strings (NULL-terminated list, may be empty) */
     Priority priority;
     RtStreamFn on_text;          /* may be NULL */
+    RtFinishFn on_finish;        /* may be NULL */
     void *user;
 } RtParams;
 
 /* Times in seconds since the engine started, on its clock. */
-typedef struct {
+struct RtTelemetry {
     double arrival, first_scheduled, first_token, finished;
     double queue_wait;           /* first_scheduled - arrival */
     double ttft;                 /* first_token - arrival */
     double tpot;                 /* (finished - first_token) / (n_out - 1); 0 if n_out < 2 */
     double e2e;                  /* finished - arrival */
-} Telemetry;
+};
 
 typedef struct {
     const Model *model;
@@ -62,6 +72,11 @@ typedef struct {
     int pictures_cap;
     StageTimes last, total;      /* the last step's stage times, and their sums;
                                     output includes delivering the text */
+    int release_finished;        /* 1: free a request as soon as it has ended and its
+                                    callbacks ran (rt_sequence then finds it no more). A
+                                    front end that runs for long sets it, or memory grows
+                                    with every request served; 0 (default): keep them
+                                    until rt_request_free or rt_free */
 } Runtime;
 
 const char *rt_priority_name(Priority p);           /* "low", "normal", "high" */
@@ -89,7 +104,9 @@ int rt_set_trace(Runtime *rt, Trace *t, Err *e);
 int rt_submit(Runtime *rt, const RtParams *p, Err *e);
 
 /* One engine step, then its output delivered: text streamed, stop strings
- * found (the engine is told to finish those), telemetry and trace. */
+ * found (the engine is told to finish those), telemetry and trace. With
+ * release_finished, the sequences that ended in this step are freed before
+ * it returns: read only the counts of the report's plan, not its pointers. */
 const StepReport *rt_step(Runtime *rt);
 
 /* Step until idle. ST_ARG (with a message) if a step could schedule nothing
@@ -111,6 +128,10 @@ int rt_cancel(Runtime *rt, int id, Err *e);
  * telemetry; NULL if the id is unknown or freed. */
 const Sequence *rt_sequence(const Runtime *rt, int id);
 const Telemetry *rt_telemetry(const Runtime *rt, int id);
+
+/* Why a request ended with FIN_ERROR ("error: non-finite logits at position
+ * P"), or NULL. */
+const char *rt_error(const Runtime *rt, int id);
 
 /* Free one request (finished or not: a running one is cancelled first). */
 void rt_request_free(Runtime *rt, int id);

@@ -37,6 +37,7 @@ typedef enum {
     FIN_STOP,        /* a stop string appeared (it is not part of the output) */
     FIN_CANCEL,      /* cancelled by the caller */
     FIN_CONTEXT,     /* the sequence reached the model's context length */
+    FIN_ERROR,       /* the model produced non-finite logits (NaN or infinity) for it */
 } FinishReason;
 
 typedef struct Sequence {

@@ -11,7 +11,9 @@
  * Model: data/shakespeare.gguf, the project's own default model (in the
  * repository, so these tests never skip). */
 #include "runtime.h"
+#include "gguf.h"
 #include "mem.h"
+#include <math.h>
 #include "testutil.h"
 
 static Model M;
@@ -579,6 +581,100 @@ static void telemetry_is_ordered_and_consistent(void **state) {
     }
 }
 
+static void count_finish(int id, const Sequence *q, const Telemetry *t, const char *error, void *user) {
+    assert_int_equal(q->state, SEQ_FINISHED);
+    assert_true(t->finished >= t->arrival);
+    ++*(int *)user;
+}
+
+/* D11: with release_finished a request is freed once it has ended and its
+ * telemetry was delivered, so memory does not grow with the requests served:
+ * after every round of 60 the engine's live heap is exactly what it was
+ * before the first. Without it, the same rounds keep every request. */
+static void finished_requests_are_released_and_memory_stays_flat(void **state) {
+    for (int release = 1; release >= 0; release--) {
+        Runtime rt;
+        Err e = {{0}};
+        EngineConfig c = config(4, 64, 0, 0);
+        assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
+        rt.release_finished = release;
+        size_t base = mem_stats().live_bytes;
+        int finished = 0;
+        for (int round = 1; round <= 3; round++) {
+            for (int i = 0; i < 60; i++) {
+                RtParams p = rt_params_default();
+                p.prompt = PROMPTS[i % NPROMPTS];
+                p.max_tokens = 1 + i % 5;
+                p.n = 1 + i % 3;
+                p.sampling.temperature = i % 2 ? 0.7f : 0.0f;
+                p.on_finish = count_finish;
+                p.user = &finished;
+                assert_true(rt_submit(&rt, &p, &e) >= 0);
+            }
+            assert_int_equal(rt_run(&rt, &e), ST_OK);
+            assert_int_equal(finished, 120 * round);   /* 60 lines of 1, 2 or 3 samples */
+            if (release) {
+                assert_null(rt.all);
+                assert_int_equal(mem_stats().live_bytes, base);
+            } else {
+                assert_true(mem_stats().live_bytes > base + (size_t)round * 120 * sizeof(int));
+            }
+        }
+        rt_free(&rt);
+    }
+}
+
+/* D6: a NaN weight makes every logit NaN. A request must end with an error
+ * naming the position, never sample from NaN (garbage text, and a float to
+ * int cast that is undefined), and give its blocks back like any other. */
+static void non_finite_logits_end_the_request_with_an_error(void **state) {
+    Err e = {{0}};
+    Gguf g;
+    assert_int_equal(gguf_open(&g, "data/shakespeare.gguf", &e), ST_OK);
+    const GgufTensor *norm = gguf_tensor(&g, "output_norm.weight");
+    assert_non_null(norm);
+    assert_int_equal(norm->type, 0);   /* F32 */
+    size_t at = (size_t)((const uint8_t *)norm->data - g.map);
+    gguf_close(&g);
+    size_t size;
+    uint8_t *bytes = read_file("data/shakespeare.gguf", &size);
+    assert_non_null(bytes);
+    float nan = NAN;
+    memcpy(bytes + at + 4 * 7, &nan, sizeof nan);   /* one element of the final norm */
+    char path[64];
+    write_temp(path, sizeof path, bytes, size);
+    free(bytes);
+    Model bad;
+    assert_int_equal(model_load(&bad, path, NULL, &e), ST_OK);
+    Runtime rt;
+    EngineConfig c = config(4, 64, 0, 0);
+    assert_int_equal(rt_init(&rt, &bad, &c, &e), ST_OK);
+    RtParams p = rt_params_default();
+    p.prompt = "ROMEO:";
+    int greedy = rt_submit(&rt, &p, &e);
+    p.sampling.temperature = 0.8f;
+    p.n = 2;
+    int sampled = rt_submit(&rt, &p, &e);
+    assert_true(greedy >= 0 && sampled >= 0);
+    assert_int_equal(rt_run(&rt, &e), ST_OK);
+    int ids[] = {greedy, sampled, sampled + 1};
+    for (int i = 0; i < 3; i++) {
+        const Sequence *q = rt_sequence(&rt, ids[i]);
+        assert_int_equal(q->state, SEQ_FINISHED);
+        assert_int_equal(q->finish, FIN_ERROR);
+        assert_int_equal(q->n_out, 0);
+        const char *why = rt_error(&rt, ids[i]);
+        assert_non_null(why);
+        assert_string_equal(why, "error: non-finite logits at position 3");
+    }
+    assert_string_equal(rt_finish_name(FIN_ERROR), "error");
+    assert_int_equal(kv_held_blocks(&rt.en.pool), 0);
+    if (kv_pool_check(&rt.en.pool, &e)) fail_msg("pool: %s", e.msg);
+    rt_free(&rt);
+    model_free(&bad);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(engine_alone_matches_the_contiguous_forward_loop),
@@ -596,6 +692,8 @@ int main(void) {
         cmocka_unit_test(a_stop_string_ends_the_text_just_before_it),
         cmocka_unit_test(cancel_returns_the_blocks_and_spares_the_others),
         cmocka_unit_test(telemetry_is_ordered_and_consistent),
+        cmocka_unit_test(finished_requests_are_released_and_memory_stays_flat),
+        cmocka_unit_test(non_finite_logits_end_the_request_with_an_error),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
