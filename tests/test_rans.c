@@ -331,6 +331,27 @@ static void rans_decoding_on_two_threads_equals_one_thread(void **st) {
     free(src);
 }
 
+/* The stream that notes/rans.md takes apart byte by byte: "abracadabra",
+ * 10 bits, one state. If this changes, the notes are wrong. */
+static void rans_encodes_the_notes_example_to_the_bytes_it_shows(void **st) {
+    static const uint8_t want[86] = {
+        0x72, 0x41, 0x4e, 0x53, 0x01, 0x0a, 0x01, 0x00, 0x0b, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x01, 0x00, 0x28, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x1e, 0x00, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xd2, 0x03, 0xba, 0x01, 0x5d, 0x5d, 0xba, 0x01,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x06, 0x00, 0x00, 0x00, 0xa3, 0x7d, 0xc2, 0x9e,
+        0xc0, 0xc4, 0x88, 0x2b, 0x8f, 0xbe};
+    const char *msg = "abracadabra";
+    RansParams p = {.bits = 10, .n_states = 1, .chunk_size = 65536};
+    uint8_t buf[256];
+    size_t len;
+    Err e;
+    assert_int_equal(rans_encode((const uint8_t *)msg, 11, &p, buf, sizeof buf, &len, NULL, &e), ST_OK);
+    assert_int_equal(len, sizeof want);
+    assert_memory_equal(buf, want, sizeof want);
+    expect_decodes_to(want, sizeof want, (const uint8_t *)msg, 11, RANS_PLAIN, 1, "notes example");
+}
+
 /* ------------------------------------------------------------ sizes and compression */
 
 /* The constant input costs only its states; the empty one only a header. */
@@ -641,6 +662,7 @@ int main(void) {
         cmocka_unit_test(rans_fast_decoder_equals_plain_decoder_chunk_by_chunk),
         cmocka_unit_test(rans_one_chunk_decodes_alone_into_a_buffer_of_exactly_its_size),
         cmocka_unit_test(rans_decoding_on_two_threads_equals_one_thread),
+        cmocka_unit_test(rans_encodes_the_notes_example_to_the_bytes_it_shows),
         cmocka_unit_test(rans_sizes_add_up_and_degenerate_inputs_cost_only_their_headers),
         cmocka_unit_test(rans_payload_of_large_inputs_is_within_half_a_percent_of_the_entropy),
         cmocka_unit_test(rans_refuses_bad_parameters_and_an_output_buffer_too_small),

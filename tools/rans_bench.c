@@ -181,6 +181,34 @@ static Figure bench_decode(const RansStream *s, uint8_t *out, const uint8_t *wan
     return figure(sec, runs, s->n);
 }
 
+/* What one core moves to and from memory (256 MiB, far past the caches):
+ * a decoder that reads c bytes and writes n cannot beat this. */
+static void memory_bandwidth(int runs) {
+    const size_t n = (size_t)256 << 20;
+    uint64_t *a = malloc(n), *b = malloc(n);
+    memset(a, 1, n);
+    memset(b, 2, n);
+    double rd[MAX_RUNS], cp[MAX_RUNS];
+    volatile uint64_t sink = 0;
+    runs = runs < 5 ? runs : 5;
+    for (int r = 0; r < runs; r++) {
+        double t0 = clock_seconds();
+        uint64_t sum = 0;
+        for (size_t i = 0; i < n / 8; i++) sum += a[i];
+        sink += sum;
+        rd[r] = clock_seconds() - t0;
+        t0 = clock_seconds();
+        memcpy(b, a, n);
+        cp[r] = clock_seconds() - t0;
+    }
+    Figure fr = figure(rd, runs, n), fc = figure(cp, runs, n);
+    printf("one core: reads memory at %.1f GB/s, copies at %.1f GB/s (256 MiB, median of %d)\n",
+           fr.median / 1e3, fc.median / 1e3, runs);
+    (void)sink;
+    free(a);
+    free(b);
+}
+
 /* ------------------------------------------------------------ one set of bytes */
 
 static void bench_zstd(const uint8_t *src, size_t n, int level, int runs) {
@@ -333,6 +361,7 @@ int main(int argc, char **argv) {
     char cpu[128];
     cpu_name(cpu, sizeof cpu);
     printf("rans_bench: %s; fast decoder: %s; zstd %s\n", cpu, rans_isa_name(rans_best_isa()), ZSTD_versionString());
+    memory_bandwidth(o.runs);
 
     size_t n = (size_t)(o.mib * 1048576.0);
     uint8_t *gauss = synthetic(n, o.row);
