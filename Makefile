@@ -57,6 +57,9 @@ build/fast/infer: src/infer.c build/fast/libengine.a
 build/fast/%: tools/%.c build/fast/libengine.a $(TOOL_H)
 	$(CC) $(FAST_FLAGS) $(filter-out %.h,$^) -o $@ $(LIBS)
 
+# rans_bench compares the codec with zstd: it alone links libzstd.
+build/rans_bench build/fast/rans_bench build/asan/rans_bench: LIBS += -lzstd
+
 # --- tests (sanitizers on) -----------------------------------------------
 build/asan/obj/%.o: src/%.c src/*.h | deps
 	@mkdir -p $(dir $@)

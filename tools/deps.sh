@@ -6,6 +6,7 @@ need=""
 [ -f /usr/include/cmocka.h ] || need="$need libcmocka-dev"
 [ -f /usr/include/pcre2.h ] || need="$need libpcre2-dev"
 [ -f /usr/include/cjson/cJSON.h ] || need="$need libcjson-dev"
+[ -f /usr/include/zstd.h ] || need="$need libzstd-dev"   # tools/rans_bench compares with zstd
 [ -z "$need" ] && exit 0
 if [ "$(id -u)" = 0 ]; then
     echo "deps: installing$need" >&2
