@@ -24,8 +24,17 @@ typedef struct {
 
 const char *dtype_name(int type);        /* "F32", "F16", "Q8_0", or "unknown" */
 int dtype_known(int type);               /* 1 for the three types above */
-/* Bytes of one row of n values; 0 if n is not a whole number of blocks. */
-size_t dtype_row_bytes(DType type, int64_t n);
+/* Bytes of one row of n values; 0 if n is not a whole number of blocks.
+ * Inline: the AVX-512 tiles ask for it at every tile. */
+static inline size_t dtype_row_bytes(DType type, int64_t n) {
+    if (n <= 0) return 0;
+    switch (type) {
+    case DT_F32: return (size_t)n * 4;
+    case DT_F16: return (size_t)n * 2;
+    case DT_Q8_0: return n % QK8_0 ? 0 : (size_t)(n / QK8_0) * sizeof(BlockQ8_0);
+    }
+    return 0;
+}
 
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);          /* round to nearest even */

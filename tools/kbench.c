@@ -16,8 +16,8 @@
  * many figures instead of every sample of a few.
  *
  * Build:
- *   gcc -O3 -march=native -fopenmp -Isrc tools/kbench.c src/ops.c src/mem.c src/err.c \
- *       -o build/kbench -lopenblas -lm
+ *   gcc -O3 -march=native -fopenmp -Isrc tools/kbench.c src/ops.c src/ops_avx512.c src/mem.c \
+ *       src/err.c -o build/kbench -lopenblas -lm
  * Run (OpenBLAS picks its kernels by OPENBLAS_CORETYPE; name the real CPU):
  *   OPENBLAS_CORETYPE=SkylakeX build/kbench [--isa plain|avx512] [--type F32|F16|Q8_0]
  *       [--shape NxK] [--reps R] [--threads 1|2|both] [--pool-mib M] [--prefill-t T]
