@@ -1,11 +1,25 @@
 /* ops.c - numeric kernels (see ops.h): the plain-loop references, and the
  * dispatch that picks the path each call takes.
  *
- * Reading order: number formats (fp16, Q8_0), threads, the plain-loop
- * references, the plain and OpenBLAS paths, then matmul_isa, which chooses.
- * The AVX-512 kernels live beside this file in ops_avx512.c (its opening
- * comment explains why decoding is bound by memory and prefill by
- * arithmetic); everything here reads without them.
+ * Reading order: number formats (fp16, Q8_0), threads, the instruction set in
+ * use, the plain-loop references, the generic path (OpenBLAS and threaded
+ * loops), then matmul_isa, which chooses. The AVX-512 kernels live beside
+ * this file in ops_avx512.c; everything here reads without them.
+ *
+ * Three paths, one process-wide choice (ops_set_isa; LLM_ISA through
+ * ops_isa_from_env):
+ *   plain    every kernel is its plain-loop reference, on one thread: matmul
+ *            is matmul_ref, softmax is softmax_ref, and model.c's attention
+ *            is a plain loop. No OpenMP, no OpenBLAS, no function pointers, so
+ *            a debugger steps from the forward pass straight into the loops
+ *            that do the arithmetic. The debug build (`make`) starts here.
+ *   generic  no intrinsics of ours: OpenBLAS for F32 and F16, threaded plain
+ *            loops for Q8_0. The fast path of a CPU without AVX-512.
+ *   avx512   register tiles and VNNI (ops_avx512.c) for up to 35 tokens, and
+ *            for Q8_0 at any T; OpenBLAS beyond. `make fast` and `make test`
+ *            start at the best the CPU has (OPS_BEST).
+ * ops_stats() counts the matmul calls of each path, so a test can tell which
+ * one ran.
  *
  * Why activations are quantized too, and the llama.cpp way. For Q8_0 weights
  * the fast kernel multiplies int8 by int8, which needs both sides in int8, so
@@ -13,7 +27,11 @@
  * amax / 127 stored as fp16, values multiplied by 127 / amax and rounded to
  * nearest even, as llama.cpp does on x86. The same rounding gives the same
  * integer sums, so the logits agree with llama.cpp up to the order of float
- * additions and greedy outputs match.
+ * additions and greedy outputs match. Every path rounds the activations this
+ * way, and every path adds the float sums of the blocks in the AVX-512
+ * kernel's order (q8_0_block_into_lanes), so Q8_0 results are the same bits on
+ * all three. F32 and F16 results differ between paths by float rounding only:
+ * the same products, summed in another order.
  *
  * Threads and determinism. Output rows are split into contiguous ranges, in
  * whole groups of 16 rows (one 64-byte line of a float output row), one range
@@ -25,17 +43,17 @@
  * how many tokens are processed together.
  *
  * Dispatch. The AVX-512 functions are compiled with a target attribute and
- * chosen at run time, so the debug build (no -march) runs on any x86-64 and
- * the plain loops are the fallback everywhere else. */
+ * chosen at run time, so the debug build (no -march) runs on any x86-64, and
+ * the generic path is the fast path everywhere else. */
 #include "ops_avx512.h"
 #include <assert.h>
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-
 
 void openblas_set_num_threads(int n);   /* from OpenBLAS; not in every cblas.h */
 
@@ -51,7 +69,6 @@ const char *dtype_name(int type) {
 }
 
 int dtype_known(int type) { return type == DT_F32 || type == DT_F16 || type == DT_Q8_0; }
-
 
 float fp16_to_fp32(uint16_t h) {
     uint32_t sign = (uint32_t)(h >> 15) << 31;
@@ -144,10 +161,81 @@ OpsIsa ops_best_isa(void) {
         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma"))
         return OPS_AVX512;
 #endif
-    return OPS_PLAIN;
+    return OPS_GENERIC;
 }
 
-const char *ops_isa_name(OpsIsa isa) { return isa == OPS_AVX512 ? "avx512" : "plain"; }
+const char *ops_isa_name(OpsIsa isa) {
+    switch (isa) {
+    case OPS_BEST: return "best";
+    case OPS_PLAIN: return "plain";
+    case OPS_AVX512: return "avx512";
+    case OPS_GENERIC: return "generic";
+    }
+    return "unknown";
+}
+
+/* The build chooses the starting point: the debug build compiles this file
+ * with -DOPS_DEFAULT_ISA=OPS_PLAIN (see the Makefile). */
+#ifndef OPS_DEFAULT_ISA
+#define OPS_DEFAULT_ISA OPS_BEST
+#endif
+
+static OpsIsa g_isa = OPS_DEFAULT_ISA;
+
+/* isa as it runs on this CPU: OPS_BEST is the best the CPU has, and AVX-512
+ * on a CPU without it falls back to the generic path. */
+static OpsIsa isa_on_this_cpu(OpsIsa isa) {
+    if (isa == OPS_BEST) return ops_best_isa();
+    if (isa == OPS_AVX512 && ops_best_isa() != OPS_AVX512) return OPS_GENERIC;
+    return isa;
+}
+
+void ops_set_isa(OpsIsa isa) {
+    assert(isa == OPS_BEST || isa == OPS_PLAIN || isa == OPS_GENERIC || isa == OPS_AVX512);
+    g_isa = isa;
+}
+
+OpsIsa ops_isa(void) { return isa_on_this_cpu(g_isa); }
+
+int ops_parse_isa(const char *s, OpsIsa *out, Err *e) {
+    const OpsIsa all[] = {OPS_PLAIN, OPS_GENERIC, OPS_AVX512, OPS_BEST};
+    for (size_t i = 0; s && i < sizeof all / sizeof all[0]; i++) {
+        if (strcmp(s, ops_isa_name(all[i])) != 0) continue;
+        if (all[i] == OPS_AVX512 && ops_best_isa() != OPS_AVX512)
+            return err_set(e, ST_UNSUPPORTED, "instruction set 'avx512': this CPU lacks AVX-512 "
+                           "(F, BW, VL and VNNI, with F16C and FMA)");
+        *out = all[i];
+        return ST_OK;
+    }
+    return err_set(e, ST_ARG, "unknown instruction set '%.40s' (want plain, generic, avx512 or best)",
+                   s ? s : "");
+}
+
+int ops_isa_from_env(Err *e) {
+    const char *v = getenv("LLM_ISA");
+    if (!v || !*v) return ST_OK;   /* unset: the build's default stands */
+    OpsIsa isa;
+    Err why;
+    int st = ops_parse_isa(v, &isa, &why);
+    if (st) return err_set(e, st, "LLM_ISA: %s", why.msg);
+    ops_set_isa(isa);
+    return ST_OK;
+}
+
+/* Calls per path, counted once per matmul call (never per row or thread).
+ * Plain increments: like mem.c's counters, process-wide and meant for one
+ * calling thread. */
+static OpsStats g_stats;
+
+OpsStats ops_stats(void) { return g_stats; }
+
+/* One matmul call that ran on isa; used_blas: it handed products to OpenBLAS. */
+static void count_call(OpsIsa isa, int used_blas) {
+    if (isa == OPS_PLAIN) g_stats.plain++;
+    else if (isa == OPS_AVX512) g_stats.avx512++;
+    else g_stats.generic++;
+    if (used_blas) g_stats.sgemm++;
+}
 
 /* ------------------------------------------------------------ quantizing */
 
@@ -168,7 +256,7 @@ void quantize_row_q8_0_ref(BlockQ8_0 *out, const float *x, int K) {
 
 void quantize_row_q8_0(BlockQ8_0 *out, const float *x, int K) {
 #ifdef OPS_X86
-    if (ops_best_isa() == OPS_AVX512) {
+    if (ops_isa() == OPS_AVX512) {
         quantize_row_q8_0_avx512(out, x, K);
         return;
     }
@@ -206,11 +294,35 @@ static float weight_at(const Mat *W, int n, int k) {
     return ((const float *)row)[k];
 }
 
-/* Integer dot product of one Q8_0 weight block with one activation block. */
-static int32_t dot_q8_0_block_ref(const BlockQ8_0 *w, const BlockQ8_0 *x) {
-    int32_t isum = 0;
-    for (int i = 0; i < QK8_0; i++) isum += (int32_t)w->qs[i] * x->qs[i];
-    return isum;
+/* The float sum of a Q8_0 dot product, added in the order of the AVX-512
+ * kernel (ops_avx512.c) so that every path gives the same bits. That kernel
+ * keeps 16 running sums, "lanes": lane j takes the values 4j .. 4j+3 of an
+ * even block, lane 8 + j the same values of an odd block. Each lane adds the
+ * exact integer sum of its four products times d_w * d_x, rounded once (an
+ * FMA), and at the end the 16 lanes are added in halves. In exact arithmetic
+ * all of it is simply
+ *     sum over blocks b of  d_w[b] * d_x[b] * sum_i w[b][i] * x[b][i]. */
+enum { Q8_LANES = 16 };
+
+/* Block b into the lanes: int8 weights wq and activations xq, d = d_w * d_x.
+ * The 32 products first, then the sums of four: a form the compiler turns
+ * into vector code for the generic path. */
+static void q8_0_block_into_lanes(float lane[Q8_LANES], int b, const int8_t *wq, const int8_t *xq,
+                                  float d) {
+    int32_t prod[QK8_0], isum[8];   /* exact */
+    for (int i = 0; i < QK8_0; i++) prod[i] = wq[i] * xq[i];
+    for (int j = 0; j < 8; j++) isum[j] = prod[4 * j] + prod[4 * j + 1] + prod[4 * j + 2] + prod[4 * j + 3];
+    float *l = lane + (b % 2) * 8;
+    for (int j = 0; j < 8; j++) l[j] = fmaf((float)isum[j], d, l[j]);
+}
+
+/* The lanes added as _mm512_reduce_add_ps adds them (GCC's avx512fintrin.h):
+ * lane i to lane i + 8, those four apart, then two apart, then the last two. */
+static float q8_0_lanes_sum(const float lane[Q8_LANES]) {
+    float h[8], q[4];
+    for (int i = 0; i < 8; i++) h[i] = lane[i] + lane[i + 8];
+    for (int i = 0; i < 4; i++) q[i] = h[i] + h[i + 4];
+    return (q[0] + q[2]) + (q[1] + q[3]);
 }
 
 void matmul_ref(float *out, const float *x, const Mat *W, int T) {
@@ -221,14 +333,16 @@ void matmul_ref(float *out, const float *x, const Mat *W, int T) {
             float sum = 0.0f;
             if (W->type == DT_Q8_0) {
                 /* Per block: round the activations to Q8_0 as quantize_row_q8_0
-                 * does, an exact integer dot product, one multiply by both scales. */
+                 * does, exact integer products, one multiply by both scales. */
                 const BlockQ8_0 *w = (const BlockQ8_0 *)row_ptr(W, n);
+                float lane[Q8_LANES] = {0};
                 for (int b = 0; b < K / QK8_0; b++) {
                     BlockQ8_0 xb;
                     xb.d = q8_0_quantize_block_ref(xb.qs, xt + b * QK8_0);
-                    int32_t isum = dot_q8_0_block_ref(&w[b], &xb);
-                    sum += (float)isum * (fp16_to_fp32(w[b].d) * fp16_to_fp32(xb.d));
+                    q8_0_block_into_lanes(lane, b, w[b].qs, xb.qs,
+                                          fp16_to_fp32(w[b].d) * fp16_to_fp32(xb.d));
                 }
+                sum = q8_0_lanes_sum(lane);
             } else {
                 for (int k = 0; k < K; k++) sum += weight_at(W, n, k) * xt[k];
             }
@@ -256,8 +370,13 @@ void softmax_ref(float *x, int n) {
 }
 
 /* Written as three simple loops (max, exp and sum, scale) that the compiler
- * turns into vector code; `?:` rather than fmaxf, which is a call. */
+ * turns into vector code; `?:` rather than fmaxf, which is a call. On the
+ * plain path, the reference instead. */
 void softmax(float *x, int n) {
+    if (ops_isa() == OPS_PLAIN) {
+        softmax_ref(x, n);
+        return;
+    }
     float max = x[0];
     for (int i = 1; i < n; i++) max = x[i] > max ? x[i] : max;
     float sum = 0.0f;
@@ -285,8 +404,8 @@ void swiglu(float *h, const float *g, int n) {
     for (int i = 0; i < n; i++) h[i] = h[i] / (1.0f + ops_exp(-h[i])) * g[i];
 }
 
-/* ------------------------------------------------------- plain and OpenBLAS */
 
+/* ---------------------------------------------------------- generic path */
 
 /* Runs fn over all rows, split between `team` threads. */
 static void ops_run_rows(RowsFn fn, const MatmulJob *job, int team) {
@@ -312,7 +431,6 @@ static uint8_t *scratch_base(void *scratch) {
     return (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
 }
 
-
 /* T rows of x to the int8 layout of ops_avx512.h (act_row). */
 static void act_pack_ref(uint8_t *act, const float *x, int T, int K) {
     for (int t = 0; t < T; t++) {
@@ -327,26 +445,25 @@ static void act_pack_ref(uint8_t *act, const float *x, int T, int K) {
     }
 }
 
-/* --- plain fallbacks, used where AVX-512 is missing (and by the tests) */
-
-static void q8_rows_plain(const MatmulJob *job, int part, int n0, int n1) {
+/* Q8_0 from activations quantized once per row (act_pack_ref): the
+ * arithmetic of matmul_ref, on threads. */
+static void q8_0_rows_generic(const MatmulJob *job, int part, int n0, int n1) {
     int N = job->W->N, K = job->W->K;
     for (int t = 0; t < job->T; t++) {
         ActRow xr = act_row(job->act, K, t);
         for (int n = n0; n < n1; n++) {
             const BlockQ8_0 *w = (const BlockQ8_0 *)row_ptr(job->W, n);
-            float sum = 0.0f;     /* the same arithmetic as matmul_ref */
-            for (int b = 0; b < K / QK8_0; b++) {
-                int32_t isum = 0;
-                for (int i = 0; i < QK8_0; i++) isum += (int32_t)w[b].qs[i] * xr.qs[b * QK8_0 + i];
-                sum += (float)isum * (fp16_to_fp32(w[b].d) * xr.d[b]);
-            }
-            job->out[(size_t)t * N + n] = sum;
+            float lane[Q8_LANES] = {0};
+            for (int b = 0; b < K / QK8_0; b++)
+                q8_0_block_into_lanes(lane, b, w[b].qs, xr.qs + b * QK8_0,
+                                      fp16_to_fp32(w[b].d) * xr.d[b]);
+            job->out[(size_t)t * N + n] = q8_0_lanes_sum(lane);
         }
     }
 }
 
-static void f16_rows_plain(const MatmulJob *job, int part, int n0, int n1) {
+/* F16 at T == 1, where widening rows for sgemv would cost as much as the product. */
+static void f16_rows_generic(const MatmulJob *job, int part, int n0, int n1) {
     int N = job->W->N, K = job->W->K;
     for (int n = n0; n < n1; n++) {
         const uint16_t *w = (const uint16_t *)row_ptr(job->W, n);
@@ -359,8 +476,7 @@ static void f16_rows_plain(const MatmulJob *job, int part, int n0, int n1) {
     }
 }
 
-
-/* --- OpenBLAS for many tokens: sgemm (and sgemv for the plain F32 T == 1)
+/* --- OpenBLAS for many tokens: sgemm (and sgemv for F32 at T == 1)
  * on each thread's range of rows. */
 static void f32_rows_blas(const MatmulJob *job, int part, int n0, int n1) {
     int N = job->W->N, K = job->W->K;
@@ -415,41 +531,54 @@ size_t matmul_scratch_bytes(DType type, int T, int K) {
  * 101 against 73, T = 40: 94 against 91. Prefill (T >= 64) stays on sgemm. */
 enum { SGEMM_MIN_T = 36 };
 
+/* One call's path: plain, the reference loops; otherwise by type and T, as
+ * ops.h describes at matmul, the rows shared out by ops_run_rows. */
 void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, OpsIsa isa) {
     int K = W->K;
     assert(W->N >= 0 && K > 0 && T >= 0 && (W->type != DT_Q8_0 || K % QK8_0 == 0));
-    if (isa == OPS_AVX512 && ops_best_isa() != OPS_AVX512) isa = OPS_PLAIN;
+    isa = isa_on_this_cpu(isa);
+    if (isa == OPS_PLAIN) {   /* one thread, no scratch: the reference loops */
+        count_call(isa, 0);
+        matmul_ref(out, x, W, T);
+        return;
+    }
     MatmulJob job = {.out = out, .x = x, .W = W, .T = T, .isa = isa};
     int team = ops_team_size(W, T);
     switch (W->type) {
     case DT_F32:
 #ifdef OPS_X86
         if (isa == OPS_AVX512 && T < SGEMM_MIN_T) {
+            count_call(isa, 0);
             ops_run_rows(f32_rows_avx512, &job, team);
             return;
         }
 #endif
+        count_call(isa, 1);
         ops_run_rows(f32_rows_blas, &job, team);
         return;
     case DT_F16:
 #ifdef OPS_X86
         if (isa == OPS_AVX512 && T < SGEMM_MIN_T) {
+            count_call(isa, 0);
             ops_run_rows(f16_rows_avx512, &job, team);
             return;
         }
 #endif
         if (T == 1) {
-            ops_run_rows(f16_rows_plain, &job, team);
+            count_call(isa, 0);
+            ops_run_rows(f16_rows_generic, &job, team);
             return;
         }
         /* the scratch holds F16_WIDE_ROWS rows, shared out between the threads */
         if (team > F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART) team = F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART;
         job.wide = (float *)scratch_base(scratch);
         job.rows_per_part = F16_WIDE_ROWS / team;
+        count_call(isa, 1);
         ops_run_rows(f16_rows_widened, &job, team);
         return;
     case DT_Q8_0:
         job.act = scratch_base(scratch);
+        count_call(isa, 0);
 #ifdef OPS_X86
         if (isa == OPS_AVX512) {
             act_pack_avx512(scratch_base(scratch), x, T, K);
@@ -458,11 +587,11 @@ void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, 
         }
 #endif
         act_pack_ref(scratch_base(scratch), x, T, K);
-        ops_run_rows(q8_rows_plain, &job, team);
+        ops_run_rows(q8_0_rows_generic, &job, team);
         return;
     }
 }
 
 void matmul(float *out, const float *x, const Mat *W, int T, void *scratch) {
-    matmul_isa(out, x, W, T, scratch, ops_best_isa());
+    matmul_isa(out, x, W, T, scratch, ops_isa());
 }

@@ -12,7 +12,7 @@
 #include <math.h>
 
 /* The AVX-512 kernels exist on x86-64 with GCC or Clang; elsewhere matmul
- * has only its plain path. */
+ * has only its plain and generic paths. */
 #if defined(__x86_64__) && defined(__GNUC__)
 #define OPS_X86 1
 #endif
@@ -24,7 +24,7 @@ typedef struct {
     const float *x;        /* (T, K) */
     const Mat *W;          /* (N, K) */
     int T;
-    OpsIsa isa;
+    OpsIsa isa;            /* OPS_GENERIC or OPS_AVX512 */
     const uint8_t *act;    /* Q8_0: T rows of act_stride(K) bytes, quantized x */
     float *wide;           /* F16 through sgemm: (team, rows_per_part, K) */
     int rows_per_part;
