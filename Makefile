@@ -1,6 +1,7 @@
 # Makefile - one commented target per build flavour.
 #
-#   make          debug build (-O0 -g3): build/infer, made to be stepped through in gdb
+#   make          debug build (-O0 -g3, plain-loop kernels): build/infer, made to be
+#                 stepped through in gdb
 #   make fast     optimised build: build/fast/infer (what run and bench use)
 #   make test     every test, built with AddressSanitizer + UBSan, in build/asan/
 #   make run      installs what is missing, builds fast, runs the default model
@@ -26,8 +27,12 @@ TOOL_SRC := $(wildcard tools/*.c)
 TOOL_H   := $(wildcard tools/*.h) src/*.h
 TEST_SRC := $(wildcard tests/test_*.c)
 
-# Flavours: objects never mix between them.
-DEBUG_FLAGS := $(BASE) -O0 -g3
+# Flavours: objects never mix between them. The debug build starts on the
+# plain-loop kernels (src/ops.h, OPS_PLAIN), so that gdb steps from the forward
+# pass into the loops that compute; a program that calls ops_isa_from_env takes
+# LLM_ISA=best (or avx512, generic) instead. The others start at the best the
+# CPU has.
+DEBUG_FLAGS := $(BASE) -O0 -g3 -DOPS_DEFAULT_ISA=OPS_PLAIN
 FAST_FLAGS  := $(BASE) -O3 -march=native -g -DNDEBUG
 ASAN_FLAGS  := $(BASE) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 

@@ -455,13 +455,24 @@ static void attend_paged(float *out, const float *q, const float *kbase, const f
     for (int i = 0; i < S; i++) out[i] /= st.sum;
 }
 
+/* Attention of token t's query head h over its sequence's cache, into its
+ * row of att_out. Query head h reads KV head h / (H / Hkv): grouped-query
+ * attention. kc, vc: this layer's keys and values. */
+static void attend_head(const ModelConfig *c, RunState *s, const Batch *b, const float *kc,
+                        const float *vc, int BS, int t, int h) {
+    int S = c->head_dim, H = c->n_heads, Hkv = c->n_kv_heads;
+    size_t qd = (size_t)H * S, kvd = (size_t)Hkv * S, off = (size_t)(h / (H / Hkv)) * S;
+    float scale = 1.0f / sqrtf((float)S);
+    attend_paged(s->att_out + t * qd + (size_t)h * S, s->q + t * qd + (size_t)h * S, kc + off,
+                 vc + off, b->table[b->seq[t]], BS, b->pos[t] + 1, S, kvd, scale);
+}
+
 float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const Batch *b) {
     const ModelConfig *c = &m->cfg;
     int D = c->dim, F = c->hidden_dim, S = c->head_dim, H = c->n_heads, Hkv = c->n_kv_heads;
     int half = c->n_rot / 2, T = b->T, BS = kv->BS;
     size_t qd = (size_t)H * S, kvd = (size_t)Hkv * S;
     size_t layer_rows = (size_t)kv->NB * BS;   /* rows of one layer's K (or V) */
-    float scale = 1.0f / sqrtf((float)S);
 
     for (int t = 0; t < T; t++)
         dequantize_row(s->x + (size_t)t * D,
@@ -489,15 +500,17 @@ float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const
             memcpy(kc + (size_t)b->slot[t] * kvd, s->k + t * kvd, kvd * sizeof(float));
             memcpy(vc + (size_t)b->slot[t] * kvd, s->v + t * kvd, kvd * sizeof(float));
         }
-        /* Query head h reads KV head h / (H / Hkv): grouped-query attention. */
-#pragma omp parallel for collapse(2) schedule(static) if (T * H >= 64)
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < H; h++) {
-                size_t off = (size_t)(h / (H / Hkv)) * S;
-                attend_paged(s->att_out + t * qd + (size_t)h * S, s->q + t * qd + (size_t)h * S,
-                             kc + off, vc + off, b->table[b->seq[t]], BS, b->pos[t] + 1, S, kvd,
-                             scale);
-            }
+        /* Every (token, head) pair is independent: threads share them out
+         * when there are enough, with the same results. On the plain path
+         * (ops.h) it is a plain loop, which a debugger steps straight into. */
+        if (ops_isa() == OPS_PLAIN || T * H < 64) {
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < H; h++) attend_head(c, s, b, kc, vc, BS, t, h);
+        } else {
+#pragma omp parallel for collapse(2) schedule(static)
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < H; h++) attend_head(c, s, b, kc, vc, BS, t, h);
+        }
         matmul(s->proj, s->att_out, &w->wo, T, s->scratch);
         for (size_t i = 0; i < (size_t)T * D; i++) s->x[i] += s->proj[i];
 

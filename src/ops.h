@@ -2,7 +2,9 @@
  *
  * Every kernel has a plain-loop reference (suffix _ref) written to be read, and
  * the public entry point that model.c calls, which may take a fast path
- * (OpenBLAS, AVX-512, VNNI). tests/test_ops.c checks that the two agree.
+ * (OpenBLAS, AVX-512, VNNI). tests/test_ops.c checks that the two agree. One
+ * process-wide choice (ops_set_isa) sends every entry point to its reference
+ * instead, for stepping through in a debugger.
  *
  * Names of dimensions: T tokens (rows of activations), N output features
  * (rows of a weight matrix), K input features (columns). */
@@ -10,6 +12,7 @@
 #define OPS_H
 #include <stddef.h>
 #include <stdint.h>
+#include "err.h"
 
 /* Weight storage types, numbered as GGUF numbers them (ggml_type). */
 typedef enum { DT_F32 = 0, DT_F16 = 1, DT_Q8_0 = 8 } DType;
@@ -24,8 +27,17 @@ typedef struct {
 
 const char *dtype_name(int type);        /* "F32", "F16", "Q8_0", or "unknown" */
 int dtype_known(int type);               /* 1 for the three types above */
-/* Bytes of one row of n values; 0 if n is not a whole number of blocks. */
-size_t dtype_row_bytes(DType type, int64_t n);
+/* Bytes of one row of n values; 0 if n is not a whole number of blocks.
+ * Inline: the AVX-512 tiles ask for it at every tile. */
+static inline size_t dtype_row_bytes(DType type, int64_t n) {
+    if (n <= 0) return 0;
+    switch (type) {
+    case DT_F32: return (size_t)n * 4;
+    case DT_F16: return (size_t)n * 2;
+    case DT_Q8_0: return n % QK8_0 ? 0 : (size_t)(n / QK8_0) * sizeof(BlockQ8_0);
+    }
+    return 0;
+}
 
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);          /* round to nearest even */
@@ -43,16 +55,48 @@ typedef struct {
 void ops_set_threads(int n);
 int ops_threads(void);
 
-/* Instruction sets the fast paths are written for. matmul() takes the best one
- * the CPU has; tests and tools/kbench name one to compare them. */
-typedef enum { OPS_PLAIN = 0, OPS_AVX512 = 1 } OpsIsa;
-OpsIsa ops_best_isa(void);               /* AVX-512 needs F, BW, VL, VNNI, F16C, FMA */
-const char *ops_isa_name(OpsIsa isa);    /* "plain" or "avx512" */
+/* Instruction sets: which path matmul() and the kernels around it take.
+ *   OPS_PLAIN    the plain-loop references on one thread: no OpenMP, no
+ *                OpenBLAS, no intrinsics (matmul is matmul_ref, softmax is
+ *                softmax_ref, attention a plain loop). For the debugger; the
+ *                default of the debug build.
+ *   OPS_GENERIC  no intrinsics of ours: OpenBLAS for F32 and F16, threaded
+ *                plain loops for Q8_0. The fast path without AVX-512.
+ *   OPS_AVX512   AVX-512 and VNNI tiles (ops_avx512.c), OpenBLAS from 36 tokens.
+ *   OPS_BEST     the best of the last two that the CPU has (the default of
+ *                the fast and test builds).
+ * Q8_0 gives the same bits on every path; F32 and F16 differ by float
+ * rounding only (sums in another order). */
+typedef enum { OPS_BEST = -1, OPS_PLAIN = 0, OPS_AVX512 = 1, OPS_GENERIC = 2 } OpsIsa;
+OpsIsa ops_best_isa(void);               /* AVX-512 (F, BW, VL, VNNI, F16C, FMA) or generic */
+const char *ops_isa_name(OpsIsa isa);    /* "plain", "generic", "avx512" or "best" */
+
+/* The process-wide choice. The build sets the start (OPS_DEFAULT_ISA: plain
+ * for `make`, best otherwise); ops_isa() is the path it runs on this CPU,
+ * never OPS_BEST (AVX-512 asked for on a CPU without it runs generic). */
+void ops_set_isa(OpsIsa isa);
+OpsIsa ops_isa(void);
+/* "plain", "generic", "avx512" or "best" into *out. ST_ARG for any other
+ * string, ST_UNSUPPORTED for "avx512" on a CPU without it; e gets one line. */
+int ops_parse_isa(const char *s, OpsIsa *out, Err *e);
+/* At start-up: the environment variable LLM_ISA, when set and not empty, is
+ * parsed as above and set; a bad value leaves the choice as it was and
+ * returns the error, its message starting "LLM_ISA: ". */
+int ops_isa_from_env(Err *e);
+
+/* matmul calls so far, by the path they ran on (each call counts once in
+ * plain, generic or avx512), and how many of them handed their products to
+ * OpenBLAS (sgemm or sgemv). Process-wide, counted from one calling thread. */
+typedef struct {
+    uint64_t plain, generic, avx512;
+    uint64_t sgemm;
+} OpsStats;
+OpsStats ops_stats(void);
 
 /* Scratch bytes that matmul needs for T rows of K inputs against type. */
 size_t matmul_scratch_bytes(DType type, int T, int K);
 
-/* out (T, N) = x (T, K) @ W^T.
+/* out (T, N) = x (T, K) @ W^T, on the path ops_isa() names. On AVX-512:
  * F32: T < 16 AVX-512 register tiles of 4 rows x 4 tokens (T == 1 is
  *      matrix-vector, memory-bound); 16 <= T < 36 the same tiles over blocks
  *      of K that stay in L1; T >= 36, or no AVX-512, OpenBLAS (sgemv at
@@ -65,16 +109,21 @@ size_t matmul_scratch_bytes(DType type, int T, int K);
  *       in tiles of 4 rows x 4 tokens at any T.
  * Rows are split between ops_threads() threads; each (row, token) result is
  * the same whatever the thread count or T, except where OpenBLAS computes it.
+ * The plain path is matmul_ref; the generic one OpenBLAS for F32 and F16 and
+ * threaded loops for Q8_0 (and F16 at T == 1).
  * scratch must hold matmul_scratch_bytes(W->type, T, K) bytes, any alignment
- * (F32 needs none). */
+ * (F32 needs none; the plain path reads none). */
 void matmul(float *out, const float *x, const Mat *W, int T, void *scratch);
-/* matmul with a chosen instruction set (one the CPU lacks falls back to plain). */
+/* matmul on a chosen path (AVX-512 on a CPU without it runs generic). */
 void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, OpsIsa isa);
-/* Plain loops, same arithmetic contract as matmul (Q8_0 activations rounded too). */
+/* Plain loops, one thread, same arithmetic contract as matmul. Q8_0: the
+ * activations rounded to Q8_0 blocks as quantize_row_q8_0 does, integer
+ * products, and the float sums added in the AVX-512 kernel's order, so the
+ * result has the same bits as every other path. */
 void matmul_ref(float *out, const float *x, const Mat *W, int T);
 
 /* Round one row of K floats (K % 32 == 0) to Q8_0 blocks: d = max|x| / 127.
- * The fast version (AVX-512 when present) is bit-identical to the plain one. */
+ * The fast version (AVX-512 when ops_isa() is) is bit-identical to the plain one. */
 void quantize_row_q8_0(BlockQ8_0 *out, const float *x, int K);
 void quantize_row_q8_0_ref(BlockQ8_0 *out, const float *x, int K);
 /* Widen one row of a weight matrix to float. */
@@ -105,7 +154,8 @@ static inline float ops_exp(float x) {
     return p * scale.f;
 }
 
-/* In place, numerically stable (subtracts the max). */
+/* In place, numerically stable (subtracts the max); softmax_ref on the
+ * plain path. */
 void softmax(float *x, int n);
 /* The same with libm's expf and a double sum: the reference for tests. */
 void softmax_ref(float *x, int n);

@@ -60,16 +60,19 @@ static int load_golden(const char *path, Golden *g, int cap) {
 
 /* Greedy-generate n tokens after the prompt, decoding one token at a time
  * after a prefill of the whole prompt. margin[i] (if not NULL) receives how far
- * the golden token's logit was below ours: 0 where we agree. */
+ * the golden token's logit was below ours: 0 where we agree. seen (if not
+ * NULL) receives the n rows of logits each token was chosen from. */
 static void generate(const Model *m, const int *prompt, int n_prompt, int n, int *out,
-                     const int *golden, float *margin) {
+                     const int *golden, float *margin, float *seen) {
     RunState s;
     Err e;
+    int V = m->cfg.vocab_size;
     assert_int_equal(runstate_init(&s, m, n_prompt, &e), ST_OK);
     float *logits = model_forward(m, &s, prompt, n_prompt, 0, 0);
     for (int i = 0; i < n; i++) {
-        out[i] = sampler_argmax(logits, m->cfg.vocab_size);
+        out[i] = sampler_argmax(logits, V);
         if (margin) margin[i] = logits[out[i]] - logits[golden[i]];
+        if (seen) memcpy(seen + (size_t)i * V, logits, sizeof(float) * (size_t)V);
         if (i + 1 < n) logits = model_forward(m, &s, &out[i], 1, n_prompt + i, 0);
     }
     runstate_free(&s);
@@ -99,7 +102,7 @@ static void check_greedy(const char *model_rel, const char *tsv_rel, const char 
             continue;
         int got[64];
         float margin[64];
-        generate(&m, g[r].prompt, g[r].n_prompt, 64, got, g[r].gen, margin);
+        generate(&m, g[r].prompt, g[r].n_prompt, 64, got, g[r].gen, margin, NULL);
         int same = 1;
         for (int i = 0; i < 64 && same; i++) {
             if (got[i] == g[r].gen[i]) continue;
@@ -143,6 +146,130 @@ static void rand_f16_greedy_matches_dequantized_reference(void **st) {
     check_greedy("rand/rand-f16.gguf", "rand/greedy.tsv", "f16", "reference float64, weights", 4, 0, 4);
 }
 
+/* ---- the plain path (ops.h: OPS_PLAIN) against the default one */
+
+/* The logits of one prefill of the whole sequence (prompt and 64 generated
+ * ids: up to 98 tokens, where the default path uses sgemm), all positions. */
+static float *prefill_all(const Model *m, const int *seq, int n) {
+    RunState s;
+    Err e;
+    assert_int_equal(runstate_init(&s, m, n, &e), ST_OK);
+    float *out = malloc(sizeof(float) * (size_t)n * m->cfg.vocab_size);
+    assert_non_null(out);
+    memcpy(out, model_forward(m, &s, seq, n, 0, 1), sizeof(float) * (size_t)n * m->cfg.vocab_size);
+    runstate_free(&s);
+    return out;
+}
+
+/* sum += (b - a), counter by counter. */
+static void add_calls(OpsStats *sum, OpsStats a, OpsStats b) {
+    sum->plain += b.plain - a.plain;
+    sum->generic += b.generic - a.generic;
+    sum->avx512 += b.avx512 - a.avx512;
+    sum->sgemm += b.sgemm - a.sgemm;
+}
+
+/* Largest |a - b| over n values, relative to the largest |b|. */
+static double relative_gap(const float *a, const float *b, size_t n) {
+    double gap = 0, top = 0;
+    for (size_t i = 0; i < n; i++) {
+        gap = fmax(gap, fabs((double)a[i] - b[i]));
+        top = fmax(top, fabs((double)b[i]));
+    }
+    return top > 0 ? gap / top : gap;
+}
+
+/* Every prompt of the format's reference rows in greedy.tsv, on the default
+ * path and then on the plain one: greedy generation (prefill, then one token
+ * at a time) and one prefill of the whole generated sequence. The plain path
+ * must give the same ids; with `bitwise` (Q8_0: the same activation rounding
+ * and integer products, the same order of float sums) the same logits bit for
+ * bit, elsewhere within float rounding. The counters must show the plain loops
+ * ran, and nothing else; and the AVX-512 kernels on the default path where the
+ * CPU has them. */
+static void check_plain_path_equals_default(const char *model_rel, const char *tsv_rel,
+                                            const char *format, int bitwise) {
+    char path[512], tsv[512];
+    if (!fixture(path, sizeof path, model_rel) || !fixture(tsv, sizeof tsv, tsv_rel)) return;
+    Golden *g = calloc(64, sizeof(Golden));
+    int rows = load_golden(tsv, g, 64), checked = 0;
+    Model m;
+    Err e;
+    assert_int_equal(model_load(&m, path, NULL, &e), ST_OK);
+    int V = m.cfg.vocab_size;
+    float *seen[2] = {malloc(sizeof(float) * 64 * V), malloc(sizeof(float) * 64 * V)};
+    assert_non_null(seen[0]);
+    assert_non_null(seen[1]);
+    OpsIsa saved = ops_isa();
+    OpsStats calls[2] = {{0}};   /* of the default path, of the plain path */
+    double worst = 0;
+    for (int r = 0; r < rows; r++) {
+        if (strcmp(g[r].format, format) || strncmp(g[r].producer, "reference", 9)) continue;
+        int ids[2][64], seq[2][256], n = g[r].n_prompt + 64;
+        float *all[2];
+        for (int k = 0; k < 2; k++) {   /* 0: the default path, 1: the plain one */
+            OpsStats start = ops_stats();
+            ops_set_isa(k ? OPS_PLAIN : saved);
+            generate(&m, g[r].prompt, g[r].n_prompt, 64, ids[k], g[r].gen, NULL, seen[k]);
+            memcpy(seq[k], g[r].prompt, sizeof(int) * (size_t)g[r].n_prompt);
+            memcpy(seq[k] + g[r].n_prompt, ids[k], sizeof ids[k]);
+            all[k] = prefill_all(&m, seq[k], n);
+            ops_set_isa(saved);
+            add_calls(&calls[k], start, ops_stats());
+        }
+        if (memcmp(ids[0], ids[1], sizeof ids[0]) != 0) {
+            int i = 0;
+            while (ids[0][i] == ids[1][i]) i++;
+            print_error("%s prompt %d: the plain path parts from the default one at token %d "
+                        "(%d vs %d)\n", model_rel, checked, i, ids[1][i], ids[0][i]);
+            fail();
+        }
+        if (bitwise) {
+            assert_memory_equal(seen[1], seen[0], sizeof(float) * 64 * V);
+            assert_memory_equal(all[1], all[0], sizeof(float) * (size_t)n * V);
+        }
+        worst = fmax(worst, relative_gap(seen[1], seen[0], (size_t)64 * V));
+        worst = fmax(worst, relative_gap(all[1], all[0], (size_t)n * V));
+        assert_true(worst < 1e-4);
+        free(all[0]), free(all[1]);
+        checked++;
+    }
+    assert_int_equal(checked, 4);
+    print_message("           %s: plain path %llu matmul calls; default %llu avx512, %llu generic, "
+                  "%llu with sgemm; logits %.3g apart at most\n", model_rel,
+                  (unsigned long long)calls[1].plain, (unsigned long long)calls[0].avx512,
+                  (unsigned long long)calls[0].generic, (unsigned long long)calls[0].sgemm, worst);
+    assert_true(calls[1].plain > 0);
+    assert_int_equal(calls[1].avx512, 0);
+    assert_int_equal(calls[1].generic, 0);
+    assert_int_equal(calls[1].sgemm, 0);
+    assert_int_equal(calls[0].plain, 0);
+    if (saved == OPS_AVX512) assert_true(calls[0].avx512 > 0);
+    if (strcmp(format, "q8_0") != 0) assert_true(calls[0].sgemm > 0);   /* the long prefill */
+    assert_int_equal(ops_isa(), saved);
+    free(seen[0]), free(seen[1]);
+    model_free(&m);
+    free(g);
+}
+
+static void tiny_f32_greedy_on_the_plain_path_equals_the_default_path(void **st) {
+    check_plain_path_equals_default("tiny/tiny-f32.gguf", "tiny/greedy.tsv", "f32", 0);
+}
+static void tiny_llama2c_greedy_on_the_plain_path_equals_the_default_path(void **st) {
+    check_plain_path_equals_default("tiny/tiny.bin", "tiny/greedy.tsv", "f32", 0);
+}
+static void tiny_f16_greedy_on_the_plain_path_equals_the_default_path(void **st) {
+    check_plain_path_equals_default("tiny/tiny-f16.gguf", "tiny/greedy.tsv", "f16", 0);
+}
+static void tiny_q8_0_plain_path_gives_the_default_logits_bit_for_bit(void **st) {
+    check_plain_path_equals_default("tiny/tiny-q8_0.gguf", "tiny/greedy.tsv", "q8_0", 1);
+}
+static void rand_f32_greedy_on_the_plain_path_equals_the_default_path(void **st) {
+    check_plain_path_equals_default("rand/rand-f32.gguf", "rand/greedy.tsv", "f32", 0);
+}
+static void rand_f16_greedy_on_the_plain_path_equals_the_default_path(void **st) {
+    check_plain_path_equals_default("rand/rand-f16.gguf", "rand/greedy.tsv", "f16", 0);
+}
 
 /* llama2.c's format with a separate classifier: a negative vocab_size in the
  * header and the classifier after the weights. Rewriting tiny.bin that way,
@@ -173,7 +300,7 @@ static void llama2c_separate_classifier_loads_and_agrees(void **st) {
     for (int r = 0; r < rows; r++) {
         if (strcmp(g[r].format, "f32") || strcmp(g[r].producer, "reference float64")) continue;
         int got[64];
-        generate(&m, g[r].prompt, g[r].n_prompt, 64, got, g[r].gen, NULL);
+        generate(&m, g[r].prompt, g[r].n_prompt, 64, got, g[r].gen, NULL, NULL);
         assert_memory_equal(got, g[r].gen, sizeof got);
         checked++;
     }
@@ -330,6 +457,12 @@ int main(void) {
         cmocka_unit_test(rand_f32_logits_match_float64_reference_at_every_position),
         cmocka_unit_test(tiny_f16_logits_match_dequantized_reference),
         cmocka_unit_test(tiny_q8_0_logits_stay_near_dequantized_reference),
+        cmocka_unit_test(tiny_f32_greedy_on_the_plain_path_equals_the_default_path),
+        cmocka_unit_test(tiny_llama2c_greedy_on_the_plain_path_equals_the_default_path),
+        cmocka_unit_test(tiny_f16_greedy_on_the_plain_path_equals_the_default_path),
+        cmocka_unit_test(tiny_q8_0_plain_path_gives_the_default_logits_bit_for_bit),
+        cmocka_unit_test(rand_f32_greedy_on_the_plain_path_equals_the_default_path),
+        cmocka_unit_test(rand_f16_greedy_on_the_plain_path_equals_the_default_path),
         cmocka_unit_test(chunked_prefill_equals_one_prefill),
         cmocka_unit_test(model_load_survives_every_allocation_failure),
     };

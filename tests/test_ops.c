@@ -3,13 +3,15 @@
  * Three kinds of check:
  *   - number formats: fp16 both ways over every half, rounding ties, Q8_0
  *     rounding of activations (it must match llama.cpp bit for bit);
- *   - matmul (every type, both instruction sets, T in {1, 2, 3, 6, 7, 17,
- *     64}, shapes that leave tails in every tile, and T on both sides of each
- *     change of path: 15/16 and 35/36 for the float types) against
+ *   - matmul (every type, the generic and AVX-512 paths, T in {1, 2, 3, 6,
+ *     7, 17, 64}, shapes that leave tails in every tile, and T on both sides
+ *     of each change of path: 15/16 and 35/36 for the float types) against
  *     matmul_ref and against a plain loop in double precision, with error
- *     bounds derived below;
+ *     bounds derived below; Q8_0 on every path bit for bit against matmul_ref;
  *   - determinism: 1 and 2 threads, and prefill versus decode, give the same
- *     bits where the kernels promise it.
+ *     bits where the kernels promise it;
+ *   - the choice of path: the plain path runs matmul_ref and nothing else
+ *     (ops_stats), and names and LLM_ISA values parse or fail in one line.
  *
  * Error bounds. A float sum of K products computed in any order, each product
  * rounded at most once, has |computed - exact| <= gamma(K) * sum |w_k x_k|,
@@ -17,9 +19,9 @@
  * Numerical Algorithms, section 3.1). Both matmul and matmul_ref are such
  * sums, so each is checked against the double-precision value with that bound
  * (K u < 0.001 here, so 1.01 K u covers gamma). For Q8_0 the integer sums are
- * exact; per block there is one rounding of d_w * d_x, one of the product (or
- * FMA), and the additions: at most nb / 2 in a lane plus 4 to add 16 lanes in
- * the fast kernel, nb in the reference. So (nb + 8) u times
+ * exact; per block there is one rounding of d_w * d_x, one of the FMA, and
+ * the additions: at most nb / 2 in a lane plus 4 to add 16 lanes, on every
+ * path (they all add in the AVX-512 kernel's order). So (nb + 8) u times
  * sum_b |d_w d_x| sum_i |w_i x_i| bounds both. A wrong block, sign or tail
  * changes the result by about one block's share of that sum, orders of
  * magnitude above the bound. */
@@ -176,7 +178,7 @@ static const int TOKEN_COUNTS[] = {1, 2, 3, 6, 7, 17, 64};
 static const int ROW_COUNTS[] = {1, 7, 33, 130};   /* 4-row tiles leave 1, 3, 1, 2; 16-row groups too */
 
 static void check_type_everywhere(DType type, const int *Ks, int nK) {
-    OpsIsa isas[] = {OPS_PLAIN, ops_best_isa()};
+    OpsIsa isas[] = {OPS_GENERIC, ops_best_isa()};
     for (int i = 0; i < 2; i++)
         for (int k = 0; k < nK; k++)
             for (size_t n = 0; n < sizeof ROW_COUNTS / sizeof ROW_COUNTS[0]; n++)
@@ -431,17 +433,32 @@ static void matmul_matches_reference_at_model_widths(void **state) {
     }
 }
 
-static void q8_0_plain_path_equals_reference_bitwise(void **state) {
+/* Every path rounds activations alike, multiplies integers exactly and adds
+ * the float sums in the same order (ops.c: q8_0_block_into_lanes), so each
+ * gives matmul_ref's bits: at every tile shape (T = 1, 2, 3, 7, 17), with an
+ * odd number of blocks (a lone last block: 1, 7, 9) and an even one. */
+static void q8_0_every_path_gives_the_reference_bits(void **state) {
     (void)state;
-    /* The fallback uses the reference's arithmetic in the reference's order. */
-    int N = 45, K = 320, T = 3;
-    Mat W = {DT_Q8_0, N, K, make_weights(DT_Q8_0, N, K, 11)};
-    float *x = make_activations(T, K, 12);
-    float got[3 * 45], ref[3 * 45];
-    run_matmul(got, x, &W, T, OPS_PLAIN);
-    matmul_ref(ref, x, &W, T);
-    assert_memory_equal(got, ref, sizeof got);
-    free(x), free((void *)W.data);
+    const int Ks[] = {32, 224, 288, 320}, Ts[] = {1, 2, 3, 7, 17};
+    OpsIsa isas[] = {OPS_PLAIN, OPS_GENERIC, ops_best_isa()};
+    int N = 45;
+    for (int k = 0; k < 4; k++) {
+        for (int j = 0; j < 5; j++) {
+            int K = Ks[k], T = Ts[j];
+            Mat W = {DT_Q8_0, N, K, make_weights(DT_Q8_0, N, K, 11 + (unsigned)k)};
+            float *x = make_activations(T, K, 12 + (unsigned)j);
+            float got[17 * 45], ref[17 * 45];
+            matmul_ref(ref, x, &W, T);
+            for (int i = 0; i < 3; i++) {
+                run_matmul(got, x, &W, T, isas[i]);
+                if (memcmp(got, ref, sizeof(float) * (size_t)T * N) != 0) {
+                    print_error("Q8_0 %s K=%d T=%d differs from matmul_ref\n", ops_isa_name(isas[i]), K, T);
+                    fail();
+                }
+            }
+            free(x), free((void *)W.data);
+        }
+    }
 }
 
 /* Each (row, token) goes through the same instructions whatever the tile,
@@ -494,9 +511,9 @@ static void matmul_gives_same_results_on_one_and_two_threads(void **state) {
     (void)state;
     /* Big enough to be split (see OPS_MIN_PARALLEL_BYTES), with N not a
      * multiple of 16 so that the last group is partial. Our own kernels give
-     * the same bits; OpenBLAS (sgemm, and sgemv for the plain F32 T = 1)
+     * the same bits; OpenBLAS (sgemm, and sgemv for the generic F32 T = 1)
      * may split sums differently by thread count and is held to the error
-     * bound instead. */
+     * bound instead. The plain path is one thread whatever the count. */
     DType types[] = {DT_F32, DT_F16, DT_Q8_0};
     int Ts[] = {1, 5, 17, 40};
     int saved = ops_threads();
@@ -508,16 +525,16 @@ static void matmul_gives_same_results_on_one_and_two_threads(void **state) {
             float *a = malloc(sizeof(float) * (size_t)T * N), *b = malloc(sizeof(float) * (size_t)T * N);
             assert_non_null(a);
             assert_non_null(b);
-            OpsIsa isas[] = {OPS_PLAIN, ops_best_isa()};
-            for (int s = 0; s < 2; s++) {
+            OpsIsa isas[] = {OPS_PLAIN, OPS_GENERIC, ops_best_isa()};
+            for (int s = 0; s < 3; s++) {
                 ops_set_threads(1);
                 run_matmul(a, x, &W, T, isas[s]);
                 ops_set_threads(2);
                 run_matmul(b, x, &W, T, isas[s]);
                 /* ours: Q8_0 always; F32 and F16 below 36 tokens on AVX-512;
-                 * the plain F16 loop at T == 1 */
+                 * the generic F16 loop at T == 1; the plain path always */
                 int ours = types[i] == DT_Q8_0 || (isas[s] == OPS_AVX512 && T < 36) ||
-                           (types[i] == DT_F16 && T == 1);
+                           (types[i] == DT_F16 && T == 1) || isas[s] == OPS_PLAIN;
                 for (int t = 0; t < T; t++) {
                     for (int n = 0; n < N; n++) {
                         float va = a[(size_t)t * N + n], vb = b[(size_t)t * N + n];
@@ -551,6 +568,137 @@ static void matmul_scratch_does_not_depend_on_threads(void **state) {
         assert_true(matmul_scratch_bytes(types[i], 64, 2048) >= matmul_scratch_bytes(types[i], 1, 2048));
     }
     ops_set_threads(saved);
+}
+
+/* ------------------------------------------------- the choice of path */
+
+/* matmul() on the plain path is matmul_ref, bit for bit, for every type and
+ * at T = 40 too (where the other paths call sgemm), and the counters see
+ * plain calls only. */
+static void plain_isa_sends_every_matmul_through_the_reference_loops(void **state) {
+    (void)state;
+    OpsIsa saved = ops_isa();
+    ops_set_isa(OPS_PLAIN);
+    assert_int_equal(ops_isa(), OPS_PLAIN);
+    OpsStats before = ops_stats();
+    DType types[] = {DT_F32, DT_F16, DT_Q8_0};
+    int Ts[] = {1, 5, 40}, N = 37, K = 96;
+    for (int i = 0; i < 3; i++) {
+        for (int j = 0; j < 3; j++) {
+            Mat W = {types[i], N, K, make_weights(types[i], N, K, 51)};
+            float *x = make_activations(Ts[j], K, 52);
+            float got[40 * 37], ref[40 * 37];
+            size_t bytes = matmul_scratch_bytes(W.type, Ts[j], K);
+            void *scratch = malloc(bytes ? bytes : 1);
+            assert_non_null(scratch);
+            matmul(got, x, &W, Ts[j], scratch);
+            matmul_ref(ref, x, &W, Ts[j]);
+            assert_memory_equal(got, ref, sizeof(float) * (size_t)Ts[j] * N);
+            free(scratch), free(x), free((void *)W.data);
+        }
+    }
+    OpsStats after = ops_stats();
+    ops_set_isa(saved);
+    assert_int_equal(after.plain - before.plain, 9);
+    assert_int_equal(after.generic, before.generic);
+    assert_int_equal(after.avx512, before.avx512);
+    assert_int_equal(after.sgemm, before.sgemm);
+}
+
+/* Without a choice, the test build runs the best path the CPU has: on an
+ * AVX-512 CPU its kernels, and sgemm from 36 tokens of F32. */
+static void default_isa_is_the_best_the_cpu_has(void **state) {
+    (void)state;
+    assert_int_equal(ops_isa(), ops_best_isa());
+    Mat W = {DT_F32, 37, 96, make_weights(DT_F32, 37, 96, 61)};
+    float *x = make_activations(40, 96, 62), out[40 * 37];
+    OpsStats a = ops_stats();
+    matmul(out, x, &W, 4, NULL);
+    OpsStats b = ops_stats();
+    matmul(out, x, &W, 40, NULL);
+    OpsStats c = ops_stats();
+    if (ops_best_isa() == OPS_AVX512) {
+        assert_int_equal(b.avx512 - a.avx512, 1);
+        assert_int_equal(b.sgemm, a.sgemm);
+    } else {
+        assert_int_equal(b.generic - a.generic, 1);
+    }
+    assert_int_equal(c.sgemm - b.sgemm, 1);
+    assert_int_equal(c.plain, a.plain);
+    free(x), free((void *)W.data);
+}
+
+/* Where a kernel has a fast version and a reference, the plain path takes the
+ * reference: softmax is softmax_ref there, bit for bit. */
+static void softmax_on_the_plain_isa_is_the_libm_reference(void **state) {
+    (void)state;
+    enum { N = 300 };
+    float a[N], b[N];
+    for (int i = 0; i < N; i++) a[i] = b[i] = (float)(10.0 * cos(i * 0.71));
+    OpsIsa saved = ops_isa();
+    ops_set_isa(OPS_PLAIN);
+    softmax(a, N);
+    ops_set_isa(saved);
+    softmax_ref(b, N);
+    assert_memory_equal(a, b, sizeof a);
+}
+
+/* The names of the paths round-trip through ops_parse_isa; anything else is
+ * an error of one line that names the bad value and the good ones. */
+static void isa_names_parse_and_anything_else_is_a_one_line_error(void **state) {
+    (void)state;
+    OpsIsa all[] = {OPS_PLAIN, OPS_GENERIC, OPS_AVX512, OPS_BEST}, got;
+    Err e;
+    for (int i = 0; i < 4; i++) {
+        int st = ops_parse_isa(ops_isa_name(all[i]), &got, &e);
+        if (all[i] == OPS_AVX512 && ops_best_isa() != OPS_AVX512) {
+            assert_int_equal(st, ST_UNSUPPORTED);
+            assert_non_null(strstr(e.msg, "lacks AVX-512"));
+            continue;
+        }
+        assert_int_equal(st, ST_OK);
+        assert_int_equal(got, all[i]);
+    }
+    const char *bad[] = {"", "AVX512", "sse", "plain ", "avx512f"};
+    for (int i = 0; i < 5; i++) {
+        got = OPS_PLAIN;
+        assert_int_equal(ops_parse_isa(bad[i], &got, &e), ST_ARG);
+        assert_int_equal(got, OPS_PLAIN);   /* untouched */
+        assert_null(strchr(e.msg, '\n'));
+        assert_non_null(strstr(e.msg, "want plain, generic, avx512 or best"));
+    }
+    assert_int_equal(ops_parse_isa(NULL, &got, &e), ST_ARG);
+}
+
+/* LLM_ISA sets the path at start-up; unset or empty leaves the default; a bad
+ * value is one line that starts with the variable's name, and changes
+ * nothing. */
+static void llm_isa_sets_the_path_and_a_bad_value_is_a_one_line_error(void **state) {
+    (void)state;
+    OpsIsa saved = ops_isa();
+    Err e;
+    setenv("LLM_ISA", "plain", 1);
+    assert_int_equal(ops_isa_from_env(&e), ST_OK);
+    assert_int_equal(ops_isa(), OPS_PLAIN);
+    setenv("LLM_ISA", "best", 1);
+    assert_int_equal(ops_isa_from_env(&e), ST_OK);
+    assert_int_equal(ops_isa(), ops_best_isa());
+    ops_set_isa(OPS_PLAIN);
+    setenv("LLM_ISA", "", 1);
+    assert_int_equal(ops_isa_from_env(&e), ST_OK);
+    assert_int_equal(ops_isa(), OPS_PLAIN);
+    unsetenv("LLM_ISA");
+    assert_int_equal(ops_isa_from_env(&e), ST_OK);
+    assert_int_equal(ops_isa(), OPS_PLAIN);
+    setenv("LLM_ISA", "fastest", 1);
+    assert_int_equal(ops_isa_from_env(&e), ST_ARG);
+    print_message("           LLM_ISA=fastest: %s\n", e.msg);
+    assert_int_equal(strncmp(e.msg, "LLM_ISA: ", 9), 0);
+    assert_non_null(strstr(e.msg, "'fastest'"));
+    assert_null(strchr(e.msg, '\n'));
+    assert_int_equal(ops_isa(), OPS_PLAIN);
+    unsetenv("LLM_ISA");
+    ops_set_isa(saved);
 }
 
 /* ------------------------------------------------- the small kernels */
@@ -636,7 +784,8 @@ static void softmax_matches_the_libm_reference(void **st) {
 }
 
 int main(void) {
-    print_message("kernels: %s\n", ops_isa_name(ops_best_isa()));
+    print_message("kernels: %s (best on this CPU: %s)\n", ops_isa_name(ops_isa()),
+                  ops_isa_name(ops_best_isa()));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fast_exp_is_within_three_ulp_of_exp),
         cmocka_unit_test(softmax_matches_the_libm_reference),
@@ -655,12 +804,17 @@ int main(void) {
         cmocka_unit_test(q8_0_matmul_matches_plain_reference),
         cmocka_unit_test(float_matmul_matches_reference_on_both_sides_of_each_path),
         cmocka_unit_test(matmul_matches_reference_at_model_widths),
-        cmocka_unit_test(q8_0_plain_path_equals_reference_bitwise),
+        cmocka_unit_test(q8_0_every_path_gives_the_reference_bits),
         cmocka_unit_test(q8_0_prefill_rows_equal_decode_rows_bitwise),
         cmocka_unit_test(small_float_batches_equal_single_tokens_bitwise),
         cmocka_unit_test(q8_0_small_batches_equal_single_tokens_bitwise),
         cmocka_unit_test(matmul_gives_same_results_on_one_and_two_threads),
         cmocka_unit_test(matmul_scratch_does_not_depend_on_threads),
+        cmocka_unit_test(plain_isa_sends_every_matmul_through_the_reference_loops),
+        cmocka_unit_test(default_isa_is_the_best_the_cpu_has),
+        cmocka_unit_test(softmax_on_the_plain_isa_is_the_libm_reference),
+        cmocka_unit_test(isa_names_parse_and_anything_else_is_a_one_line_error),
+        cmocka_unit_test(llm_isa_sets_the_path_and_a_bad_value_is_a_one_line_error),
         cmocka_unit_test(rmsnorm_matches_double_precision),
         cmocka_unit_test(softmax_sums_to_one_and_survives_large_inputs),
         cmocka_unit_test(rope_rotates_pairs_by_the_given_angles),

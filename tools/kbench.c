@@ -16,10 +16,10 @@
  * many figures instead of every sample of a few.
  *
  * Build:
- *   gcc -O3 -march=native -fopenmp -Isrc tools/kbench.c src/ops.c src/mem.c src/err.c \
- *       -o build/kbench -lopenblas -lm
+ *   gcc -O3 -march=native -fopenmp -Isrc tools/kbench.c src/ops.c src/ops_avx512.c src/mem.c \
+ *       src/err.c -o build/kbench -lopenblas -lm
  * Run (OpenBLAS picks its kernels by OPENBLAS_CORETYPE; name the real CPU):
- *   OPENBLAS_CORETYPE=SkylakeX build/kbench [--isa plain|avx512] [--type F32|F16|Q8_0]
+ *   OPENBLAS_CORETYPE=SkylakeX build/kbench [--isa plain|generic|avx512|best] [--type F32|F16|Q8_0]
  *       [--shape NxK] [--reps R] [--threads 1|2|both] [--pool-mib M] [--prefill-t T]
  * --pool-mib 0 keeps one copy of each matrix, so small ones run from cache:
  * that shows what a kernel can do when memory is not the limit. */
@@ -139,7 +139,7 @@ static double time_cell(const Cell *c, const uint8_t *pool, size_t pool_bytes, i
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kbench [--isa plain|avx512] [--type F32|F16|Q8_0] [--shape NxK] "
+    fprintf(f, "usage: kbench [--isa plain|generic|avx512|best] [--type F32|F16|Q8_0] [--shape NxK] "
                "[--reps R (1..%d)] [--threads 1|2|both] [--pool-mib M] [--prefill-t T]\n",
             MAX_REPS);
 }
@@ -163,7 +163,13 @@ static int parse_args(Options *o, int argc, char **argv) {
             return -1;
         }
         const char *v = argv[++i];
-        if (!strcmp(a, "--isa")) o->isa = !strcmp(v, "plain") ? OPS_PLAIN : OPS_AVX512;
+        if (!strcmp(a, "--isa")) {
+            Err e;
+            if (ops_parse_isa(v, &o->isa, &e)) {
+                fprintf(stderr, "kbench: --isa: %s\n", e.msg);
+                return -1;
+            }
+        }
         else if (!strcmp(a, "--type")) o->type = !strcmp(v, "F32") ? DT_F32 : !strcmp(v, "F16") ? DT_F16 : DT_Q8_0;
         else if (!strcmp(a, "--shape")) {
             if (sscanf(v, "%dx%d", &o->N, &o->K) != 2) o->N = -1;

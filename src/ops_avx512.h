@@ -1,0 +1,91 @@
+/* ops_avx512.h - what ops.c (the dispatch) and ops_avx512.c (the AVX-512
+ * kernels) share; not part of the engine's interface (that is ops.h).
+ *
+ * A matmul is cut into ranges of output rows, one per thread; a rows function
+ * (RowsFn) computes one range for all tokens. ops.c decides which rows
+ * function runs and on how many threads; ops_avx512.c provides the AVX-512
+ * ones. Everything they both read is here: the job, the layout of quantized
+ * activations, and a weight row's address. */
+#ifndef OPS_AVX512_H
+#define OPS_AVX512_H
+#include "ops.h"
+#include <math.h>
+
+/* The AVX-512 kernels exist on x86-64 with GCC or Clang; elsewhere matmul
+ * has only its plain and generic paths. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define OPS_X86 1
+#endif
+
+/* What one range of rows needs to know: the whole problem, and the scratch
+ * prepared for it. */
+typedef struct {
+    float *out;            /* (T, N) */
+    const float *x;        /* (T, K) */
+    const Mat *W;          /* (N, K) */
+    int T;
+    OpsIsa isa;            /* OPS_GENERIC or OPS_AVX512 */
+    const uint8_t *act;    /* Q8_0: T rows of act_stride(K) bytes, quantized x */
+    float *wide;           /* F16 through sgemm: (team, rows_per_part, K) */
+    int rows_per_part;
+} MatmulJob;
+
+/* Computes out[t][n] for every t and n in [n0, n1); part is the index of the
+ * range (and of the thread), for functions that need their own scratch. */
+typedef void (*RowsFn)(const MatmulJob *job, int part, int n0, int n1);
+
+/* Row n of W. */
+static inline const uint8_t *row_ptr(const Mat *W, int n) {
+    return (const uint8_t *)W->data + (size_t)n * dtype_row_bytes(W->type, W->K);
+}
+
+/* The multiplier 127 / amax of a Q8_0 block. For amax below about 3.7e-37 it
+ * overflows to inf; d = amax / 127 then rounds to 0 in fp16, so the block adds
+ * nothing to any dot product, and we store zeros instead of converting inf or
+ * NaN to int8 (undefined behaviour in C). */
+static inline float q8_0_multiplier(float amax) {
+    float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    return isinf(id) ? 0.0f : id;
+}
+
+/* --- Q8_0 activations, in the layout the int8 kernels read.
+ *
+ * For each of the T rows, at a stride of act_stride(K) bytes (a multiple of 64):
+ *   int8_t  qs[K]        the Q8_0 values, blocks back to back (no scales in
+ *                        between, so two blocks are one 64-byte load)
+ *   int32_t corr[K / 4]  -128 * (sum of each group of four values): the start
+ *                        value of a VNNI lane, cancelling the weights' +128
+ *   float   d[K / 32]    the block scales, already widened from fp16
+ * The values and scales are exactly quantize_row_q8_0's. */
+typedef struct {
+    const int8_t *qs;
+    const int32_t *corr;
+    const float *d;
+} ActRow;
+
+static inline size_t act_stride(int K) { return ((size_t)K * 2 + (size_t)K / 8 + 63) / 64 * 64; }
+
+static inline ActRow act_row(const uint8_t *act, int K, int t) {
+    const uint8_t *p = act + (size_t)t * act_stride(K);
+    ActRow r = {(const int8_t *)p, (const int32_t *)(p + K), (const float *)(p + 2 * (size_t)K)};
+    return r;
+}
+
+#ifdef OPS_X86
+/* From ops_avx512.c; call them only when ops_best_isa() is OPS_AVX512. */
+
+/* quantize_row_q8_0, 16 values per instruction, bit-identical. */
+void quantize_row_q8_0_avx512(BlockQ8_0 *out, const float *x, int K);
+/* T rows of x to the layout above (job->act). */
+void act_pack_avx512(uint8_t *act, const float *x, int T, int K);
+/* One row of K halves widened to floats, for sgemm. */
+void f16_widen_avx512(float *out, const uint16_t *h, int K);
+
+/* Rows functions for T < SGEMM_MIN_T (F32, F16) and any T (Q8_0, after
+ * act_pack_avx512): register tiles, k-blocked from KB_MIN_T tokens. */
+void f32_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
+void f16_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
+void q8_0_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
+#endif
+
+#endif
