@@ -70,6 +70,8 @@ static void usage(FILE *f) {
         "  --seed S             random seed (default 42)\n"
         "  --stop TEXT          end the text before TEXT (up to 4 times)\n"
         "  --threads N          threads for the kernels (default: the cores this process may use)\n"
+        "  --isa I              kernels: plain (the reference loops, one thread: for gdb),\n"
+        "                       generic, avx512 or best (default; LLM_ISA sets it too)\n"
         "  --trace              lifecycle of every request and a summary of every step on\n"
         "                       stderr; --trace=verbose adds every token, block tables and\n"
         "                       a map of the KV pool at every step; both end with a memory report\n"
@@ -126,7 +128,7 @@ static int takes_value(const char *a) {
         "--model", "--tokenizer", "--prompt", "-n", "--max-tokens", "--temperature", "--top-k",
         "--top-p", "--seed", "--threads", "--stop", "--workload", "--trace-json", "--trace-svg",
         "--kv-map", "--out-dir", "--max-seqs", "--token-budget", "--chunk", "--aging", "--policy",
-        "--clock", "--block-size", "--kv-blocks", "--kv-mem", NULL};
+        "--clock", "--block-size", "--kv-blocks", "--kv-mem", "--isa", NULL};
     for (int i = 0; opts[i]; i++)
         if (!strcmp(a, opts[i])) return 1;
     return 0;
@@ -237,6 +239,14 @@ static int parse_args(int argc, char **argv, Options *o) {
                 fprintf(stderr, "infer: --policy: '%s' is not fcfs or priority\n", v);
                 return -1;
             }
+        } else if (!strcmp(a, "--isa")) {
+            OpsIsa isa;
+            Err e;
+            if (ops_parse_isa(v, &isa, &e)) {
+                fprintf(stderr, "infer: --isa: %s\n", e.msg);
+                return -1;
+            }
+            ops_set_isa(isa);
         } else if (!strcmp(a, "--clock")) {
             if (!strcmp(v, "wall")) o->ec.clock = CLOCK_WALL;
             else if (!strcmp(v, "steps")) o->ec.clock = CLOCK_STEPS;
@@ -553,6 +563,11 @@ out:
 
 int main(int argc, char **argv) {
     Options o;
+    Err isa_err;
+    if (ops_isa_from_env(&isa_err)) {   /* LLM_ISA; --isa overrides it */
+        fprintf(stderr, "infer: %s\n", isa_err.msg);
+        return 2;
+    }
     if (parse_args(argc, argv, &o)) return 2;
     ops_set_threads(o.threads);
 

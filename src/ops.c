@@ -242,7 +242,15 @@ static void count_call(OpsIsa isa, int used_blas) {
 /* One block of 32 floats to 32 int8 values; returns d as fp16 bits. */
 static uint16_t q8_0_quantize_block_ref(int8_t qs[QK8_0], const float *xb) {
     float amax = 0.0f;
-    for (int i = 0; i < QK8_0; i++) amax = fmaxf(amax, fabsf(xb[i]));
+    int finite = 1;
+    for (int i = 0; i < QK8_0; i++) {
+        amax = fmaxf(amax, fabsf(xb[i]));
+        finite &= isfinite(xb[i]) != 0;
+    }
+    if (!finite) {   /* see Q8_0_NONFINITE_SCALE */
+        memset(qs, 0, QK8_0);
+        return Q8_0_NONFINITE_SCALE;
+    }
     /* llama.cpp (x86): d = amax / 127 stored as fp16; values scaled by 127 / amax
      * and rounded to nearest even. Matching this lets greedy outputs match. */
     float id = q8_0_multiplier(amax);

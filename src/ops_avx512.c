@@ -58,6 +58,7 @@
 #ifdef OPS_X86
 #include <assert.h>
 #include <immintrin.h>
+#include <string.h>
 
 /* Functions that use AVX-512 instructions; callers check ops_best_isa() first. */
 #define AVX512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
@@ -82,6 +83,13 @@ typedef struct {
  * inputs the two may differ: maxps and fmaxf treat NaN differently.) */
 AVX512_INLINE uint16_t q8_0_quantize_block_avx512(int8_t *qs, const float *xb) {
     __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+    /* x - x is 0 for a finite x, NaN for NaN or an infinity */
+    __mmask16 bad = _mm512_cmp_ps_mask(_mm512_sub_ps(v0, v0), _mm512_setzero_ps(), _CMP_NEQ_UQ) |
+                    _mm512_cmp_ps_mask(_mm512_sub_ps(v1, v1), _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    if (bad) {   /* see Q8_0_NONFINITE_SCALE */
+        memset(qs, 0, QK8_0);
+        return Q8_0_NONFINITE_SCALE;
+    }
     float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
     __m512 id = _mm512_set1_ps(q8_0_multiplier(amax));
     enum { NEAREST_EVEN = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC };   /* an immediate */

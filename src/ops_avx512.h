@@ -43,6 +43,12 @@ static inline const uint8_t *row_ptr(const Mat *W, int n) {
  * overflows to inf; d = amax / 127 then rounds to 0 in fp16, so the block adds
  * nothing to any dot product, and we store zeros instead of converting inf or
  * NaN to int8 (undefined behaviour in C). */
+/* The scale of a block of activations that holds a NaN or an infinity: its
+ * values are stored as 0 and its scale as NaN (fp16 0x7E00), so every dot
+ * product with it is NaN and the logits say so, where quantizing it would
+ * have dropped the NaN (max ignores it) and cast NaN to int8 (undefined). */
+enum { Q8_0_NONFINITE_SCALE = 0x7E00 };
+
 static inline float q8_0_multiplier(float amax) {
     float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     return isinf(id) ? 0.0f : id;

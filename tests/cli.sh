@@ -115,6 +115,21 @@ mkfifo "$tmp/fifo.json"
 timeout 20 "$INFER" --model data/shakespeare.gguf --prompt "ROMEO:" -n 5 --trace-json "$tmp/fifo.json" > /dev/null 2> "$tmp/err"
 [ $? -eq 1 ] && grep -q "fifo.json: is a FIFO" "$tmp/err" && ok || bad "--trace-json to a FIFO: $(cat "$tmp/err")"
 
+# --isa plain runs every kernel through its reference loop and gives the
+# default path's greedy text: F32 and F16 fixtures, Q8_0 (the default model:
+# the same activation rounding on both paths). A bad value is one line.
+for model in "$FIX/tiny/tiny-f32.gguf" "$FIX/tiny/tiny-f16.gguf" data/shakespeare.gguf; do
+    [ -f "$model" ] || continue
+    "$INFER" --model "$model" --prompt "ROMEO:" -n 40 --temperature 0 > "$tmp/best" 2>/dev/null
+    "$INFER" --model "$model" --prompt "ROMEO:" -n 40 --temperature 0 --isa plain > "$tmp/plain" 2>/dev/null
+    cmp -s "$tmp/best" "$tmp/plain" && [ -s "$tmp/plain" ] && ok || bad "--isa plain differs from the default path on $model"
+done
+LLM_ISA=plain "$INFER" --model data/shakespeare.gguf --prompt "ROMEO:" -n 40 --temperature 0 > "$tmp/env" 2>/dev/null
+cmp -s "$tmp/env" "$tmp/plain" && ok || bad "LLM_ISA=plain differs from --isa plain"
+expect_error "unknown instruction set 'fastest'" --model data/shakespeare.gguf --isa fastest
+LLM_ISA=fastest "$INFER" --model data/shakespeare.gguf > "$tmp/out" 2> "$tmp/err"
+[ $? -eq 2 ] && grep -q "LLM_ISA: unknown instruction set 'fastest'" "$tmp/err" && ok || bad "LLM_ISA=fastest: $(cat "$tmp/err")"
+
 # The default model shipped in data/ loads and generates.
 if [ -f data/shakespeare.gguf ]; then
     "$INFER" --model data/shakespeare.gguf --prompt "ROMEO:" -n 30 --seed 1 > "$tmp/out" 2> "$tmp/err" &&

@@ -648,31 +648,37 @@ static void non_finite_logits_end_the_request_with_an_error(void **state) {
     free(bytes);
     Model bad;
     assert_int_equal(model_load(&bad, path, NULL, &e), ST_OK);
-    Runtime rt;
-    EngineConfig c = config(4, 64, 0, 0);
-    assert_int_equal(rt_init(&rt, &bad, &c, &e), ST_OK);
-    RtParams p = rt_params_default();
-    p.prompt = "ROMEO:";
-    int greedy = rt_submit(&rt, &p, &e);
-    p.sampling.temperature = 0.8f;
-    p.n = 2;
-    int sampled = rt_submit(&rt, &p, &e);
-    assert_true(greedy >= 0 && sampled >= 0);
-    assert_int_equal(rt_run(&rt, &e), ST_OK);
-    int ids[] = {greedy, sampled, sampled + 1};
-    for (int i = 0; i < 3; i++) {
-        const Sequence *q = rt_sequence(&rt, ids[i]);
-        assert_int_equal(q->state, SEQ_FINISHED);
-        assert_int_equal(q->finish, FIN_ERROR);
-        assert_int_equal(q->n_out, 0);
-        const char *why = rt_error(&rt, ids[i]);
-        assert_non_null(why);
-        assert_string_equal(why, "error: non-finite logits at position 3");
+    for (int plain = 1; plain >= 0; plain--) {   /* both quantizers of the activations */
+        ops_set_isa(plain ? OPS_PLAIN : OPS_BEST);
+        Runtime rt;
+        EngineConfig c = config(4, 64, 0, 0);
+        assert_int_equal(rt_init(&rt, &bad, &c, &e), ST_OK);
+        RtParams p = rt_params_default();
+        p.prompt = "ROMEO:";
+        int greedy = rt_submit(&rt, &p, &e);
+        p.sampling.temperature = 0.8f;
+        p.n = 2;
+        int sampled = rt_submit(&rt, &p, &e);
+        assert_true(greedy >= 0 && sampled >= 0);
+        assert_int_equal(rt_run(&rt, &e), ST_OK);
+        int ids[] = {greedy, sampled, sampled + 1};
+        for (int i = 0; i < 3; i++) {
+            const Sequence *q = rt_sequence(&rt, ids[i]);
+            assert_int_equal(q->state, SEQ_FINISHED);
+            assert_int_equal(q->finish, FIN_ERROR);
+            assert_int_equal(q->n_out, 0);
+            const char *why = rt_error(&rt, ids[i]);
+            assert_non_null(why);
+            char want[80];   /* the prompt's last position: its logits give the first token */
+            snprintf(want, sizeof want, "error: non-finite logits at position %d", q->n_prompt - 1);
+            assert_string_equal(why, want);
+        }
+        assert_string_equal(rt_finish_name(FIN_ERROR), "error");
+        assert_int_equal(kv_held_blocks(&rt.en.pool), 0);
+        if (kv_pool_check(&rt.en.pool, &e)) fail_msg("pool: %s", e.msg);
+        rt_free(&rt);
     }
-    assert_string_equal(rt_finish_name(FIN_ERROR), "error");
-    assert_int_equal(kv_held_blocks(&rt.en.pool), 0);
-    if (kv_pool_check(&rt.en.pool, &e)) fail_msg("pool: %s", e.msg);
-    rt_free(&rt);
+    ops_set_isa(OPS_BEST);
     model_free(&bad);
     unlink(path);
 }
