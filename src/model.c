@@ -308,10 +308,10 @@ int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e) {
     int named_gguf = n >= 5 && strcasecmp(path + n - 5, ".gguf") == 0;
     if ((got == 4 && memcmp(magic, "GGUF", 4) == 0) || named_gguf) {
         m->format = "gguf";
-        if (tokenizer_path)   /* it would be ignored: say so instead */
-            return err_set(e, ST_ARG, "%s: a GGUF file carries its own vocabulary; the tokenizer "
-                                      "file %s is for llama2.c checkpoints", path, tokenizer_path);
         st = load_gguf(m, path, e);
+        if (st == ST_OK && tokenizer_path)   /* it would be ignored: say so instead */
+            st = err_set(e, ST_ARG, "%s: a GGUF file carries its own vocabulary; the tokenizer "
+                                    "file %s is for llama2.c checkpoints", path, tokenizer_path);
     } else {
         m->format = "llama2.c";
         st = load_llama2c(m, path, tokenizer_path, e);
