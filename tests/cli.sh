@@ -111,6 +111,11 @@ if [ -w /dev/full ]; then
     [ $? -eq 1 ] && grep -q "outd/0.txt: cannot write: No space left on device" "$tmp/err" && ok \
         || bad "--out-dir on a full disk: $(cat "$tmp/err")"
 fi
+"$INFER" --model data/shakespeare.gguf --prompt "ROMEO:" -n 5 --trace-svg "$tmp" > /dev/null 2> "$tmp/err"
+[ $? -eq 1 ] && grep -q "trace-svg $tmp: is a directory" "$tmp/err" && ok || bad "--trace-svg to a directory: $(cat "$tmp/err")"
+printf '{"prompt": "a"}\n' > "$tmp/w2.jsonl"; : > "$tmp/notadir"
+"$INFER" --model data/shakespeare.gguf --workload "$tmp/w2.jsonl" --out-dir "$tmp/notadir" > /dev/null 2> "$tmp/err"
+[ $? -eq 1 ] && grep -q "notadir/0.txt: cannot create" "$tmp/err" && ok || bad "--out-dir on a file: $(cat "$tmp/err")"
 mkfifo "$tmp/fifo.json"
 timeout 20 "$INFER" --model data/shakespeare.gguf --prompt "ROMEO:" -n 5 --trace-json "$tmp/fifo.json" > /dev/null 2> "$tmp/err"
 [ $? -eq 1 ] && grep -q "fifo.json: is a FIFO" "$tmp/err" && ok || bad "--trace-json to a FIFO: $(cat "$tmp/err")"
