@@ -315,6 +315,9 @@ static void encode_row(void *out, const float *x, DType type, int64_t n) {
     case DT_F16:
         for (int64_t i = 0; i < n; i++) ((uint16_t *)out)[i] = fp32_to_fp16(x[i]);
         break;
+    case DT_BF16:
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)out)[i] = fp32_to_bf16(x[i]);
+        break;
     case DT_Q8_0: quantize_row_q8_0(out, x, (int)n); break;
     }
 }

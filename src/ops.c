@@ -63,12 +63,13 @@ const char *dtype_name(int type) {
     switch (type) {
     case DT_F32: return "F32";
     case DT_F16: return "F16";
+    case DT_BF16: return "BF16";
     case DT_Q8_0: return "Q8_0";
     default: return "unknown";
     }
 }
 
-int dtype_known(int type) { return type == DT_F32 || type == DT_F16 || type == DT_Q8_0; }
+int dtype_known(int type) { return type == DT_F32 || type == DT_F16 || type == DT_Q8_0 || type == DT_BF16; }
 
 float fp16_to_fp32(uint16_t h) {
     uint32_t sign = (uint32_t)(h >> 15) << 31;
@@ -88,6 +89,14 @@ float fp16_to_fp32(uint16_t h) {
     float f;
     memcpy(&f, &bits, 4);
     return f;
+}
+
+uint16_t fp32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   /* NaN: keep it quiet */
+    u += 0x7fffu + ((u >> 16) & 1);   /* to nearest, ties to even (carries into the exponent) */
+    return (uint16_t)(u >> 16);
 }
 
 uint16_t fp32_to_fp16(float f) {
@@ -282,6 +291,11 @@ void dequantize_row(float *out, const void *row, DType type, int K) {
         for (int i = 0; i < K; i++) out[i] = fp16_to_fp32(h[i]);
         break;
     }
+    case DT_BF16: {
+        const uint16_t *h = row;
+        for (int i = 0; i < K; i++) out[i] = bf16_to_fp32(h[i]);
+        break;
+    }
     case DT_Q8_0: {
         const BlockQ8_0 *blk = row;
         for (int b = 0; b < K / QK8_0; b++) {
@@ -295,10 +309,11 @@ void dequantize_row(float *out, const void *row, DType type, int K) {
 
 /* ------------------------------------------------------ plain references */
 
-/* Weight (n, k) of a float-typed W (F32 or F16) as a float. */
+/* Weight (n, k) of a float-typed W (F32, F16 or BF16) as a float. */
 static float weight_at(const Mat *W, int n, int k) {
     const uint8_t *row = row_ptr(W, n);
     if (W->type == DT_F16) return fp16_to_fp32(((const uint16_t *)row)[k]);
+    if (W->type == DT_BF16) return bf16_to_fp32(((const uint16_t *)row)[k]);
     return ((const float *)row)[k];
 }
 
@@ -472,13 +487,16 @@ static void q8_0_rows_generic(const MatmulJob *job, int part, int n0, int n1) {
 
 /* F16 at T == 1, where widening rows for sgemv would cost as much as the product. */
 static void f16_rows_generic(const MatmulJob *job, int part, int n0, int n1) {
-    int N = job->W->N, K = job->W->K;
+    int N = job->W->N, K = job->W->K, bf16 = job->W->type == DT_BF16;
     for (int n = n0; n < n1; n++) {
         const uint16_t *w = (const uint16_t *)row_ptr(job->W, n);
         for (int t = 0; t < job->T; t++) {
             const float *xt = job->x + (size_t)t * K;
             float sum = 0.0f;
-            for (int k = 0; k < K; k++) sum += fp16_to_fp32(w[k]) * xt[k];
+            if (bf16)
+                for (int k = 0; k < K; k++) sum += bf16_to_fp32(w[k]) * xt[k];
+            else
+                for (int k = 0; k < K; k++) sum += fp16_to_fp32(w[k]) * xt[k];
             job->out[(size_t)t * N + n] = sum;
         }
     }
@@ -509,12 +527,12 @@ static void f16_rows_widened(const MatmulJob *job, int part, int n0, int n1) {
         for (int r = 0; r < rows; r++) {
             const uint16_t *h = (const uint16_t *)row_ptr(job->W, a + r);
 #ifdef OPS_X86
-            if (job->isa == OPS_AVX512) {
+            if (job->isa == OPS_AVX512 && job->W->type == DT_F16) {
                 f16_widen_avx512(wide + (size_t)r * K, h, K);
                 continue;
             }
 #endif
-            dequantize_row(wide + (size_t)r * K, h, DT_F16, K);
+            dequantize_row(wide + (size_t)r * K, h, job->W->type, K);   /* F16 or BF16 */
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, job->T, rows, K, 1.0f, job->x, K, wide,
                     K, 0.0f, job->out + a, N);
@@ -525,7 +543,7 @@ static void f16_rows_widened(const MatmulJob *job, int part, int n0, int n1) {
 
 size_t matmul_scratch_bytes(DType type, int T, int K) {
     if (type == DT_Q8_0) return (size_t)T * act_stride(K) + 64;   /* + 64: we align it */
-    if (type == DT_F16) return (size_t)F16_WIDE_ROWS * K * sizeof(float) + 64;
+    if (type == DT_F16 || type == DT_BF16) return (size_t)F16_WIDE_ROWS * K * sizeof(float) + 64;
     return 0;
 }
 
@@ -565,10 +583,11 @@ void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, 
         ops_run_rows(f32_rows_blas, &job, team);
         return;
     case DT_F16:
+    case DT_BF16:   /* the same paths; the halves are widened by their own rule */
 #ifdef OPS_X86
         if (isa == OPS_AVX512 && T < SGEMM_MIN_T) {
             count_call(isa, 0);
-            ops_run_rows(f16_rows_avx512, &job, team);
+            ops_run_rows(W->type == DT_F16 ? f16_rows_avx512 : bf16_rows_avx512, &job, team);
             return;
         }
 #endif

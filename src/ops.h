@@ -15,7 +15,7 @@
 #include "err.h"
 
 /* Weight storage types, numbered as GGUF numbers them (ggml_type). */
-typedef enum { DT_F32 = 0, DT_F16 = 1, DT_Q8_0 = 8 } DType;
+typedef enum { DT_F32 = 0, DT_F16 = 1, DT_Q8_0 = 8, DT_BF16 = 30 } DType;
 
 /* Q8_0: blocks of 32 values sharing one scale: value = d * qs[i].
  * 34 bytes, packed, exactly as in GGUF files (d is IEEE half precision). */
@@ -25,8 +25,8 @@ typedef struct {
     int8_t qs[QK8_0];    /* quantized values */
 } BlockQ8_0;
 
-const char *dtype_name(int type);        /* "F32", "F16", "Q8_0", or "unknown" */
-int dtype_known(int type);               /* 1 for the three types above */
+const char *dtype_name(int type);        /* "F32", "F16", "Q8_0", "BF16", or "unknown" */
+int dtype_known(int type);               /* 1 for the four types above */
 /* Bytes of one row of n values; 0 if n is not a whole number of blocks.
  * Inline: the AVX-512 tiles ask for it at every tile. */
 static inline size_t dtype_row_bytes(DType type, int64_t n) {
@@ -34,13 +34,22 @@ static inline size_t dtype_row_bytes(DType type, int64_t n) {
     switch (type) {
     case DT_F32: return (size_t)n * 4;
     case DT_F16: return (size_t)n * 2;
+    case DT_BF16: return (size_t)n * 2;
     case DT_Q8_0: return n % QK8_0 ? 0 : (size_t)(n / QK8_0) * sizeof(BlockQ8_0);
     }
     return 0;
 }
 
 float fp16_to_fp32(uint16_t h);
+
+/* BF16 is the top half of an IEEE float (sign, the 8-bit exponent, 7
+ * mantissa bits): widening it is exact, a shift by 16. */
+static inline float bf16_to_fp32(uint16_t b) {
+    union { uint32_t u; float f; } v = {.u = (uint32_t)b << 16};
+    return v.f;
+}
 uint16_t fp32_to_fp16(float f);          /* round to nearest even */
+uint16_t fp32_to_bf16(float f);          /* round to nearest even; a NaN stays a NaN */
 
 /* A weight matrix W of N rows by K columns, row-major, as stored in the file.
  * out = x @ W^T, the convention of every linear layer here. */

@@ -383,6 +383,9 @@ static const TileSet Q8_TILES = {q8_r4t4, q8_r1t4, q8_r4t1, q8_r1t1, q8_r4t2, q8
 AVX512_INLINE __m512 wide_load(const uint8_t *row, int k, DType type, __mmask16 m) {
     if (type == DT_F16)
         return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + k));
+    if (type == DT_BF16)   /* a BF16 is the top half of a float: widen by a shift of 16 */
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + k)), 16));
     return _mm512_maskz_loadu_ps(m, (const float *)row + k);
 }
 
@@ -390,7 +393,7 @@ AVX512_INLINE __m512 wide_load(const uint8_t *row, int k, DType type, __mmask16 
 AVX512_INLINE void float_tile(const MatmulJob *job, int n, int t0, DType type, int R, int TT) {
     int N = job->W->N, K = job->W->K;
     const uint8_t *w = row_ptr(job->W, n);
-    size_t wstride = dtype_row_bytes(type, K), wsize = type == DT_F16 ? 2 : 4;
+    size_t wstride = dtype_row_bytes(type, K), wsize = type == DT_F32 ? 4 : 2;
     const float *x = job->x + (size_t)t0 * K;
     __m512 acc[4][4], wv[4];
     for (int r = 0; r < R; r++)
@@ -437,7 +440,7 @@ AVX512_INLINE __m512 fma4(__m512 w, __m512 x, __m512 acc) { return _mm512_fmadd_
 AVX512_INLINE void float_tile_4xn(const MatmulJob *job, int n, int t0, DType type, int TT) {
     int N = job->W->N, K = job->W->K;
     const uint8_t *w = row_ptr(job->W, n);
-    size_t ws = dtype_row_bytes(type, K), wsize = type == DT_F16 ? 2 : 4;
+    size_t ws = dtype_row_bytes(type, K), wsize = type == DT_F32 ? 4 : 2;
     const float *x0 = job->x + (size_t)t0 * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
     __m512 a00 = _mm512_setzero_ps(), a10 = a00, a20 = a00, a30 = a00, a01 = a00, a11 = a00,
            a21 = a00, a31 = a00, a02 = a00, a12 = a00, a22 = a00, a32 = a00, a03 = a00,
@@ -486,6 +489,13 @@ static AVX512_FN void f16_r1t1(const MatmulJob *j, int n, int t) { float_tile(j,
 static AVX512_FN void f16_r4t2(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_F16, 2); }
 static AVX512_FN void f16_r4t3(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_F16, 3); }
 static const TileSet F16_TILES = {f16_r4t4, f16_r1t4, f16_r4t1, f16_r1t1, f16_r4t2, f16_r4t3};
+static AVX512_FN void bf16_r4t4(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_BF16, 4); }
+static AVX512_FN void bf16_r1t4(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_BF16, 1, 4); }
+static AVX512_FN void bf16_r4t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_BF16, 4, 1); }
+static AVX512_FN void bf16_r1t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_BF16, 1, 1); }
+static AVX512_FN void bf16_r4t2(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_BF16, 2); }
+static AVX512_FN void bf16_r4t3(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_BF16, 3); }
+static const TileSet BF16_TILES = {bf16_r4t4, bf16_r1t4, bf16_r4t1, bf16_r1t1, bf16_r4t2, bf16_r4t3};
 
 /* Weight rows of one pass over the tokens: small enough to stay in L2 while
  * every group of four tokens visits them, so they come from memory once. */
@@ -712,6 +722,9 @@ static AVX512_FN void f32_rows_kblocked(const MatmulJob *job, int part, int n0, 
 static AVX512_FN void f16_rows_kblocked(const MatmulJob *job, int part, int n0, int n1) {
     float_rows_kblocked(job, n0, n1, DT_F16);
 }
+static AVX512_FN void bf16_rows_kblocked(const MatmulJob *job, int part, int n0, int n1) {
+    float_rows_kblocked(job, n0, n1, DT_BF16);
+}
 
 /* --- The rows functions that ops.c runs on each thread's range of rows */
 
@@ -723,6 +736,11 @@ void f32_rows_avx512(const MatmulJob *job, int part, int n0, int n1) {
 void f16_rows_avx512(const MatmulJob *job, int part, int n0, int n1) {
     if (job->T < KB_MIN_T) rows_by_tiles(job, &F16_TILES, n0, n1);
     else f16_rows_kblocked(job, part, n0, n1);
+}
+
+void bf16_rows_avx512(const MatmulJob *job, int part, int n0, int n1) {
+    if (job->T < KB_MIN_T) rows_by_tiles(job, &BF16_TILES, n0, n1);
+    else bf16_rows_kblocked(job, part, n0, n1);
 }
 
 void q8_0_rows_avx512(const MatmulJob *job, int part, int n0, int n1) {

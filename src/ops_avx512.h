@@ -91,6 +91,7 @@ void f16_widen_avx512(float *out, const uint16_t *h, int K);
  * act_pack_avx512): register tiles, k-blocked from KB_MIN_T tokens. */
 void f32_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
 void f16_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
+void bf16_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
 void q8_0_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
 #endif
 

@@ -74,6 +74,9 @@ static void *make_weights(DType type, int N, int K, uint64_t seed) {
     } else if (type == DT_F16) {
         uint16_t *w = data;
         for (size_t i = 0; i < n; i++) w[i] = fp32_to_fp16(rng_uniform(&r) * 4.0f);
+    } else if (type == DT_BF16) {
+        uint16_t *w = data;
+        for (size_t i = 0; i < n; i++) w[i] = fp32_to_bf16(rng_uniform(&r) * 4.0f);
     } else {
         BlockQ8_0 *b = data;
         for (size_t i = 0; i < n / QK8_0; i++) {
@@ -402,6 +405,36 @@ static void f16_matmul_matches_plain_reference(void **state) {
     check_type_everywhere(DT_F16, Ks, 4);
 }
 
+static void bf16_matmul_matches_plain_reference(void **state) {
+    (void)state;
+    const int Ks[] = {32, 96, 200, 1000};
+    check_type_everywhere(DT_BF16, Ks, 4);
+}
+
+/* BF16 is the top half of a float: widening is exact, and rounding to it is
+ * to nearest with ties to even, carrying into the exponent; NaN stays NaN. */
+static void bf16_widens_exactly_and_rounds_to_nearest_even(void **state) {
+    (void)state;
+    const struct { float f; uint16_t b; } cases[] = {
+        {1.0f, 0x3f80}, {-2.0f, 0xc000}, {0.0f, 0x0000}, {-0.0f, 0x8000},
+        {1.00390625f, 0x3f80},            /* 1 + 2^-8: a tie, to the even 1.0 */
+        {1.01171875f, 0x3f82},            /* 1 + 3 * 2^-8: a tie, to the even 1 + 2^-6 */
+        {1.0f + 0x1p-8f + 0x1p-20f, 0x3f81},   /* just above the tie: up */
+        {0x1.fffffep127f, 0x7f80},        /* the largest float rounds to infinity */
+        {INFINITY, 0x7f80}, {-INFINITY, 0xff80},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(fp32_to_bf16(cases[i].f), cases[i].b);
+        if (isfinite(cases[i].f) && fabsf(cases[i].f) < 1e38f)
+            assert_true(fabsf(bf16_to_fp32(cases[i].b) - cases[i].f) <= fabsf(cases[i].f) * 0x1p-8f);
+    }
+    assert_true(isnan(bf16_to_fp32(fp32_to_bf16(NAN))));
+    for (uint32_t b = 0; b < 0x10000; b += 7) {   /* every finite BF16 round-trips */
+        float f = bf16_to_fp32((uint16_t)b);
+        if (isfinite(f)) assert_int_equal(fp32_to_bf16(f), b);
+    }
+}
+
 static void q8_0_matmul_matches_plain_reference(void **state) {
     (void)state;
     const int Ks[] = {32, 96, 224, 1024};   /* 1, 3, 7, 32 blocks: odd counts leave a lone block */
@@ -414,9 +447,9 @@ static void q8_0_matmul_matches_plain_reference(void **state) {
  * tail of 2 (N % 4 != 0); 35 tokens leave 3 over (T % 4 != 0). */
 static void float_matmul_matches_reference_on_both_sides_of_each_path(void **state) {
     (void)state;
-    DType types[] = {DT_F32, DT_F16};
+    DType types[] = {DT_F32, DT_F16, DT_BF16};
     const int Ts[] = {15, 16, 35, 36}, Ks[] = {200, 1000}, Ns[] = {7, 130};
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         for (int t = 0; t < 4; t++)
             for (int k = 0; k < 2; k++)
                 for (int n = 0; n < 2; n++)
@@ -425,8 +458,8 @@ static void float_matmul_matches_reference_on_both_sides_of_each_path(void **sta
 
 static void matmul_matches_reference_at_model_widths(void **state) {
     (void)state;
-    DType types[] = {DT_F32, DT_F16, DT_Q8_0};
-    for (int i = 0; i < 3; i++) {
+    DType types[] = {DT_F32, DT_F16, DT_Q8_0, DT_BF16};
+    for (int i = 0; i < 4; i++) {
         check_matmul(types[i], 37, 2048, 1, ops_best_isa(), 5);
         check_matmul(types[i], 21, 5632, 1, ops_best_isa(), 6);
         check_matmul(types[i], 37, 2048, 5, ops_best_isa(), 7);
@@ -514,10 +547,10 @@ static void matmul_gives_same_results_on_one_and_two_threads(void **state) {
      * the same bits; OpenBLAS (sgemm, and sgemv for the generic F32 T = 1)
      * may split sums differently by thread count and is held to the error
      * bound instead. The plain path is one thread whatever the count. */
-    DType types[] = {DT_F32, DT_F16, DT_Q8_0};
+    DType types[] = {DT_F32, DT_F16, DT_Q8_0, DT_BF16};
     int Ts[] = {1, 5, 17, 40};
     int saved = ops_threads();
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         for (int j = 0; j < 4; j++) {
             int N = 1203, K = 256, T = Ts[j];
             Mat W = {types[i], N, K, make_weights(types[i], N, K, 31 + i)};
@@ -534,7 +567,8 @@ static void matmul_gives_same_results_on_one_and_two_threads(void **state) {
                 /* ours: Q8_0 always; F32 and F16 below 36 tokens on AVX-512;
                  * the generic F16 loop at T == 1; the plain path always */
                 int ours = types[i] == DT_Q8_0 || (isas[s] == OPS_AVX512 && T < 36) ||
-                           (types[i] == DT_F16 && T == 1) || isas[s] == OPS_PLAIN;
+                           ((types[i] == DT_F16 || types[i] == DT_BF16) && T == 1) ||
+                           isas[s] == OPS_PLAIN;
                 for (int t = 0; t < T; t++) {
                     for (int n = 0; n < N; n++) {
                         float va = a[(size_t)t * N + n], vb = b[(size_t)t * N + n];
@@ -559,8 +593,8 @@ static void matmul_scratch_does_not_depend_on_threads(void **state) {
     (void)state;
     /* model.c sizes scratch once, possibly before the thread count is set. */
     int saved = ops_threads();
-    DType types[] = {DT_F32, DT_F16, DT_Q8_0};
-    for (int i = 0; i < 3; i++) {
+    DType types[] = {DT_F32, DT_F16, DT_Q8_0, DT_BF16};
+    for (int i = 0; i < 4; i++) {
         ops_set_threads(1);
         size_t one = matmul_scratch_bytes(types[i], 64, 2048);
         ops_set_threads(2);
@@ -801,6 +835,8 @@ int main(void) {
         cmocka_unit_test(quantize_row_q8_0_fast_path_is_bit_identical_to_reference),
         cmocka_unit_test(f32_matmul_matches_plain_reference),
         cmocka_unit_test(f16_matmul_matches_plain_reference),
+        cmocka_unit_test(bf16_matmul_matches_plain_reference),
+        cmocka_unit_test(bf16_widens_exactly_and_rounds_to_nearest_even),
         cmocka_unit_test(q8_0_matmul_matches_plain_reference),
         cmocka_unit_test(float_matmul_matches_reference_on_both_sides_of_each_path),
         cmocka_unit_test(matmul_matches_reference_at_model_widths),

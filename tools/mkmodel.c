@@ -352,6 +352,7 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
             if (strcmp(val, "f32") == 0) a->type = DT_F32;
             else if (strcmp(val, "f16") == 0) a->type = DT_F16;
             else if (strcmp(val, "q8_0") == 0) a->type = DT_Q8_0;
+            else if (strcmp(val, "bf16") == 0) a->type = DT_BF16;
             else return err_set(e, ST_ARG, "--type wants f32, f16 or q8_0, got '%s'", val);
         } else {   /* --seed */
             if (parse_int(arg, val, 0, INT64_MAX, &v, e)) return ST_ARG;
