@@ -5,6 +5,7 @@
 #   make fast     optimised build: build/fast/infer (what run and bench use)
 #   make test     every test, built with AddressSanitizer + UBSan, in build/asan/
 #   make fuzz     libFuzzer targets (clang), each run FUZZ_SECONDS over its corpus
+#   make soak     10,000 mixed requests through the runtime; checks nothing leaks
 #   make run      installs what is missing, builds fast, runs the default model
 #   make bench    single-stream speed table on benchmark-shaped random models
 #   make train    reproduces the default model data/shakespeare.gguf
@@ -38,7 +39,7 @@ DEBUG_FLAGS := $(BASE) -O0 -g3 -DOPS_DEFAULT_ISA=OPS_PLAIN
 FAST_FLAGS  := $(BASE) -O3 -march=native -g -DNDEBUG
 ASAN_FLAGS  := $(BASE) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-.PHONY: all fast test run bench train clean deps fuzz fuzz-build fuzz-deps
+.PHONY: all fast test run bench train clean deps fuzz fuzz-build fuzz-deps soak
 all: build/infer $(patsubst tools/%.c,build/%,$(TOOL_SRC))
 fast: build/fast/infer $(patsubst tools/%.c,build/fast/%,$(TOOL_SRC))
 
@@ -87,8 +88,8 @@ FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,build/asan/%,$(FUZZ_SRC))
 build/asan/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz.h build/asan/libengine.a
 	$(CC) $(ASAN_FLAGS) -Itests/fuzz $(filter %.c,$^) build/asan/libengine.a -o $@ $(LIBS)
 
-# The tools the shell tests run (tests/train.sh, tests/tools.sh).
-TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train mkcorpus) \
+# The tools the shell tests run (tests/train.sh, tests/tools.sh, tests/soak.sh).
+TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train soak mkcorpus) \
                 $(FUZZ_REPLAY)
 
 # Tests run one binary at a time; each prints cmocka's summary. OMP/BLAS
@@ -147,6 +148,15 @@ fuzz: fuzz-build
 	@sh tools/fuzz.sh $(FUZZ_SECONDS) $(notdir $(FUZZ_BINS))
 fuzz-deps:
 	@sh tools/deps.sh fuzz
+
+# --- soak ----------------------------------------------------------------------
+# make soak: SOAK_REQUESTS mixed requests (priorities, samples, stop strings,
+# cancels, arrivals over time) through the runtime on the default model with a
+# small KV pool, then every check of tools/soak.c (nothing lost, no block
+# held, heap and RSS flat). make test runs a short one under ASan.
+SOAK_REQUESTS ?= 10000
+soak: build/fast/soak
+	build/fast/soak --model $(DEFAULT_MODEL) --requests $(SOAK_REQUESTS)
 
 # Installs Debian packages that are missing (as root), or says how.
 deps:
