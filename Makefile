@@ -4,13 +4,16 @@
 #                 stepped through in gdb
 #   make fast     optimised build: build/fast/infer (what run and bench use)
 #   make test     every test, built with AddressSanitizer + UBSan, in build/asan/
+#   make fuzz     libFuzzer targets (clang), each run FUZZ_SECONDS over its corpus
+#   make soak     10,000 mixed requests through the runtime; checks nothing leaks
 #   make run      installs what is missing, builds fast, runs the default model
 #   make bench    single-stream speed table on benchmark-shaped random models
 #   make train    reproduces the default model data/shakespeare.gguf
 #   make clean
 #
 # Layout: src/*.c is the engine (a static library); src/infer.c is the CLI's
-# main; tools/*.c are programs; tests/test_*.c are cmocka suites.
+# main; tools/*.c are programs; tests/test_*.c are cmocka suites;
+# tests/fuzz/fuzz_*.c are fuzz targets, with their corpora beside them.
 
 CC      ?= gcc
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wvla-larger-than=65536
@@ -36,7 +39,7 @@ DEBUG_FLAGS := $(BASE) -O0 -g3 -DOPS_DEFAULT_ISA=OPS_PLAIN
 FAST_FLAGS  := $(BASE) -O3 -march=native -g -DNDEBUG
 ASAN_FLAGS  := $(BASE) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-.PHONY: all fast test run bench train clean deps
+.PHONY: all fast test run bench train clean deps fuzz fuzz-build fuzz-deps soak
 all: build/infer $(patsubst tools/%.c,build/%,$(TOOL_SRC))
 fast: build/fast/infer $(patsubst tools/%.c,build/fast/%,$(TOOL_SRC))
 
@@ -78,8 +81,16 @@ build/asan/%: tools/%.c build/asan/libengine.a $(TOOL_H)
 build/asan/test_%: tests/test_%.c tests/testutil.h build/asan/libengine.a
 	$(CC) $(ASAN_FLAGS) -Itests $< build/asan/libengine.a -o $@ $(LIBS) -lcmocka
 
-# The tools the shell tests run (tests/train.sh, tests/tools.sh).
-TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train)
+# The fuzz targets replayed over their corpora (tests/fuzz.sh): the same
+# sources as make fuzz, built with gcc and linked with a small driver.
+FUZZ_SRC    := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,build/asan/%,$(FUZZ_SRC))
+build/asan/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz.h build/asan/libengine.a
+	$(CC) $(ASAN_FLAGS) -Itests/fuzz $(filter %.c,$^) build/asan/libengine.a -o $@ $(LIBS)
+
+# The tools the shell tests run (tests/train.sh, tests/tools.sh, tests/soak.sh).
+TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train soak mkcorpus) \
+                $(FUZZ_REPLAY)
 
 # Tests run one binary at a time; each prints cmocka's summary. OMP/BLAS
 # threads are kept at 2 so the suite fits a 2-core machine.
@@ -107,6 +118,45 @@ train: fast
 
 bench: fast
 	OPENBLAS_CORETYPE=SkylakeX sh tools/bench.sh
+
+# --- fuzzing -----------------------------------------------------------------
+# make fuzz builds one libFuzzer target per input surface with clang (Debian's
+# clang and libclang-rt-14-dev; tools/deps.sh fuzz installs them) and runs each
+# for FUZZ_SECONDS over a copy of its corpus in build/fuzz/corpus/, printing
+# execs, coverage and corpus size; a crash leaves its input in
+# build/fuzz/artifacts/ (see notes/reliability.md). Single-threaded: no
+# OpenMP, so every run of an input takes the same path.
+FUZZ_SECONDS ?= 60
+FUZZ_CC      ?= clang
+FUZZ_SAN     := -fsanitize=address,undefined,float-cast-overflow,float-divide-by-zero -fno-sanitize-recover=all
+FUZZ_FLAGS   := -std=gnu11 -D_GNU_SOURCE -I/usr/include/x86_64-linux-gnu/openblas-openmp -Isrc \
+                -Wall -Wextra -Wshadow -Wno-unused-parameter -Wno-source-uses-openmp \
+                -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN)
+FUZZ_BINS    := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRC))
+build/fuzz/obj/%.o: src/%.c src/*.h | fuzz-deps
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+# clang 14 cannot compile ops.c's check for "f16c": see tests/fuzz/cpu_supports.h.
+build/fuzz/obj/ops.o: FUZZ_FLAGS += -include tests/fuzz/cpu_supports.h
+build/fuzz/obj/ops.o: tests/fuzz/cpu_supports.h
+build/fuzz/libengine.a: $(patsubst src/%.c,build/fuzz/obj/%.o,$(LIB_SRC))
+	ar rcs $@ $^
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h build/fuzz/libengine.a
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -Itests/fuzz $< build/fuzz/libengine.a -o $@ $(LIBS)
+fuzz-build: $(FUZZ_BINS)
+fuzz: fuzz-build
+	@sh tools/fuzz.sh $(FUZZ_SECONDS) $(notdir $(FUZZ_BINS))
+fuzz-deps:
+	@sh tools/deps.sh fuzz
+
+# --- soak ----------------------------------------------------------------------
+# make soak: SOAK_REQUESTS mixed requests (priorities, samples, stop strings,
+# cancels, arrivals over time) through the runtime on the default model with a
+# small KV pool, then every check of tools/soak.c (nothing lost, no block
+# held, heap and RSS flat). make test runs a short one under ASan.
+SOAK_REQUESTS ?= 10000
+soak: build/fast/soak
+	build/fast/soak --model $(DEFAULT_MODEL) --requests $(SOAK_REQUESTS)
 
 # Installs Debian packages that are missing (as root), or says how.
 deps:

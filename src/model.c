@@ -160,26 +160,35 @@ static int load_gguf(Model *m, const char *path, Err *e) {
     int D = c->dim, F = c->hidden_dim, kvd = c->n_kv_heads * c->head_dim, V = c->vocab_size;
     int L = c->n_layers;
     m->layers = mem_alloc((size_t)L * sizeof(Layer));
-    m->owned = mem_alloc((size_t)(2 * L + 1) * D * sizeof(float));
-    if (!m->layers || !m->owned) return err_set(e, ST_NOMEM, "%s: out of memory", path);
+    if (!m->layers) return err_set(e, ST_NOMEM, "%s: out of memory", path);
     if ((st = bind_mat(m, "token_embd.weight", V, D, &m->tok_embd, e))) return st;
+    /* The matrices first: once they are bound, the file is known to hold L
+     * layers of width D, and only then is the buffer for the norms, (2L + 1)
+     * D floats, allocated. Before, a 70 KB file whose header claimed 1024
+     * layers of 65536 had the loader ask for 537 MB before finding out. */
     char name[96];
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), name)
     for (int l = 0; l < L; l++) {
         Layer *w = &m->layers[l];
-        float *own = m->owned + (size_t)2 * l * D;
-#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), name)
-        if ((st = bind_vec(m, NAME("attn_norm.weight"), D, own, &w->attn_norm, e)) ||
-            (st = bind_mat(m, NAME("attn_q.weight"), D, D, &w->wq, e)) ||
+        if ((st = bind_mat(m, NAME("attn_q.weight"), D, D, &w->wq, e)) ||
             (st = bind_mat(m, NAME("attn_k.weight"), kvd, D, &w->wk, e)) ||
             (st = bind_mat(m, NAME("attn_v.weight"), kvd, D, &w->wv, e)) ||
             (st = bind_mat(m, NAME("attn_output.weight"), D, D, &w->wo, e)) ||
-            (st = bind_vec(m, NAME("ffn_norm.weight"), D, own + D, &w->ffn_norm, e)) ||
             (st = bind_mat(m, NAME("ffn_gate.weight"), F, D, &w->w_gate, e)) ||
             (st = bind_mat(m, NAME("ffn_down.weight"), D, F, &w->w_down, e)) ||
             (st = bind_mat(m, NAME("ffn_up.weight"), F, D, &w->w_up, e)))
             return st;
-#undef NAME
     }
+    m->owned = mem_alloc((size_t)(2 * L + 1) * D * sizeof(float));
+    if (!m->owned) return err_set(e, ST_NOMEM, "%s: out of memory", path);
+    for (int l = 0; l < L; l++) {
+        Layer *w = &m->layers[l];
+        float *own = m->owned + (size_t)2 * l * D;
+        if ((st = bind_vec(m, NAME("attn_norm.weight"), D, own, &w->attn_norm, e)) ||
+            (st = bind_vec(m, NAME("ffn_norm.weight"), D, own + D, &w->ffn_norm, e)))
+            return st;
+    }
+#undef NAME
     if ((st = bind_vec(m, "output_norm.weight", D, m->owned + (size_t)2 * L * D, &m->out_norm, e)))
         return st;
     if (gguf_tensor(g, "output.weight")) {

@@ -1,7 +1,14 @@
 #!/bin/sh
 # deps.sh - make sure the Debian packages the build needs are installed.
 # As root it installs what is missing; otherwise it prints the command to run.
+# deps.sh fuzz: also what make fuzz needs (clang, and libFuzzer, which Debian
+# ships in libclang-rt-14-dev). make test never needs them.
 need=""
+if [ "$1" = fuzz ]; then
+    command -v clang >/dev/null 2>&1 || need="$need clang"
+    ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
+        need="$need libclang-rt-14-dev"
+fi
 [ -f /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so ] || need="$need libopenblas-openmp-dev"
 [ -f /usr/include/cmocka.h ] || need="$need libcmocka-dev"
 [ -f /usr/include/pcre2.h ] || need="$need libpcre2-dev"
