@@ -84,6 +84,23 @@ run_one() {
     else echo FAIL; fi
 }
 
+# explain LOG: what a failing test said, short: cmocka's messages up to the
+# failure, the test's line that failed with its source, and the head of
+# a sanitizer's report (a leak only when nothing else failed: a test that
+# stops at a failed assertion leaks its fixture).
+explain() {
+    awk '/^\[ RUN/ { on = 1 } on && /^\[  FAILED  \]/ { exit } on && !/^\[ RUN/ { print }' "$1" |
+        head -20 | sed 's/^/    | /'
+    grep 'error: Failure' "$1" | grep -o 'tests/[a-z_]*\.c:[0-9]*' | head -1 | while IFS=: read -r f n; do
+        printf '    | %s:%s: %s\n' "$f" "$n" "$(sed -n "${n}p" "$f" | sed 's/^ *//')"
+    done
+    if grep -q 'ERROR: AddressSanitizer\|runtime error' "$1"; then
+        grep -m1 -A12 'ERROR: AddressSanitizer\|runtime error' "$1" | sed 's/^/    | /'
+    elif ! grep -q 'FAILED.* 1 test(s)' "$1"; then
+        grep -m1 -A8 'ERROR: LeakSanitizer' "$1" | sed 's/^/    | /'
+    fi
+}
+
 # run_tests NAME DIR VERBOSE: run the exercise's tests with DIR's binaries;
 # writes "passed failed missing skipped" to DIR/counts. VERBOSE=1 prints every
 # result and the output of each failing test.
@@ -98,9 +115,7 @@ run_tests() {
         esac
         if [ "$3" = 1 ]; then
             printf '%-8s %s %s\n' "$r" "$bin" "$t"
-            if [ "$r" != PASS ] && [ "$r" != SKIP ]; then
-                sed -n '/\[ RUN/,$p' "$log" | grep -v '^\[==========\]' | head -40 | sed 's/^/    | /'
-            fi
+            [ "$r" = PASS ] || [ "$r" = SKIP ] || explain "$log"
         fi
     done < "$2/tests"
     echo "$p $f $m $k" > "$2/counts"
