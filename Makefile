@@ -6,6 +6,10 @@
 #   make test     every test, built with AddressSanitizer + UBSan, in build/asan/
 #   make fuzz     libFuzzer targets (clang), each run FUZZ_SECONDS over its corpus
 #   make soak     10,000 mixed requests through the runtime; checks nothing leaks
+#   make exercise EX=NAME   one exercise of exercises/ (your mine.c, else the
+#                 handout), judged by the tests it lists (exercises/README.md)
+#   make exercise-check     every exercise: its handout and its wrong answer
+#                 fail, the solution passes (make test runs it too)
 #   make run      installs what is missing, builds fast, runs the default model
 #   make bench    single-stream speed table on benchmark-shaped random models
 #   make train    reproduces the default model data/shakespeare.gguf
@@ -39,7 +43,7 @@ DEBUG_FLAGS := $(BASE) -O0 -g3 -DOPS_DEFAULT_ISA=OPS_PLAIN
 FAST_FLAGS  := $(BASE) -O3 -march=native -g -DNDEBUG
 ASAN_FLAGS  := $(BASE) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-.PHONY: all fast test run bench train clean deps fuzz fuzz-build fuzz-deps soak
+.PHONY: all fast test run bench train clean deps fuzz fuzz-build fuzz-deps soak exercise exercise-check
 all: build/infer $(patsubst tools/%.c,build/%,$(TOOL_SRC))
 fast: build/fast/infer $(patsubst tools/%.c,build/fast/%,$(TOOL_SRC))
 
@@ -78,8 +82,15 @@ build/asan/infer: src/infer.c build/asan/libengine.a
 	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LIBS)
 build/asan/%: tools/%.c build/asan/libengine.a $(TOOL_H)
 	$(CC) $(ASAN_FLAGS) $(filter-out %.h,$^) -o $@ $(LIBS)
-build/asan/test_%: tests/test_%.c tests/testutil.h build/asan/libengine.a
-	$(CC) $(ASAN_FLAGS) -Itests $< build/asan/libengine.a -o $@ $(LIBS) -lcmocka
+# Test objects are kept apart from their link: an exercise links them again
+# with its own version of one library object (tools/exercise.sh).
+TEST_OBJ := $(patsubst tests/%.c,build/asan/tobj/%.o,$(TEST_SRC))
+.SECONDARY: $(TEST_OBJ)
+build/asan/tobj/test_%.o: tests/test_%.c tests/testutil.h src/*.h | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(ASAN_FLAGS) -Itests -c $< -o $@
+build/asan/test_%: build/asan/tobj/test_%.o build/asan/libengine.a
+	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LIBS) -lcmocka
 
 # The fuzz targets replayed over their corpora (tests/fuzz.sh): the same
 # sources as make fuzz, built with gcc and linked with a small driver.
@@ -94,8 +105,17 @@ TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train s
 
 # Tests run one binary at a time; each prints cmocka's summary. OMP/BLAS
 # threads are kept at 2 so the suite fits a 2-core machine.
+# tests/exercises.sh builds each exercise's variants from these objects, with
+# the flags and libraries given here.
+EX_ENV = CC="$(CC)" EX_FLAGS="$(ASAN_FLAGS)" EX_LIBS="$(LIBS)" FIXTURES=$(FIXTURES)
 test: $(patsubst tests/%.c,build/asan/%,$(TEST_SRC)) build/asan/infer $(TESTED_TOOLS)
-	@FIXTURES=$(FIXTURES) INFER=build/asan/infer sh tests/run_all.sh $(patsubst tests/%.c,build/asan/%,$(TEST_SRC))
+	@$(EX_ENV) INFER=build/asan/infer sh tests/run_all.sh $(patsubst tests/%.c,build/asan/%,$(TEST_SRC))
+
+# --- exercises (exercises/README.md) ---------------------------------------
+exercise: $(patsubst tests/%.c,build/asan/%,$(TEST_SRC))
+	@$(EX_ENV) sh tools/exercise.sh run $(EX)
+exercise-check: $(patsubst tests/%.c,build/asan/%,$(TEST_SRC))
+	@$(EX_ENV) sh tools/exercise.sh check
 
 # --- running -------------------------------------------------------------
 DEFAULT_MODEL ?= data/shakespeare.gguf

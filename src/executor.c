@@ -69,10 +69,13 @@ void exec_free(Executor *x) {
     memset(x, 0, sizeof *x);
 }
 
-const int *exec_run(Executor *x, const StepPlan *p) {
-    double t0 = clock_seconds();
-    const KvPool *pool = x->pool;
-    int T = 0, n_logits = 0;
+/* exercises/exec_flatten/ hollows this function: built with -DEXERCISE_EXEC_FLATTEN,
+ * the file that macro names stands in its place (tools/exercise.sh). */
+#ifdef EXERCISE_EXEC_FLATTEN
+#include EXERCISE_EXEC_FLATTEN
+#else
+int exec_flatten(Executor *x, const StepPlan *p, int *n_logits) {
+    int T = 0, nl = 0;
     for (int i = 0; i < p->n_items; i++) {
         const StepItem *it = &p->items[i];
         const Sequence *q = it->seq;
@@ -82,10 +85,20 @@ const int *exec_run(Executor *x, const StepPlan *p) {
             x->token[T] = q->tokens[pos];
             x->pos[T] = pos;
             x->seq[T] = i;
-            x->slot[T] = kv_seq_slot(&q->kv, pool->BS, pos);
+            x->slot[T] = kv_seq_slot(&q->kv, x->pool->BS, pos);
         }
-        if (it->sample) x->logit_row[n_logits++] = T - 1;
+        if (it->sample) x->logit_row[nl++] = T - 1;
     }
+    *n_logits = nl;
+    return T;
+}
+#endif
+
+const int *exec_run(Executor *x, const StepPlan *p) {
+    double t0 = clock_seconds();
+    const KvPool *pool = x->pool;
+    int n_logits;
+    int T = exec_flatten(x, p, &n_logits);
     double t1 = clock_seconds();
 
     const float *logits = NULL;

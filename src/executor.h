@@ -36,6 +36,14 @@ enum { EXEC_NO_TOKEN = -1, EXEC_NONFINITE = -2 };
 int exec_init(Executor *x, const Model *m, KvPool *pool, int max_T, int max_seqs, Err *e);
 void exec_free(Executor *x);                        /* accepts a zeroed one */
 
+/* The plan as one batch (notes/executor.md, "From items to a batch"): for
+ * every position of every item, in order, a row t of x->token, x->pos, x->seq
+ * (the item's index) and x->slot (the position's slot through the item's
+ * block table); x->table[i] = item i's block table; x->logit_row: the last row
+ * of each item that samples, *n_logits of them. Returns T, the rows. exec_run's
+ * first half, apart so that it can be tested alone. */
+int exec_flatten(Executor *x, const StepPlan *p, int *n_logits);
+
 /* Run a plan whose KV slots are reserved: write the K/V of every item's
  * tokens, and sample a token for every item whose run ends at its last known
  * token. Returns x->sampled (one entry per item: the token, EXEC_NO_TOKEN, or

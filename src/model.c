@@ -426,6 +426,11 @@ typedef struct {
     float max, sum;
 } Online;
 
+/* exercises/attention/ hollows this function: built with -DEXERCISE_ATTENTION,
+ * the file that macro names stands in its place (tools/exercise.sh). */
+#ifdef EXERCISE_ATTENTION
+#include EXERCISE_ATTENTION
+#else
 /* Fold n consecutive rows of keys/values (row stride kvd, already offset to
  * this KV head) into the running state of one query head. */
 static void attend_rows(Online *st, float *out, const float *q, const float *keys,
@@ -448,12 +453,12 @@ static void attend_rows(Online *st, float *out, const float *q, const float *key
         for (int i = 0; i < S; i++) out[i] += w * v[i];
     }
 }
+#endif
 
-/* Paged attention of one query head: positions 0 .. n-1 of a sequence, found
- * block by block through its table. kbase/vbase: this layer's (NB * BS, kvd)
- * rows, offset to the query's KV head. */
-static void attend_paged(float *out, const float *q, const float *kbase, const float *vbase,
-                         const int *table, int BS, int n, int S, size_t kvd, float scale) {
+/* Paged attention of one query head (model.h). kbase/vbase: this layer's
+ * (NB * BS, kvd) rows, offset to the query's KV head. */
+void model_attend_paged(float *out, const float *q, const float *kbase, const float *vbase,
+                        const int *table, int BS, int n, int S, size_t kvd, float scale) {
     Online st = {-INFINITY, 0.0f};
     for (int i = 0; i < S; i++) out[i] = 0.0f;
     for (int p = 0; p < n; p += BS) {
@@ -472,8 +477,8 @@ static void attend_head(const ModelConfig *c, RunState *s, const Batch *b, const
     int S = c->head_dim, H = c->n_heads, Hkv = c->n_kv_heads;
     size_t qd = (size_t)H * S, kvd = (size_t)Hkv * S, off = (size_t)(h / (H / Hkv)) * S;
     float scale = 1.0f / sqrtf((float)S);
-    attend_paged(s->att_out + t * qd + (size_t)h * S, s->q + t * qd + (size_t)h * S, kc + off,
-                 vc + off, b->table[b->seq[t]], BS, b->pos[t] + 1, S, kvd, scale);
+    model_attend_paged(s->att_out + t * qd + (size_t)h * S, s->q + t * qd + (size_t)h * S,
+                       kc + off, vc + off, b->table[b->seq[t]], BS, b->pos[t] + 1, S, kvd, scale);
 }
 
 float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const Batch *b) {

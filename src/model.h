@@ -123,4 +123,13 @@ typedef struct {
  * positions < P, slots reserved, positions before each run already written. */
 float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const Batch *b);
 
+/* The attention of one query head q (S floats) over positions 0 .. n-1 of a
+ * sequence, into out (S floats): softmax(q . k * scale) over the keys, applied
+ * to the values, in one pass (online softmax). Position p's key is the row
+ * table[p / BS] * BS + p % BS of kbase (rows of kvd floats), its value the
+ * same row of vbase. model_forward_batch calls it for every token and head;
+ * it is public for its tests (tests/test_model.c). */
+void model_attend_paged(float *out, const float *q, const float *kbase, const float *vbase,
+                        const int *table, int BS, int n, int S, size_t kvd, float scale);
+
 #endif

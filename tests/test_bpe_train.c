@@ -745,7 +745,8 @@ static void allocation_failures_give_nomem_without_leaks(void **state) {
     assert_true(failures > 20);   /* the loop did reach the allocations */
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    select_tests(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(first_merges_are_the_most_frequent_pairs),
         cmocka_unit_test(ties_go_to_the_smaller_left_id_then_the_smaller_right_id),

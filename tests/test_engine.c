@@ -683,7 +683,8 @@ static void non_finite_logits_end_the_request_with_an_error(void **state) {
     unlink(path);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    select_tests(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(engine_alone_matches_the_contiguous_forward_loop),
         cmocka_unit_test(concurrent_greedy_equals_alone_for_mixed_prompt_lengths),

@@ -461,7 +461,8 @@ static void failed_allocations_are_reported_and_leak_nothing(void **state) {
     gguf_w_free(&zeroed);   /* accepts a writer that was never used */
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    select_tests(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(metadata_of_every_kind_reads_back_with_its_type_and_value),
         cmocka_unit_test(tensors_of_every_type_read_back_byte_for_byte_at_aligned_offsets),

@@ -755,7 +755,8 @@ static void kv_pool_check_names_the_block_that_breaks_an_invariant(void **st) {
     fix_done(&f);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    select_tests(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(kv_sequence_grows_block_by_block_and_release_returns_every_block),
         cmocka_unit_test(kv_reserve_is_all_or_nothing_and_refuses_past_the_table),

@@ -440,7 +440,8 @@ static void workload_duplicate_field_is_refused(void **st) {
                             "2: duplicate field \"prompt\"");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    select_tests(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gguf_truncated_header_is_refused),
         cmocka_unit_test(gguf_truncated_data_is_refused),

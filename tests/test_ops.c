@@ -817,7 +817,8 @@ static void softmax_matches_the_libm_reference(void **st) {
     assert_true(fabs(sum - 1.0) < 1e-5);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    select_tests(argc, argv);
     print_message("kernels: %s (best on this CPU: %s)\n", ops_isa_name(ops_isa()),
                   ops_isa_name(ops_best_isa()));
     const struct CMUnitTest tests[] = {

@@ -683,7 +683,8 @@ static void rans_any_changed_byte_of_a_small_stream_is_refused_or_decodes_to_the
     assert_true(caught >= trials * 99 / 100);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    select_tests(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rans_normalize_sums_exactly_keeps_present_symbols_and_drops_absent_ones),
         cmocka_unit_test(rans_normalize_finds_a_table_that_no_single_move_improves),

@@ -126,7 +126,8 @@ static void bad_parameters_are_refused_with_a_reason(void **st) {
     assert_int_equal(sampler_init(&s, V, (SamplerParams){NAN, 0, 1.0f, 1}, &e), ST_ARG);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    select_tests(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(temperature_zero_is_argmax_with_lowest_id_on_ties),
         cmocka_unit_test(plain_sampling_follows_softmax),

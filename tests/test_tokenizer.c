@@ -938,7 +938,8 @@ static void allocation_failures_return_nomem_without_leaks(void **state) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    select_tests(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(spm_encodes_llama_vocab_test_vectors),
         cmocka_unit_test(gpt2_encodes_gpt2_vocab_test_vectors),

@@ -434,7 +434,8 @@ static void steps_allocate_nothing_with_tracing_off_or_on(void **state) {
     workload_free(&w);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    select_tests(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(json_trace_of_a_preempting_workload_matches_the_engine),
         cmocka_unit_test(json_trace_of_a_shared_prefix_workload_matches_the_engine),

@@ -302,7 +302,8 @@ static void lr_schedule_warms_up_then_decays_to_the_floor(void **st) {
         assert_true(tr_lr_schedule(s + 1, 10, 100, 1.0f, 0.1f) <= tr_lr_schedule(s, 10, 100, 1.0f, 0.1f));
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    select_tests(argc, argv);
     ops_set_threads(2);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rmsnorm_backward_matches_finite_differences),

@@ -15,6 +15,14 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Every test binary runs all its tests, or, given an argument, only those it
+ * names (cmocka's filter: '*' and '?' match anything):
+ *     build/asan/test_kv_paged 'kv_prefix_*'
+ * tools/exercise.sh runs the tests that judge an exercise one at a time so. */
+static inline void select_tests(int argc, char **argv) {
+    if (argc > 1) cmocka_set_test_filter(argv[1]);
+}
+
 /* Full path of rel under the directory named by the environment variable
  * env (default dflt) into buf, or NULL after a skip (or a failure under CI)
  * when the file is absent. `what` names it in the message. */
