@@ -41,7 +41,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 # CPU has.
 DEBUG_FLAGS := $(BASE) -O0 -g3 -DOPS_DEFAULT_ISA=OPS_PLAIN
 FAST_FLAGS  := $(BASE) -O3 -march=native -g -DNDEBUG
-ASAN_FLAGS  := $(BASE) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+ASAN_FLAGS  := $(BASE) -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=undefined,float-cast-overflow
 
 .PHONY: all fast test run bench train clean deps fuzz fuzz-build fuzz-deps soak exercise exercise-check
 all: build/infer $(patsubst tools/%.c,build/%,$(TOOL_SRC))

@@ -149,6 +149,7 @@ static inline float ops_exp(float x) {
     x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
     const float magic = 12582912.0f;                /* 1.5 * 2^23: adding it rounds to an integer */
     float k = (x * 1.44269504088896341f + magic) - magic;
+    k = k == k ? k : 0.0f;   /* x NaN: p below is NaN anyway, but NaN must not become an int */
     float r = x - k * 0.693145751953125f;           /* ln 2 in two parts (Cody and Waite) so */
     r -= k * 1.428606765330187e-06f;                /* that r keeps its low bits */
     float p = 1.0f / 5040.0f;

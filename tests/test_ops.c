@@ -413,6 +413,18 @@ static void bf16_matmul_matches_plain_reference(void **state) {
 
 /* BF16 is the top half of a float: widening is exact, and rounding to it is
  * to nearest with ties to even, carrying into the exponent; NaN stays NaN. */
+/* exp of NaN is NaN, reached without converting NaN to an integer (which
+ * is undefined: fuzz_gguf found NaN weights reaching it through attention). */
+static void ops_exp_of_nan_is_nan(void **state) {
+    (void)state;
+    assert_true(isnan(ops_exp(NAN)));
+    assert_true(isnan(ops_exp(-NAN)));
+    assert_true(ops_exp(0.0f) == 1.0f);
+    float row[5] = {1.0f, NAN, 2.0f, 0.5f, -1.0f};
+    softmax(row, 5);
+    assert_true(isnan(row[0]) || isnan(row[2]));   /* the NaN spreads, it is not hidden */
+}
+
 static void bf16_widens_exactly_and_rounds_to_nearest_even(void **state) {
     (void)state;
     const struct { float f; uint16_t b; } cases[] = {
@@ -838,6 +850,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(f16_matmul_matches_plain_reference),
         cmocka_unit_test(bf16_matmul_matches_plain_reference),
         cmocka_unit_test(bf16_widens_exactly_and_rounds_to_nearest_even),
+        cmocka_unit_test(ops_exp_of_nan_is_nan),
         cmocka_unit_test(q8_0_matmul_matches_plain_reference),
         cmocka_unit_test(float_matmul_matches_reference_on_both_sides_of_each_path),
         cmocka_unit_test(matmul_matches_reference_at_model_widths),
