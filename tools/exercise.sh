@@ -149,6 +149,20 @@ cmd_run() {
 }
 
 # check NAME: the three variants; prints one line, returns 1 when a claim fails.
+# variant NAME FILE: build exercises/NAME/FILE in the function's place and
+# run the listed tests; sets vp and vf (passed, failed), or, if it does not
+# compile, ok=0 with the reason added to why.
+variant() {
+    vp=0; vf=0
+    if dir=$(build "$1" "exercises/$1/$2"); then
+        run_tests "$1" "$dir" 0
+        set -- $(cat "$dir/counts")
+        vp=$1; vf=$2
+    else
+        ok=0; why="$why; $2 does not compile"
+    fi
+}
+
 check_one() {
     name=$1; ok=1; why=""
     for f in README.md stub.c wrong.c tests.txt; do
@@ -158,18 +172,12 @@ check_one() {
     n=$(tests_of "$name" | wc -l)
     [ "$n" -gt 0 ] || { echo "FAIL $name: tests.txt lists no test"; return 1; }
     # The handout: every test that runs fails.
-    set -- 0 0 0 0
-    if dir=$(build "$name" "exercises/$name/stub.c"); then
-        run_tests "$name" "$dir" 0; set -- $(cat "$dir/counts")
-    else ok=0; why="$why; stub.c does not compile"; fi
-    sf=$2
-    [ "$1" -eq 0 ] || { ok=0; why="$why; $1 pass with the stub"; }
+    variant "$name" stub.c
+    sf=$vf
+    [ "$vp" -eq 0 ] || { ok=0; why="$why; $vp pass with the stub"; }
     # The wrong answer: at least one fails.
-    set -- 0 0 0 0
-    if dir=$(build "$name" "exercises/$name/wrong.c"); then
-        run_tests "$name" "$dir" 0; set -- $(cat "$dir/counts")
-    else ok=0; why="$why; wrong.c does not compile"; fi
-    wf=$2
+    variant "$name" wrong.c
+    wf=$vf
     [ "$wf" -ge 1 ] || { ok=0; why="$why; wrong.c passes every test"; }
     # The solution (the test build itself): all pass.
     mkdir -p "build/ex/$name/solution"
