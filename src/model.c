@@ -472,12 +472,12 @@ int model_load_opts(Model *m, const char *path, const char *tokenizer_path, cons
 }
 
 void model_free(Model *m) {
+    lm_free(m->lowmem);   /* first: its helper thread may be decoding from the mapping */
     tok_free(m->tok);
     gguf_close(&m->gguf);
     if (m->map) munmap((void *)m->map, m->map_size);
     mem_free(m->layers);
     mem_free(m->owned);
-    lm_free(m->lowmem);
     for (int i = 0; i < m->n_coded; i++) wc_close(&m->coded[i].wt);
     mem_free(m->coded);
     mem_free(m->decoded);

@@ -190,7 +190,11 @@ int wc_encode(const void *data, size_t nbytes, int type, int n_dims, const uint6
         p.chunk_size = pl[i].group_bytes;
         size_t clen;
         if ((st = rans_encode_alloc(raw[i], pl[i].bytes, &p, &coded[i], &clen, &pl[i].sizes, e))) break;
-        pl[i].coded = clen < pl[i].bytes;
+        /* Coded only when that saves at least 1/64 of the plane: decoding a
+         * plane costs a pass of rANS over every byte (about a millisecond per
+         * MB on one core), which a sliver of size does not repay. A BF16
+         * sign + mantissa plane (some 7.9 bits of entropy a byte) stays raw. */
+        pl[i].coded = clen < pl[i].bytes - pl[i].bytes / 64;
         pl[i].stored = pl[i].coded ? clen : pl[i].bytes;
         if (!pl[i].coded) memset(&pl[i].sizes, 0, sizeof pl[i].sizes);
         total += pl[i].stored;

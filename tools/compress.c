@@ -68,6 +68,8 @@ static int parse_args(int argc, char **argv, Options *o, Err *e) {
         if (!strcmp(a, "--decode")) { o->decode = 1; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
         if (a[0] == '-' && a[1] == '-') {
+            if (strcmp(a, "--bits") && strcmp(a, "--states") && strcmp(a, "--group") && strcmp(a, "--retype"))
+                return err_set(e, ST_ARG, "unknown option %s", a);
             if (i + 1 >= argc) return err_set(e, ST_ARG, "%s needs a value", a);
             const char *val = argv[++i];
             if (!strcmp(a, "--bits")) {
@@ -86,8 +88,6 @@ static int parse_args(int argc, char **argv, Options *o, Err *e) {
                 for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
                     if (!strcmp(val, types[k].name)) o->retype = types[k].t;
                 if (o->retype < 0) return err_set(e, ST_ARG, "--retype: '%s' is not f32, f16, bf16 or q8_0", val);
-            } else {
-                return err_set(e, ST_ARG, "unknown option %s", a);
             }
             continue;
         }
