@@ -572,9 +572,10 @@ static int bench_model(const char *path, const Args *a, Err *e) {
         snprintf(inner, sizeof inner, "%s", e->msg);
         err_set(e, st, "%s: %s", path, inner);
     }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    if (!st && !m.n_coded) printf("peak RSS of this process %.1f MB\n\n", ru.ru_maxrss / 1e3);
     if (!st && m.n_coded) {   /* what the codec cost: compressed bytes, buffers, decode time */
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
         printf("codec: %zu coded bytes in the file, ", m.coded_bytes);
         if (m.lowmem) {
             LmStats ls = lm_stats(m.lowmem);

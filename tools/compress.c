@@ -175,7 +175,8 @@ static int compress(const Options *o, Err *e) {
     printf("%-28s %-5s %12s %12s %6s  %s\n", "tensor", "type", "bytes", "stored", "ratio",
            "planes: entropy -> coded (bits/byte)");
     uint64_t total_in = 0, total_out = 0, coded_in = 0, coded_out = 0;
-    double sum_entropy_bits = 0, sum_payload_bits = 0;
+    double sum_entropy_bits = 0, sum_symbol_bits = 0, coded_plane_bytes = 0;
+    uint64_t states = 0, index = 0, tables = 0, headers = 0;
     for (uint64_t i = 0; i < nt && !st; i++) {
         const GgufTensor *t = &g.tensors[i];
         char name[72];
@@ -211,9 +212,16 @@ static int compress(const Options *o, Err *e) {
         for (int k = 0; k < np; k++) {
             double paid = pl[k].coded ? 8.0 * (double)pl[k].sizes.payload / (double)pl[k].bytes : 8.0;
             printf(" %.2f->%s%.2f", pl[k].entropy, pl[k].coded ? "" : "raw ", paid);
-            sum_entropy_bits += pl[k].coded ? pl[k].entropy * (double)pl[k].bytes : 0;
-            sum_payload_bits += pl[k].coded ? 8.0 * (double)pl[k].sizes.payload : 0;
+            if (!pl[k].coded) continue;
+            sum_entropy_bits += pl[k].entropy * (double)pl[k].bytes;
+            sum_symbol_bits += 8.0 * (double)(pl[k].sizes.payload - pl[k].sizes.states);
+            coded_plane_bytes += (double)pl[k].bytes;
+            states += pl[k].sizes.states;
+            index += pl[k].sizes.index;
+            tables += pl[k].sizes.header - pl[k].sizes.index;
         }
+        headers += len;
+        for (int k = 0; k < np; k++) headers -= pl[k].stored;
         printf("\n");
     }
     if (!st) {
@@ -226,9 +234,13 @@ static int compress(const Options *o, Err *e) {
                (unsigned long long)coded_in, (unsigned long long)coded_out,
                coded_in ? (double)coded_out / (double)coded_in : 1.0, (unsigned long long)total_in,
                (unsigned long long)total_out, total_in ? (double)total_out / (double)total_in : 1.0);
-        printf("coded planes: payload %.4f bits per entropy bit (%+.3f%% against order-0 entropy)\n",
-               sum_entropy_bits > 0 ? sum_payload_bits / sum_entropy_bits : 1.0,
-               sum_entropy_bits > 0 ? 100.0 * (sum_payload_bits / sum_entropy_bits - 1.0) : 0.0);
+        if (coded_plane_bytes > 0)
+            printf("coded planes: %.0f bytes at %.4f bits/byte of symbols against an order-0 entropy of %.4f "
+                   "(%+.3f%%); apart: chunk states %llu bytes, chunk index %llu, frequency tables and stream "
+                   "headers %llu, tensor headers %llu\n", coded_plane_bytes, sum_symbol_bits / coded_plane_bytes,
+                   sum_entropy_bits / coded_plane_bytes, 100.0 * (sum_symbol_bits / sum_entropy_bits - 1.0),
+                   (unsigned long long)states, (unsigned long long)index, (unsigned long long)tables,
+                   (unsigned long long)headers);
         printf("file: %s %zu bytes -> %s %llu bytes (%.4f)\n", o->in, g.size, o->out, (unsigned long long)file,
                (double)file / (double)g.size);
     }
