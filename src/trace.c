@@ -494,7 +494,7 @@ void trace_memory_report(const Trace *t, FILE *f, const TraceMemory *m) {
     /* a compressed model: what is held coded, what decoded, and what decoding cost */
     fprintf(f, "codec: %.1f MB of coded matrices in the file; ", m->weights_coded / 1e6);
     if (!m->low_mem) {
-        fprintf(f, "decoded at load into %.1f MB%s", m->weights_decoded / 1e6, "");
+        fprintf(f, "decoded at load into %.1f MB", m->weights_decoded / 1e6);
         if (!t->virtual_clock) fprintf(f, " in %.3f s", m->decode_load_s);
         fprintf(f, "\n");
         return;
