@@ -531,6 +531,83 @@ static void a_stop_string_ends_the_text_just_before_it(void **state) {
     assert_memory_equal(cut.text, full.text, (size_t)at);
 }
 
+/* "ROMEO:" greedy, 40 tokens, with the stop strings given (NULL-terminated),
+ * one step at a time: after[t] = bytes streamed once step t is done. Returns
+ * the number of steps. */
+static int stream_by_step(const char *const *stops, Sink *k, int *after, int cap) {
+    Runtime rt;
+    Err e = {{0}};
+    EngineConfig c = config(2, 64, 0, 0);
+    assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
+    RtParams p = rt_params_default();
+    p.prompt = "ROMEO:";
+    p.max_tokens = 40;
+    for (int i = 0; stops[i]; i++) p.stop[i] = stops[i];
+    p.on_text = collect;
+    p.user = k;
+    memset(k, 0, sizeof *k);
+    assert_true(rt_submit(&rt, &p, &e) >= 0);
+    int n = 0;
+    while (!rt_idle(&rt)) {
+        rt_step(&rt);
+        assert_true(n < cap);
+        after[n++] = k->len;
+    }
+    rt_free(&rt);
+    return n;
+}
+
+/* The longest tail of text[0..n) that is the beginning, and not the whole, of
+ * one of the stop strings: what the runtime may not stream yet. */
+static int could_start_a_stop(const char *const *stops, const char *text, int n) {
+    int best = 0;
+    for (int i = 0; stops[i]; i++)
+        for (int k = 1; k < (int)strlen(stops[i]) && k <= n; k++)
+            if (k > best && memcmp(text + n - k, stops[i], (size_t)k) == 0) best = k;
+    return best;
+}
+
+/* Hold-back, exactly: after every step the runtime has streamed all the text
+ * so far except its longest tail that could begin a stop string; at the end,
+ * when no stop string came, all of it. The stop string is built from the text
+ * itself so that the tail matters: the last 3 bytes before a token boundary,
+ * then the last 2, e.g. "the" + "he". Those 3 bytes begin it, while the last
+ * byte alone, or the last 2, do not; the stop never occurs in the text, so
+ * every byte held back must come out later. It is the second of two stops,
+ * the first never seen at all. */
+static void text_that_could_begin_a_stop_string_is_held_back_and_no_more(void **state) {
+    enum { CAP = 64 };
+    Sink full, got;
+    int whole[CAP], held[CAP];
+    const char *none[] = {NULL};
+    int n = stream_by_step(none, &full, whole, CAP);
+    assert_true(n > 20 && full.len > 60);
+    char stop[8] = "";
+    int at = -1;   /* the step whose boundary it was built at */
+    for (int t = n / 3; t < n - 1 && at < 0; t++) {
+        int b = whole[t];
+        if (b < 3 || whole[t - 1] == b) continue;
+        const char *x = full.text + b - 3;
+        snprintf(stop, sizeof stop, "%.3s%.2s", x, x + 1);
+        const char *list[] = {stop, NULL};
+        if (!strchr(stop, '\n') && !strstr(full.text, stop) && could_start_a_stop(list, full.text, b) == 3 &&
+            x[2] != stop[0] && memcmp(x + 1, stop, 2) != 0)
+            at = t;
+    }
+    if (at < 0) fail_msg("no token boundary with a tail of 3 that only begins a stop");
+    const char *stops[] = {"\x01\x02", stop, NULL};
+    assert_int_equal(stream_by_step(stops, &got, held, CAP), n);
+    assert_int_equal(got.len, full.len);
+    assert_memory_equal(got.text, full.text, (size_t)full.len);
+    for (int t = 0; t < n; t++) {
+        int want = t == n - 1 ? whole[t] : whole[t] - could_start_a_stop(stops, full.text, whole[t]);
+        if (held[t] != want)
+            fail_msg("stop \"%s\": after step %d, %d bytes streamed of %d, want %d", stop, t + 1,
+                     held[t], whole[t], want);
+    }
+    assert_int_equal(whole[at] - held[at], 3);   /* the case the stop was built for happened */
+}
+
 static void cancel_returns_the_blocks_and_spares_the_others(void **state) {
     Runtime rt;
     Err e = {{0}};
@@ -699,6 +776,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(the_decode_loop_allocates_nothing),
         cmocka_unit_test(bad_requests_are_refused_with_a_reason_and_nothing_is_queued),
         cmocka_unit_test(a_stop_string_ends_the_text_just_before_it),
+        cmocka_unit_test(text_that_could_begin_a_stop_string_is_held_back_and_no_more),
         cmocka_unit_test(cancel_returns_the_blocks_and_spares_the_others),
         cmocka_unit_test(telemetry_is_ordered_and_consistent),
         cmocka_unit_test(finished_requests_are_released_and_memory_stays_flat),
