@@ -337,6 +337,93 @@ static void samples_of_one_prompt_fork_and_copy_only_on_write(void **state) {
     rt_free(&rt);
 }
 
+/* n samples of a one-token request (a label, a yes or no): the first's token
+ * ends it, and with it the blocks its samples are to share. So the samples
+ * fork before that token is appended: all four come in the one step that
+ * computes the prompt, and nothing is computed twice. */
+static void samples_of_a_one_token_request_fork_before_it_finishes(void **state) {
+    Runtime rt;
+    Err e = {{0}};
+    EngineConfig c = config(4, 64, 0, 0);
+    assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
+    RtParams p = rt_params_default();
+    p.prompt = PROMPTS[3];
+    p.max_tokens = 1;
+    p.sampling.temperature = 0.8f;
+    p.sampling.seed = 3;
+    p.n = 4;
+    int id = rt_submit(&rt, &p, &e);
+    if (id < 0) fail_msg("submit: %s", e.msg);
+    assert_int_equal(rt_run(&rt, &e), ST_OK);
+    assert_int_equal(rt.en.steps, 1);   /* one step: the prompt, and four tokens from its logits */
+    const Sequence *first = rt_sequence(&rt, id);
+    for (int i = 0; i < 4; i++) {
+        const Sequence *q = rt_sequence(&rt, id + i);
+        assert_int_equal(q->n_out, 1);
+        assert_int_equal(q->finish, FIN_LENGTH);
+        assert_int_equal(q->prefix_hit_tokens, 0);   /* never recomputed, so never looked up */
+        assert_int_equal(q->tokens[q->n_prompt - 1], first->tokens[first->n_prompt - 1]);
+    }
+    assert_int_equal(rt.en.tokens_run, first->n_prompt);
+    assert_int_equal(kv_held_blocks(&rt.en.pool), 0);
+    rt_free(&rt);
+}
+
+static int count_of(const int *a, int n, int x) {
+    int c = 0;
+    for (int i = 0; i < n; i++) c += a[i] == x;
+    return c;
+}
+
+/* Greedy "ROMEO:" once, then again with its k-th token declared the end of
+ * text (eos), at three lengths: more room than k, exactly k (the last token
+ * allowed is eos: eos wins, and it is appended but not text), and fewer. And
+ * a request longer than the context ends by context, with the context full. */
+static void a_request_ends_by_eos_length_or_context_whichever_comes_first(void **state) {
+    Job j = {.prompt = "ROMEO:", .max_tokens = 30, .priority = PRIO_NORMAL};
+    run_alone(&j);
+    assert_int_equal(j.n_out, 30);
+    int k = 8;   /* from the 8th on, the first token that has not come before */
+    while (k < 30 && count_of(j.out, k - 1, j.out[k - 1]) > 0) k++;
+    assert_true(k < 30);
+    const int max[] = {20, k, k - 1};
+    const FinishReason want[] = {FIN_EOS, FIN_EOS, FIN_LENGTH};
+    for (int c = 0; c < 3; c++) {
+        Runtime rt;
+        Err e = {{0}};
+        EngineConfig cfg = config(2, 64, 0, 0);
+        assert_int_equal(rt_init(&rt, &M, &cfg, &e), ST_OK);
+        RtParams p = rt_params_default();
+        p.prompt = j.prompt;
+        p.max_tokens = max[c];
+        int id = rt_submit(&rt, &p, &e);
+        assert_true(id >= 0);
+        ((Sequence *)rt_sequence(&rt, id))->eos = j.out[k - 1];   /* a test's liberty: the runtime set it */
+        assert_int_equal(rt_run(&rt, &e), ST_OK);
+        const Sequence *q = rt_sequence(&rt, id);
+        assert_int_equal(q->finish, want[c]);
+        assert_int_equal(q->n_out, want[c] == FIN_EOS ? k : max[c]);
+        assert_memory_equal(q->tokens + q->n_prompt, j.out, (size_t)q->n_out * sizeof(int));
+        rt_free(&rt);
+    }
+    Runtime rt;
+    Err e = {{0}};
+    EngineConfig cfg = config(2, 64, 0, 0);
+    assert_int_equal(rt_init(&rt, &M, &cfg, &e), ST_OK);
+    RtParams p = rt_params_default();
+    p.prompt = "ROMEO:";
+    p.max_tokens = 2 * M.cfg.seq_len;
+    p.ignore_eos = 1;
+    int id = rt_submit(&rt, &p, &e);
+    assert_true(id >= 0);
+    assert_int_equal(rt_run(&rt, &e), ST_OK);
+    const Sequence *q = rt_sequence(&rt, id);
+    assert_int_equal(q->finish, FIN_CONTEXT);
+    assert_int_equal(q->n_tokens, M.cfg.seq_len + 1);   /* the last token needs no K/V */
+    assert_int_equal(q->n_out, M.cfg.seq_len + 1 - q->n_prompt);
+    rt_free(&rt);
+}
+
 /* ---- priorities ---- */
 
 static void a_high_request_behind_many_low_ones_gets_its_first_token_first(void **state) {
@@ -771,6 +858,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(shared_prefixes_hit_the_cache_and_outputs_are_exact),
         cmocka_unit_test(preemption_resumes_from_the_prefix_cache),
         cmocka_unit_test(samples_of_one_prompt_fork_and_copy_only_on_write),
+        cmocka_unit_test(samples_of_a_one_token_request_fork_before_it_finishes),
+        cmocka_unit_test(a_request_ends_by_eos_length_or_context_whichever_comes_first),
         cmocka_unit_test(a_high_request_behind_many_low_ones_gets_its_first_token_first),
         cmocka_unit_test(aging_bounds_how_long_a_low_request_waits),
         cmocka_unit_test(the_decode_loop_allocates_nothing),
