@@ -424,6 +424,75 @@ static void a_request_ends_by_eos_length_or_context_whichever_comes_first(void *
     rt_free(&rt);
 }
 
+/* The KV map, drawn from what the sequences hold rather than from the
+ * refcounts: each running request's block table says who holds a block; a
+ * block nobody holds is cached when the prefix cache can still find it. A
+ * long prompt that finished leaves cached blocks, two samples of another
+ * share their prompt's blocks, a third request holds its own: all four kinds
+ * are on the map, which has two rows (80 blocks), and a short buffer gets
+ * the map's beginning. */
+static void the_kv_map_draws_every_block_as_its_holders_see_it(void **state) {
+    static const char id_char[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    Runtime rt;
+    Err e = {{0}};
+    EngineConfig c = config(4, 64, 0, 80);
+    assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
+    int ids[4];
+    const char *prompts[3] = {PROMPTS[5], PROMPTS[3], PROMPTS[1]};
+    const int max[3] = {1, 30, 30}, n[3] = {1, 2, 1};
+    for (int r = 0, k = 0; r < 3; r++) {
+        RtParams p = rt_params_default();
+        p.prompt = prompts[r];
+        p.max_tokens = max[r];
+        p.n = n[r];
+        p.sampling.temperature = n[r] > 1 ? 0.8f : 0.0f;
+        int id = rt_submit(&rt, &p, &e);
+        assert_true(id >= 0);
+        for (int i = 0; i < n[r]; i++) ids[k++] = id + i;
+    }
+    for (int s = 0; s < 3; s++) rt_step(&rt);
+    const KvPool *pool = &rt.en.pool;
+    char want[80];
+    int holders[80] = {0};
+    memset(want, '.', sizeof want);
+    for (int b = 0; b < 80; b++)
+        if (pool->registered[b]) want[b] = '+';
+    for (int i = 0; i < 4; i++) {
+        const Sequence *q = rt_sequence(&rt, ids[i]);
+        if (q->state != SEQ_RUNNING) continue;
+        for (int j = 0; j < q->kv.n_blocks; j++) {
+            int b = q->kv.table[j];
+            want[b] = ++holders[b] > 1 ? '*' : id_char[q->id % 62];
+        }
+    }
+    for (const char *kind = ".+*"; *kind; kind++)
+        if (!memchr(want, *kind, sizeof want)) fail_msg("no block drawn '%c': the setup missed a case", *kind);
+    int owned = 0;
+    for (int b = 0; b < 80; b++) owned += holders[b] == 1;
+    assert_true(owned > 0);
+    char map[2048], line[128];
+    int len = engine_kv_map(&rt.en, map, sizeof map);
+    assert_int_equal(len, (int)strlen(map));
+    snprintf(line, sizeof line, "%15sKV pool, 80 blocks of 16 tokens ('.' free, '+' cached, "
+             "id = held by that request, '*' shared):\n", "");
+    assert_memory_equal(map, line, strlen(line));
+    int at = (int)strlen(line);
+    for (int b0 = 0; b0 < 80; b0 += 64) {
+        int w = b0 + 64 <= 80 ? 64 : 80 - b0;
+        snprintf(line, sizeof line, "%15s%5d %.*s\n", "", b0, w, want + b0);
+        if (strncmp(map + at, line, strlen(line)))
+            fail_msg("the map's row %d:\n%.*s\nwant\n%s", b0, (int)strlen(line), map + at, line);
+        at += (int)strlen(line);
+    }
+    assert_int_equal(len, at);
+    char part[40];   /* cut short: the beginning, terminated */
+    assert_int_equal(engine_kv_map(&rt.en, part, sizeof part), (int)sizeof part - 1);
+    assert_memory_equal(part, map, sizeof part - 1);
+    assert_int_equal(part[sizeof part - 1], 0);
+    assert_int_equal(rt_run(&rt, &e), ST_OK);
+    rt_free(&rt);
+}
+
 /* ---- priorities ---- */
 
 static void a_high_request_behind_many_low_ones_gets_its_first_token_first(void **state) {
@@ -860,6 +929,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(samples_of_one_prompt_fork_and_copy_only_on_write),
         cmocka_unit_test(samples_of_a_one_token_request_fork_before_it_finishes),
         cmocka_unit_test(a_request_ends_by_eos_length_or_context_whichever_comes_first),
+        cmocka_unit_test(the_kv_map_draws_every_block_as_its_holders_see_it),
         cmocka_unit_test(a_high_request_behind_many_low_ones_gets_its_first_token_first),
         cmocka_unit_test(aging_bounds_how_long_a_low_request_waits),
         cmocka_unit_test(the_decode_loop_allocates_nothing),
