@@ -62,7 +62,10 @@ gdb_run() {
 
 if [ $gdb_mode = 1 ]; then
     mark=gdb-excerpt
-    for g in notes/gdb/*.gdb; do gdb_run "$(basename "$g" .gdb)"; done
+    # only the scripts the files show (each run takes a second or more)
+    for name in $(cat $files 2>/dev/null | sed -n 's/^<!-- gdb-excerpt: *\([A-Za-z0-9_-]*\).*/\1/p' | sort -u); do
+        gdb_run "$name"
+    done
 else
     mark=excerpt
     run romeo --prompt "ROMEO:" -n 250 --temperature 0.8 --seed 42 --trace
