@@ -10,7 +10,8 @@
 #     ```
 #
 # RUN names one of the runs below (its .out is stdout, its .err stderr); the
-# filter after "|" is a shell pipeline (optional) that picks the lines.
+# filter after "|" is a shell pipeline (optional) that picks the lines. Only
+# the runs the files name are made.
 # Lines longer than 150 characters are cut there and end with " ...". Every
 # run uses the step clock (1 ms per engine step, see src/clock.h), one
 # thread and the plain-loop kernels, so what it prints is the same on every
@@ -68,10 +69,14 @@ if [ $gdb_mode = 1 ]; then
     done
 else
     mark=excerpt
-    run romeo --prompt "ROMEO:" -n 250 --temperature 0.8 --seed 42 --trace
-    run preempt --workload data/workload-preempt.jsonl --policy priority --kv-blocks 10 --max-seqs 4 --trace
-    run shared --workload data/workload-shared-prefix.jsonl --trace
-    run shared-verbose --workload data/workload-shared-prefix.jsonl --trace=verbose
+    # only the runs the files show
+    needed=$(cat $files 2>/dev/null | sed -n 's/^<!-- excerpt: *\([A-Za-z0-9_-]*\)\..*/\1/p' | sort -u)
+    wants() { echo "$needed" | grep -qx "$1"; }
+    wants romeo && run romeo --prompt "ROMEO:" -n 250 --temperature 0.8 --seed 42 --trace
+    wants preempt &&
+        run preempt --workload data/workload-preempt.jsonl --policy priority --kv-blocks 10 --max-seqs 4 --trace
+    wants shared && run shared --workload data/workload-shared-prefix.jsonl --trace
+    wants shared-verbose && run shared-verbose --workload data/workload-shared-prefix.jsonl --trace=verbose
 fi
 
 status=0
