@@ -191,7 +191,14 @@ static double loss_of_one_fewer(uint64_t c, uint32_t f) { return (double)c * log
  * first to make the sum exact, from where a slot costs least or saves most,
  * then from one symbol to another while that lowers the cost. For a separable
  * convex cost no single move improving means no set of moves can, so the
- * result is the cheapest table with integer frequencies. */
+ * result is the cheapest table with integer frequencies.
+ *
+ * exercises/rans_normalize/ hollows this function: built with
+ * -DEXERCISE_RANS_NORMALIZE, the file that macro names stands in its place
+ * (tools/exercise.sh). */
+#ifdef EXERCISE_RANS_NORMALIZE
+#include EXERCISE_RANS_NORMALIZE
+#else
 int rans_normalize(const uint64_t count[256], int bits, uint32_t freq[256], Err *e) {
     memset(freq, 0, 256 * sizeof freq[0]);
     if (bits < RANS_BITS_MIN || bits > RANS_BITS_MAX)
@@ -259,6 +266,7 @@ int rans_normalize(const uint64_t count[256], int bits, uint32_t freq[256], Err 
     }
     return ST_OK;
 }
+#endif
 
 /* ------------------------------------------------------------ the table's bytes */
 

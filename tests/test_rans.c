@@ -176,6 +176,12 @@ static void rans_normalize_finds_a_table_that_no_single_move_improves(void **st)
         random_histogram(count, &seed);
         int bits = RANS_BITS_MIN + trial % 6;
         assert_int_equal(rans_normalize(count, bits, freq, &e), ST_OK);
+        uint64_t sum = 0;   /* a table first: exact, every present symbol codable */
+        for (int s = 0; s < 256; s++) {
+            if (count[s] && !freq[s]) fail_msg("trial %d: present symbol %d got 0", trial, s);
+            sum += freq[s];
+        }
+        if (sum != 1u << bits) fail_msg("trial %d: sum %llu, want %u", trial, (unsigned long long)sum, 1u << bits);
         double best_gain = 0, least_loss = INFINITY;
         int gi = -1, li = -1;
         for (int s = 0; s < 256; s++) {
