@@ -122,6 +122,10 @@ int sampler_sample(Sampler *s, float *logits) {
         }
     } else if (s->p.top_p < 1.0f) {
         float cutoff = V > 1 ? (1.0f - s->p.top_p) / (float)(V - 1) : 0.0f;
+        /* never above the most likely token (probability 1 / sum: its
+         * exponent was 0), which every nucleus holds: with V = 2 and a tiny
+         * top_p the bound alone would keep no candidate at all */
+        cutoff = fminf(cutoff, (float)(1.0 / sum));
         for (int i = 0; i < V; i++)
             if (logits[i] >= cutoff) c[n++] = (Cand){logits[i], i};
     } else {   /* no truncation: draw from the whole distribution */

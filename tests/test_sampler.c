@@ -140,6 +140,25 @@ static void a_top_p_below_the_best_probability_keeps_the_best_alone(void **st) {
     }
 }
 
+/* Two tokens and a tiny top-p: the cut-off that skips hopeless candidates,
+ * (1 - top_p) / (V - 1), is then above both probabilities. The nucleus still
+ * holds the better token (and, on a tie, one of the two): never nothing. */
+static void a_tiny_top_p_over_two_tokens_still_draws_the_best(void **st) {
+    static const float two[][2] = {{0.0f, 0.0f}, {1.0f, 0.0f}, {-3.0f, 2.0f}};
+    for (int k = 0; k < 3; k++) {
+        Sampler s;
+        Err e;
+        assert_int_equal(sampler_init(&s, 2, (SamplerParams){1.0f, 0, 0.001f, 5}, &e), ST_OK);
+        for (int n = 0; n < 50; n++) {
+            float lg[2] = {two[k][0], two[k][1]};
+            int id = sampler_sample(&s, lg);
+            if (k == 0) assert_true(id == 0 || id == 1);
+            else assert_int_equal(id, two[k][0] > two[k][1] ? 0 : 1);
+        }
+        sampler_free(&s);
+    }
+}
+
 static void same_seed_repeats_and_other_seed_differs(void **st) {
     int runs[3][64];
     uint64_t seeds[3] = {7, 7, 8};
@@ -181,6 +200,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(top_p_keeps_the_smallest_nucleus),
         cmocka_unit_test(the_nucleus_after_top_k_is_a_share_of_what_top_k_kept),
         cmocka_unit_test(a_top_p_below_the_best_probability_keeps_the_best_alone),
+        cmocka_unit_test(a_tiny_top_p_over_two_tokens_still_draws_the_best),
         cmocka_unit_test(same_seed_repeats_and_other_seed_differs),
         cmocka_unit_test(bad_parameters_are_refused_with_a_reason),
     };
