@@ -179,6 +179,30 @@ static void check_vectors(const char *name) {
 static void spm_encodes_llama_vocab_test_vectors(void **state) { check_vectors("llama-spm"); }
 static void gpt2_encodes_gpt2_vocab_test_vectors(void **state) { check_vectors("gpt-2"); }
 
+/* The byte-level vocabularies that each name their own pre-tokenizer: every
+ * digit alone (StarCoder), punctuation runs and three-digit groups first
+ * (Falcon), letters, punctuation and CJK runs apart (DeepSeek LLM), and
+ * llama.cpp's default rules for a file without tokenizer.ggml.pre
+ * (GPT-NeoX). StarCoder and GPT-NeoX have pieces longer than the old limit
+ * of 167 bytes; Falcon has no piece for byte 0x03. */
+static void starcoder_encodes_its_test_vectors(void **state) { check_vectors("starcoder"); }
+static void falcon_encodes_its_test_vectors(void **state) { check_vectors("falcon"); }
+static void deepseek_llm_encodes_its_test_vectors(void **state) { check_vectors("deepseek-llm"); }
+static void gpt_neox_without_a_pre_key_encodes_by_the_default_rules(void **state) {
+    check_vectors("gpt-neox");
+}
+
+/* GPT-2's vocabulary cut by Llama 3's and Qwen2's rules: numbers in threes
+ * or one digit at a time, contractions in any case, runs of newlines. The
+ * ids come from llama.cpp; 10 and 12 of the 46 strings differ from GPT-2's
+ * own cutting, so GPT-2's rules would fail here. */
+static void gpt2_vocab_under_llama_bpe_rules_encodes_as_llama_cpp(void **state) {
+    check_vectors("gpt2-vocab-llama-bpe");
+}
+static void gpt2_vocab_under_qwen2_rules_encodes_as_llama_cpp(void **state) {
+    check_vectors("gpt2-vocab-qwen2");
+}
+
 /* Encode -> decode gives back each test string. Sentencepiece decodes after
  * BOS, which drops the space the encoder put in front. */
 static void check_round_trip(const Tokenizer *t, const char *inp_rel, int after_bos) {
@@ -943,6 +967,12 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(spm_encodes_llama_vocab_test_vectors),
         cmocka_unit_test(gpt2_encodes_gpt2_vocab_test_vectors),
+        cmocka_unit_test(starcoder_encodes_its_test_vectors),
+        cmocka_unit_test(falcon_encodes_its_test_vectors),
+        cmocka_unit_test(deepseek_llm_encodes_its_test_vectors),
+        cmocka_unit_test(gpt_neox_without_a_pre_key_encodes_by_the_default_rules),
+        cmocka_unit_test(gpt2_vocab_under_llama_bpe_rules_encodes_as_llama_cpp),
+        cmocka_unit_test(gpt2_vocab_under_qwen2_rules_encodes_as_llama_cpp),
         cmocka_unit_test(spm_round_trips_test_strings),
         cmocka_unit_test(gpt2_round_trips_test_strings),
         cmocka_unit_test(tiny_gguf_encodes_greedy_prompts_with_bos_first),
