@@ -667,6 +667,76 @@ static void pre_tokenizer_cuts_text_as_gpt2_does(void **state) {
     tok_pattern_free(&pat);
 }
 
+/* The pre-tokens of text under the rules tokenizer.ggml.pre calls name,
+ * joined by '|', into out. */
+static void cut_with(const char *name, const char *text, char *out, size_t cap) {
+    TokPattern pat;
+    TokSplitter sp;
+    Err e;
+    size_t start, end, w = 0, at = 0;
+    int st = tok_pattern_init_named(&pat, name, &e);
+    if (st != ST_OK) print_error("%s\n", e.msg);
+    assert_int_equal(st, ST_OK);
+    assert_int_equal(tok_splitter_init(&sp, &pat, text, strlen(text), &e), ST_OK);
+    while (tok_splitter_next(&sp, &start, &end, &e) == 1) {
+        assert_int_equal(start, at);   /* back to back: nothing skipped */
+        assert_true(end > start && w + (end - start) + 2 < cap);
+        if (w > 0) out[w++] = '|';
+        memcpy(out + w, text + start, end - start);
+        w += end - start;
+        at = end;
+    }
+    out[w] = 0;
+    assert_int_equal(at, strlen(text));
+    tok_splitter_free(&sp);
+    tok_pattern_free(&pat);
+}
+
+/* One sample through every family of rules, the cuts worked out by hand
+ * from each name's patterns (tokenizer.c, notes/tokenizer.md): where the
+ * number goes (whole, in threes, digit by digit, space apart or not),
+ * whether "'T" is a contraction, whether newlines stand alone. */
+static void each_pre_tokenizer_cuts_as_its_rules_say(void **state) {
+    static const char text[] = "abc 12345 don'T\n\n";
+    static const struct {
+        const char *name, *want;
+    } cases[] = {
+        {"gpt-2", "abc| 12345| don|'|T|\n\n"},
+        {"mpt", "abc| 12345| don|'|T|\n\n"},
+        {"llama-bpe", "abc| |123|45| don|'T|\n\n"},
+        {"llama3", "abc| |123|45| don|'T|\n\n"},
+        {"qwen2", "abc| |1|2|3|4|5| don|'T|\n\n"},
+        {"starcoder", "abc| |1|2|3|4|5| don|'|T|\n\n"},
+        {"refact", "abc| |1|2|3|4|5| don|'|T|\n\n"},
+        {"command-r", "abc| |1|2|3|4|5| don|'|T|\n\n"},
+        {"smollm", "abc| |1|2|3|4|5| don|'|T|\n\n"},
+        {"default", "abc| |123|45| don|'|T|\n\n"},
+        {"falcon", "abc| |123|45| don|'|T|\n\n"},
+        {"deepseek-llm", "abc| |12345| don|'|T|\n|\n"},
+        {"deepseek-coder", "abc| |1|2|3|4|5| don|'|T|\n|\n"},
+        {"deepseek-v3", "abc| |123|45| don|'T|\n\n"},
+        {"bloom", "abc| 12345| don'T|\n\n"},
+    };
+    char got[256], shown[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cut_with(cases[i].name, text, got, sizeof got);
+        if (strcmp(got, cases[i].want) != 0) {
+            print_error("%s cuts it as '%s',", cases[i].name, show(got, shown, sizeof shown));
+            print_error(" want '%s'\n", show(cases[i].want, shown, sizeof shown));
+            fail();
+        }
+    }
+    /* Falcon's first pattern takes ` into a punctuation run, the default
+     * rules' leaves it to be cut off by GPT-2's; DeepSeek LLM keeps
+     * ideographs apart from Latin letters. */
+    cut_with("falcon", "a`!b", got, sizeof got);
+    assert_string_equal(got, "a|`!|b");
+    cut_with("default", "a`!b", got, sizeof got);
+    assert_string_equal(got, "a|`|!|b");
+    cut_with("deepseek-llm", "\xE4\xBD\xA0\xE5\xA5\xBDworld", got, sizeof got);   /* 你好world */
+    assert_string_equal(got, "\xE4\xBD\xA0\xE5\xA5\xBD|world");
+}
+
 /* A long text (every test string, many times, 512 KiB) encodes and decodes
  * back, and quickly: the merges cost O(n log n) and the pattern is matched
  * once per word. A quadratic slip (say, PCRE2 re-checking the UTF-8 of the
@@ -826,6 +896,14 @@ static void kv_strs(GgufImage *g, const char *key, const char **vals, int n) {
     g->n_kv++;
 }
 
+static void kv_u32(GgufImage *g, const char *key, uint32_t val) {
+    uint32_t type = GG_U32;
+    put_str(g, key);
+    put(g, &type, 4);
+    put(g, &val, 4);
+    g->n_kv++;
+}
+
 static void gguf_header(GgufImage *g) {
     uint32_t version = 3;
     uint64_t zero = 0;
@@ -889,6 +967,158 @@ static void gguf_without_a_usable_tokenizer_is_refused(void **state) {
     const char *undecodable[] = {"\xE2\x82\xAC b"};
     kv_strs(&img, "tokenizer.ggml.merges", undecodable, 1);
     expect_gguf_error(&img, ST_FORMAT, "names a piece that is not in the vocabulary");
+}
+
+/* Load a GGUF image that must load. */
+static Tokenizer *load_image(GgufImage *img) {
+    uint64_t n_kv = (uint64_t)img->n_kv;
+    memcpy(img->b + 16, &n_kv, 8);
+    char tmp[64];
+    write_temp(tmp, sizeof tmp, img->b, img->n);
+    Gguf g;
+    Err e;
+    Tokenizer *t = NULL;
+    assert_int_equal(gguf_open(&g, tmp, &e), ST_OK);
+    int st = tok_from_gguf(&t, &g, &e);
+    if (st != ST_OK) print_error("%s\n", e.msg);
+    assert_int_equal(st, ST_OK);
+    gguf_close(&g);
+    unlink(tmp);
+    return t;
+}
+
+/* A name the table lacks is refused, never cut some other way: by the
+ * pre-tokenizer on its own, and when a vocabulary names it (the message
+ * names the file, the key and the value). */
+static void unknown_pre_tokenizer_is_refused_by_name(void **state) {
+    TokPattern pat;
+    Err e;
+    assert_int_equal(tok_pattern_init_named(&pat, "llama-5", &e), ST_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "'llama-5'"));
+    assert_null(pat.re[0]);
+    tok_pattern_free(&pat);   /* harmless on a failed one */
+
+    const char *pieces[] = {"a", "b", "ab"}, *merges[] = {"a b"};
+    GgufImage img;
+    gguf_header(&img);
+    kv_str(&img, "tokenizer.ggml.model", "gpt2");
+    kv_strs(&img, "tokenizer.ggml.tokens", pieces, 3);
+    kv_strs(&img, "tokenizer.ggml.merges", merges, 1);
+    kv_str(&img, "tokenizer.ggml.pre", "llama-5");
+    expect_gguf_error(&img, ST_UNSUPPORTED, "tokenizer.ggml.pre 'llama-5' is not a pre-tokenizer");
+
+    /* The same file naming a known one loads and merges. */
+    gguf_header(&img);
+    kv_str(&img, "tokenizer.ggml.model", "gpt2");
+    kv_strs(&img, "tokenizer.ggml.tokens", pieces, 3);
+    kv_strs(&img, "tokenizer.ggml.merges", merges, 1);
+    kv_str(&img, "tokenizer.ggml.pre", "qwen2");
+    Tokenizer *t = load_image(&img);
+    int ids[4];
+    assert_int_equal(encode(t, "ab", 0, ids), 1);
+    assert_int_equal(ids[0], 2);
+    tok_free(t);
+}
+
+/* Llama 3's rules take a word that is itself a piece whole, even when its
+ * merges would not rebuild it (llama.cpp's ignore_merges): here "b c" is
+ * learned before "a b", so merging "abc" stops at "a" "bc", yet "abc" is a
+ * piece. GPT-2's rules merge. Llama 3's also start with BOS unless the file
+ * says otherwise. */
+static void llama3_rules_take_a_word_that_is_a_piece_whole(void **state) {
+    const char *pieces[] = {"a", "b", "c", "ab", "bc", "abc", "<s>"}, *merges[] = {"b c", "a b"};
+    const char *names[] = {"gpt-2", "llama-bpe"};
+    for (int k = 0; k < 2; k++) {
+        GgufImage img;
+        gguf_header(&img);
+        kv_str(&img, "tokenizer.ggml.model", "gpt2");
+        kv_strs(&img, "tokenizer.ggml.tokens", pieces, 7);
+        kv_strs(&img, "tokenizer.ggml.merges", merges, 2);
+        kv_str(&img, "tokenizer.ggml.pre", names[k]);
+        kv_u32(&img, "tokenizer.ggml.bos_token_id", 6);
+        Tokenizer *t = load_image(&img);
+        int ids[8];
+        if (k == 0) {
+            assert_int_equal(encode(t, "abc", 1, ids), 2);   /* no BOS for GPT-2 */
+            assert_int_equal(ids[0], 0);
+            assert_int_equal(ids[1], 4);
+        } else {
+            assert_int_equal(encode(t, "abc", 1, ids), 2);
+            assert_int_equal(ids[0], 6);   /* BOS */
+            assert_int_equal(ids[1], 5);   /* "abc" whole */
+        }
+        tok_free(t);
+    }
+}
+
+/* GPT-NeoX has a piece of 512 spaces (1,024 bytes in the file's disguise),
+ * which decodes whole. A piece longer than the decoder's room (here 2,000
+ * bytes, hand-made) still loads, and decodes cut short, the cut marked with
+ * U+FFFD, never past the end of out. */
+static void pieces_of_any_length_load_and_decode(void **state) {
+    Tokenizer *t = load_gguf("tokenizers/gpt-neox.gguf");
+    TokDecoder d;
+    char out[TOK_MAX_PIECE];
+    tok_decoder_init(&d);
+    assert_int_equal(tok_decode(t, &d, 19979, out), 512);
+    assert_int_equal(strspn(out, " "), 512);
+    tok_free(t);
+
+    static char long_piece[2001];
+    memset(long_piece, 'a', 2000);
+    const char *pieces[] = {"a", long_piece};
+    GgufImage img;
+    gguf_header(&img);
+    kv_str(&img, "tokenizer.ggml.model", "gpt2");
+    kv_strs(&img, "tokenizer.ggml.tokens", pieces, 2);
+    kv_strs(&img, "tokenizer.ggml.merges", NULL, 0);
+    t = load_image(&img);
+    tok_decoder_init(&d);
+    int n = tok_decode(t, &d, 1, out);
+    assert_true(n > 1024 && n < TOK_MAX_PIECE);
+    assert_int_equal(strspn(out, "a"), n - 3);
+    assert_string_equal(out + n - 3, "\xEF\xBF\xBD");
+    int ids[4];
+    assert_int_equal(encode(t, "aa", 0, ids), 2);   /* no merges: two "a" */
+    assert_int_equal(ids[1], 0);
+    tok_free(t);
+}
+
+/* Falcon's vocabulary has no piece for byte 0x03 and no unknown token. It
+ * loads; a text holding that byte is refused with one line naming the file,
+ * the byte and where it is; other text encodes. */
+static void byte_without_a_piece_is_refused_at_encode_time(void **state) {
+    Tokenizer *t = load_gguf("tokenizers/falcon.gguf");
+    int ids[16];
+    Err e;
+    assert_int_equal(tok_encode(t, "ab\x03" "c", 0, ids, 16, &e), ST_ARG);
+    assert_non_null(strstr(e.msg, "falcon.gguf"));
+    assert_non_null(strstr(e.msg, "no token for byte 0x03 (byte 2 of the text)"));
+    assert_true(encode(t, "abc", 0, ids) > 0);
+    tok_free(t);
+}
+
+/* User-defined pieces are cut out of the text before the pre-tokenizer
+ * runs, and are stored as plain UTF-8, not in the byte disguise:
+ * DeepSeek's "u with diaeresis" is its own piece, GPT-NeoX's runs of
+ * spaces are pieces of their own (GPT-2's rules would have given the
+ * second space to "b"). */
+static void user_defined_pieces_are_cut_out_first(void **state) {
+    Tokenizer *t = load_gguf("tokenizers/deepseek-llm.gguf");
+    int ids[16];
+    assert_int_equal(encode(t, "\xC3\xBC", 0, ids), 1);
+    assert_int_equal(ids[0], 100014);
+    TokDecoder d;
+    tok_decoder_init(&d);
+    decode_one(t, &d, 100014, "\xC3\xBC");
+    tok_free(t);
+
+    t = load_gguf("tokenizers/gpt-neox.gguf");
+    assert_int_equal(encode(t, "a  b", 0, ids), 3);
+    assert_int_equal(ids[1], 50276);   /* "  " */
+    tok_decoder_init(&d);
+    decode_one(t, &d, ids[1], "  ");
+    tok_free(t);
 }
 
 /* ---- allocation failures ------------------------------------------------------ */
@@ -989,10 +1219,16 @@ int main(int argc, char **argv) {
         cmocka_unit_test(encode_reports_too_small_cap),
         cmocka_unit_test(invalid_utf8_input_keeps_every_byte),
         cmocka_unit_test(pre_tokenizer_cuts_text_as_gpt2_does),
+        cmocka_unit_test(each_pre_tokenizer_cuts_as_its_rules_say),
         cmocka_unit_test(long_text_round_trips),
         cmocka_unit_test(llama2c_rejects_truncated_file_at_every_cut),
         cmocka_unit_test(llama2c_rejects_bad_lengths_and_scores),
         cmocka_unit_test(gguf_without_a_usable_tokenizer_is_refused),
+        cmocka_unit_test(unknown_pre_tokenizer_is_refused_by_name),
+        cmocka_unit_test(llama3_rules_take_a_word_that_is_a_piece_whole),
+        cmocka_unit_test(pieces_of_any_length_load_and_decode),
+        cmocka_unit_test(byte_without_a_piece_is_refused_at_encode_time),
+        cmocka_unit_test(user_defined_pieces_are_cut_out_first),
         cmocka_unit_test(allocation_failures_return_nomem_without_leaks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
