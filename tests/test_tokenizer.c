@@ -1169,23 +1169,25 @@ static void fail_each_allocation(const Attempt *a, const char *what) {
 }
 
 static void allocation_failures_return_nomem_without_leaks(void **state) {
-    char bin[512], spm[512], gpt2[512];
+    char bin[512], spm[512], gpt2[512], neox[512];
     fixture(bin, sizeof bin, "tiny/tokenizer.bin");
     fixture(spm, sizeof spm, "tokenizers/llama-spm.gguf");
     fixture(gpt2, sizeof gpt2, "tokenizers/gpt-2.gguf");
+    /* GPT-NeoX: four patterns in turn, user-defined pieces, long pieces */
+    fixture(neox, sizeof neox, "tokenizers/gpt-neox.gguf");
     Attempt a = {.path = bin};
     fail_each_allocation(&a, "loading tokenizer.bin");
 
     Gguf g;
     Err e;
-    const char *paths[] = {spm, gpt2};
-    for (int k = 0; k < 2; k++) {
+    const char *paths[] = {spm, gpt2, neox};
+    for (int k = 0; k < 3; k++) {
         assert_int_equal(gguf_open(&g, paths[k], &e), ST_OK);
         a = (Attempt){.g = &g};
         fail_each_allocation(&a, paths[k]);
         Tokenizer *t;
         assert_int_equal(tok_from_gguf(&t, &g, &e), ST_OK);
-        a = (Attempt){.t = t, .text = "Hello, y'all! \xF0\x9F\xA6\x99 \xD0\xBD\xD0\xB5 333 \xFF"};
+        a = (Attempt){.t = t, .text = "Hello, y'all!  \xF0\x9F\xA6\x99 \xD0\xBD\xD0\xB5 3333 \xFF"};
         fail_each_allocation(&a, "encoding");
         tok_free(t);
         gguf_close(&g);
