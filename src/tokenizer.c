@@ -447,6 +447,12 @@ done:
 #define DEEPSEEK_PUNCT \
     "\\s?[!-/:-~\xEF\xBC\x81-\xEF\xBC\x8F\xEF\xBC\x9A-\xEF\xBD\x9E\xE2\x80\x98-\xE2\x80\x9F\xE3\x80\x80-\xE3\x80\x82]+"
 
+/* Whitespace at the end of the piece: DeepSeek's \s+$. Written as is, PCRE2
+ * would try it from every space of a long run that does not end the piece,
+ * each try running to the run's end: quadratic. Starting only where a run
+ * starts, and never giving back, it is linear and matches the same. */
+#define TRAILING_SPACE "(?<!\\s)\\s++\\z"
+
 /* One rule set: patterns applied in turn. The first cuts the text; each
  * next one cuts every piece the one before left, the stretches between its
  * matches becoming pieces too (so nothing is ever dropped). A pattern sees
@@ -472,7 +478,7 @@ static const PreRules PRE_LLAMA3_MERGED = {"dbrx", {LLAMA3_WORDS}, 0, 0};
 static const PreRules PRE_QWEN2 = {"qwen2", {QWEN2_WORDS}, 0, 0};
 static const PreRules PRE_DEEPSEEK_LLM = {
     "deepseek-llm",
-    {"[\\r\\n]", DEEPSEEK_LETTERS, DEEPSEEK_PUNCT, "\\s+\\z", DEEPSEEK_CJK, "\\p{N}+"}, 0, 0};
+    {"[\\r\\n]", DEEPSEEK_LETTERS, DEEPSEEK_PUNCT, TRAILING_SPACE, DEEPSEEK_CJK, "\\p{N}+"}, 0, 0};
 static const PreRules PRE_DEEPSEEK_CODER = {
     "deepseek-coder", {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", DEEPSEEK_CJK, "\\p{N}"}, 0, 0};
 /* DeepSeek V3: digits in threes, runs of ideographs and kana, then a
@@ -900,7 +906,7 @@ static int load_pieces(Tokenizer **tp, const Gguf *g, int kind, Err *e) {
     return ST_OK;
 }
 
-/* The user-defined pieces (GPT-NeoX's runs of spaces, DeepSeek's accented
+/* The user-defined pieces (GPT-NeoX's runs of spaces, DeepSeek's Latin-1
  * letters): the text is cut at them before the pre-tokenizer runs, as
  * llama.cpp and Hugging Face do. Indexed by first byte, longest first, so
  * that the encoder tries few and takes the longest. */

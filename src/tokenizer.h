@@ -61,10 +61,10 @@ void tok_decoder_init(TokDecoder *d);
 /* Append the text of token id; writes only whole UTF-8 characters to out
  * (NUL-terminated) and returns the number of bytes written. Control tokens
  * (BOS, EOS) produce no text. out must hold TOK_MAX_PIECE bytes, which is
- * room for any piece up to 1,362 bytes (the longest we know of is GPT-NeoX's
+ * room for any piece up to 679 bytes (the longest we know of is GPT-NeoX's
  * 512 spaces, 1,024 bytes in the file's disguise); a longer piece comes out
  * cut there, its end replaced by U+FFFD. */
-#define TOK_MAX_PIECE 4096
+#define TOK_MAX_PIECE 2048
 int tok_decode(const Tokenizer *t, TokDecoder *d, int id, char *out);
 /* At the end of a stream: pending bytes that never formed a character come
  * out as U+FFFD. Returns bytes written (out holds TOK_MAX_PIECE). */
