@@ -780,7 +780,7 @@ static void long_text_round_trips(void **state) {
 /* Long runs that a pattern may try from every position: 128 KiB of spaces
  * before a digit, of tabs before a letter, of newlines, through every
  * family of rules. Each walk is linear; written naively, DeepSeek LLM's
- * \s+$ took minutes on the first (every space of the run started a try
+ * \s+$ took over ten seconds here (every space of the run started a try
  * that ran to its end). */
 static void pre_tokenizers_stay_linear_on_long_runs(void **state) {
     static const char *const names[] = {"gpt-2", "default", "llama-bpe", "qwen2",
