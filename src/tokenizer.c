@@ -15,14 +15,19 @@
  *    bytes, each of which has a token <0x00>..<0xFF>, so nothing is ever
  *    unknown. The text is prefixed with one space first, so that "Hello" at
  *    the start of a prompt is the same piece as " Hello" in the middle.
- *  - GPT-2: the file lists the merges themselves, in the order they were
- *    learned; the pair with the lowest rank (earliest learned) wins. Units are
- *    bytes, so byte fallback is built in. Before merging, a regular expression
- *    cuts the text into words, numbers, punctuation and runs of spaces, and
- *    merging never crosses those cuts. The pattern needs Unicode's letter and
- *    number classes, so it runs on PCRE2 rather than hand-written code. This
- *    pre-tokenizer is public (tok_splitter_*): the vocabulary trainer, bpe.c,
- *    cuts its training text with the very same code.
+ *  - GPT-2 and the byte-level BPE vocabularies after it (Llama 3, Qwen2,
+ *    DeepSeek, StarCoder, Falcon ...): the file lists the merges themselves,
+ *    in the order they were learned; the pair with the lowest rank (earliest
+ *    learned) wins. Units are bytes, so byte fallback is built in. Before
+ *    merging, a pre-tokenizer cuts the text into words, numbers, punctuation
+ *    and runs of spaces, and merging never crosses those cuts. Each
+ *    vocabulary was trained with its own cutting rules, one to six regular
+ *    expressions applied in turn, and tokenizer.ggml.pre names them; cut
+ *    differently, the same text merges into different ids, which the model
+ *    has never seen in that order. The patterns need Unicode's letter and
+ *    number classes, so they run on PCRE2 rather than hand-written code. The
+ *    pre-tokenizers are public (tok_splitter_*): the vocabulary trainer,
+ *    bpe.c, cuts its training text with the very same code.
  *
  * The vocabulary files store pieces in a printable disguise: sentencepiece
  * writes a space as U+2581 "▁", GPT-2 writes every byte as a printable
@@ -68,7 +73,8 @@ enum { KIND_SPM, KIND_GPT2 };
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 
 /* The decoder turns one byte into at most one 3-byte U+FFFD and may hold 3
- * pending bytes, so a piece of this many bytes always fits in TOK_MAX_PIECE. */
+ * pending bytes, so a piece of this many bytes always fits in TOK_MAX_PIECE.
+ * Longer pieces load and encode; decoding cuts them here (tokenizer.h). */
 #define MAX_PIECE_BYTES ((TOK_MAX_PIECE - 1) / 3 - 3)
 
 static const char REPLACEMENT[] = "\xEF\xBF\xBD";   /* U+FFFD in UTF-8 */
@@ -97,12 +103,17 @@ struct Tokenizer {
     int bos, eos, unk;        /* -1 when the vocabulary has none */
     int add_bos;              /* does this vocabulary start a sequence with BOS? */
     int add_space_prefix;     /* sentencepiece's dummy prefix */
-    /* GPT-2 only */
+    char source[128];         /* the file it came from, for messages */
+    /* byte-level BPE only */
     Merge *merges;            /* (n_merges), in rank order */
     int n_merges;
     int *merge_slots;         /* (n_merge_slots) hash table: (left, right) -> rank */
     int n_merge_slots;
     TokPattern pattern;       /* the pre-tokenizer, compiled */
+    int whole_words;          /* a pre-token that is a piece is taken whole (Llama 3) */
+    int *user;                /* (n_user) user-defined pieces, by first byte, longest first */
+    int n_user;
+    int user_from[257];       /* user[user_from[b] .. user_from[b+1]) start with byte b */
 };
 
 /* ---- UTF-8 ------------------------------------------------------------- */
@@ -192,16 +203,15 @@ static int index_pieces(Tokenizer *t, const char *path, Err *e) {
     uint32_t mask = (uint32_t)t->n_slots - 1;
     for (int id = 0; id < t->n_vocab; id++) {
         const Piece *p = &t->pieces[id];
-        if (p->len > MAX_PIECE_BYTES)
-            return err_set(e, ST_FORMAT, "%s: token %d is %d bytes long (at most %d supported)",
-                           path, id, p->len, MAX_PIECE_BYTES);
         if (p->type == TT_BYTE && t->byte_id[p->byte] < 0) t->byte_id[p->byte] = id;
         if (!is_text_piece(p->type) || piece_find(t, p->s, p->len) >= 0) continue;
         uint32_t i = hash_bytes(p->s, p->len) & mask;
         while (t->slots[i] >= 0) i = (i + 1) & mask;
         t->slots[i] = id;
     }
-    /* GPT-2 has no byte tokens: its single-byte pieces play that role. */
+    /* GPT-2 has no byte tokens: its single-byte pieces play that role. A
+     * vocabulary may lack some (Falcon's has no piece for 0x03): those bytes
+     * stay -1, and encoding says so if a text holds one. */
     if (t->kind == KIND_GPT2)
         for (int b = 0; b < 256; b++) {
             char c = (char)b;
@@ -259,6 +269,7 @@ void tok_free(Tokenizer *t) {
     mem_free(t->slots);
     mem_free(t->merges);
     mem_free(t->merge_slots);
+    mem_free(t->user);
     tok_pattern_free(&t->pattern);
     mem_free(t);
 }
@@ -367,12 +378,292 @@ int tok_from_llama2c(Tokenizer **out, const char *path, int n_vocab, Err *e) {
     t->eos = 2;
     t->add_bos = 1;
     t->add_space_prefix = 1;
+    snprintf(t->source, sizeof t->source, "%s", path);
     st = index_pieces(t, path, e);
 done:
     mem_free(data);
     if (st) tok_free(t);
     else *out = t;
     return st;
+}
+
+/* ---- pre-tokenizers (tokenizer.h) -------------------------------------------- */
+
+/* GPT-2's pattern: contractions, a letter run, a number run or a run of other
+ * symbols (each with at most one leading space), then whitespace. The
+ * \s+(?!\S) alternative leaves the last space of a run to start the next
+ * word, so " Hello" stays one word after several spaces. Several rule sets
+ * below reuse it as one of their stages. */
+#define GPT2_WORDS "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+
+/* Llama 3's pattern (tiktoken's cl100k): contractions in either case; a
+ * letter run, which may take one non-letter, non-digit, non-newline in
+ * front (" Hello", but also "$Hello" or "'Hello"); numbers in groups of at
+ * most three digits; a symbol run with a space in front and newlines after
+ * it; newlines with the whitespace before them; then other whitespace as
+ * GPT-2 has it. Qwen2's differs in one place: every digit on its own. */
+#define LLAMA3_CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+#define LLAMA3_REST "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define LLAMA3_WORDS LLAMA3_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}" LLAMA3_REST
+#define QWEN2_WORDS LLAMA3_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}" LLAMA3_REST
+
+/* Chinese, Japanese and Korean runs, as DeepSeek's tokenizers write them:
+ * the CJK ideographs U+4E00..U+9FA5 and the wide range U+0800..U+4E00 that
+ * sweeps in kana among much else, then Hangul syllables. */
+#define DEEPSEEK_CJK "[\xE4\xB8\x80-\xE9\xBE\xA5\xE0\xA0\x80-\xE4\xB8\x80\xEA\xB0\x80-\xED\x9F\xBF]+"
+
+/* DeepSeek LLM's letters: its tokenizer.json lists the cased letters (upper,
+ * lower and title case, the class Unicode calls LC) range by range, as of
+ * the Unicode version it was made with; we keep its list rather than
+ * PCRE2's \p{L&}, which newer Unicode has grown. Written in UTF-8. */
+#define DEEPSEEK_LETTERS                                                                          \
+    "\\s?[A-Za-z\xC2\xB5\xC3\x80-\xC3\x96\xC3\x98-\xC3\xB6\xC3\xB8-\xC6\xBA\xC6\xBC-\xC6\xBF"     \
+    "\xC7\x84-\xCA\x93\xCA\x95-\xCA\xAF\xCD\xB0-\xCD\xB3\xCD\xB6\xCD\xB7\xCD\xBB-\xCD\xBD\xCD\xBF" \
+    "\xCE\x86\xCE\x88-\xCE\x8A\xCE\x8C\xCE\x8E-\xCE\xA1\xCE\xA3-\xCF\xB5\xCF\xB7-\xD2\x81"         \
+    "\xD2\x8A-\xD4\xAF\xD4\xB1-\xD5\x96\xE1\x82\xA0-\xE1\x83\x85\xE1\x8E\xA0-\xE1\x8F\xB5"         \
+    "\xE1\x8F\xB8-\xE1\x8F\xBD\xE1\xB2\x90-\xE1\xB2\xBA\xE1\xB2\xBD-\xE1\xB2\xBF"                 \
+    "\xE1\xB4\x80-\xE1\xB4\xAB\xE1\xB5\xAB-\xE1\xB5\xB7\xE1\xB5\xB9-\xE1\xB6\x9A"                 \
+    "\xE1\xB8\x80-\xE1\xBC\x95\xE1\xBC\x98-\xE1\xBC\x9D\xE1\xBC\xA0-\xE1\xBD\x85"                 \
+    "\xE1\xBD\x88-\xE1\xBD\x8D\xE1\xBD\x90-\xE1\xBD\x97\xE1\xBD\x99\xE1\xBD\x9B\xE1\xBD\x9D"       \
+    "\xE1\xBD\x9F-\xE1\xBD\xBD\xE1\xBE\x80-\xE1\xBE\xB4\xE1\xBE\xB6-\xE1\xBE\xBC\xE1\xBE\xBE"     \
+    "\xE1\xBF\x82-\xE1\xBF\x84\xE1\xBF\x86-\xE1\xBF\x8C\xE1\xBF\x90-\xE1\xBF\x93"                 \
+    "\xE1\xBF\x96-\xE1\xBF\x9B\xE1\xBF\xA0-\xE1\xBF\xAC\xE1\xBF\xB2-\xE1\xBF\xB4"                 \
+    "\xE1\xBF\xB6-\xE1\xBF\xBC\xE2\x84\x82\xE2\x84\x87\xE2\x84\x8A-\xE2\x84\x93\xE2\x84\x95"       \
+    "\xE2\x84\x99-\xE2\x84\x9D\xE2\x84\xA4\xE2\x84\xA6\xE2\x84\xA8\xE2\x84\xAA-\xE2\x84\xAD"       \
+    "\xE2\x84\xAF-\xE2\x84\xB4\xE2\x84\xB9\xE2\x84\xBC-\xE2\x84\xBF\xE2\x85\x85-\xE2\x85\x89"     \
+    "\xE2\x85\x8E\xE2\x86\x83\xE2\x86\x84\xE2\xB0\x80-\xE2\xB1\xBB\xE2\xB1\xBE-\xE2\xB3\xA4"       \
+    "\xE2\xB3\xAB-\xE2\xB3\xAE\xE2\xB3\xB2\xE2\xB3\xB3\xEA\x99\x80-\xEA\x99\xAD"                  \
+    "\xEA\x9A\x80-\xEA\x9A\x9B\xEA\x9C\xA2-\xEA\x9D\xAF\xEA\x9D\xB1-\xEA\x9E\x87"                 \
+    "\xEA\x9E\x8B-\xEA\x9E\x8E\xEA\xAD\xB0-\xEA\xAE\xBF\xEF\xAC\x80-\xEF\xAC\x86"                 \
+    "\xEF\xAC\x93-\xEF\xAC\x97\xEF\xBC\xA1-\xEF\xBC\xBA\xEF\xBD\x81-\xEF\xBD\x9A"                 \
+    "\xF0\x90\x90\x80-\xF0\x90\x91\x8F\xF0\x90\x92\xB0-\xF0\x90\x93\x93"                          \
+    "\xF0\x90\x93\x98-\xF0\x90\x93\xBB\xF0\x90\xB2\x80-\xF0\x90\xB2\xB2"                          \
+    "\xF0\x90\xB3\x80-\xF0\x90\xB3\xB2\xF0\x91\xA2\xA0-\xF0\x91\xA3\x9F"                          \
+    "\xF0\x9E\xA4\x80-\xF0\x9E\xA5\x83]+"
+
+/* DeepSeek LLM's punctuation: ASCII's, its full-width forms, the curly
+ * quotes U+2018..U+201F, and the CJK ideographic space, comma and full stop
+ * U+3000..U+3002. */
+#define DEEPSEEK_PUNCT \
+    "\\s?[!-/:-~\xEF\xBC\x81-\xEF\xBC\x8F\xEF\xBC\x9A-\xEF\xBD\x9E\xE2\x80\x98-\xE2\x80\x9F\xE3\x80\x80-\xE3\x80\x82]+"
+
+/* Whitespace at the end of the piece: DeepSeek's \s+$. Written as is, PCRE2
+ * would try it from every space of a long run that does not end the piece,
+ * each try running to the run's end: quadratic. Starting only where a run
+ * starts, and never giving back, it is linear and matches the same. */
+#define TRAILING_SPACE "(?<!\\s)\\s++\\z"
+
+/* One rule set: patterns applied in turn. The first cuts the text; each
+ * next one cuts every piece the one before left, the stretches between its
+ * matches becoming pieces too (so nothing is ever dropped). A pattern sees
+ * only its piece: \z and (?!\S) look at the end of the piece, not of the
+ * text. */
+typedef struct {
+    const char *name;   /* the name this engine calls it by, in messages */
+    const char *stages[TOK_MAX_STAGES + 1];   /* NULL after the last */
+    int whole_words;    /* a pre-token that is a piece is taken whole, unmerged */
+    int add_bos;        /* tokenizer.ggml.add_bos_token when the file does not say */
+} PreRules;
+
+static const PreRules PRE_GPT2 = {"gpt-2", {GPT2_WORDS}, 0, 0};
+/* What llama.cpp uses when tokenizer.ggml.pre is absent or "default":
+ * punctuation runs first (with the ASCII symbols that Unicode files as math
+ * or currency), then GPT-2's words, then number runs, then three digits at
+ * a time from the left. */
+static const PreRules PRE_DEFAULT = {
+    "default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", GPT2_WORDS, "\\p{N}+", "[0-9][0-9][0-9]"}, 0, 0};
+static const PreRules PRE_LLAMA3 = {"llama-bpe", {LLAMA3_WORDS}, 1, 1};
+/* DBRX and Smaug use Llama 3's pattern without its whole-word shortcut. */
+static const PreRules PRE_LLAMA3_MERGED = {"dbrx", {LLAMA3_WORDS}, 0, 0};
+static const PreRules PRE_QWEN2 = {"qwen2", {QWEN2_WORDS}, 0, 0};
+static const PreRules PRE_DEEPSEEK_LLM = {
+    "deepseek-llm",
+    {"[\\r\\n]", DEEPSEEK_LETTERS, DEEPSEEK_PUNCT, TRAILING_SPACE, DEEPSEEK_CJK, "\\p{N}+"}, 0, 0};
+static const PreRules PRE_DEEPSEEK_CODER = {
+    "deepseek-coder", {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", DEEPSEEK_CJK, "\\p{N}"}, 0, 0};
+/* DeepSeek V3: digits in threes, runs of ideographs and kana, then a
+ * Llama 3 style pattern in which a letter run may start with one ASCII
+ * punctuation mark and symbols (\p{S}) go with punctuation. */
+static const PreRules PRE_DEEPSEEK_V3 = {
+    "deepseek-v3",
+    {"\\p{N}{1,3}",
+     "[\xE4\xB8\x80-\xE9\xBE\xA5\xE3\x81\x80-\xE3\x82\x9F\xE3\x82\xA0-\xE3\x83\xBF]+",
+     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?"
+     "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+    0, 0};
+static const PreRules PRE_FALCON = {
+    "falcon", {"[\\p{P}\\$\\+<=>\\^~\\|`]+", GPT2_WORDS, "[0-9][0-9][0-9]"}, 0, 0};
+/* StarCoder and the code models after it: every digit alone, then GPT-2. */
+static const PreRules PRE_STARCODER = {"starcoder", {"\\p{N}", GPT2_WORDS}, 0, 0};
+/* BLOOM: a space and a run of anything but whitespace and the listed
+ * punctuation (the parentheses and | are members of the class too, as the
+ * original pattern has them). */
+#define BLOOM_WORDS " ?[^(\\s|.,!?\xE2\x80\xA6\xE3\x80\x82\xEF\xBC\x8C\xE3\x80\x81\xE0\xA5\xA4\xDB\x94\xD8\x8C)]+"
+static const PreRules PRE_BLOOM = {"bloom", {BLOOM_WORDS}, 0, 0};
+static const PreRules PRE_VIKING = {"viking", {BLOOM_WORDS, "\\p{N}"}, 0, 0};
+
+/* tokenizer.ggml.pre values, as llama.cpp (build 4748) names them, and the
+ * rules of each. */
+static const struct {
+    const char *name;
+    const PreRules *rules;
+} PRE_NAMES[] = {
+    {"default", &PRE_DEFAULT},
+    {"gpt-2", &PRE_GPT2}, {"mpt", &PRE_GPT2}, {"olmo", &PRE_GPT2}, {"jais", &PRE_GPT2},
+    {"phi-2", &PRE_GPT2}, {"jina-es", &PRE_GPT2}, {"jina-de", &PRE_GPT2},
+    {"gigachat", &PRE_GPT2}, {"jina-v1-en", &PRE_GPT2}, {"jina-v2-es", &PRE_GPT2},
+    {"jina-v2-de", &PRE_GPT2}, {"jina-v2-code", &PRE_GPT2}, {"roberta-bpe", &PRE_GPT2},
+    {"llama-bpe", &PRE_LLAMA3}, {"llama3", &PRE_LLAMA3}, {"llama-v3", &PRE_LLAMA3},
+    {"falcon3", &PRE_LLAMA3},
+    {"dbrx", &PRE_LLAMA3_MERGED}, {"smaug-bpe", &PRE_LLAMA3_MERGED},
+    {"qwen2", &PRE_QWEN2}, {"deepseek-r1-qwen", &PRE_QWEN2}, {"stablelm2", &PRE_QWEN2},
+    {"megrez", &PRE_QWEN2},
+    {"deepseek-llm", &PRE_DEEPSEEK_LLM},
+    {"deepseek-coder", &PRE_DEEPSEEK_CODER},
+    {"deepseek-v3", &PRE_DEEPSEEK_V3},
+    {"falcon", &PRE_FALCON},
+    {"starcoder", &PRE_STARCODER}, {"refact", &PRE_STARCODER}, {"command-r", &PRE_STARCODER},
+    {"smollm", &PRE_STARCODER}, {"codeshell", &PRE_STARCODER}, {"exaone", &PRE_STARCODER},
+    {"minerva-7b", &PRE_STARCODER},
+    {"bloom", &PRE_BLOOM}, {"poro-chat", &PRE_BLOOM}, {"gpt3-finnish", &PRE_BLOOM},
+    {"viking", &PRE_VIKING},
+};
+
+/* The rules for a tokenizer.ggml.pre value, or NULL. */
+static const PreRules *pre_rules(const char *name) {
+    for (size_t i = 0; i < sizeof PRE_NAMES / sizeof PRE_NAMES[0]; i++)
+        if (strcmp(PRE_NAMES[i].name, name) == 0) return PRE_NAMES[i].rules;
+    return NULL;
+}
+
+/* PCRE2 allocates through these, so its memory is counted (and can be made to
+ * fail) like the rest of the engine's. */
+static void *pcre_alloc(PCRE2_SIZE n, void *unused) { return mem_alloc(n); }
+static void pcre_free(void *p, void *unused) { mem_free(p); }
+
+/* Compile every stage of r into p. */
+static int compile_rules(TokPattern *p, const PreRules *r, Err *e) {
+    memset(p, 0, sizeof *p);
+    pcre2_general_context *gc = pcre2_general_context_create(pcre_alloc, pcre_free, NULL);
+    pcre2_compile_context *cc = gc ? pcre2_compile_context_create(gc) : NULL;
+    int code = PCRE2_ERROR_HEAP_FAILED, k = 0;
+    PCRE2_SIZE where = 0;
+    /* UTF: the text is UTF-8; UCP: \s, \w, \d mean their Unicode classes. The
+     * compiled code keeps the allocator, and match data made from it uses it. */
+    for (; cc && k < TOK_MAX_STAGES && r->stages[k]; k++) {
+        p->re[k] = pcre2_compile((PCRE2_SPTR)r->stages[k], PCRE2_ZERO_TERMINATED,
+                                 PCRE2_UTF | PCRE2_UCP, &code, &where, cc);
+        if (!p->re[k]) break;
+        p->n_stages = k + 1;
+    }
+    pcre2_compile_context_free(cc);   /* both accept NULL */
+    pcre2_general_context_free(gc);
+    if (cc && (k == TOK_MAX_STAGES || !r->stages[k])) return ST_OK;
+    tok_pattern_free(p);
+    if (code == PCRE2_ERROR_HEAP_FAILED)
+        return err_set(e, ST_NOMEM, "out of memory compiling the '%s' pre-tokenizer", r->name);
+    PCRE2_UCHAR msg[128];
+    pcre2_get_error_message(code, msg, sizeof msg);
+    return err_set(e, ST_UNSUPPORTED, "PCRE2 cannot compile pattern %d of the '%s' "
+                   "pre-tokenizer at %zu: %s", k + 1, r->name, (size_t)where, (const char *)msg);
+}
+
+int tok_pattern_init(TokPattern *p, Err *e) { return compile_rules(p, &PRE_GPT2, e); }
+
+int tok_pattern_init_named(TokPattern *p, const char *name, Err *e) {
+    memset(p, 0, sizeof *p);
+    const PreRules *r = pre_rules(name);
+    if (!r) return err_set(e, ST_UNSUPPORTED, "unknown pre-tokenizer '%.64s'", name);
+    return compile_rules(p, r, e);
+}
+
+void tok_pattern_free(TokPattern *p) {
+    for (int k = 0; k < TOK_MAX_STAGES; k++) {
+        pcre2_code_free(p->re[k]);   /* accepts NULL */
+        p->re[k] = NULL;
+    }
+    p->n_stages = 0;
+}
+
+int tok_splitter_init(TokSplitter *s, const TokPattern *p, const char *text, size_t n, Err *e) {
+    memset(s, 0, sizeof *s);
+    s->pattern = p;
+    s->text = (const unsigned char *)text;
+    s->n = n;
+    /* Only the whole match is read (no pattern captures), so one match data
+     * serves every stage; made from the first, it uses the pattern's
+     * allocator. */
+    s->md = pcre2_match_data_create_from_pattern(p->re[0], NULL);
+    if (!s->md) return err_set(e, ST_NOMEM, "out of memory for a pattern match");
+    return ST_OK;
+}
+
+void tok_splitter_free(TokSplitter *s) {
+    pcre2_match_data_free(s->md);   /* accepts NULL */
+    s->md = NULL;
+}
+
+/* Level 0 of the walk: the text in runs, well-formed UTF-8 or not. Only the
+ * UTF-8 runs go through the patterns; a run of other bytes is one
+ * pre-token (byte-level BPE can spell any byte, so nothing is dropped). */
+static int next_run(TokSplitter *s, size_t *start, size_t *end) {
+    if (s->pos >= s->n) return 0;
+    size_t i = s->pos;
+    s->run_valid = utf8_char_len(s->text + i, s->n - i) > 0;
+    while (i < s->n) {
+        int k = utf8_char_len(s->text + i, s->n - i);
+        if ((k > 0) != s->run_valid) break;
+        i += k > 0 ? (size_t)k : 1;
+    }
+    *start = s->pos;
+    *end = s->pos = i;
+    return 1;
+}
+
+/* The next piece of level k: level 0 is the runs, level k >= 1 the pieces
+ * that stage k-1 cuts from the pieces of level k-1. Each level holds the
+ * piece it is cutting (lo, hi) and how far it has got (at), and pulls a new
+ * one from the level below when that is used up. Returns 1, 0 at the end,
+ * or a negative Status. */
+static int pull(TokSplitter *s, int k, size_t *start, size_t *end, Err *e) {
+    if (k == 0) return next_run(s, start, end);
+    int j = k - 1;   /* the stage that cuts at this level */
+    if (s->at[j] >= s->hi[j]) {
+        int st = pull(s, j, start, end, e);
+        if (st <= 0 || !s->run_valid) return st;   /* not UTF-8: passes every stage whole */
+        s->lo[j] = s->at[j] = *start;
+        s->hi[j] = *end;
+    }
+    size_t lo = s->lo[j], hi = s->hi[j], at = s->at[j];
+    *start = at;
+    *end = hi;   /* if the pattern matches nowhere: the rest of the piece */
+    /* The subject is the piece alone, so a match never runs past it and
+     * lookarounds see its ends. NO_UTF_CHECK: the run is known to be UTF-8
+     * (without it PCRE2 would check the whole subject again on every call,
+     * which makes a walk quadratic); NOTEMPTY: an empty match would cut
+     * nothing. */
+    int rc = pcre2_match(s->pattern->re[j], s->text + lo, hi - lo, at - lo,
+                         PCRE2_NO_UTF_CHECK | PCRE2_NOTEMPTY, s->md, NULL);
+    if (rc >= 0) {
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
+        assert(ov[1] > ov[0] && ov[0] >= at - lo);
+        /* The stretch before the match is a piece of its own; the next
+         * call finds the match again and hands it out. */
+        *end = lo + (ov[0] > at - lo ? ov[0] : ov[1]);
+    } else if (rc == PCRE2_ERROR_NOMEMORY || rc == PCRE2_ERROR_HEAPLIMIT) {
+        return err_set(e, ST_NOMEM, "out of memory while matching pre-tokenizer pattern %d", k);
+    } else if (rc != PCRE2_ERROR_NOMATCH) {
+        PCRE2_UCHAR msg[128];
+        pcre2_get_error_message(rc, msg, sizeof msg);
+        return err_set(e, ST_ARG, "pre-tokenizer pattern %d failed at byte %zu: %s", k, at,
+                       (const char *)msg);
+    }
+    s->at[j] = *end;
+    return 1;
+}
+
+int tok_splitter_next(TokSplitter *s, size_t *start, size_t *end, Err *e) {
+    return pull(s, s->pattern->n_stages, start, end, e);
 }
 
 /* ---- GGUF --------------------------------------------------------------- */
@@ -472,20 +763,34 @@ static int load_merges(Tokenizer *t, const Gguf *g, const int cp_to_byte[0x144],
                        (unsigned long long)n);
     memset(t->merge_slots, 0xff, (size_t)t->n_merge_slots * sizeof(int));
 
-    char buf[4 * MAX_PIECE_BYTES + 1];   /* two pieces, disguised: up to 2 bytes per byte */
+    /* Room for two pieces, undisguised. The disguise spends one or two bytes
+     * on a byte, so a merge longer than two of the longest piece, disguised,
+     * cannot name two pieces. */
+    int longest = 1;
+    for (int id = 0; id < t->n_vocab; id++)
+        if (t->pieces[id].len > longest) longest = t->pieces[id].len;
+    size_t cap = 4 * (size_t)longest + 1;
+    char *buf = mem_alloc(cap);
+    if (!buf) return err_set(e, ST_NOMEM, "%s: out of memory for a merge", g->path);
+    int st = ST_OK;
     uint32_t mask = (uint32_t)t->n_merge_slots - 1;
-    for (int r = 0; r < t->n_merges; r++) {
+    for (int r = 0; r < t->n_merges && st == ST_OK; r++) {
         GgufStr s = gguf_next_str(&p);
         int shown = s.len > 64 ? 64 : (int)s.len;
-        if (s.len > sizeof buf)
-            return err_set(e, ST_FORMAT, "%s: merge %d is %llu bytes long", g->path, r,
-                           (unsigned long long)s.len);
+        if (s.len > cap) {
+            st = err_set(e, ST_FORMAT, "%s: tokenizer.ggml.merges: merge %d is %llu bytes long, "
+                         "more than two of its longest piece", g->path, r,
+                         (unsigned long long)s.len);
+            break;
+        }
         /* A half never holds a space (the disguise has none), so the first
          * space after the first character separates the halves. */
         const char *sp = s.len > 1 ? memchr(s.s + 1, ' ', s.len - 1) : NULL;
-        if (!sp)
-            return err_set(e, ST_FORMAT, "%s: merge %d '%.*s' is not two pieces separated by a space",
-                           g->path, r, shown, s.s);
+        if (!sp) {
+            st = err_set(e, ST_FORMAT, "%s: merge %d '%.*s' is not two pieces separated by a space",
+                         g->path, r, shown, s.s);
+            break;
+        }
         int nl = (int)(sp - s.s), nr = (int)s.len - nl - 1;
         int ll = gpt2_unmap(s.s, nl, cp_to_byte, buf);
         int lr = gpt2_unmap(sp + 1, nr, cp_to_byte, buf + (ll > 0 ? ll : 0));
@@ -493,22 +798,53 @@ static int load_merges(Tokenizer *t, const Gguf *g, const int cp_to_byte[0x144],
         m->left = ll > 0 ? piece_find(t, buf, ll) : -1;
         m->right = ll > 0 && lr > 0 ? piece_find(t, buf + ll, lr) : -1;
         m->merged = m->left >= 0 && m->right >= 0 ? piece_find(t, buf, ll + lr) : -1;
-        if (m->merged < 0)
-            return err_set(e, ST_FORMAT, "%s: merge %d '%.*s' names a piece that is not in the "
-                           "vocabulary", g->path, r, shown, s.s);
+        if (m->merged < 0) {
+            st = err_set(e, ST_FORMAT, "%s: merge %d '%.*s' names a piece that is not in the "
+                         "vocabulary", g->path, r, shown, s.s);
+            break;
+        }
         if (merge_find(t, m->left, m->right) >= 0) continue;   /* a repeat never wins */
         uint32_t i = hash_pair(m->left, m->right) & mask;
         while (t->merge_slots[i] >= 0) i = (i + 1) & mask;
         t->merge_slots[i] = r;
     }
-    return ST_OK;
+    mem_free(buf);
+    return st;
 }
 
-/* The pre-tokenizer's pattern, with the file's name in any error. */
-static int compile_pattern(Tokenizer *t, const char *path, Err *e) {
+/* The pre-tokenizer that tokenizer.ggml.pre names ("default" when the key
+ * is absent, as llama.cpp has it), compiled; a name we do not know is
+ * refused, naming it, rather than cut some other way without a word. */
+static int load_pre(Tokenizer *t, const Gguf *g, Err *e) {
+    char name[64] = "default";
+    if (gguf_find(g, "tokenizer.ggml.pre")) {
+        GgufStr v;
+        if (gguf_get_str(g, "tokenizer.ggml.pre", &v, e)) return ST_FORMAT;
+        if (v.len >= sizeof name || memchr(v.s, 0, v.len))
+            return err_set(e, ST_UNSUPPORTED, "%s: tokenizer.ggml.pre '%.*s' is not a "
+                           "pre-tokenizer this engine knows", g->path, v.len > 64 ? 64 : (int)v.len,
+                           v.s);
+        memcpy(name, v.s, v.len);
+        name[v.len] = 0;
+    }
+    const PreRules *r = pre_rules(name);
+    if (!r) {
+        char known[320];
+        size_t w = 0;
+        known[0] = 0;
+        for (size_t i = 0; i < sizeof PRE_NAMES / sizeof PRE_NAMES[0] && w < sizeof known; i++)
+            if (strcmp(PRE_NAMES[i].rules->name, PRE_NAMES[i].name) == 0)   /* not an alias */
+                w += (size_t)snprintf(known + w, sizeof known - w, "%s%s", w ? ", " : "",
+                                      PRE_NAMES[i].name);
+        return err_set(e, ST_UNSUPPORTED, "%s: tokenizer.ggml.pre '%s' is not a pre-tokenizer this "
+                       "engine knows (it knows %s, and their aliases)", g->path, name, known);
+    }
     Err why;
-    int st = tok_pattern_init(&t->pattern, &why);
-    return st ? err_set(e, st, "%s: %s", path, why.msg) : ST_OK;
+    int st = compile_rules(&t->pattern, r, &why);
+    if (st) return err_set(e, st, "%s: tokenizer.ggml.pre '%s': %s", g->path, name, why.msg);
+    t->whole_words = r->whole_words;
+    t->add_bos = r->add_bos;   /* the default; tokenizer.ggml.add_bos_token overrides it */
+    return ST_OK;
 }
 
 /* Pieces, scores and types from the file, undisguised. */
@@ -546,16 +882,16 @@ static int load_pieces(Tokenizer **tp, const Gguf *g, int kind, Err *e) {
     p = tokens;
     for (int id = 0; id < t->n_vocab; id++) {
         GgufStr s = gguf_next_str(&p);
-        if (s.len > 4 * MAX_PIECE_BYTES)
-            return err_set(e, ST_FORMAT, "%s: token %d is %llu bytes long", g->path, id,
-                           (unsigned long long)s.len);
-        char *dst = t->arena + used;   /* unmapping never grows a piece */
-        int len = kind == KIND_SPM ? spm_unmap(s.s, (int)s.len, dst)
-                                   : gpt2_unmap(s.s, (int)s.len, cp_to_byte, dst);
-        set_piece(t, id, len < 0 ? s.s : dst, len < 0 ? (int)s.len : len, &used);
-        Piece *pc = &t->pieces[id];
         int32_t type = TT_NORMAL;
         if (types) memcpy(&type, types + 4 * (size_t)id, 4);
+        /* A user-defined piece of a byte-level vocabulary is plain UTF-8,
+         * not disguised: DeepSeek's "ü" is the two bytes C3 BC. */
+        char *dst = t->arena + used;   /* unmapping never grows a piece */
+        int len = kind == KIND_SPM ? spm_unmap(s.s, (int)s.len, dst)
+                  : type == TT_USER ? -1
+                                    : gpt2_unmap(s.s, (int)s.len, cp_to_byte, dst);
+        set_piece(t, id, len < 0 ? s.s : dst, len < 0 ? (int)s.len : len, &used);
+        Piece *pc = &t->pieces[id];
         if (scores) memcpy(&pc->score, scores + 4 * (size_t)id, 4);
         if (isnan(pc->score))
             return err_set(e, ST_FORMAT, "%s: token %d has a score that is not a number", g->path, id);
@@ -566,6 +902,37 @@ static int load_pieces(Tokenizer **tp, const Gguf *g, int kind, Err *e) {
                 return err_set(e, ST_FORMAT, "%s: token %d has the byte type but is not spelled "
                                "<0xNN>", g->path, id);
         }
+    }
+    return ST_OK;
+}
+
+/* The user-defined pieces (GPT-NeoX's runs of spaces, DeepSeek's Latin-1
+ * letters): the text is cut at them before the pre-tokenizer runs, as
+ * llama.cpp and Hugging Face do. Indexed by first byte, longest first, so
+ * that the encoder tries few and takes the longest. */
+static int index_user_pieces(Tokenizer *t, const char *path, Err *e) {
+    int count[256] = {0};
+    for (int id = 0; id < t->n_vocab; id++)
+        if (t->pieces[id].type == TT_USER && t->pieces[id].len > 0)
+            count[(unsigned char)t->pieces[id].s[0]]++;
+    t->user_from[0] = 0;
+    for (int b = 0; b < 256; b++) t->user_from[b + 1] = t->user_from[b] + count[b];
+    t->n_user = t->user_from[256];
+    if (t->n_user == 0) return ST_OK;
+    t->user = mem_alloc((size_t)t->n_user * sizeof(int));
+    if (!t->user) return err_set(e, ST_NOMEM, "%s: out of memory for %d user pieces", path, t->n_user);
+    int fill[256];
+    memcpy(fill, t->user_from, sizeof fill);
+    for (int id = 0; id < t->n_vocab; id++) {
+        const Piece *p = &t->pieces[id];
+        if (p->type != TT_USER || p->len == 0) continue;
+        int b = (unsigned char)p->s[0], i = fill[b]++;
+        /* insertion into its bucket: longer first, then lower id */
+        while (i > t->user_from[b] && t->pieces[t->user[i - 1]].len < p->len) {
+            t->user[i] = t->user[i - 1];
+            i--;
+        }
+        t->user[i] = id;
     }
     return ST_OK;
 }
@@ -592,123 +959,20 @@ int tok_from_gguf(Tokenizer **out, const Gguf *g, Err *e) {
         int cp_to_byte[0x144];
         gpt2_alphabet(cp_to_byte);
         st = load_merges(t, g, cp_to_byte, e);
-        if (!st) st = compile_pattern(t, g->path, e);
-        for (int b = 0; !st && b < 256; b++)
-            if (t->byte_id[b] < 0)
-                st = err_set(e, ST_FORMAT, "%s: the GPT-2 vocabulary has no piece for byte 0x%02X",
-                             g->path, b);
+        if (!st) st = load_pre(t, g, e);
+        if (!st) st = index_user_pieces(t, g->path, e);
     }
     if (st) {
         tok_free(t);
         return st;
     }
-    t->add_bos = gguf_optional_int(g, "tokenizer.ggml.add_bos_token", kind == KIND_SPM);
+    snprintf(t->source, sizeof t->source, "%s", g->path);
+    if (kind == KIND_SPM) t->add_bos = 1;
+    t->add_bos = gguf_optional_int(g, "tokenizer.ggml.add_bos_token", t->add_bos);
     t->add_space_prefix = gguf_optional_int(g, "tokenizer.ggml.add_space_prefix", kind == KIND_SPM);
     if (t->bos < 0) t->add_bos = 0;
     *out = t;
     return ST_OK;
-}
-
-/* ---- the GPT-2 pre-tokenizer (tokenizer.h) --------------------------------- */
-
-/* Contractions, a letter run, a number run or a run of other symbols (each
- * with at most one leading space), then whitespace. The \s+(?!\S)
- * alternative leaves the last space of a run to start the next word, so
- * " Hello" stays one word after several spaces. */
-static const char GPT2_PATTERN[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
-/* PCRE2 allocates through these, so its memory is counted (and can be made to
- * fail) like the rest of the engine's. */
-static void *pcre_alloc(PCRE2_SIZE n, void *unused) { return mem_alloc(n); }
-static void pcre_free(void *p, void *unused) { mem_free(p); }
-
-int tok_pattern_init(TokPattern *p, Err *e) {
-    p->re = NULL;
-    pcre2_general_context *gc = pcre2_general_context_create(pcre_alloc, pcre_free, NULL);
-    pcre2_compile_context *cc = gc ? pcre2_compile_context_create(gc) : NULL;
-    int code = PCRE2_ERROR_HEAP_FAILED;
-    PCRE2_SIZE where = 0;
-    /* UTF: the text is UTF-8; UCP: \s, \w, \d mean their Unicode classes. The
-     * compiled code keeps the allocator, and match data made from it uses it. */
-    if (cc)
-        p->re = pcre2_compile((PCRE2_SPTR)GPT2_PATTERN, PCRE2_ZERO_TERMINATED,
-                              PCRE2_UTF | PCRE2_UCP, &code, &where, cc);
-    pcre2_compile_context_free(cc);   /* both accept NULL */
-    pcre2_general_context_free(gc);
-    if (p->re) return ST_OK;
-    if (code == PCRE2_ERROR_HEAP_FAILED)
-        return err_set(e, ST_NOMEM, "out of memory compiling the GPT-2 pattern");
-    PCRE2_UCHAR msg[128];
-    pcre2_get_error_message(code, msg, sizeof msg);
-    return err_set(e, ST_UNSUPPORTED, "PCRE2 cannot compile the GPT-2 pattern at %zu: %s",
-                   (size_t)where, (const char *)msg);
-}
-
-void tok_pattern_free(TokPattern *p) {
-    pcre2_code_free(p->re);   /* accepts NULL */
-    p->re = NULL;
-}
-
-int tok_splitter_init(TokSplitter *s, const TokPattern *p, const char *text, size_t n, Err *e) {
-    memset(s, 0, sizeof *s);
-    s->pattern = p;
-    s->text = (const unsigned char *)text;
-    s->n = n;
-    s->md = pcre2_match_data_create_from_pattern(p->re, NULL);   /* the pattern's allocator */
-    if (!s->md) return err_set(e, ST_NOMEM, "out of memory for a pattern match");
-    return ST_OK;
-}
-
-void tok_splitter_free(TokSplitter *s) {
-    pcre2_match_data_free(s->md);   /* accepts NULL */
-    s->md = NULL;
-}
-
-/* The text goes in runs: a run of well-formed UTF-8 is cut by the pattern, a
- * run of bytes that are not UTF-8 is one pre-token (byte-level BPE can spell
- * any byte, so nothing is dropped). A run's end is found once, when the walk
- * enters it. */
-int tok_splitter_next(TokSplitter *s, size_t *start, size_t *end, Err *e) {
-    if (s->pos >= s->n) return 0;
-    if (s->pos >= s->run_end) {   /* a new run: how far do bytes stay (in)valid? */
-        size_t i = s->pos;
-        s->run_valid = utf8_char_len(s->text + i, s->n - i) > 0;
-        while (i < s->n) {
-            int k = utf8_char_len(s->text + i, s->n - i);
-            if ((k > 0) != s->run_valid) break;
-            i += k > 0 ? (size_t)k : 1;
-        }
-        s->run_end = i;
-    }
-    *start = s->pos;
-    *end = s->run_end;   /* a run of invalid bytes, whole */
-    if (s->run_valid) {
-        /* The subject ends with the run, so no match runs past it.
-         * NO_UTF_CHECK: the run is known to be UTF-8; without it PCRE2 would
-         * check the rest of the subject again on every call, which makes a
-         * walk quadratic in the text. */
-        int rc = pcre2_match(s->pattern->re, s->text, s->run_end, s->pos, PCRE2_NO_UTF_CHECK,
-                             s->md, NULL);
-        if (rc >= 0) {
-            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
-            assert(ov[1] > ov[0]);   /* no alternative of the pattern matches nothing */
-            /* Every character matches some alternative, so the match starts
-             * at pos. If one ever did not, the bytes it skipped would be a
-             * pre-token of their own (the next call finds the match again),
-             * not lost. */
-            *end = ov[0] > s->pos ? ov[0] : ov[1];
-        } else if (rc == PCRE2_ERROR_NOMEMORY || rc == PCRE2_ERROR_HEAPLIMIT) {
-            return err_set(e, ST_NOMEM, "out of memory while matching the GPT-2 pattern");
-        } else if (rc != PCRE2_ERROR_NOMATCH) {
-            PCRE2_UCHAR msg[128];
-            pcre2_get_error_message(rc, msg, sizeof msg);
-            return err_set(e, ST_ARG, "GPT-2 pattern failed at byte %zu: %s", s->pos,
-                           (const char *)msg);
-        }   /* no match at all: the rest of the run is one pre-token */
-    }
-    s->pos = *end;
-    return 1;
 }
 
 /* ---- encoding: merging on a linked list with a heap ---------------------- */
@@ -728,6 +992,7 @@ typedef struct {
 
 typedef struct {      /* scratch of one tok_encode call: about 90 bytes per byte of text */
     const char *text;
+    int prefix;       /* bytes put in front of the caller's text (sentencepiece's space) */
     Symbol *sym;      /* (n + 1) */
     int n_sym;
     Pair *heap;       /* (3 * (n + 1)): pairs pushed per word <= 3 * symbols */
@@ -823,7 +1088,9 @@ static void emit(Work *w, int id) {
 
 /* Output the ids of the list, left to right. A symbol that is no piece (a
  * character missing from the vocabulary) becomes its byte tokens; in a
- * vocabulary without byte tokens, one unknown token. */
+ * vocabulary without byte tokens, one unknown token; in one that has
+ * neither (Falcon's lacks byte 0x03 and has no unknown token), the text
+ * cannot be encoded, and we say which byte rather than drop it. */
 static int emit_symbols(const Tokenizer *t, Work *w, Err *e) {
     for (int i = w->n_sym > 0 ? 0 : -1; i >= 0; i = w->sym[i].next) {
         const Symbol *s = &w->sym[i];
@@ -839,8 +1106,12 @@ static int emit_symbols(const Tokenizer *t, Work *w, Err *e) {
         } else if (t->unk >= 0) {
             emit(w, t->unk);
         } else {
-            return err_set(e, ST_FORMAT, "the vocabulary can spell neither byte 0x%02X nor an "
-                           "unknown token", bytes[0]);
+            int k = 0;
+            while (t->byte_id[bytes[k]] >= 0) k++;   /* the first byte it cannot spell */
+            int at = s->start + k - w->prefix;   /* -1: the space put in front */
+            return err_set(e, ST_ARG, "%s: the vocabulary has no token for byte 0x%02X (byte %d "
+                           "of the text) and no unknown token, so the text cannot be encoded",
+                           t->source, bytes[k], at);
         }
     }
     return ST_OK;
@@ -861,25 +1132,64 @@ static int spm_encode(const Tokenizer *t, Work *w, int n, Err *e) {
     return emit_symbols(t, w, e);
 }
 
-/* GPT-2 byte-level BPE on one word text[start .. end): one symbol per byte. */
+/* Byte-level BPE on one word text[start .. end): one symbol per byte. With
+ * Llama 3's rules a word that is itself a piece is that piece, merged or
+ * not: its merges might not rebuild it (llama.cpp's ignore_merges, from
+ * tiktoken, which looks words up before merging). */
 static int gpt2_word(const Tokenizer *t, Work *w, int start, int end, Err *e) {
     w->n_sym = 0;
+    int whole = t->whole_words ? piece_find(t, w->text + start, end - start) : -1;
+    if (whole >= 0) {
+        add_symbol(t, w, start, end - start);
+        return emit_symbols(t, w, e);
+    }
     for (int i = start; i < end; i++) add_symbol(t, w, i, 1);
     merge_all(t, w);
     return emit_symbols(t, w, e);
 }
 
 /* GPT-2: cut the text into words with the pre-tokenizer, merge inside each. */
-static int gpt2_encode(const Tokenizer *t, Work *w, int n, Err *e) {
+static int gpt2_cut(const Tokenizer *t, Work *w, int from, int to, Err *e) {
     TokSplitter sp;
-    int st = tok_splitter_init(&sp, &t->pattern, w->text, (size_t)n, e);
+    int st = tok_splitter_init(&sp, &t->pattern, w->text + from, (size_t)(to - from), e);
     size_t start, end;
     while (st == ST_OK) {
         st = tok_splitter_next(&sp, &start, &end, e);
         if (st <= 0) break;   /* 0: the text is used up; < 0: an error */
-        st = gpt2_word(t, w, (int)start, (int)end, e);
+        st = gpt2_word(t, w, from + (int)start, from + (int)end, e);
     }
     tok_splitter_free(&sp);
+    return st;
+}
+
+/* The longest user-defined piece at text[i ..], its length (0: none) and id. */
+static int user_piece_at(const Tokenizer *t, const char *text, int i, int n, int *id) {
+    int b = (unsigned char)text[i];
+    for (int k = t->user_from[b]; k < t->user_from[b + 1]; k++) {
+        const Piece *p = &t->pieces[t->user[k]];
+        if (p->len <= n - i && memcmp(p->s, text + i, (size_t)p->len) == 0) {
+            *id = t->user[k];
+            return p->len;
+        }
+    }
+    return 0;
+}
+
+/* Byte-level BPE: the user-defined pieces where the text spells them, and
+ * between them, words cut by the pre-tokenizer and merged one by one. */
+static int gpt2_encode(const Tokenizer *t, Work *w, int n, Err *e) {
+    int from = 0, st = ST_OK;
+    for (int i = 0; i < n && t->n_user > 0 && st == ST_OK;) {
+        int id, len = user_piece_at(t, w->text, i, n, &id);
+        if (len == 0) {
+            i++;
+            continue;
+        }
+        if (from < i) st = gpt2_cut(t, w, from, i, e);
+        emit(w, id);
+        from = i += len;
+    }
+    if (st == ST_OK && from < n) st = gpt2_cut(t, w, from, n, e);
     return st;
 }
 
@@ -902,6 +1212,7 @@ int tok_encode(const Tokenizer *t, const char *text, int add_bos, int *ids, int 
     if (prefix) buf[0] = ' ';
     memcpy(buf + prefix, text, (size_t)n + 1);
     w.text = buf;
+    w.prefix = prefix;
 
     if (add_bos && t->add_bos) emit(&w, t->bos);
     st = t->kind == KIND_SPM ? spm_encode(t, &w, n + prefix, e) : gpt2_encode(t, &w, n, e);
@@ -985,8 +1296,13 @@ int tok_decode(const Tokenizer *t, TokDecoder *d, int id, char *out) {
                 s++;
                 len--;
             }
-            memcpy(buf + n, s, (size_t)len);
-            n += len;
+            int keep = len <= MAX_PIECE_BYTES ? len : MAX_PIECE_BYTES - 3;
+            memcpy(buf + n, s, (size_t)keep);
+            n += keep;
+            if (keep < len) {   /* too long for out: cut, the cut marked (tokenizer.h) */
+                memcpy(buf + n, REPLACEMENT, 3);
+                n += 3;
+            }
         }
     }
     return utf8_drain(d, buf, n, out);

@@ -179,6 +179,30 @@ static void check_vectors(const char *name) {
 static void spm_encodes_llama_vocab_test_vectors(void **state) { check_vectors("llama-spm"); }
 static void gpt2_encodes_gpt2_vocab_test_vectors(void **state) { check_vectors("gpt-2"); }
 
+/* The byte-level vocabularies that each name their own pre-tokenizer: every
+ * digit alone (StarCoder), punctuation runs and three-digit groups first
+ * (Falcon), letters, punctuation and CJK runs apart (DeepSeek LLM), and
+ * llama.cpp's default rules for a file without tokenizer.ggml.pre
+ * (GPT-NeoX). StarCoder and GPT-NeoX have pieces longer than the old limit
+ * of 167 bytes; Falcon has no piece for byte 0x03. */
+static void starcoder_encodes_its_test_vectors(void **state) { check_vectors("starcoder"); }
+static void falcon_encodes_its_test_vectors(void **state) { check_vectors("falcon"); }
+static void deepseek_llm_encodes_its_test_vectors(void **state) { check_vectors("deepseek-llm"); }
+static void gpt_neox_without_a_pre_key_encodes_by_the_default_rules(void **state) {
+    check_vectors("gpt-neox");
+}
+
+/* GPT-2's vocabulary cut by Llama 3's and Qwen2's rules: numbers in threes
+ * or one digit at a time, contractions in any case, runs of newlines. The
+ * ids come from llama.cpp; 10 and 12 of the 46 strings differ from GPT-2's
+ * own cutting, so GPT-2's rules would fail here. */
+static void gpt2_vocab_under_llama_bpe_rules_encodes_as_llama_cpp(void **state) {
+    check_vectors("gpt2-vocab-llama-bpe");
+}
+static void gpt2_vocab_under_qwen2_rules_encodes_as_llama_cpp(void **state) {
+    check_vectors("gpt2-vocab-qwen2");
+}
+
 /* Encode -> decode gives back each test string. Sentencepiece decodes after
  * BOS, which drops the space the encoder put in front. */
 static void check_round_trip(const Tokenizer *t, const char *inp_rel, int after_bos) {
@@ -678,6 +702,76 @@ static void pre_tokenizer_cuts_text_as_gpt2_does(void **state) {
     tok_pattern_free(&pat);
 }
 
+/* The pre-tokens of text under the rules tokenizer.ggml.pre calls name,
+ * joined by '|', into out. */
+static void cut_with(const char *name, const char *text, char *out, size_t cap) {
+    TokPattern pat;
+    TokSplitter sp;
+    Err e;
+    size_t start, end, w = 0, at = 0;
+    int st = tok_pattern_init_named(&pat, name, &e);
+    if (st != ST_OK) print_error("%s\n", e.msg);
+    assert_int_equal(st, ST_OK);
+    assert_int_equal(tok_splitter_init(&sp, &pat, text, strlen(text), &e), ST_OK);
+    while (tok_splitter_next(&sp, &start, &end, &e) == 1) {
+        assert_int_equal(start, at);   /* back to back: nothing skipped */
+        assert_true(end > start && w + (end - start) + 2 < cap);
+        if (w > 0) out[w++] = '|';
+        memcpy(out + w, text + start, end - start);
+        w += end - start;
+        at = end;
+    }
+    out[w] = 0;
+    assert_int_equal(at, strlen(text));
+    tok_splitter_free(&sp);
+    tok_pattern_free(&pat);
+}
+
+/* One sample through every family of rules, the cuts worked out by hand
+ * from each name's patterns (tokenizer.c, notes/tokenizer.md): where the
+ * number goes (whole, in threes, digit by digit, space apart or not),
+ * whether "'T" is a contraction, whether newlines stand alone. */
+static void each_pre_tokenizer_cuts_as_its_rules_say(void **state) {
+    static const char text[] = "abc 12345 don'T\n\n";
+    static const struct {
+        const char *name, *want;
+    } cases[] = {
+        {"gpt-2", "abc| 12345| don|'|T|\n\n"},
+        {"mpt", "abc| 12345| don|'|T|\n\n"},
+        {"llama-bpe", "abc| |123|45| don|'T|\n\n"},
+        {"llama3", "abc| |123|45| don|'T|\n\n"},
+        {"qwen2", "abc| |1|2|3|4|5| don|'T|\n\n"},
+        {"starcoder", "abc| |1|2|3|4|5| don|'|T|\n\n"},
+        {"refact", "abc| |1|2|3|4|5| don|'|T|\n\n"},
+        {"command-r", "abc| |1|2|3|4|5| don|'|T|\n\n"},
+        {"smollm", "abc| |1|2|3|4|5| don|'|T|\n\n"},
+        {"default", "abc| |123|45| don|'|T|\n\n"},
+        {"falcon", "abc| |123|45| don|'|T|\n\n"},
+        {"deepseek-llm", "abc| |12345| don|'|T|\n|\n"},
+        {"deepseek-coder", "abc| |1|2|3|4|5| don|'|T|\n|\n"},
+        {"deepseek-v3", "abc| |123|45| don|'T|\n\n"},
+        {"bloom", "abc| 12345| don'T|\n\n"},
+    };
+    char got[256], shown[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cut_with(cases[i].name, text, got, sizeof got);
+        if (strcmp(got, cases[i].want) != 0) {
+            print_error("%s cuts it as '%s',", cases[i].name, show(got, shown, sizeof shown));
+            print_error(" want '%s'\n", show(cases[i].want, shown, sizeof shown));
+            fail();
+        }
+    }
+    /* Falcon's first pattern takes ` into a punctuation run, the default
+     * rules' leaves it to be cut off by GPT-2's; DeepSeek LLM keeps
+     * ideographs apart from Latin letters. */
+    cut_with("falcon", "a`!b", got, sizeof got);
+    assert_string_equal(got, "a|`!|b");
+    cut_with("default", "a`!b", got, sizeof got);
+    assert_string_equal(got, "a|`|!|b");
+    cut_with("deepseek-llm", "\xE4\xBD\xA0\xE5\xA5\xBDworld", got, sizeof got);   /* 你好world */
+    assert_string_equal(got, "\xE4\xBD\xA0\xE5\xA5\xBD|world");
+}
+
 /* A long text (every test string, many times, 512 KiB) encodes and decodes
  * back, and quickly: the merges cost O(n log n) and the pattern is matched
  * once per word. A quadratic slip (say, PCRE2 re-checking the UTF-8 of the
@@ -716,6 +810,44 @@ static void long_text_round_trips(void **state) {
     free(back);
     free(strs);
     free(mem);
+}
+
+/* Long runs that a pattern may try from every position: 128 KiB of spaces
+ * before a digit, of tabs before a letter, of newlines, through every
+ * family of rules. Each walk is linear; written naively, DeepSeek LLM's
+ * \s+$ took over ten seconds here (every space of the run started a try
+ * that ran to its end). */
+static void pre_tokenizers_stay_linear_on_long_runs(void **state) {
+    static const char *const names[] = {"gpt-2", "default", "llama-bpe", "qwen2",
+                                        "deepseek-llm", "deepseek-coder", "deepseek-v3",
+                                        "falcon", "starcoder", "bloom", "viking"};
+    static const char units[] = " \t\n", tails[] = "1a ";
+    size_t n = 128 << 10;
+    char *text = malloc(n + 2);
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        TokPattern pat;
+        Err e;
+        assert_int_equal(tok_pattern_init_named(&pat, names[k], &e), ST_OK);
+        clock_t start = clock();
+        for (int u = 0; u < 3; u++) {
+            memset(text, units[u], n);
+            text[n] = tails[u];
+            TokSplitter sp;
+            size_t a, b, at = 0;
+            assert_int_equal(tok_splitter_init(&sp, &pat, text, n + 1, &e), ST_OK);
+            while (tok_splitter_next(&sp, &a, &b, &e) == 1) at = b;
+            assert_int_equal(at, n + 1);
+            tok_splitter_free(&sp);
+        }
+        double seconds = (double)(clock() - start) / CLOCKS_PER_SEC;
+        if (seconds > 5.0) {
+            print_error("%s: cutting 3 x 128 KiB took %.1f s of CPU; is it quadratic?\n", names[k],
+                        seconds);
+            fail();
+        }
+        tok_pattern_free(&pat);
+    }
+    free(text);
 }
 
 /* ---- corrupt files ----------------------------------------------------------- */
@@ -837,6 +969,14 @@ static void kv_strs(GgufImage *g, const char *key, const char **vals, int n) {
     g->n_kv++;
 }
 
+static void kv_u32(GgufImage *g, const char *key, uint32_t val) {
+    uint32_t type = GG_U32;
+    put_str(g, key);
+    put(g, &type, 4);
+    put(g, &val, 4);
+    g->n_kv++;
+}
+
 static void gguf_header(GgufImage *g) {
     uint32_t version = 3;
     uint64_t zero = 0;
@@ -902,6 +1042,158 @@ static void gguf_without_a_usable_tokenizer_is_refused(void **state) {
     expect_gguf_error(&img, ST_FORMAT, "names a piece that is not in the vocabulary");
 }
 
+/* Load a GGUF image that must load. */
+static Tokenizer *load_image(GgufImage *img) {
+    uint64_t n_kv = (uint64_t)img->n_kv;
+    memcpy(img->b + 16, &n_kv, 8);
+    char tmp[64];
+    write_temp(tmp, sizeof tmp, img->b, img->n);
+    Gguf g;
+    Err e;
+    Tokenizer *t = NULL;
+    assert_int_equal(gguf_open(&g, tmp, &e), ST_OK);
+    int st = tok_from_gguf(&t, &g, &e);
+    if (st != ST_OK) print_error("%s\n", e.msg);
+    assert_int_equal(st, ST_OK);
+    gguf_close(&g);
+    unlink(tmp);
+    return t;
+}
+
+/* A name the table lacks is refused, never cut some other way: by the
+ * pre-tokenizer on its own, and when a vocabulary names it (the message
+ * names the file, the key and the value). */
+static void unknown_pre_tokenizer_is_refused_by_name(void **state) {
+    TokPattern pat;
+    Err e;
+    assert_int_equal(tok_pattern_init_named(&pat, "llama-5", &e), ST_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "'llama-5'"));
+    assert_null(pat.re[0]);
+    tok_pattern_free(&pat);   /* harmless on a failed one */
+
+    const char *pieces[] = {"a", "b", "ab"}, *merges[] = {"a b"};
+    GgufImage img;
+    gguf_header(&img);
+    kv_str(&img, "tokenizer.ggml.model", "gpt2");
+    kv_strs(&img, "tokenizer.ggml.tokens", pieces, 3);
+    kv_strs(&img, "tokenizer.ggml.merges", merges, 1);
+    kv_str(&img, "tokenizer.ggml.pre", "llama-5");
+    expect_gguf_error(&img, ST_UNSUPPORTED, "tokenizer.ggml.pre 'llama-5' is not a pre-tokenizer");
+
+    /* The same file naming a known one loads and merges. */
+    gguf_header(&img);
+    kv_str(&img, "tokenizer.ggml.model", "gpt2");
+    kv_strs(&img, "tokenizer.ggml.tokens", pieces, 3);
+    kv_strs(&img, "tokenizer.ggml.merges", merges, 1);
+    kv_str(&img, "tokenizer.ggml.pre", "qwen2");
+    Tokenizer *t = load_image(&img);
+    int ids[4];
+    assert_int_equal(encode(t, "ab", 0, ids), 1);
+    assert_int_equal(ids[0], 2);
+    tok_free(t);
+}
+
+/* Llama 3's rules take a word that is itself a piece whole, even when its
+ * merges would not rebuild it (llama.cpp's ignore_merges): here "b c" is
+ * learned before "a b", so merging "abc" stops at "a" "bc", yet "abc" is a
+ * piece. GPT-2's rules merge. Llama 3's also start with BOS unless the file
+ * says otherwise. */
+static void llama3_rules_take_a_word_that_is_a_piece_whole(void **state) {
+    const char *pieces[] = {"a", "b", "c", "ab", "bc", "abc", "<s>"}, *merges[] = {"b c", "a b"};
+    const char *names[] = {"gpt-2", "llama-bpe"};
+    for (int k = 0; k < 2; k++) {
+        GgufImage img;
+        gguf_header(&img);
+        kv_str(&img, "tokenizer.ggml.model", "gpt2");
+        kv_strs(&img, "tokenizer.ggml.tokens", pieces, 7);
+        kv_strs(&img, "tokenizer.ggml.merges", merges, 2);
+        kv_str(&img, "tokenizer.ggml.pre", names[k]);
+        kv_u32(&img, "tokenizer.ggml.bos_token_id", 6);
+        Tokenizer *t = load_image(&img);
+        int ids[8];
+        if (k == 0) {
+            assert_int_equal(encode(t, "abc", 1, ids), 2);   /* no BOS for GPT-2 */
+            assert_int_equal(ids[0], 0);
+            assert_int_equal(ids[1], 4);
+        } else {
+            assert_int_equal(encode(t, "abc", 1, ids), 2);
+            assert_int_equal(ids[0], 6);   /* BOS */
+            assert_int_equal(ids[1], 5);   /* "abc" whole */
+        }
+        tok_free(t);
+    }
+}
+
+/* GPT-NeoX has a piece of 512 spaces (1,024 bytes in the file's disguise),
+ * which decodes whole. A piece longer than the decoder's room (here 2,000
+ * bytes, hand-made) still loads, and decodes cut short, the cut marked with
+ * U+FFFD, never past the end of out. */
+static void pieces_of_any_length_load_and_decode(void **state) {
+    Tokenizer *t = load_gguf("tokenizers/gpt-neox.gguf");
+    TokDecoder d;
+    char out[TOK_MAX_PIECE];
+    tok_decoder_init(&d);
+    assert_int_equal(tok_decode(t, &d, 19979, out), 512);
+    assert_int_equal(strspn(out, " "), 512);
+    tok_free(t);
+
+    static char long_piece[2001];
+    memset(long_piece, 'a', 2000);
+    const char *pieces[] = {"a", long_piece};
+    GgufImage img;
+    gguf_header(&img);
+    kv_str(&img, "tokenizer.ggml.model", "gpt2");
+    kv_strs(&img, "tokenizer.ggml.tokens", pieces, 2);
+    kv_strs(&img, "tokenizer.ggml.merges", NULL, 0);
+    t = load_image(&img);
+    tok_decoder_init(&d);
+    int n = tok_decode(t, &d, 1, out);
+    assert_true(n > 512 && n < TOK_MAX_PIECE);
+    assert_int_equal(strspn(out, "a"), n - 3);
+    assert_string_equal(out + n - 3, "\xEF\xBF\xBD");
+    int ids[4];
+    assert_int_equal(encode(t, "aa", 0, ids), 2);   /* no merges: two "a" */
+    assert_int_equal(ids[1], 0);
+    tok_free(t);
+}
+
+/* Falcon's vocabulary has no piece for byte 0x03 and no unknown token. It
+ * loads; a text holding that byte is refused with one line naming the file,
+ * the byte and where it is; other text encodes. */
+static void byte_without_a_piece_is_refused_at_encode_time(void **state) {
+    Tokenizer *t = load_gguf("tokenizers/falcon.gguf");
+    int ids[16];
+    Err e;
+    assert_int_equal(tok_encode(t, "ab\x03" "c", 0, ids, 16, &e), ST_ARG);
+    assert_non_null(strstr(e.msg, "falcon.gguf"));
+    assert_non_null(strstr(e.msg, "no token for byte 0x03 (byte 2 of the text)"));
+    assert_true(encode(t, "abc", 0, ids) > 0);
+    tok_free(t);
+}
+
+/* User-defined pieces are cut out of the text before the pre-tokenizer
+ * runs, and are stored as plain UTF-8, not in the byte disguise:
+ * DeepSeek's "u with diaeresis" is its own piece, GPT-NeoX's runs of
+ * spaces are pieces of their own (GPT-2's rules would have given the
+ * second space to "b"). */
+static void user_defined_pieces_are_cut_out_first(void **state) {
+    Tokenizer *t = load_gguf("tokenizers/deepseek-llm.gguf");
+    int ids[16];
+    assert_int_equal(encode(t, "\xC3\xBC", 0, ids), 1);
+    assert_int_equal(ids[0], 100014);
+    TokDecoder d;
+    tok_decoder_init(&d);
+    decode_one(t, &d, 100014, "\xC3\xBC");
+    tok_free(t);
+
+    t = load_gguf("tokenizers/gpt-neox.gguf");
+    assert_int_equal(encode(t, "a  b", 0, ids), 3);
+    assert_int_equal(ids[1], 50276);   /* "  " */
+    tok_decoder_init(&d);
+    decode_one(t, &d, ids[1], "  ");
+    tok_free(t);
+}
+
 /* ---- allocation failures ------------------------------------------------------ */
 
 typedef struct {
@@ -950,23 +1242,25 @@ static void fail_each_allocation(const Attempt *a, const char *what) {
 }
 
 static void allocation_failures_return_nomem_without_leaks(void **state) {
-    char bin[512], spm[512], gpt2[512];
+    char bin[512], spm[512], gpt2[512], neox[512];
     fixture(bin, sizeof bin, "tiny/tokenizer.bin");
     fixture(spm, sizeof spm, "tokenizers/llama-spm.gguf");
     fixture(gpt2, sizeof gpt2, "tokenizers/gpt-2.gguf");
+    /* GPT-NeoX: four patterns in turn, user-defined pieces, long pieces */
+    fixture(neox, sizeof neox, "tokenizers/gpt-neox.gguf");
     Attempt a = {.path = bin};
     fail_each_allocation(&a, "loading tokenizer.bin");
 
     Gguf g;
     Err e;
-    const char *paths[] = {spm, gpt2};
-    for (int k = 0; k < 2; k++) {
+    const char *paths[] = {spm, gpt2, neox};
+    for (int k = 0; k < 3; k++) {
         assert_int_equal(gguf_open(&g, paths[k], &e), ST_OK);
         a = (Attempt){.g = &g};
         fail_each_allocation(&a, paths[k]);
         Tokenizer *t;
         assert_int_equal(tok_from_gguf(&t, &g, &e), ST_OK);
-        a = (Attempt){.t = t, .text = "Hello, y'all! \xF0\x9F\xA6\x99 \xD0\xBD\xD0\xB5 333 \xFF"};
+        a = (Attempt){.t = t, .text = "Hello, y'all!  \xF0\x9F\xA6\x99 \xD0\xBD\xD0\xB5 3333 \xFF"};
         fail_each_allocation(&a, "encoding");
         tok_free(t);
         gguf_close(&g);
@@ -978,6 +1272,12 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(spm_encodes_llama_vocab_test_vectors),
         cmocka_unit_test(gpt2_encodes_gpt2_vocab_test_vectors),
+        cmocka_unit_test(starcoder_encodes_its_test_vectors),
+        cmocka_unit_test(falcon_encodes_its_test_vectors),
+        cmocka_unit_test(deepseek_llm_encodes_its_test_vectors),
+        cmocka_unit_test(gpt_neox_without_a_pre_key_encodes_by_the_default_rules),
+        cmocka_unit_test(gpt2_vocab_under_llama_bpe_rules_encodes_as_llama_cpp),
+        cmocka_unit_test(gpt2_vocab_under_qwen2_rules_encodes_as_llama_cpp),
         cmocka_unit_test(spm_round_trips_test_strings),
         cmocka_unit_test(gpt2_round_trips_test_strings),
         cmocka_unit_test(tiny_gguf_encodes_greedy_prompts_with_bos_first),
@@ -995,10 +1295,17 @@ int main(int argc, char **argv) {
         cmocka_unit_test(encode_reports_too_small_cap),
         cmocka_unit_test(invalid_utf8_input_keeps_every_byte),
         cmocka_unit_test(pre_tokenizer_cuts_text_as_gpt2_does),
+        cmocka_unit_test(each_pre_tokenizer_cuts_as_its_rules_say),
         cmocka_unit_test(long_text_round_trips),
+        cmocka_unit_test(pre_tokenizers_stay_linear_on_long_runs),
         cmocka_unit_test(llama2c_rejects_truncated_file_at_every_cut),
         cmocka_unit_test(llama2c_rejects_bad_lengths_and_scores),
         cmocka_unit_test(gguf_without_a_usable_tokenizer_is_refused),
+        cmocka_unit_test(unknown_pre_tokenizer_is_refused_by_name),
+        cmocka_unit_test(llama3_rules_take_a_word_that_is_a_piece_whole),
+        cmocka_unit_test(pieces_of_any_length_load_and_decode),
+        cmocka_unit_test(byte_without_a_piece_is_refused_at_encode_time),
+        cmocka_unit_test(user_defined_pieces_are_cut_out_first),
         cmocka_unit_test(allocation_failures_return_nomem_without_leaks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
