@@ -616,6 +616,110 @@ static void matmul_scratch_does_not_depend_on_threads(void **state) {
     ops_set_threads(saved);
 }
 
+/* ------------------------------------------ the 4, 5 and 6-bit formats */
+
+static const DType SMALL_TYPES[] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+enum { N_SMALL = sizeof SMALL_TYPES / sizeof SMALL_TYPES[0] };
+
+/* N rows of a small block format: random floats whose size changes from
+ * block to block (so scales differ), rounded by quantize_row. */
+static void *make_small_weights(DType type, int N, int K, uint64_t seed) {
+    Rng r = {seed};
+    void *data = malloc(dtype_row_bytes(type, K) * (size_t)N);
+    float *row = malloc(sizeof(float) * (size_t)K);
+    assert_non_null(data);
+    assert_non_null(row);
+    for (int n = 0; n < N; n++) {
+        for (int k = 0; k < K; k++) {
+            if (k % 32 == 0) r.s += 0;   /* keep the stream simple */
+            float scale = ldexpf(1.0f, -(int)((unsigned)(k / 32 + n) % 5));
+            row[k] = rng_uniform(&r) * scale + (k % 64 < 32 ? 0.1f * scale : 0.0f);
+        }
+        assert_int_equal(quantize_row((uint8_t *)data + (size_t)n * dtype_row_bytes(type, K), row, type, K), ST_OK);
+    }
+    free(row);
+    return data;
+}
+
+/* The activations as the fast kernels round them, widened back to double:
+ * Q8_0 blocks for the 32-value formats, Q8_K super-blocks for the K ones. */
+static void rounded_activations(double *out, const float *x, DType type, int K) {
+    if (dtype_is_k(type)) {
+        BlockQ8_K *q = malloc(sizeof(BlockQ8_K) * (size_t)(K / QK_K));
+        assert_non_null(q);
+        quantize_row_q8_k(q, x, K);
+        for (int k = 0; k < K; k++) out[k] = (double)q[k / QK_K].d * q[k / QK_K].qs[k % QK_K];
+        free(q);
+    } else {
+        BlockQ8_0 *q = malloc(sizeof(BlockQ8_0) * (size_t)(K / QK8_0));
+        assert_non_null(q);
+        quantize_row_q8_0_ref(q, x, K);
+        for (int k = 0; k < K; k++) out[k] = (double)fp16_to_fp32(q[k / QK8_0].d) * q[k / QK8_0].qs[k % QK8_0];
+        free(q);
+    }
+}
+
+/* The generic and AVX-512 paths against a float64 loop over the dequantized
+ * weights and the rounded activations: the same products, summed exactly.
+ * The kernels' integer sums are exact, so their error is float rounding of a
+ * few terms per block: (4 nb + 16) u times the sum of |w x| over the row,
+ * where the K formats' and _1 formats' offsets count separately (their two
+ * terms can be larger than the weight they make), bounded by doubling the
+ * sum with the largest |w| of each block. A wrong nibble, bit plane, scale
+ * or offset moves a result by about one block's share, 1 / nb of the sum. */
+static void check_small_matmul(DType type, int N, int K, int T, OpsIsa isa, uint64_t seed) {
+    Mat W = {type, N, K, make_small_weights(type, N, K, seed)};
+    float *x = make_activations(T, K, seed + 1), *got = malloc(sizeof(float) * (size_t)T * N);
+    float *w = malloc(sizeof(float) * (size_t)K);
+    double *xr = malloc(sizeof(double) * (size_t)K);
+    assert_non_null(got);
+    assert_non_null(w);
+    assert_non_null(xr);
+    run_matmul(got, x, &W, T, isa);
+    int B = dtype_block(type), nb = K / B;
+    for (int t = 0; t < T; t++) {
+        rounded_activations(xr, x + (size_t)t * K, type, K);
+        for (int n = 0; n < N; n++) {
+            dequantize_row(w, (const uint8_t *)W.data + (size_t)n * dtype_row_bytes(type, K), type, K);
+            double exact = 0, abs_sum = 0;
+            for (int b = 0; b < nb; b++) {
+                double wmax = 0;
+                for (int i = 0; i < B; i++) wmax = fmax(wmax, fabs((double)w[b * B + i]));
+                for (int i = 0; i < B; i++) {
+                    exact += (double)w[b * B + i] * xr[b * B + i];
+                    abs_sum += (fabs((double)w[b * B + i]) + wmax) * fabs(xr[b * B + i]);
+                }
+            }
+            double budget = (4.0 * nb + 16) * 0x1p-24 * 2 * abs_sum + 1e-30;
+            float g = got[(size_t)t * N + n];
+            if (!(fabs(g - exact) <= budget)) {
+                print_error("%s %s N=%d K=%d T=%d: out[%d][%d] = %.9g, exact %.9g, budget %.3g\n",
+                            dtype_name(type), ops_isa_name(isa), N, K, T, t, n, g, exact, budget);
+                fail();
+            }
+        }
+    }
+    free(got), free(x), free(w), free(xr), free((void *)W.data);
+}
+
+/* Every small format, both fast paths, row counts that leave every tail of
+ * the 4-row tiles, token counts that leave one over the 2-token tiles, and
+ * rows of one block pair, an odd number of blocks, and several super-blocks. */
+static void small_formats_match_a_float64_loop_on_every_path(void **state) {
+    (void)state;
+    OpsIsa isas[] = {OPS_GENERIC, ops_best_isa()};
+    int Ns[] = {1, 7, 33}, Ts[] = {1, 2, 3, 5};
+    for (int i = 0; i < N_SMALL; i++) {
+        int Ks[] = {256, 768, dtype_is_k(SMALL_TYPES[i]) ? 1024 : 288};
+        for (int s = 0; s < 2; s++)
+            for (int k = 0; k < 3; k++)
+                for (int n = 0; n < 3; n++)
+                    for (int t = 0; t < 4; t++)
+                        check_small_matmul(SMALL_TYPES[i], Ns[n], Ks[k], Ts[t], isas[s],
+                                           100u * (unsigned)i + 10u * (unsigned)k + (unsigned)(n + t));
+    }
+}
+
 /* ------------------------------------------------- the choice of path */
 
 /* matmul() on the plain path is matmul_ref, bit for bit, for every type and
@@ -860,6 +964,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(q8_0_small_batches_equal_single_tokens_bitwise),
         cmocka_unit_test(matmul_gives_same_results_on_one_and_two_threads),
         cmocka_unit_test(matmul_scratch_does_not_depend_on_threads),
+        cmocka_unit_test(small_formats_match_a_float64_loop_on_every_path),
         cmocka_unit_test(plain_isa_sends_every_matmul_through_the_reference_loops),
         cmocka_unit_test(default_isa_is_the_best_the_cpu_has),
         cmocka_unit_test(softmax_on_the_plain_isa_is_the_libm_reference),
