@@ -354,9 +354,13 @@ static void quantize_q32(void *blk, const float *x, DType type) {
 }
 
 /* Q4_K and Q5_K: each sub-block of 32 gets scale (hi - lo) / top and min
- * -lo (lo clamped to <= 0, since the layout can only subtract); the eight
- * scales are then rounded to 6 bits against d = max scale / 63, the mins
- * against dmin = max min / 63, and the values against the scales as stored. */
+ * -lo (lo clamped to <= 0, since the layout can only subtract); the mins are
+ * rounded to 6 bits against dmin = max min / 63, then each scale is rounded
+ * up against d = max scale / 63 (to 63 at most) so that the grid, from the
+ * rounded min, still reaches the sub-block's largest value; the values are
+ * rounded against the scales and mins as stored. A value so lands within
+ * half a step of the grid, or within dmin / 2 where the rounded min or the
+ * cap at 63 cut the range. */
 static void quantize_k45(void *blk, const float *x, DType type) {
     int top = type == DT_Q4_K ? 15 : 31;
     float scale[8], mins[8], smax = 0.0f, mmax = 0.0f;
@@ -371,10 +375,12 @@ static void quantize_k45(void *blk, const float *x, DType type) {
     float d = fp16_to_fp32(dh), dmin = fp16_to_fp32(mh);
     uint8_t scales[12] = {0}, q[QK_K];
     for (int j = 0; j < 8; j++) {
-        int sc = clampi(round_div(scale[j], d), 0, 63), mn = clampi(round_div(mins[j], dmin), 0, 63);
-        if (sc == 0 && scale[j] > 0.0f) sc = 1;   /* a sub-block with a range keeps some */
+        int mn = clampi(round_div(mins[j], dmin), 0, 63);
+        float dm = dmin * (float)mn, hi = -dm;
+        for (int i = 0; i < 32; i++) hi = fmaxf(hi, x[32 * j + i]);
+        int sc = d > 0.0f ? clampi((int)ceilf((hi + dm) / ((float)top * d)), 0, 63) : 0;
         k_pack_scale_min(scales, j, sc, mn);
-        float ds = d * (float)sc, dm = dmin * (float)mn;
+        float ds = d * (float)sc;
         for (int i = 0; i < 32; i++) q[32 * j + i] = (uint8_t)clampi(round_div(x[32 * j + i] + dm, ds), 0, top);
     }
     uint8_t qs[128], qh[32] = {0};
