@@ -95,6 +95,7 @@ AVX512_INLINE void q32_weights(const uint8_t *row, size_t bytes, int b, int two,
     if (two) memcpy(&d1, b1, 2);
     *wq = w;
     *wd = spread_pair_h(d0, d1);
+    *wm = _mm512_setzero_ps();
     if (L.m >= 0) {
         memcpy(&m0, b0 + L.m, 2);
         if (two) memcpy(&m1, b1 + L.m, 2);
@@ -171,14 +172,21 @@ AVX512_INLINE KScales k_scales(DType type, const uint8_t *blk) {
         return s;
     }
     const BlockQ4_K *b = (const BlockQ4_K *)blk;   /* Q5_K starts the same way */
-    int32_t sc[16] = {0}, mn[16];
-    for (int j = 0; j < 8; j++) {
-        int a, m;
-        k_scale_min(b->scales, j, &a, &m);
-        sc[j] = a, mn[2 * j] = mn[2 * j + 1] = m;
-    }
-    s.sc = _mm512_loadu_si512(sc);
-    s.mn16 = _mm512_loadu_si512(mn);
+    /* k_scale_min for all eight at once, four bytes to a 32-bit word: bytes
+     * 0-3 hold scales 0-3 (low six bits), 4-7 mins 0-3, 8-11 the low nibbles
+     * of scales 4-7 and (high nibbles) mins 4-7, whose top two bits are the
+     * top two bits of bytes 0-3 (scales) and 4-7 (mins). */
+    uint32_t w[3];
+    memcpy(w, b->scales, 12);
+    const uint32_t six = 0x3f3f3f3f, four = 0x0f0f0f0f, two = 0x03030303;
+    uint32_t sc_lo = w[0] & six, mn_lo = w[1] & six;
+    uint32_t sc_hi = (w[2] & four) | ((w[0] >> 6) & two) << 4;
+    uint32_t mn_hi = ((w[2] >> 4) & four) | ((w[1] >> 6) & two) << 4;
+    __m128i bytes = _mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo);
+    s.sc = _mm512_cvtepu8_epi32(bytes);   /* lanes 0-7 the scales (8-15: the mins, unused) */
+    __m512i mn8 = _mm512_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
+    const __m512i half = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    s.mn16 = _mm512_permutexvar_epi32(half, mn8);
     s.d = fp16_to_fp32(b->d), s.dmin = fp16_to_fp32(b->dmin);
     return s;
 }
