@@ -134,7 +134,9 @@ int ops_threads(void);
  *   OPS_BEST     the best of the last two that the CPU has (the default of
  *                the fast and test builds).
  * Q8_0 gives the same bits on every path; F32 and F16 differ by float
- * rounding only (sums in another order). */
+ * rounding only (sums in another order). The 4, 5 and 6-bit block formats
+ * round activations on the generic and AVX-512 paths (the same integer sums,
+ * float sums in another order) and not on the plain one (notes/formats.md). */
 typedef enum { OPS_BEST = -1, OPS_PLAIN = 0, OPS_AVX512 = 1, OPS_GENERIC = 2 } OpsIsa;
 OpsIsa ops_best_isa(void);               /* AVX-512 (F, BW, VL, VNNI, F16C, FMA) or generic */
 const char *ops_isa_name(OpsIsa isa);    /* "plain", "generic", "avx512" or "best" */

