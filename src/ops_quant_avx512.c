@@ -26,8 +26,9 @@
  * The mins of Q4_K and Q5_K (and Q6_K's -32) need only the sums of 16
  * activations, which Q8_K carries (bsums): one more vpmulld per super-block.
  *
- * Tiles are R = 4 (or 1) rows by TT = 2 (or 1) tokens: the K kernels hold an
- * int32 and a float accumulator per (row, token), so 4 x 4 would spill. */
+ * Tiles are R = 4 (or 1) rows by up to 4 tokens for blocks of 32 (as the Q8_0
+ * kernel), up to 2 for super-blocks: those hold an int32 and a float
+ * accumulator per (row, token), so 4 x 4 would spill. */
 #include "ops_avx512.h"
 
 #ifdef OPS_X86
@@ -104,15 +105,14 @@ AVX512_INLINE void q32_weights(const uint8_t *row, size_t bytes, int b, int two,
 }
 
 /* out[t][n + r] for r < R, t0 <= t < t0 + TT. */
-AVX512_INLINE void q32_tile(const MatmulJob *job, int n, int t0, int R, int TT) {
-    DType type = job->W->type;
+AVX512_INLINE void q32_tile(const MatmulJob *job, int n, int t0, int R, int TT, DType type) {
     Q32Layout L = q32_layout(type);
     int N = job->W->N, K = job->W->K, nb = K / QK4;
     size_t bytes = dtype_row_bytes(type, QK4), stride = dtype_row_bytes(type, K);
     const uint8_t *w = row_ptr(job->W, n);
-    ActRow xr[2];
+    ActRow xr[4];
     for (int t = 0; t < TT; t++) xr[t] = act_row(job->act, K, t0 + t);
-    __m512 acc[4][2];
+    __m512 acc[4][4];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b += 2) {
@@ -168,7 +168,7 @@ AVX512_INLINE KScales k_scales(DType type, const uint8_t *blk) {
         const BlockQ6_K *b = (const BlockQ6_K *)blk;
         s.sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->scales));
         s.mn16 = _mm512_setzero_si512();
-        s.d = fp16_to_fp32(b->d), s.dmin = 0.0f;
+        s.d = _cvtsh_ss(b->d), s.dmin = 0.0f;
         return s;
     }
     const BlockQ4_K *b = (const BlockQ4_K *)blk;   /* Q5_K starts the same way */
@@ -187,7 +187,7 @@ AVX512_INLINE KScales k_scales(DType type, const uint8_t *blk) {
     __m512i mn8 = _mm512_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
     const __m512i half = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     s.mn16 = _mm512_permutexvar_epi32(half, mn8);
-    s.d = fp16_to_fp32(b->d), s.dmin = fp16_to_fp32(b->dmin);
+    s.d = _cvtsh_ss(b->d), s.dmin = _cvtsh_ss(b->dmin);   /* F16C, inline */
     return s;
 }
 
@@ -196,8 +196,8 @@ AVX512_INLINE __m512i k_chunk_scales(DType type, __m512i sc, int c) {
     __m512i idx = type == DT_Q6_K
         ? _mm512_add_epi32(_mm512_set1_epi32(4 * c), _mm512_srli_epi32(
               _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 2))
-        : _mm512_set_epi32(2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1,
-                           2 * c + 1, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c);
+        : _mm512_add_epi32(_mm512_set1_epi32(2 * c),
+                           _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0));
     return _mm512_permutexvar_epi32(idx, sc);
 }
 
@@ -234,8 +234,7 @@ AVX512_INLINE __m512i k_chunk_weights(DType type, const uint8_t *blk, int c) {
     return w;
 }
 
-AVX512_INLINE void qk_tile(const MatmulJob *job, int n, int t0, int R, int TT) {
-    DType type = job->W->type;
+AVX512_INLINE void qk_tile(const MatmulJob *job, int n, int t0, int R, int TT, DType type) {
     int N = job->W->N, K = job->W->K, nb = K / QK_K;
     size_t bytes = dtype_row_bytes(type, QK_K), stride = dtype_row_bytes(type, K);
     size_t xstride = small_act_stride(type, K);
@@ -245,42 +244,41 @@ AVX512_INLINE void qk_tile(const MatmulJob *job, int n, int t0, int R, int TT) {
     __m512 acc[4][2];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
+    /* A super-block of one row at a time (its scales, its four chunks, its
+     * integer sums for each token), folded into the float accumulators
+     * before the next row: few registers live, none spilled. */
     for (int b = 0; b < nb; b++) {
-        KScales ks[4];
-        __m512i isum[4][2];
-        for (int r = 0; r < R; r++) {
-            ks[r] = k_scales(type, w + (size_t)r * stride + (size_t)b * bytes);
-            for (int t = 0; t < TT; t++) isum[r][t] = _mm512_setzero_si512();
+        __m512i bs[2];
+        float dx[2];
+        for (int t = 0; t < TT; t++) {
+            bs[t] = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)xr[t][b].bsums));
+            dx[t] = xr[t][b].d;
         }
-        for (int c = 0; c < 4; c++) {
-            __m512i wq[4], sc[4];
-            for (int r = 0; r < R; r++) {
-                const uint8_t *blk = w + (size_t)r * stride + (size_t)b * bytes;
-                _mm_prefetch((const char *)(blk + (size_t)R * stride + 64 * c), _MM_HINT_T1);
-                wq[r] = k_chunk_weights(type, blk, c);
-                sc[r] = k_chunk_scales(type, ks[r].sc, c);
-            }
-            for (int t = 0; t < TT; t++) {
-                __m512i xq = _mm512_loadu_si512(xr[t][b].qs + 64 * c);
-                for (int r = 0; r < R; r++) {
-                    __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[r], xq);   /* exact */
-                    isum[r][t] = _mm512_add_epi32(isum[r][t], _mm512_mullo_epi32(p, sc[r]));
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + (size_t)r * stride + (size_t)b * bytes;
+            _mm_prefetch((const char *)(blk + (size_t)R * stride), _MM_HINT_T1);
+            _mm_prefetch((const char *)(blk + (size_t)R * stride + 64), _MM_HINT_T1);
+            _mm_prefetch((const char *)(blk + (size_t)R * stride + 128), _MM_HINT_T1);
+            KScales ks = k_scales(type, blk);
+            __m512i isum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+            for (int c = 0; c < 4; c++) {
+                __m512i wq = k_chunk_weights(type, blk, c), sc = k_chunk_scales(type, ks.sc, c);
+                for (int t = 0; t < TT; t++) {
+                    __m512i xq = _mm512_loadu_si512(xr[t][b].qs + 64 * c);
+                    __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, xq);   /* exact */
+                    isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(p, sc));
                 }
             }
-        }
-        for (int t = 0; t < TT; t++) {
-            __m512i bs = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)xr[t][b].bsums));
-            float dx = xr[t][b].d;
-            for (int r = 0; r < R; r++) {
+            for (int t = 0; t < TT; t++) {
                 if (type == DT_Q6_K) {   /* the -32 of every value: -32 sc[g] bsum[g] */
-                    __m512i off = _mm512_slli_epi32(_mm512_mullo_epi32(ks[r].sc, bs), 5);
-                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum[r][t], off)),
-                                                _mm512_set1_ps(ks[r].d * dx), acc[r][t]);
+                    __m512i off = _mm512_slli_epi32(_mm512_mullo_epi32(ks.sc, bs[t]), 5);
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum[t], off)),
+                                                _mm512_set1_ps(ks.d * dx[t]), acc[r][t]);
                 } else {                 /* - dmin mn[j] (sum of sub-block j's activations) */
-                    __m512i msum = _mm512_mullo_epi32(ks[r].mn16, bs);
-                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][t]), _mm512_set1_ps(ks[r].d * dx),
+                    __m512i msum = _mm512_mullo_epi32(ks.mn16, bs[t]);
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_set1_ps(ks.d * dx[t]),
                                                 acc[r][t]);
-                    acc[r][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_set1_ps(ks[r].dmin * dx),
+                    acc[r][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_set1_ps(ks.dmin * dx[t]),
                                                  acc[r][t]);
                 }
             }
@@ -290,34 +288,61 @@ AVX512_INLINE void qk_tile(const MatmulJob *job, int n, int t0, int R, int TT) {
         for (int t = 0; t < TT; t++) job->out[(size_t)(t0 + t) * N + n + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-/* The tile shapes, compiled with constant R and TT. */
+/* Each tile with its type a constant, so that the unpacking of that format
+ * alone is compiled in (and the offset terms of the other kinds drop out). */
+AVX512_INLINE void q32_tile_by_type(const MatmulJob *job, int n, int t0, int R, int TT) {
+    switch (job->W->type) {
+    case DT_Q4_0: q32_tile(job, n, t0, R, TT, DT_Q4_0); break;
+    case DT_Q4_1: q32_tile(job, n, t0, R, TT, DT_Q4_1); break;
+    case DT_Q5_0: q32_tile(job, n, t0, R, TT, DT_Q5_0); break;
+    default: q32_tile(job, n, t0, R, TT, DT_Q5_1); break;
+    }
+}
+
+AVX512_INLINE void qk_tile_by_type(const MatmulJob *job, int n, int t0, int R, int TT) {
+    switch (job->W->type) {
+    case DT_Q4_K: qk_tile(job, n, t0, R, TT, DT_Q4_K); break;
+    case DT_Q5_K: qk_tile(job, n, t0, R, TT, DT_Q5_K); break;
+    default: qk_tile(job, n, t0, R, TT, DT_Q6_K); break;
+    }
+}
+
+/* The tile shapes, compiled with constant R and TT: for blocks of 32 up to 4
+ * tokens (16 float accumulators), for super-blocks up to 2 (an int32 and a
+ * float accumulator each). Index [R == 4][TT - 1]. */
 typedef void (*SqTileFn)(const MatmulJob *job, int n, int t);
-static AVX512_FN void q32_r4t2(const MatmulJob *j, int n, int t) { q32_tile(j, n, t, 4, 2); }
-static AVX512_FN void q32_r4t1(const MatmulJob *j, int n, int t) { q32_tile(j, n, t, 4, 1); }
-static AVX512_FN void q32_r1t2(const MatmulJob *j, int n, int t) { q32_tile(j, n, t, 1, 2); }
-static AVX512_FN void q32_r1t1(const MatmulJob *j, int n, int t) { q32_tile(j, n, t, 1, 1); }
-static AVX512_FN void qk_r4t2(const MatmulJob *j, int n, int t) { qk_tile(j, n, t, 4, 2); }
-static AVX512_FN void qk_r4t1(const MatmulJob *j, int n, int t) { qk_tile(j, n, t, 4, 1); }
-static AVX512_FN void qk_r1t2(const MatmulJob *j, int n, int t) { qk_tile(j, n, t, 1, 2); }
-static AVX512_FN void qk_r1t1(const MatmulJob *j, int n, int t) { qk_tile(j, n, t, 1, 1); }
+static AVX512_FN void q32_r4t4(const MatmulJob *j, int n, int t) { q32_tile_by_type(j, n, t, 4, 4); }
+static AVX512_FN void q32_r4t3(const MatmulJob *j, int n, int t) { q32_tile_by_type(j, n, t, 4, 3); }
+static AVX512_FN void q32_r4t2(const MatmulJob *j, int n, int t) { q32_tile_by_type(j, n, t, 4, 2); }
+static AVX512_FN void q32_r4t1(const MatmulJob *j, int n, int t) { q32_tile_by_type(j, n, t, 4, 1); }
+static AVX512_FN void q32_r1t4(const MatmulJob *j, int n, int t) { q32_tile_by_type(j, n, t, 1, 4); }
+static AVX512_FN void q32_r1t3(const MatmulJob *j, int n, int t) { q32_tile_by_type(j, n, t, 1, 3); }
+static AVX512_FN void q32_r1t2(const MatmulJob *j, int n, int t) { q32_tile_by_type(j, n, t, 1, 2); }
+static AVX512_FN void q32_r1t1(const MatmulJob *j, int n, int t) { q32_tile_by_type(j, n, t, 1, 1); }
+static AVX512_FN void qk_r4t2(const MatmulJob *j, int n, int t) { qk_tile_by_type(j, n, t, 4, 2); }
+static AVX512_FN void qk_r4t1(const MatmulJob *j, int n, int t) { qk_tile_by_type(j, n, t, 4, 1); }
+static AVX512_FN void qk_r1t2(const MatmulJob *j, int n, int t) { qk_tile_by_type(j, n, t, 1, 2); }
+static AVX512_FN void qk_r1t1(const MatmulJob *j, int n, int t) { qk_tile_by_type(j, n, t, 1, 1); }
+static const SqTileFn Q32_TILES[2][4] = {{q32_r1t1, q32_r1t2, q32_r1t3, q32_r1t4},
+                                         {q32_r4t1, q32_r4t2, q32_r4t3, q32_r4t4}};
+static const SqTileFn QK_TILES[2][4] = {{qk_r1t1, qk_r1t2, NULL, NULL}, {qk_r4t1, qk_r4t2, NULL, NULL}};
 
 /* Rows [n0, n1) for all tokens: over a chunk of rows that stays in L2, the
- * tokens two at a time, and within that the rows four at a time. Every
- * (row, token) result is the same whatever the tile (the lanes are filled
- * and added in one order), so threads and T do not change the bits. */
+ * tokens a tile's width at a time, and within that the rows four at a time.
+ * Every (row, token) result is the same whatever the tile (its lanes are
+ * filled and added in one order), so threads and T do not change the bits. */
 void small_rows_avx512(const MatmulJob *job, int part, int n0, int n1) {
-    int k = dtype_is_k(job->W->type), T = job->T;
-    SqTileFn r4t2 = k ? qk_r4t2 : q32_r4t2, r4t1 = k ? qk_r4t1 : q32_r4t1;
-    SqTileFn r1t2 = k ? qk_r1t2 : q32_r1t2, r1t1 = k ? qk_r1t1 : q32_r1t1;
+    int k = dtype_is_k(job->W->type), T = job->T, width = k ? 2 : 4;
+    const SqTileFn(*tiles)[4] = k ? QK_TILES : Q32_TILES;
     size_t row_bytes = dtype_row_bytes(job->W->type, job->W->K);
     int chunk = (int)(SQ_CHUNK_BYTES / row_bytes) / 4 * 4;
     if (chunk < 4) chunk = 4;
     for (int c0 = n0; c0 < n1; c0 += chunk) {
         int c1 = c0 + chunk < n1 ? c0 + chunk : n1;
-        for (int t = 0; t < T; t += 2) {
-            int two = t + 1 < T, n = c0;
-            for (; n + 4 <= c1; n += 4) (two ? r4t2 : r4t1)(job, n, t);
-            for (; n < c1; n++) (two ? r1t2 : r1t1)(job, n, t);
+        for (int t = 0; t < T; t += width) {
+            int TT = T - t < width ? T - t : width, n = c0;
+            for (; n + 4 <= c1; n += 4) tiles[1][TT - 1](job, n, t);
+            for (; n < c1; n++) tiles[0][TT - 1](job, n, t);
         }
     }
 }
