@@ -291,8 +291,13 @@ void small_rows_generic(const MatmulJob *job, int part, int n0, int n1) {
 
 static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-/* x / d rounded to nearest, 0 where d is 0. */
-static int round_div(float x, float d) { return d != 0.0f ? (int)nearbyintf(x / d) : 0; }
+/* x / d rounded to nearest, 0 where d is 0 or x is not a number; kept far
+ * inside int's range (the callers clamp to the grid), since converting a
+ * float beyond it is undefined. */
+static int round_div(float x, float d) {
+    float v = d != 0.0f ? nearbyintf(x / d) : 0.0f;
+    return v != v ? 0 : v > 1e6f ? 1000000 : v < -1e6f ? -1000000 : (int)v;
+}
 
 /* The value of largest magnitude, sign kept. */
 static float signed_amax(const float *x, int n) {
