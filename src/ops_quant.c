@@ -383,7 +383,8 @@ static void quantize_k45(void *blk, const float *x, DType type) {
         int mn = clampi(round_div(mins[j], dmin), 0, 63);
         float dm = dmin * (float)mn, hi = -dm;
         for (int i = 0; i < 32; i++) hi = fmaxf(hi, x[32 * j + i]);
-        int sc = d > 0.0f ? clampi((int)ceilf((hi + dm) / ((float)top * d)), 0, 63) : 0;
+        float need = d > 0.0f ? ceilf((hi + dm) / ((float)top * d)) : 0.0f;
+        int sc = !(need > 0.0f) ? 0 : need > 63.0f ? 63 : (int)need;   /* NaN -> 0 */
         k_pack_scale_min(scales, j, sc, mn);
         float ds = d * (float)sc;
         for (int i = 0; i < 32; i++) q[32 * j + i] = (uint8_t)clampi(round_div(x[32 * j + i] + dm, ds), 0, top);

@@ -953,6 +953,24 @@ static void q6_k_super_blocks_are_laid_out_as_published(void **state) {
     for (int i = 0; i < QK_K; i++) assert_float_equal(back[i], x[i], 1e-6);
 }
 
+/* A row with NaN, infinities and extreme values is written without a float
+ * converted to int out of range (the test build makes that fatal), and the
+ * finite blocks after it come back as usual. */
+static void quantize_row_survives_non_finite_and_extreme_input(void **state) {
+    (void)state;
+    float x[512], back[512];
+    for (int i = 0; i < 512; i++) x[i] = 0.01f * (float)(i % 17) - 0.08f;
+    x[3] = NAN, x[40] = INFINITY, x[41] = -INFINITY, x[70] = 3e38f, x[71] = 1e-40f, x[100] = -3e38f;
+    for (int i = 0; i < N_SMALL; i++) {
+        uint8_t blk[512];   /* enough for 512 values of any of them */
+        assert_true(dtype_row_bytes(SMALL_TYPES[i], 512) <= sizeof blk);
+        assert_int_equal(quantize_row(blk, x, SMALL_TYPES[i], 512), ST_OK);
+        dequantize_row(back, blk, SMALL_TYPES[i], 512);
+        for (int k = 256; k < 512; k++)   /* finite, modest values: within 0.02 */
+            assert_true(fabsf(back[k] - x[k]) <= 0.02f);
+    }
+}
+
 /* Round-to-nearest on random rows: every value comes back within half a
  * step of its block's grid, plus what rounding the scales costs (K formats:
  * the 6 or 8-bit scale may cut the range by half a scale step, which a value
@@ -1264,6 +1282,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(q4_k_and_q5_k_super_blocks_are_laid_out_as_published),
         cmocka_unit_test(q6_k_super_blocks_are_laid_out_as_published),
         cmocka_unit_test(quantize_row_round_trips_within_half_a_step),
+        cmocka_unit_test(quantize_row_survives_non_finite_and_extreme_input),
         cmocka_unit_test(plain_isa_sends_every_matmul_through_the_reference_loops),
         cmocka_unit_test(default_isa_is_the_best_the_cpu_has),
         cmocka_unit_test(softmax_on_the_plain_isa_is_the_libm_reference),
