@@ -100,7 +100,7 @@ build/asan/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz.h bui
 	$(CC) $(ASAN_FLAGS) -Itests/fuzz $(filter %.c,$^) build/asan/libengine.a -o $@ $(LIBS)
 
 # The tools the shell tests run (tests/train.sh, tests/tools.sh, tests/soak.sh).
-TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train soak mkcorpus) \
+TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train soak mkcorpus compress) \
                 $(FUZZ_REPLAY)
 
 # Tests run one binary at a time; each prints cmocka's summary. OMP/BLAS

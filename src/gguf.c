@@ -161,6 +161,7 @@ static int parse(Gguf *g, Err *e) {
             return ST_FORMAT;
         kv->val = g->map + c.pos;
         if (skip_value(&c, kv, kv->type, 0)) return ST_FORMAT;
+        kv->val_len = (uint64_t)(g->map + c.pos - kv->val);
         if (gguf_str_eq(kv->key, "general.alignment")) {
             uint32_t a = 0;
             if (kv->type == GG_U32) memcpy(&a, kv->val, 4);
@@ -191,6 +192,10 @@ static int parse(Gguf *g, Err *e) {
         }
         if (read_u32(&c, &t->type, "tensor type") || read_u64(&c, &t->offset, "tensor offset"))
             return ST_FORMAT;
+        if (t->type == GGUF_TYPE_I8) {   /* bytes: a coded tensor's blob, or plain int8 */
+            t->nbytes = count;
+            continue;
+        }
         if (!dtype_known((int)t->type))
             return err_set(e, ST_FORMAT, "%s: tensor '%.*s' has unknown or unsupported type %u "
                            "(supported: F32 0, F16 1, Q4_0 2, Q4_1 3, Q5_0 6, Q5_1 7, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K 14, BF16 30)", g->path, nl, t->name.s, t->type);

@@ -26,9 +26,14 @@ typedef struct {
     GgufStr key;
     uint32_t type;        /* GG_* */
     const uint8_t *val;   /* the raw value in the mapping */
+    uint64_t val_len;     /* its bytes (what a copy of the pair must carry) */
     uint32_t arr_type;    /* for GG_ARRAY: element type */
     uint64_t arr_n;       /* for GG_ARRAY: element count */
 } GgufKV;
+
+/* ggml's I8: one signed byte per element. A compressed model file
+ * (wcodec.h) stores each coded matrix as a 1-D I8 tensor of its blob's bytes. */
+#define GGUF_TYPE_I8 24
 
 #define GGUF_MAX_DIMS 4
 typedef struct {

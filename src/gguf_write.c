@@ -140,6 +140,27 @@ int gguf_w_add_u32(GgufWriter *w, const char *key, uint32_t v) { return add_scal
 int gguf_w_add_i32(GgufWriter *w, const char *key, int32_t v) { return add_scalar(w, key, GG_I32, &v, 4); }
 int gguf_w_add_f32(GgufWriter *w, const char *key, float v) { return add_scalar(w, key, GG_F32, &v, 4); }
 
+int gguf_w_add_u64(GgufWriter *w, const char *key, uint64_t v) { return add_scalar(w, key, GG_U64, &v, 8); }
+
+int gguf_w_add_raw(GgufWriter *w, const char *key, uint32_t type, const void *val, uint64_t len) {
+    if (len > SIZE_MAX) return fail(w, ST_ARG, "metadata key %s: value of %llu bytes", key, (unsigned long long)len);
+    return add_scalar(w, key, type, val, (size_t)len);
+}
+
+int gguf_w_copy_meta(GgufWriter *w, const Gguf *g, const char *skip) {
+    char key[256];
+    for (uint64_t i = 0; i < g->n_kv && w->status == ST_OK; i++) {
+        const GgufKV *kv = &g->kv[i];
+        if (kv->key.len >= sizeof key)
+            return fail(w, ST_ARG, "metadata key of %llu bytes is too long to copy", (unsigned long long)kv->key.len);
+        memcpy(key, kv->key.s, kv->key.len);
+        key[kv->key.len] = 0;
+        if (strcmp(key, ALIGNMENT_KEY) == 0 || (skip && strncmp(key, skip, strlen(skip)) == 0)) continue;
+        gguf_w_add_raw(w, key, kv->type, kv->val, kv->val_len);
+    }
+    return w->status;
+}
+
 int gguf_w_add_bool(GgufWriter *w, const char *key, int v) {
     uint8_t b = v != 0;   /* GGUF bools are one byte, 0 or 1 */
     return add_scalar(w, key, GG_BOOL, &b, 1);
@@ -170,6 +191,14 @@ int gguf_w_add_i32_array(GgufWriter *w, const char *key, const int32_t *v, uint6
     return add_array(w, key, GG_I32, v, 4, n);
 }
 
+int gguf_w_add_u8_array(GgufWriter *w, const char *key, const uint8_t *v, uint64_t n) {
+    return add_array(w, key, GG_U8, v, 1, n);
+}
+
+int gguf_w_add_u64_array(GgufWriter *w, const char *key, const uint64_t *v, uint64_t n) {
+    return add_array(w, key, GG_U64, v, 8, n);
+}
+
 int gguf_w_add_str_array(GgufWriter *w, const char *key, const char *const *v, uint64_t n) {
     size_t start;
     if (begin_kv(w, key, GG_ARRAY, &start)) return w->status;
@@ -194,7 +223,8 @@ static int add_tensor(GgufWriter *w, const char *name, int n_dims, const int64_t
     if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
         return fail(w, ST_ARG, "tensor '%s' has %d dimensions (want 1..%d)", name, n_dims,
                     GGUF_MAX_DIMS);
-    if (!dtype_known((int)type))
+    int bytes = (int)type == GGUF_TYPE_I8;
+    if (!bytes && !dtype_known((int)type))
         return fail(w, ST_ARG, "tensor '%s' has unsupported type %d (want F32, F16, BF16, Q8_0 or a 4, 5, 6-bit block format)", name,
                     (int)type);
     uint64_t count = 1;
@@ -208,7 +238,7 @@ static int add_tensor(GgufWriter *w, const char *name, int n_dims, const int64_t
     if (fn && ne[0] > INT_MAX)
         return fail(w, ST_ARG, "tensor '%s' row of %lld values is too long for a row callback",
                     name, (long long)ne[0]);
-    size_t row_bytes = dtype_row_bytes(type, ne[0]);
+    size_t row_bytes = bytes ? (size_t)ne[0] : dtype_row_bytes(type, ne[0]);
     if (row_bytes == 0)
         return fail(w, ST_ARG, "tensor '%s' row of %lld values is not a whole number of %s blocks "
                     "(%d values each)", name, (long long)ne[0], dtype_name((int)type), QK8_0);
@@ -241,6 +271,12 @@ int gguf_w_add_tensor(GgufWriter *w, const char *name, int n_dims, const int64_t
                       const void *data) {
     if (!data && w->status == ST_OK) return fail(w, ST_ARG, "tensor '%s' has no data", name);
     return add_tensor(w, name, n_dims, ne, type, data, NULL, NULL);
+}
+
+int gguf_w_add_tensor_bytes(GgufWriter *w, const char *name, const void *data, uint64_t nbytes) {
+    if (!data && w->status == ST_OK) return fail(w, ST_ARG, "tensor '%s' has no data", name);
+    int64_t ne = (int64_t)nbytes;
+    return add_tensor(w, name, 1, &ne, (DType)GGUF_TYPE_I8, data, NULL, NULL);
 }
 
 int gguf_w_add_tensor_rows(GgufWriter *w, const char *name, int n_dims, const int64_t *ne,

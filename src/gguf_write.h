@@ -93,6 +93,18 @@ int gguf_w_add_str_array(GgufWriter *w, const char *key, const char *const *v, u
 int gguf_w_add_f32_array(GgufWriter *w, const char *key, const float *v, uint64_t n);
 int gguf_w_add_i32_array(GgufWriter *w, const char *key, const int32_t *v, uint64_t n);
 
+int gguf_w_add_u64(GgufWriter *w, const char *key, uint64_t v);
+int gguf_w_add_u8_array(GgufWriter *w, const char *key, const uint8_t *v, uint64_t n);
+int gguf_w_add_u64_array(GgufWriter *w, const char *key, const uint64_t *v, uint64_t n);
+/* A pair as another file holds it: type and value bytes copied verbatim (a
+ * GgufKV's type, val and val_len), so any value, nested arrays included,
+ * passes through unchanged. */
+int gguf_w_add_raw(GgufWriter *w, const char *key, uint32_t type, const void *val, uint64_t len);
+
+/* Every pair of g except general.alignment (the writer sets its own) and
+ * those whose key starts with skip (NULL: none), copied verbatim. */
+int gguf_w_copy_meta(GgufWriter *w, const Gguf *g, const char *skip);
+
 /* Tensors, written in the order they are added. ne has n_dims (1..4) entries,
  * each >= 1, ne[0] the row length (a multiple of 32 for Q8_0), at most 2^40
  * elements in all (the reader's limit). Names are unique, 1..64 bytes.
@@ -104,6 +116,10 @@ int gguf_w_add_tensor(GgufWriter *w, const char *name, int n_dims, const int64_t
                       const void *data);
 int gguf_w_add_tensor_rows(GgufWriter *w, const char *name, int n_dims, const int64_t *ne,
                            DType type, GgufRowFn fn, void *ctx);
+
+/* A 1-D tensor of nbytes raw bytes, stored as ggml's I8 (GGUF_TYPE_I8):
+ * how a compressed model file holds a coded matrix. Not copied, as above. */
+int gguf_w_add_tensor_bytes(GgufWriter *w, const char *name, const void *data, uint64_t nbytes);
 
 /* Bytes the file will have once written (header, padding and data). */
 uint64_t gguf_w_file_size(const GgufWriter *w);

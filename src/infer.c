@@ -35,6 +35,7 @@ typedef struct {
     int n_stop, max_tokens, threads, trace;
     SamplerParams sp;
     EngineConfig ec;
+    ModelOpts mo;                    /* --low-mem */
     long kv_mib;
     const char *one_prompt_option;   /* the last option given that only --prompt uses */
 } Options;
@@ -70,6 +71,8 @@ static void usage(FILE *f) {
         "  --seed S             random seed (default 42)\n"
         "  --stop TEXT          end the text before TEXT (up to 4 times)\n"
         "  --threads N          threads for the kernels (default: the cores this process may use)\n"
+        "  --low-mem            a compressed model (tools/compress.c) stays compressed in\n"
+        "                       memory: each layer is decoded just before it is needed\n"
         "  --isa I              kernels: plain (the reference loops, one thread: for gdb),\n"
         "                       generic, avx512 or best (default; LLM_ISA sets it too)\n"
         "  --trace              lifecycle of every request and a summary of every step on\n"
@@ -156,6 +159,10 @@ static int parse_args(int argc, char **argv, Options *o) {
         }
         if (!strcmp(a, "--trace")) {
             o->trace = TRACE_ON;
+            continue;
+        }
+        if (!strcmp(a, "--low-mem")) {
+            o->mo.low_mem = 1;
             continue;
         }
         if (!strcmp(a, "--trace=verbose")) {
@@ -577,7 +584,7 @@ int main(int argc, char **argv) {
     Trace trace = {0};
     FILE *json = NULL;
     int rc = 1;
-    if (model_load(&m, o.model, o.tokenizer, &e)) {
+    if (model_load_opts(&m, o.model, o.tokenizer, &o.mo, &e)) {
         fprintf(stderr, "infer: %s\n", e.msg);
         return 1;
     }

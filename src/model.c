@@ -28,6 +28,7 @@
  * mapping of the file, in whatever type the file stores (F32, F16, Q8_0), and
  * the kernels in ops.c read that type directly. */
 #include "model.h"
+#include "clock.h"
 #include "fileio.h"
 #include "mem.h"
 #include <math.h>
@@ -87,10 +88,45 @@ static int gguf_int_or(const Gguf *g, const char *key, int64_t dflt, int64_t lo,
     return ST_OK;
 }
 
+/* A coded matrix of a compressed file: its blob is checked here, its bytes
+ * are decoded once everything is bound (finish_coded). */
+static int bind_coded(Model *m, const char *name, const GgufTensor *t, int N, int K, Mat *out, Err *e) {
+    CodedMat *c = &m->coded[m->n_coded];
+    char what[160];
+    snprintf(what, sizeof what, "%s: tensor %s", m->gguf.path, name);
+    int st = wc_open(&c->wt, t->data, t->nbytes, what, e);
+    if (st) return st;
+    m->n_coded++;   /* open: model_free closes it */
+    if (!dtype_known(c->wt.type))
+        return err_set(e, ST_UNSUPPORTED, "%s codes type %d, which the kernels do not read", what, c->wt.type);
+    if (c->wt.ne[0] != (uint64_t)K || c->wt.ne[1] != (uint64_t)N || c->wt.n_dims > 2)
+        return err_set(e, ST_FORMAT, "%s has shape [%llu, %llu], want [%d, %d]", what,
+                       (unsigned long long)c->wt.ne[0], (unsigned long long)c->wt.ne[1], K, N);
+    /* The codec checks the size of the layouts it splits; a type it stores
+     * whole (the 4 to 6-bit formats) must still decode to whole rows. */
+    size_t want = dtype_row_bytes((DType)c->wt.type, K) * (size_t)N;
+    if (want == 0 || c->wt.nbytes != want)
+        return err_set(e, ST_FORMAT, "%s codes %llu bytes of %s, want %zu (%d rows of %d)", what,
+                       (unsigned long long)c->wt.nbytes, dtype_name(c->wt.type), want, N, K);
+    c->mat = out;
+    size_t into = (size_t)((char *)out - (char *)m->layers);
+    c->layer = (char *)out >= (char *)m->layers && into < (size_t)m->cfg.n_layers * sizeof(Layer)
+                   ? (int)(into / sizeof(Layer)) : -1;
+    *out = (Mat){(DType)c->wt.type, N, K, NULL};
+    m->weight_bytes += c->wt.nbytes;
+    m->coded_bytes += t->nbytes;
+    return ST_OK;
+}
+
 /* Bind a 2-D weight tensor as a Mat of N rows by K columns, checking shape. */
 static int bind_mat(Model *m, const char *name, int N, int K, Mat *out, Err *e) {
     const GgufTensor *t = gguf_tensor(&m->gguf, name);
     if (!t) return err_set(e, ST_FORMAT, "%s: missing tensor %s", m->gguf.path, name);
+    if (m->coded && t->type == GGUF_TYPE_I8 && t->n_dims == 1) return bind_coded(m, name, t, N, K, out, e);
+    if (!dtype_known((int)t->type))
+        return err_set(e, ST_FORMAT, "%s: tensor %s has type %u, which is not a weight type here%s",
+                       m->gguf.path, name, t->type,
+                       t->type == GGUF_TYPE_I8 ? " (bytes: a coded matrix outside a compressed file?)" : "");
     if (t->ne[0] != (uint64_t)K || t->ne[1] != (uint64_t)N || t->ne[2] != 1 || t->ne[3] != 1)
         return err_set(e, ST_FORMAT, "%s: tensor %s has shape [%llu, %llu], want [%d, %d]",
                        m->gguf.path, name, (unsigned long long)t->ne[0],
@@ -111,6 +147,9 @@ static int bind_vec(Model *m, const char *name, int n, float *dst, const float *
     if (t->ne[0] != (uint64_t)n || t->ne[1] * t->ne[2] * t->ne[3] != 1)
         return err_set(e, ST_FORMAT, "%s: tensor %s has %llu values, want %d", m->gguf.path, name,
                        (unsigned long long)t->ne[0], n);
+    if (!dtype_known((int)t->type))
+        return err_set(e, ST_FORMAT, "%s: tensor %s has type %u, which is not a weight type here",
+                       m->gguf.path, name, t->type);
     m->weight_bytes += t->nbytes;
     if (t->type == DT_F32 && ((uintptr_t)t->data % 4) == 0) {
         *out = t->data;
@@ -157,10 +196,102 @@ static int bind_rope_freqs(Model *m, Err *e) {
     return ST_OK;
 }
 
-static int load_gguf(Model *m, const char *path, Err *e) {
+/* ------------------------------------------------------------ compressed files */
+
+static RansIsa codec_isa(void) { return ops_isa() == OPS_PLAIN ? RANS_PLAIN : rans_best_isa(); }
+
+/* Decode every coded matrix into one allocation, once. */
+static int decode_all(Model *m, Err *e) {
+    size_t total = 0;
+    for (int i = 0; i < m->n_coded; i++) total += ((size_t)m->coded[i].wt.nbytes + 63) / 64 * 64;
+    m->decoded = mem_alloc(total + 64);
+    if (!m->decoded)
+        return err_set(e, ST_NOMEM, "%s: cannot allocate %zu bytes for the decoded matrices (--low-mem "
+                       "keeps them coded)", m->gguf.path, total);
+    m->decoded_bytes = total;
+    uint8_t *p = (uint8_t *)(((uintptr_t)m->decoded + 63) & ~(uintptr_t)63);
+    for (int i = 0; i < m->n_coded; i++) {
+        CodedMat *c = &m->coded[i];
+        int st = wc_decode_parallel(&c->wt, p, (size_t)c->wt.nbytes, codec_isa(),
+                                    ops_isa() == OPS_PLAIN ? 1 : ops_threads(), e);
+        if (st) return st;
+        c->mat->data = p;
+        p += ((size_t)c->wt.nbytes + 63) / 64 * 64;
+    }
+    return ST_OK;
+}
+
+/* Low memory: unit l holds layer l's coded matrices; the classifier, when
+ * coded, follows in pieces of whole rows no bigger than the largest layer, so
+ * that two buffers of a layer's size hold any unit. The embedding is only
+ * looked up a row at a time: its rows are decoded when a token needs them. */
+static int build_units(Model *m, const ModelOpts *o, int tied, Err *e) {
+    int L = m->cfg.n_layers, V = m->cfg.vocab_size, D = m->cfg.dim;
+    const WcTensor *embd = NULL, *head = NULL;
+    for (int i = 0; i < m->n_coded; i++) {
+        if (m->coded[i].mat == &m->tok_embd) embd = &m->coded[i].wt;
+        if (m->coded[i].mat == &m->output) head = &m->coded[i].wt;
+    }
+    if (tied) head = embd;
+    size_t layer_max = 0;
+    LmUnit *units = mem_alloc(((size_t)L + V) * sizeof *units);
+    if (!units) return err_set(e, ST_NOMEM, "%s: out of memory", m->gguf.path);
+    for (int i = 0; i < m->n_coded; i++) {
+        CodedMat *c = &m->coded[i];
+        if (c->layer < 0) continue;
+        LmUnit *u = &units[c->layer];
+        c->part = u->n;
+        u->part[u->n++] = (LmPart){&c->wt, 0, c->wt.nbytes};
+    }
+    for (int l = 0; l < L; l++) {
+        size_t b = 0;
+        for (int i = 0; i < units[l].n; i++) b += (size_t)units[l].part[i].len;
+        if (b > layer_max) layer_max = b;
+    }
+    int n = L;
+    if (head) {
+        size_t row = dtype_row_bytes((DType)head->type, D);
+        int rows = layer_max / row >= (size_t)V ? V : layer_max / row >= 1 ? (int)(layer_max / row) : 1;
+        m->head_rows = rows;
+        m->head_pieces = (V + rows - 1) / rows;
+        for (int p = 0; p < m->head_pieces; p++) {
+            int r0 = p * rows, r1 = r0 + rows < V ? r0 + rows : V;
+            units[n++] = (LmUnit){1, {{head, (uint64_t)r0 * row, (uint64_t)(r1 - r0) * row}}};
+        }
+    }
+    m->embd_coded = embd;
+    m->head_coded = head;
+    double t0 = clock_seconds();
+    int st = lm_create(&m->lowmem, units, n, codec_isa(), !o->serial, 1, e);
+    m->decode_load_s = clock_seconds() - t0;
+    mem_free(units);
+    return st;
+}
+
+static int finish_coded(Model *m, const ModelOpts *o, int tied, Err *e) {
+    if (o->low_mem && !m->n_coded)
+        return err_set(e, ST_ARG, "%s: --low-mem needs a compressed file (tools/compress), and this one has "
+                       "no coded matrices", m->gguf.path);
+    if (!m->n_coded) return ST_OK;
+    if (o->low_mem) return build_units(m, o, tied, e);
+    double t0 = clock_seconds();
+    int st = decode_all(m, e);
+    m->decode_load_s = clock_seconds() - t0;
+    return st;
+}
+
+static int load_gguf(Model *m, const char *path, const ModelOpts *o, Err *e) {
     int st = gguf_open(&m->gguf, path, e);
     if (st) return st;
     Gguf *g = &m->gguf;
+    if (gguf_find(g, "rans.version")) {   /* compressed by tools/compress.c */
+        int64_t v;
+        if (gguf_get_int(g, "rans.version", &v, e)) return ST_FORMAT;
+        if (v != 1)
+            return err_set(e, ST_UNSUPPORTED, "%s: rans.version %lld (this engine reads 1)", path, (long long)v);
+        m->coded = mem_alloc((g->n_tensors ? g->n_tensors : 1) * sizeof *m->coded);
+        if (!m->coded) return err_set(e, ST_NOMEM, "%s: out of memory", path);
+    }
     GgufStr arch;
     if (gguf_get_str(g, "general.architecture", &arch, e)) return ST_FORMAT;
     if (!gguf_str_eq(arch, "llama"))
@@ -190,7 +321,14 @@ static int load_gguf(Model *m, const char *path, Err *e) {
     c->rms_eps = (float)eps;
     const GgufTensor *emb = gguf_tensor(g, "token_embd.weight");
     if (!emb) return err_set(e, ST_FORMAT, "%s: missing tensor token_embd.weight", path);
-    c->vocab_size = emb->ne[1] > MAX_VOCAB ? MAX_VOCAB + 1 : (int)emb->ne[1];
+    uint64_t rows = emb->ne[1];
+    if (m->coded && emb->type == GGUF_TYPE_I8 && emb->n_dims == 1) {   /* the shape is in the blob */
+        WcTensor wt;
+        if ((st = wc_open(&wt, emb->data, emb->nbytes, "token_embd.weight", e))) return st;
+        rows = wt.ne[1];
+        wc_close(&wt);
+    }
+    c->vocab_size = rows > MAX_VOCAB ? MAX_VOCAB + 1 : (int)rows;
     if ((st = check_config(c, path, e))) return st;
 
     int D = c->dim, F = c->hidden_dim, kvd = c->n_kv_heads * c->head_dim, V = c->vocab_size;
@@ -227,11 +365,10 @@ static int load_gguf(Model *m, const char *path, Err *e) {
 #undef NAME
     if ((st = bind_vec(m, "output_norm.weight", D, m->owned + (size_t)2 * L * D, &m->out_norm, e)))
         return st;
-    if (gguf_tensor(g, "output.weight")) {
-        if ((st = bind_mat(m, "output.weight", V, D, &m->output, e))) return st;
-    } else {
-        m->output = m->tok_embd;   /* tied classifier: the embedding read backwards */
-    }
+    int tied = !gguf_tensor(g, "output.weight");
+    if (!tied && (st = bind_mat(m, "output.weight", V, D, &m->output, e))) return st;
+    if ((st = finish_coded(m, o, tied, e))) return st;
+    if (tied) m->output = m->tok_embd;   /* tied classifier: the embedding read backwards */
     m->wtype = m->layers[0].wq.type;
     if ((st = bind_rope_freqs(m, e))) return st;
     return tok_from_gguf(&m->tok, g, e);
@@ -336,6 +473,12 @@ static int load_llama2c(Model *m, const char *path, const char *tok_path, Err *e
 }
 
 int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e) {
+    return model_load_opts(m, path, tokenizer_path, NULL, e);
+}
+
+int model_load_opts(Model *m, const char *path, const char *tokenizer_path, const ModelOpts *o, Err *e) {
+    static const ModelOpts defaults = {0};
+    if (!o) o = &defaults;
     memset(m, 0, sizeof *m);
     /* The magic decides the loader. fio_open refuses directories and FIFOs
      * before anything is read (each loader opens the file again). */
@@ -354,13 +497,15 @@ int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e) {
     int named_gguf = n >= 5 && strcasecmp(path + n - 5, ".gguf") == 0;
     if ((got == 4 && memcmp(magic, "GGUF", 4) == 0) || named_gguf) {
         m->format = "gguf";
-        st = load_gguf(m, path, e);
+        st = load_gguf(m, path, o, e);
         if (st == ST_OK && tokenizer_path)   /* it would be ignored: say so instead */
             st = err_set(e, ST_ARG, "%s: a GGUF file carries its own vocabulary; the tokenizer "
                                     "file %s is for llama2.c checkpoints", path, tokenizer_path);
     } else {
         m->format = "llama2.c";
         st = load_llama2c(m, path, tokenizer_path, e);
+        if (st == ST_OK && o->low_mem)
+            st = err_set(e, ST_ARG, "%s: --low-mem needs a compressed GGUF file (tools/compress)", path);
     }
     if (st == ST_OK && tok_n_vocab(m->tok) != m->cfg.vocab_size)
         st = err_set(e, ST_FORMAT, "%s: the tokenizer has %d tokens but the model's vocabulary is %d",
@@ -370,11 +515,15 @@ int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e) {
 }
 
 void model_free(Model *m) {
+    lm_free(m->lowmem);   /* first: its helper thread may be decoding from the mapping */
     tok_free(m->tok);
     gguf_close(&m->gguf);
     if (m->map) munmap((void *)m->map, m->map_size);
     mem_free(m->layers);
     mem_free(m->owned);
+    for (int i = 0; i < m->n_coded; i++) wc_close(&m->coded[i].wt);
+    mem_free(m->coded);
+    mem_free(m->decoded);
     memset(m, 0, sizeof *m);
 }
 
@@ -401,14 +550,16 @@ static int runstate_alloc(RunState *s, const Model *m, int max_T, int max_logits
         if (b > scratch) scratch = b;
     }
     /* Sizes in 4-byte units (floats and ints alike). */
+    size_t row = m->embd_coded ? D : 0, head = m->head_coded ? (size_t)max_logits * m->head_rows : 0;
     size_t sizes[] = {T * D, T * D, T * qd, T * kvd, T * kvd, T * qd, T * D, T * F, T * F,
                       (size_t)max_logits * V, P * (c->n_rot / 2) * 2, C, C, T, T, T, T,
-                      (scratch + 3) / 4};
+                      (scratch + 3) / 4, row, head};
     void **ptrs[] = {(void **)&s->x, (void **)&s->xb, (void **)&s->q, (void **)&s->k,
                      (void **)&s->v, (void **)&s->att_out, (void **)&s->proj, (void **)&s->hb,
                      (void **)&s->hb2, (void **)&s->logits, (void **)&s->rope_cs,
                      (void **)&s->key_cache, (void **)&s->value_cache, (void **)&s->b_pos,
-                     (void **)&s->b_slot, (void **)&s->b_rows, (void **)&s->b_seq, &s->scratch};
+                     (void **)&s->b_slot, (void **)&s->b_rows, (void **)&s->b_seq, &s->scratch,
+                     (void **)&s->row, (void **)&s->head};
     size_t n = sizeof sizes / sizeof sizes[0], total = 0;
     for (size_t i = 0; i < n; i++) total += (sizes[i] + 15) / 16 * 16;
     s->bytes = total * sizeof(float) + 64;
@@ -520,21 +671,53 @@ static void attend_head(const ModelConfig *c, RunState *s, const Batch *b, const
                        kc + off, vc + off, b->table[b->seq[t]], BS, b->pos[t] + 1, S, kvd, scale);
 }
 
+/* A decode that failed mid-run: no logits can be trusted (model.h). */
+static float *nan_logits(RunState *s, int V, int n_logits) {
+    for (size_t i = 0; i < (size_t)n_logits * V; i++) s->logits[i] = NAN;
+    return s->logits;
+}
+
+/* Layer l with its coded matrices pointed at their decoded bytes. */
+static int lowmem_layer(const Model *m, int l, Layer *out) {
+    const void *ptr[LM_MAX_PARTS];
+    int st = lm_acquire(m->lowmem, l, ptr, NULL);
+    if (st) return st;
+    *out = m->layers[l];
+    for (int i = 0; i < m->n_coded; i++) {
+        const CodedMat *c = &m->coded[i];
+        if (c->layer != l) continue;
+        Mat *mat = (Mat *)((char *)out + ((const char *)c->mat - (const char *)&m->layers[l]));
+        mat->data = ptr[c->part];
+    }
+    return ST_OK;
+}
+
 float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const Batch *b) {
     const ModelConfig *c = &m->cfg;
     int D = c->dim, F = c->hidden_dim, S = c->head_dim, H = c->n_heads, Hkv = c->n_kv_heads;
-    int half = c->n_rot / 2, T = b->T, BS = kv->BS;
+    int half = c->n_rot / 2, T = b->T, BS = kv->BS, V = c->vocab_size;
     size_t qd = (size_t)H * S, kvd = (size_t)Hkv * S;
     size_t layer_rows = (size_t)kv->NB * BS;   /* rows of one layer's K (or V) */
 
-    for (int t = 0; t < T; t++)
-        dequantize_row(s->x + (size_t)t * D,
-                       (const char *)m->tok_embd.data +
-                           (size_t)b->token[t] * dtype_row_bytes(m->tok_embd.type, D),
-                       m->tok_embd.type, D);
+    size_t embd_row = dtype_row_bytes(m->tok_embd.type, D);
+    for (int t = 0; t < T; t++) {
+        const void *row = (const char *)m->tok_embd.data + (size_t)b->token[t] * embd_row;
+        if (m->embd_coded) {   /* low_mem: this token's row, decoded */
+            if (lm_decode_range(m->lowmem, m->embd_coded, (uint64_t)b->token[t] * embd_row, embd_row, s->row,
+                                NULL))
+                return nan_logits(s, V, b->n_logits);
+            row = s->row;
+        }
+        dequantize_row(s->x + (size_t)t * D, row, m->tok_embd.type, D);
+    }
 
     for (int l = 0; l < c->n_layers; l++) {
         const Layer *w = &m->layers[l];
+        Layer coded;
+        if (m->lowmem) {   /* this layer's matrices, decoded into a reused buffer */
+            if (lowmem_layer(m, l, &coded)) return nan_logits(s, V, b->n_logits);
+            w = &coded;
+        }
         float *kc = kv->key + (size_t)l * layer_rows * kvd;
         float *vc = kv->value + (size_t)l * layer_rows * kvd;
 
@@ -582,7 +765,21 @@ float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const
     for (int i = 0; i < b->n_logits; i++)
         rmsnorm(s->xb + (size_t)i * D, s->x + (size_t)b->logit_row[i] * D, m->out_norm, D,
                 c->rms_eps);
-    matmul(s->logits, s->xb, &m->output, b->n_logits, s->scratch);
+    if (!m->head_coded) {
+        matmul(s->logits, s->xb, &m->output, b->n_logits, s->scratch);
+        return s->logits;
+    }
+    /* low_mem: the classifier a piece of rows at a time, each piece's logits
+     * put in their columns */
+    for (int p = 0; p < m->head_pieces; p++) {
+        const void *ptr[LM_MAX_PARTS];
+        if (lm_acquire(m->lowmem, c->n_layers + p, ptr, NULL)) return nan_logits(s, V, b->n_logits);
+        int r0 = p * m->head_rows, n = r0 + m->head_rows < V ? m->head_rows : V - r0;
+        Mat piece = {m->output.type, n, D, ptr[0]};
+        matmul(s->head, s->xb, &piece, b->n_logits, s->scratch);
+        for (int i = 0; i < b->n_logits; i++)
+            memcpy(s->logits + (size_t)i * V + r0, s->head + (size_t)i * n, (size_t)n * sizeof(float));
+    }
     return s->logits;
 }
 

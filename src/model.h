@@ -7,8 +7,10 @@
 #define MODEL_H
 #include "err.h"
 #include "gguf.h"
+#include "lowmem.h"
 #include "ops.h"
 #include "tokenizer.h"
+#include "wcodec.h"
 
 typedef struct {
     int dim;          /* D */
@@ -36,6 +38,15 @@ typedef struct {
     Mat w_up;                 /* (F, D)  "w3" */
 } Layer;
 
+/* A coded matrix of a compressed file (wcodec.h, tools/compress.c) and the
+ * Mat it stands for. */
+typedef struct {
+    WcTensor wt;
+    Mat *mat;                 /* in layers[], or tok_embd / output */
+    int layer;                /* its layer, -1 for the embedding and the classifier */
+    int part;                 /* its place in its layer's unit (lowmem.h) */
+} CodedMat;
+
 typedef struct {
     ModelConfig cfg;
     const char *format;       /* "gguf" or "llama2.c" */
@@ -53,12 +64,33 @@ typedef struct {
     const void *map;          /* llama2.c: the mapped checkpoint */
     size_t map_size;
     float *owned;             /* norms widened to float when the file stores them narrower */
+    /* A compressed file's coded matrices: decoded once at load into `decoded`,
+     * or, with low_mem, kept coded and decoded a layer at a time by `lowmem`:
+     * units 0 .. L-1 are the layers, then the classifier in pieces of
+     * head_rows rows (each no bigger than a layer). */
+    CodedMat *coded;
+    int n_coded;
+    size_t coded_bytes;       /* their bytes in the file */
+    void *decoded;            /* (decoded_bytes) not low_mem */
+    size_t decoded_bytes;
+    double decode_load_s;     /* seconds decoding at load (low_mem: verifying) */
+    LowMem *lowmem;
+    const WcTensor *embd_coded, *head_coded;   /* low_mem: rows decoded on demand */
+    int head_rows, head_pieces;
 } Model;
+
+typedef struct {
+    int low_mem;              /* keep coded matrices coded (see Model) */
+    int serial;               /* low_mem without the helper thread: decode when asked */
+} ModelOpts;
 
 /* Load a model by content: GGUF ("GGUF" magic) or a llama2.c checkpoint, whose
  * tokenizer.bin is tokenizer_path (NULL: tokenizer.bin beside the model).
  * Weights stay in the mapping; nothing big is copied. */
 int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e);
+/* The same with options (NULL: the defaults, as model_load). low_mem is
+ * refused for a file that has no coded matrices. */
+int model_load_opts(Model *m, const char *path, const char *tokenizer_path, const ModelOpts *o, Err *e);
 void model_free(Model *m);                  /* accepts a zeroed Model */
 
 /* Activations (and, for runstate_init, a contiguous KV cache for one
@@ -80,6 +112,8 @@ typedef struct {
     float *value_cache;   /* (L, P, Hkv*S) */
     int *b_pos, *b_slot, *b_rows;   /* (max_T) the batch model_forward builds */
     int *b_seq;           /* (max_T) zeros: model_forward's one sequence */
+    float *row;           /* (D) low_mem: an embedding row's bytes, decoded */
+    float *head;          /* (max_logits, head_rows) low_mem: one piece of the logits */
     void *scratch;        /* quantized activations, widened weight rows */
     void *block_;         /* the one allocation all of the above are carved from */
     size_t bytes;         /* total allocated */
@@ -124,6 +158,10 @@ typedef struct {
  * Preconditions (the executor's job): 1 <= T <= max_T, n_logits <= max_logits,
  * positions < P, slots reserved, positions before each run already written. */
 float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const Batch *b);
+/* With low_mem, a coded layer that fails to decode mid-run (the file changed
+ * under the mapping; every unit was decoded once at load) makes every logit
+ * NaN, which the executor reports as an error for each sequence: never
+ * logits computed from garbage. */
 
 /* The attention of one query head q (S floats) over positions 0 .. n-1 of a
  * sequence, into out (S floats): softmax(q . k * scale) over the keys, applied

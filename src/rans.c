@@ -128,7 +128,7 @@ static uint64_t get_u64(const uint8_t *p) { return (uint64_t)get_u32(p) | (uint6
 
 /* CRC-32 with zlib's polynomial (reflected 0xEDB88320). The 1 KiB table is
  * built per call: headers are small, and the module keeps no global state. */
-static uint32_t crc32_bytes(const uint8_t *p, size_t n) {
+uint32_t rans_crc32(const uint8_t *p, size_t n) {
     uint32_t table[256];
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
@@ -455,7 +455,7 @@ int rans_encode(const uint8_t *src, size_t n, const RansParams *p, uint8_t *dst,
         pos += size;
     }
     size_t crc_at = header - CRC_BYTES;
-    put_u32(dst + crc_at, crc32_bytes(dst, crc_at));
+    put_u32(dst + crc_at, rans_crc32(dst, crc_at));
     *len = pos;
     if (sizes)
         *sizes = (RansSizes){.header = header, .table = T, .index = (size_t)K * INDEX_ENTRY,
@@ -527,7 +527,7 @@ int rans_open(RansStream *s, const uint8_t *data, size_t size, Err *e) {
         return err_set(e, ST_FORMAT, "rans: size %llu in chunks of %u needs an index of %llu entries; "
                        "the stream has %zu bytes", (unsigned long long)n, C, (unsigned long long)K, size);
     size_t crc_at = index_at + (size_t)K * INDEX_ENTRY, header = crc_at + CRC_BYTES;
-    uint32_t crc = crc32_bytes(data, crc_at), stored = get_u32(data + crc_at);
+    uint32_t crc = rans_crc32(data, crc_at), stored = get_u32(data + crc_at);
     if (crc != stored)
         return err_set(e, ST_FORMAT, "rans: byte %zu: header CRC 0x%08x, computed 0x%08x", crc_at, stored, crc);
     int st = read_table(data + FIXED_BYTES, T, FIXED_BYTES, bits, n, s->freq, e);
@@ -795,8 +795,8 @@ static int check_isa(RansIsa isa, Err *e) {
  * dst + C. On failure e names the first bad chunk. */
 static int decode_chunks(const RansStream *s, uint64_t k, int n_chunks, uint8_t *dst, RansIsa isa, Err *e) {
     Cursor c[2];
-    uint8_t *out[2];
-    size_t len[2], done[2] = {0, 0};
+    uint8_t *out[2] = {NULL, NULL};
+    size_t len[2] = {0, 0}, done[2] = {0, 0};
     for (int q = 0; q < n_chunks; q++) {
         int st = begin_chunk(s, k + q, &c[q], e);
         if (st) return st;
@@ -815,15 +815,20 @@ static int decode_chunks(const RansStream *s, uint64_t k, int n_chunks, uint8_t 
 }
 
 int rans_decode_chunk(const RansStream *s, uint64_t k, uint8_t *dst, size_t cap, RansIsa isa, Err *e) {
-    if (k >= s->n_chunks)
-        return err_set(e, ST_ARG, "rans: chunk %llu of %llu", (unsigned long long)k,
-                       (unsigned long long)s->n_chunks);
-    size_t len = rans_chunk_len(s, k);
+    return rans_decode_chunks(s, k, 1, dst, cap, isa, e);
+}
+
+int rans_decode_chunks(const RansStream *s, uint64_t k, int count, uint8_t *dst, size_t cap, RansIsa isa,
+                       Err *e) {
+    if (count < 1 || count > 2 || k >= s->n_chunks || (uint64_t)count > s->n_chunks - k)
+        return err_set(e, ST_ARG, "rans: chunks %llu..%llu of %llu", (unsigned long long)k,
+                       (unsigned long long)k + (unsigned)count - 1, (unsigned long long)s->n_chunks);
+    size_t len = (size_t)(count - 1) * s->chunk_size + rans_chunk_len(s, k + (uint64_t)count - 1);
     if (cap < len) return err_set(e, ST_ARG, "rans: chunk %llu needs %zu bytes, buffer has %zu",
                                   (unsigned long long)k, len, cap);
     int st = check_isa(isa, e);
     if (st) return st;
-    return decode_chunks(s, k, 1, dst, isa, e);
+    return decode_chunks(s, k, count, dst, isa, e);
 }
 
 /* The whole stream goes two chunks at a time (see run_avx512), pairs spread

@@ -132,6 +132,12 @@ size_t rans_chunk_len(const RansStream *s, uint64_t k);
  * byte read: a damaged chunk is found here. Allocates nothing. */
 int rans_decode_chunk(const RansStream *s, uint64_t k, uint8_t *dst, size_t cap, RansIsa isa, Err *e);
 
+/* Chunks k .. k + count - 1 (count 1 or 2) into dst, back to back: two
+ * chunks decode in lockstep, which hides the gathers' latency (the fast
+ * decoder's speed comes from it). cap >= their total length. */
+int rans_decode_chunks(const RansStream *s, uint64_t k, int count, uint8_t *dst, size_t cap, RansIsa isa,
+                       Err *e);
+
 /* Decode every chunk into dst (cap >= s->n), chunks spread over `threads`
  * OpenMP threads (<= 1: this thread alone). On failure the message names the
  * first damaged chunk. */
@@ -140,5 +146,9 @@ int rans_decode(const RansStream *s, uint8_t *dst, size_t cap, RansIsa isa, int 
 /* Open, decode all, close: for callers holding a stream in memory. */
 int rans_decode_all(const uint8_t *data, size_t size, uint8_t *dst, size_t cap, size_t *len,
                     RansIsa isa, int threads, Err *e);
+
+/* CRC-32 with zlib's polynomial: what a stream's header carries (and the
+ * blobs of wcodec.h). */
+uint32_t rans_crc32(const uint8_t *p, size_t n);
 
 #endif

@@ -454,7 +454,8 @@ static void trace_step(Runtime *rt, const StepReport *rep, double end) {
                    .kv_free = kv_free_blocks(pool), .running = engine_running(en),
                    .waiting = engine_waiting(en),
                    .stage = {rt->last.schedule, rt->last.build, rt->last.forward, rt->last.sample,
-                             rt->last.output}};
+                             rt->last.output},
+                   .decode = rt->last_decode, .decode_wait = rt->last_wait};
     int used = 0;
     if (trace_wants_block_tables(rt->trace)) {
         s.block_tables = rt->pictures;
@@ -479,6 +480,13 @@ const StepReport *rt_step(Runtime *rt) {
     for (int i = 0; i < rep->n_out; i++) deliver(rt, &rep->out[i], rep->end);
     rt->last = rep->times;
     rt->last.output += clock_seconds() - t0;
+    if (rt->model->lowmem) {   /* weights decoded during the step (model.h, lowmem.h) */
+        LmStats ls = lm_stats(rt->model->lowmem);
+        rt->last_decode = ls.decode_s - rt->codec_decode;
+        rt->last_wait = ls.wait_s - rt->codec_wait;
+        rt->codec_decode = ls.decode_s;
+        rt->codec_wait = ls.wait_s;
+    }
     rt->total.schedule += rt->last.schedule;
     rt->total.build += rt->last.build;
     rt->total.forward += rt->last.forward;
@@ -523,11 +531,24 @@ TraceMemory rt_memory(const Runtime *rt, MemStats ready) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const KvPool *p = &en->pool;
-    return (TraceMemory){
+    TraceMemory tm = {
         .weights_mapped = map_size, .weights_resident = mem_resident_bytes(map, map_size),
         .kv_bytes = p->bytes, .kv_block_bytes = 2 * (size_t)p->L * p->BS * p->KVD * sizeof(float),
         .kv_blocks = p->NB, .kv_peak_held = p->peak_held, .activations = en->exec.rs.bytes,
         .heap_peak = now.peak_bytes, .peak_rss_kb = ru.ru_maxrss,
         .allocs_in_steps = en->step_allocations,
-        .allocs_outside = now.total_count - ready.total_count - en->step_allocations};
+        .allocs_outside = now.total_count - ready.total_count - en->step_allocations,
+        .weights_coded = m->coded_bytes, .weights_decoded = m->decoded_bytes,
+        .decode_load_s = m->decode_load_s};
+    if (m->lowmem) {
+        LmStats ls = lm_stats(m->lowmem);
+        tm.low_mem = 1;
+        tm.weights_decoded = ls.buffer_bytes;
+        tm.decodes = (long)ls.decodes;
+        tm.decode_s = ls.decode_s;
+        tm.decode_min_s = ls.unit_min_s;
+        tm.decode_max_s = ls.unit_max_s;
+        tm.decode_wait_s = ls.wait_s;
+    }
+    return tm;
 }

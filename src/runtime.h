@@ -70,6 +70,8 @@ typedef struct {
     Trace *trace;                /* NULL: no tracing */
     char *pictures;              /* (pictures_cap) the KV map and block tables, for the trace */
     int pictures_cap;
+    double codec_decode, codec_wait;   /* --low-mem: the model's decode totals after the last step */
+    double last_decode, last_wait;     /* and what the last step added to them */
     StageTimes last, total;      /* the last step's stage times, and their sums;
                                     output includes delivering the text */
     int release_finished;        /* 1: free a request as soon as it has ended and its

@@ -165,25 +165,29 @@ static void say(Trace *t, double at, const char *fmt, ...) {
 
 /* "; 1.23 ms: schedule 0.001, build ..." for n steps, or nothing on the
  * step clock (the times are real, the clock is not). */
-static void stage_times(const Trace *t, char *buf, size_t cap, const double *st, long n) {
+static void stage_times(const Trace *t, char *buf, size_t cap, const double *st, const double *codec,
+                        long n) {
     buf[0] = 0;
     if (t->virtual_clock) return;
     double total = 0;
     for (int i = 0; i < TRACE_STAGES; i++) total += st[i];
-    snprintf(buf, cap, "; %.2f ms%s: schedule %.3f, build %.3f, forward %.2f, sample %.3f, output %.3f",
-             ms(total) / n, n > 1 ? "/step" : "", ms(st[0]) / n, ms(st[1]) / n, ms(st[2]) / n,
-             ms(st[3]) / n, ms(st[4]) / n);
+    int k = snprintf(buf, cap, "; %.2f ms%s: schedule %.3f, build %.3f, forward %.2f, sample %.3f, output %.3f",
+                     ms(total) / n, n > 1 ? "/step" : "", ms(st[0]) / n, ms(st[1]) / n, ms(st[2]) / n,
+                     ms(st[3]) / n, ms(st[4]) / n);
+    if (codec[0] > 0 && k > 0 && (size_t)k < cap)   /* --low-mem */
+        snprintf(buf + k, cap - (size_t)k, "; weights decoded %.2f ms, forward waited %.2f of them",
+                 ms(codec[0]) / n, ms(codec[1]) / n);
 }
 
 void trace_flush(Trace *t) {
     if (t->run_first == 0) return;
     long n = t->run_last - t->run_first + 1;
-    char seqs[32], times[160];
+    char seqs[32], times[240];
     if (t->run_seqs_min == t->run_seqs_max)
         snprintf(seqs, sizeof seqs, "%d seq%s", t->run_seqs_min, t->run_seqs_min == 1 ? "" : "s");
     else
         snprintf(seqs, sizeof seqs, "%d-%d seqs", t->run_seqs_min, t->run_seqs_max);
-    stage_times(t, times, sizeof times, t->run_time, n);
+    stage_times(t, times, sizeof times, t->run_time, t->run_codec, n);
     say(t, t->run_end, "steps %ld-%ld: decode only, %s, %ld tokens%s", t->run_first, t->run_last,
         seqs, t->run_tokens, times);
     t->run_first = 0;
@@ -384,20 +388,24 @@ void trace_step_done(Trace *t, const TraceStep *s) {
             t->run_tokens = 0;
             t->run_seqs_min = t->run_seqs_max = s->seqs;
             memset(t->run_time, 0, sizeof t->run_time);
+            memset(t->run_codec, 0, sizeof t->run_codec);
         }
         t->run_last = s->step;
         t->run_tokens += s->tokens;
         if (s->seqs < t->run_seqs_min) t->run_seqs_min = s->seqs;
         if (s->seqs > t->run_seqs_max) t->run_seqs_max = s->seqs;
         for (int i = 0; i < TRACE_STAGES; i++) t->run_time[i] += s->stage[i];
+        t->run_codec[0] += s->decode;
+        t->run_codec[1] += s->decode_wait;
         t->run_end = s->end;
         if (t->run_last - t->run_first + 1 >= RUN_MAX) trace_flush(t);
         return;
     }
     trace_flush(t);
     if (!t->text) return;
-    char times[160];
-    stage_times(t, times, sizeof times, s->stage, 1);
+    char times[240];
+    double codec[2] = {s->decode, s->decode_wait};
+    stage_times(t, times, sizeof times, s->stage, codec, 1);
     say(t, s->end, "step %ld: %d seq%s (%d prefill, %d decode tokens), %d of %d tokens; KV "
         "%d held, %d cached, %d free%s", s->step, s->seqs, s->seqs == 1 ? "" : "s", s->prefill_tokens,
         s->decode_tokens, s->tokens, s->budget, s->kv_held, s->kv_cached, s->kv_free, times);
@@ -482,4 +490,21 @@ void trace_memory_report(const Trace *t, FILE *f, const TraceMemory *m) {
             m->weights_mapped / 1e6, resident, m->kv_bytes / 1e6, m->kv_blocks,
             m->kv_block_bytes / 1e3, m->kv_peak_held, m->kv_peak_held * (double)m->kv_block_bytes / 1e6,
             m->activations / 1e6, m->heap_peak / 1e6, rss, m->allocs_in_steps, m->allocs_outside);
+    if (!m->weights_coded) return;
+    /* a compressed model: what is held coded, what decoded, and what decoding cost */
+    fprintf(f, "codec: %.1f MB of coded matrices in the file; ", m->weights_coded / 1e6);
+    if (!m->low_mem) {
+        fprintf(f, "decoded at load into %.1f MB", m->weights_decoded / 1e6);
+        if (!t->virtual_clock) fprintf(f, " in %.3f s", m->decode_load_s);
+        fprintf(f, "\n");
+        return;
+    }
+    fprintf(f, "--low-mem: kept coded, decoded a layer at a time into two buffers of %.1f MB; %ld "
+            "units decoded", m->weights_decoded / 2e6, m->decodes);
+    if (!t->virtual_clock && m->decodes)
+        fprintf(f, ", %.2f ms each (%.2f-%.2f), %.3f s in all, the forward pass waited %.3f s of it; peak "
+                "resident weights %.1f MB (the resident file and both buffers)", 1e3 * m->decode_s / m->decodes,
+                1e3 * m->decode_min_s, 1e3 * m->decode_max_s, m->decode_s, m->decode_wait_s,
+                (m->weights_resident + m->weights_decoded) / 1e6);
+    fprintf(f, "\n");
 }

@@ -78,6 +78,8 @@ typedef struct {
     int kv_held, kv_cached, kv_free; /* blocks, after the step */
     int running, waiting;            /* requests, after the step */
     double stage[TRACE_STAGES];      /* seconds in schedule, build, forward, sample, output */
+    double decode, decode_wait;      /* --low-mem: seconds decoding weights (on the helper thread,
+                                        overlapping forward) and of forward spent waiting for them */
     const char *kv_map;              /* the pool drawn by its owner, or NULL */
     const char *block_tables;        /* each running sequence's blocks, or NULL */
 } TraceStep;
@@ -91,6 +93,14 @@ typedef struct {
     size_t heap_peak;
     long peak_rss_kb;
     size_t allocs_in_steps, allocs_outside;
+    /* a compressed model (tools/compress.c): its coded matrices' bytes in the
+     * file, and the bytes they were decoded into (all of them at load, or
+     * --low-mem's two buffers); for --low-mem, per unit (a layer or a piece of
+     * the classifier) decoded: the count, the time, and the forward pass's wait */
+    size_t weights_coded, weights_decoded;
+    int low_mem;
+    long decodes;
+    double decode_s, decode_min_s, decode_max_s, decode_wait_s, decode_load_s;
 } TraceMemory;
 
 typedef struct Trace {
@@ -106,6 +116,7 @@ typedef struct Trace {
     long run_tokens;
     int run_seqs_min, run_seqs_max;
     double run_time[TRACE_STAGES];     /* summed over the run */
+    double run_codec[2];               /* decode, decode_wait summed over the run */
     double run_end;                    /* seconds at the end of the run's last step */
     /* requests alive (arrived, not finished) */
     TraceReq *reqs;

@@ -13,7 +13,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # run TOOL ARGS...: stdout, stderr and status in $tmp/out, $tmp/err, $rc
 run() { timeout 20 "$BIN/$@" > "$tmp/out" 2> "$tmp/err"; rc=$?; }
 
-for t in mkmodel bench kbench train bpe_train soak mkcorpus; do
+for t in mkmodel bench kbench train bpe_train soak mkcorpus compress; do
     if [ ! -x "$BIN/$t" ]; then bad "$BIN/$t is not built"; continue; fi
     for h in --help -h; do
         run $t $h
@@ -28,7 +28,7 @@ for t in mkmodel bench kbench train bpe_train soak mkcorpus; do
 done
 # --help after another option; a known option at the end without its value
 for tfv in "mkmodel --dim 64" "bench --runs 2" "kbench --reps 2" "train --steps 2" "bpe_train --vocab 300" \
-           "soak --requests 5" "mkcorpus --tokenizer x"; do
+           "soak --requests 5" "mkcorpus --tokenizer x" "compress --bits 12"; do
     set -- $tfv
     run $1 $2 $3 --help
     [ $rc -eq 0 ] && grep -q "usage" "$tmp/out" && ok || bad "$tfv --help -> rc $rc, stderr: $(cat "$tmp/err")"

@@ -21,6 +21,7 @@
 #   BENCH_BATCH_THREADS  its thread counts ["2"]
 #   BENCH_BATCH_ARGS     more options for bench_batch, e.g. "--concurrency 1,16" []
 #   BENCH_TRACE    0 skips the cost of tracing (tools/bench_trace.sh) [1]
+#   BENCH_CODEC    0 skips the weight codec's figures (tools/bench_codec.sh) [1]
 #
 # Models are random-weight files from tools/mkmodel.c, made once and reused
 # (delete BENCH_DIR to remake them). Before writing one, the free disk space is
@@ -105,6 +106,10 @@ if [ "$batch" != 0 ]; then
     echo
     # shellcheck disable=SC2086
     "$bin/bench_batch" --threads "$(echo $batch_threads | tr ' ' ',')" $batch_extra $models || status=$?
+fi
+if [ "${BENCH_CODEC:-1}" != 0 ]; then
+    echo
+    BENCH_BIN="$bin" BENCH_DIR="$dir" sh tools/bench_codec.sh || status=$?
 fi
 if [ "${BENCH_TRACE:-1}" != 0 ]; then
     echo

@@ -99,6 +99,7 @@
  * being the speed-up column. Units: MB = 1e6 bytes. */
 #include "runtime.h"
 #include "bench_util.h"
+#include <sys/resource.h>
 #include "clock.h"
 #include "err.h"
 #include "mem.h"
@@ -131,6 +132,7 @@ typedef struct {
     int conc[MAX_CONC];
     int n_conc;
     int prompt, decode, block, runs;
+    int low_mem;          /* --low-mem 1: compressed models stay compressed (model.h) */
     char **models;
     int n_models;
 } Args;
@@ -496,10 +498,13 @@ static void print_prompt_col(const RunResult *r) {
 
 static int bench_model(const char *path, const Args *a, Err *e) {
     Model m;
-    int st = model_load(&m, path, NULL, e);
+    ModelOpts mo = {.low_mem = a->low_mem};
+    int st = model_load_opts(&m, path, NULL, &mo, e);
     if (st) return st;
-    char label[48];
+    char label[64];
     model_label(&m, path, label, sizeof label);
+    if (m.n_coded)
+        snprintf(label + strlen(label), sizeof label - strlen(label), " %s", a->low_mem ? "rANS low-mem" : "rANS");
     int maxN = 1;
     for (int i = 0; i < a->n_conc; i++)
         if (a->conc[i] > maxN) maxN = a->conc[i];
@@ -567,6 +572,23 @@ static int bench_model(const char *path, const Args *a, Err *e) {
         snprintf(inner, sizeof inner, "%s", e->msg);
         err_set(e, st, "%s: %s", path, inner);
     }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    if (!st && !m.n_coded) printf("peak RSS of this process %.1f MB\n\n", ru.ru_maxrss / 1e3);
+    if (!st && m.n_coded) {   /* what the codec cost: compressed bytes, buffers, decode time */
+        printf("codec: %zu coded bytes in the file, ", m.coded_bytes);
+        if (m.lowmem) {
+            LmStats ls = lm_stats(m.lowmem);
+            printf("2 buffers of %.1f MB; %llu units decoded (%llu by the caller), %.1f ms each "
+                   "(%.1f-%.1f), %.2f GB/s of decoded bytes on one core; the forward pass waited %.2f s",
+                   ls.buffer_bytes / 2e6, (unsigned long long)ls.decodes, (unsigned long long)ls.misses,
+                   ls.decodes ? 1e3 * ls.decode_s / ls.decodes : 0.0, 1e3 * ls.unit_min_s, 1e3 * ls.unit_max_s,
+                   ls.decode_s > 0 ? ls.bytes / ls.decode_s / 1e9 : 0.0, ls.wait_s);
+        } else {
+            printf("decoded at load into %.1f MB in %.2f s", m.decoded_bytes / 1e6, m.decode_load_s);
+        }
+        printf("; peak RSS of this process %.1f MB\n\n", ru.ru_maxrss / 1e3);
+    }
     prompts_free(&pr);
     model_free(&m);
     return st;
@@ -582,10 +604,13 @@ static int add_unique(int *v, int n, int x) {
 /* KV waste on one model for every N of --concurrency, and 16 and 64. */
 static int bench_kv(const char *path, const Args *a, Err *e) {
     Model m;
-    int st = model_load(&m, path, NULL, e);
+    ModelOpts mo = {.low_mem = a->low_mem};
+    int st = model_load_opts(&m, path, NULL, &mo, e);
     if (st) return st;
-    char label[48];
+    char label[64];
     model_label(&m, path, label, sizeof label);
+    if (m.n_coded)
+        snprintf(label + strlen(label), sizeof label - strlen(label), " %s", a->low_mem ? "rANS low-mem" : "rANS");
     int ns[MAX_CONC + 2], n_ns = 0;
     for (int i = 0; i < a->n_conc; i++) n_ns = add_unique(ns, n_ns, a->conc[i]);
     n_ns = add_unique(ns, n_ns, 16);
@@ -764,6 +789,8 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
             if (parse_int(flag, val, 1, 4096, &a->block, e)) return ST_ARG;
         } else if (strcmp(flag, "--runs") == 0) {
             if (parse_int(flag, val, 1, MAX_RUNS, &a->runs, e)) return ST_ARG;
+        } else if (strcmp(flag, "--low-mem") == 0) {
+            if (parse_int(flag, val, 0, 1, &a->low_mem, e)) return ST_ARG;
         } else {
             return err_set(e, ST_ARG, "unknown option %s", flag);
         }
@@ -779,7 +806,7 @@ int main(int argc, char **argv) {
     Err e = {{0}};
     if (argc == 1) {
         printf("usage: bench_batch [--threads 2] [--concurrency 1,4,16,64] [--prompt 32] [--decode 32] "
-               "[--block 16] [--runs 1] MODEL.gguf ...\n");
+               "[--block 16] [--runs 1] [--low-mem 0|1] MODEL.gguf ...\n");
         return 0;
     }
     if (parse_args(argc, argv, &a, &e)) {

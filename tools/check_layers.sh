@@ -28,7 +28,7 @@ forbid() {
     done
 }
 
-STAGES="runtime.h engine.h scheduler.h executor.h model.h kv_paged.h sequence.h rans.h"
+STAGES="runtime.h engine.h scheduler.h executor.h model.h kv_paged.h sequence.h rans.h wcodec.h lowmem.h"
 forbid "model.c model.h" "runtime.h engine.h scheduler.h executor.h" \
     "the model knows nothing of serving"
 forbid "scheduler.c scheduler.h" "model.h executor.h runtime.h engine.h" \
@@ -39,6 +39,9 @@ forbid "engine.c engine.h" "runtime.h trace.h" "the engine reports upward, it ne
 forbid "sequence.h" "runtime.h engine.h scheduler.h executor.h model.h trace.h" \
     "sequence.h is a leaf of plain data"
 forbid "trace.c trace.h" "$STAGES" "the trace is told, it never reaches into a stage"
+forbid "rans.c rans.h wcodec.c wcodec.h lowmem.c lowmem.h" \
+    "model.h runtime.h engine.h scheduler.h executor.h kv_paged.h sequence.h trace.h" \
+    "the codec is told which bytes to decode; it knows no model"
 # kv_paged includes only mem.h and err.h
 for f in kv_paged.c kv_paged.h; do
     [ -f "$dir/$f" ] || continue

@@ -23,7 +23,9 @@
  * probability bits, state counts and chunk sizes. */
 #include "err.h"
 #include "mem.h"
+#include "ops.h"
 #include "rans.h"
+#include "wcodec.h"
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -210,12 +212,66 @@ static int rans_seeds(const char *dir) {
     return st;
 }
 
+/* ------------------------------------------------------------ coded tensors */
+
+/* A blob of each layout (wcodec.h): Gaussian-ish weights in F32, F16, BF16
+ * and Q8_0, small groups so there are several chunks, and raw bytes. */
+static int wcodec_seeds(const char *dir) {
+    static const struct { const char *name; int type; uint64_t ne0, ne1; uint32_t group; } seed[] = {
+        {"bf16-64x8-group-128.rnsw", DT_BF16, 64, 8, 128}, {"f16-40x3-group-32.rnsw", DT_F16, 40, 3, 32},
+        {"f32-32x4.rnsw", DT_F32, 32, 4, 0},               {"q8_0-64x6-group-64.rnsw", DT_Q8_0, 64, 6, 64},
+        {"raw-100x2.rnsw", 12, 100, 2, 64},
+    };
+    int st = 0;
+    uint64_t s = 99;
+    for (size_t k = 0; k < sizeof seed / sizeof seed[0]; k++) {
+        uint64_t n = seed[k].ne0 * seed[k].ne1, ne[2] = {seed[k].ne0, seed[k].ne1};
+        float row[128];
+        uint8_t buf[4096];
+        size_t at = 0;
+        for (uint64_t i = 0; i < n; i += seed[k].ne0) {
+            for (uint64_t j = 0; j < seed[k].ne0; j++) {   /* a sum of uniforms: near Gaussian, small */
+                double g = 0;
+                for (int u = 0; u < 4; u++) g += (double)(rng_next(&s) >> 11) * 0x1p-53 - 0.5;
+                row[j] = (float)(g * 0.05);
+            }
+            int t = seed[k].type;
+            if (t == DT_Q8_0) {
+                quantize_row_q8_0_ref((BlockQ8_0 *)(buf + at), row, (int)seed[k].ne0);
+                at += seed[k].ne0 / 32 * sizeof(BlockQ8_0);
+            } else {
+                for (uint64_t j = 0; j < seed[k].ne0; j++) {
+                    if (t == DT_F32) memcpy(buf + at + 4 * j, &row[j], 4);
+                    else if (t == 12) buf[at + j] = (uint8_t)rng_next(&s);
+                    else {
+                        uint16_t h = t == DT_F16 ? fp32_to_fp16(row[j]) : fp32_to_bf16(row[j]);
+                        memcpy(buf + at + 2 * j, &h, 2);
+                    }
+                }
+                at += seed[k].ne0 * (t == DT_F32 ? 4 : t == 12 ? 1 : 2);
+            }
+        }
+        uint8_t *out;
+        size_t len;
+        Err e;
+        if (wc_encode(buf, at, seed[k].type, 2, ne, seed[k].group, NULL, &out, &len, NULL, NULL, &e) != ST_OK) {
+            fprintf(stderr, "mkcorpus: %s: %s\n", seed[k].name, e.msg);
+            st = 1;
+            continue;
+        }
+        st |= write_file(dir, seed[k].name, out, len);
+        mem_free(out);
+    }
+    return st;
+}
+
 /* ------------------------------------------------------------ main */
 
 static void usage(FILE *f) {
     fprintf(f, "usage: mkcorpus [--tokenizer TOKENIZER.BIN] DIR\n"
-               "  writes DIR/fuzz_llama2c/ (checkpoint + tokenizer pairs) and DIR/fuzz_rans/\n"
-               "  (encoder streams): the fuzz seeds no other tool makes (tests/fuzz/seeds.sh)\n");
+               "  writes DIR/fuzz_llama2c/ (checkpoint + tokenizer pairs), DIR/fuzz_rans/\n"
+               "  (encoder streams) and DIR/fuzz_wcodec/ (coded tensors): the fuzz seeds no\n"
+               "  other tool makes (tests/fuzz/seeds.sh)\n");
 }
 
 int main(int argc, char **argv) {
@@ -249,5 +305,8 @@ int main(int argc, char **argv) {
     snprintf(sub, sizeof sub, "%s/fuzz_rans", dir);
     mkdir(sub, 0755);
     st |= rans_seeds(sub);
+    snprintf(sub, sizeof sub, "%s/fuzz_wcodec", dir);
+    mkdir(sub, 0755);
+    st |= wcodec_seeds(sub);
     return st ? 1 : 0;
 }

@@ -12,6 +12,7 @@
 #   fuzz_tokenizer  llama.cpp's tokenizer test strings, corpus lines, bad UTF-8
 #   fuzz_workload   the example workloads and lines with every field
 #   fuzz_rans       streams the encoder wrote (tools/mkcorpus)
+#   fuzz_wcodec     coded tensors of each layout (tools/mkcorpus)
 set -e
 B=${BIN:-build/fast}
 FX=${FIXTURES:-../shared/fixtures}
@@ -36,7 +37,7 @@ for t in q8_0 f32; do
         --ctx 16 --steps 1 --batch 1 --warmup 1 --no-eval --threads 1 $flag > /dev/null
 done
 
-# --- fuzz_llama2c, fuzz_rans
+# --- fuzz_llama2c, fuzz_rans, fuzz_wcodec
 $B/mkcorpus --tokenizer $FX/tiny/tokenizer.bin $D > /dev/null
 
 # --- fuzz_tokenizer: each test string of llama.cpp's tokenizer tests, a few

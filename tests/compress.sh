@@ -1,0 +1,76 @@
+#!/bin/sh
+# compress.sh - compressed model files end to end (tools/compress.c, src/wcodec.c,
+# src/lowmem.c), on the default model and the fixture models:
+#  1. compress, then compress --decode: the original file, byte for byte.
+#  2. infer on the compressed file, and with --low-mem: the greedy text of the
+#     original, token for token (both kernel paths for the default model).
+#  3. What it must refuse, with one line: --low-mem on an uncompressed file,
+#     compressing a compressed file, a coded tensor with a damaged payload (at
+#     load, in either mode), --decode of a file that is not compressed.
+# Under CI=true a missing fixture is a failure; elsewhere it is skipped.
+# Prints "N passed, N failed"; exits non-zero on any failure.
+INFER=${INFER:-build/asan/infer}
+BIN=$(dirname "$INFER")
+FIX=${FIXTURES:-../shared/fixtures}
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+greedy() {   # MODEL [more infer options]: the greedy text of a fixed prompt
+    m=$1; shift
+    timeout 120 "$INFER" --model "$m" --prompt "ROMEO:" -n 24 --temperature 0 --threads 2 "$@" 2> "$tmp/err"
+}
+
+check_model() {   # NAME PATH
+    name=$1; src=$2
+    if ! "$BIN/compress" "$src" "$tmp/$name.rans.gguf" > "$tmp/table" 2> "$tmp/err"; then
+        bad "$name: compress failed: $(cat "$tmp/err")"; return
+    fi
+    grep -q "^coded matrices" "$tmp/table" && ok || bad "$name: no summary in: $(tail -3 "$tmp/table")"
+    if "$BIN/compress" --decode "$tmp/$name.rans.gguf" "$tmp/$name.back.gguf" > /dev/null 2> "$tmp/err" &&
+       cmp -s "$src" "$tmp/$name.back.gguf"; then ok; else bad "$name: --decode did not restore the file: $(cat "$tmp/err")"; fi
+    want=$(greedy "$src") || { bad "$name: infer on the original failed: $(cat "$tmp/err")"; return; }
+    for mode in "" "--low-mem" "--low-mem --isa plain"; do
+        got=$(greedy "$tmp/$name.rans.gguf" $mode) || { bad "$name $mode: infer failed: $(cat "$tmp/err")"; continue; }
+        [ "$got" = "$want" ] && ok || bad "$name compressed $mode: '$got', the original gives '$want'"
+    done
+}
+
+check_model shakespeare data/shakespeare.gguf
+"$BIN/compress" --retype bf16 data/shakespeare.gguf "$tmp/bf16.gguf" > /dev/null 2>&1 \
+    && check_model shakespeare-bf16 "$tmp/bf16.gguf" || bad "compress --retype bf16 failed"
+for f in tiny-f32 tiny-f16 tiny-bf16 tiny-q8_0; do
+    if [ -f "$FIX/tiny/$f.gguf" ]; then
+        check_model "$f" "$FIX/tiny/$f.gguf"
+    elif [ "${CI:-}" = true ]; then
+        bad "fixture $FIX/tiny/$f.gguf is missing, and under CI that is a failure"
+    else
+        echo "SKIP: fixture $FIX/tiny/$f.gguf not found (no ../shared here)"
+    fi
+done
+
+# refusals: one line, non-zero status, no crash
+one_line() {   # WHAT PATTERN: $tmp/err holds one line matching PATTERN
+    [ "$(wc -l < "$tmp/err")" -eq 1 ] && grep -q "$2" "$tmp/err" && ok || bad "$1: $(cat "$tmp/err")"
+}
+greedy data/shakespeare.gguf --low-mem > /dev/null; [ $? -ne 0 ] && one_line "--low-mem, uncompressed" "needs a compressed" \
+    || bad "--low-mem on an uncompressed file was accepted"
+"$BIN/compress" "$tmp/shakespeare.rans.gguf" "$tmp/twice.gguf" > /dev/null 2> "$tmp/err"
+[ $? -ne 0 ] && one_line "compressing twice" "compressed already" || bad "a compressed file was compressed again"
+"$BIN/compress" --decode data/shakespeare.gguf "$tmp/x.gguf" > /dev/null 2> "$tmp/err"
+[ $? -ne 0 ] && one_line "--decode of an uncompressed file" "rans.version" || bad "--decode accepted an uncompressed file"
+# a byte in the middle of the last coded tensor's payload: found at load in both modes
+size=$(wc -c < "$tmp/shakespeare.rans.gguf")
+cp "$tmp/shakespeare.rans.gguf" "$tmp/damaged.gguf"
+printf '\377\377\377\377' | dd of="$tmp/damaged.gguf" bs=1 seek=$((size - 2000)) conv=notrunc 2> /dev/null
+for mode in "" "--low-mem"; do
+    greedy "$tmp/damaged.gguf" $mode > /dev/null
+    [ $? -ne 0 ] && one_line "damaged payload $mode" "chunk\|damaged\|CRC" || bad "a damaged file loaded ($mode)"
+done
+"$BIN/compress" --decode "$tmp/damaged.gguf" "$tmp/x.gguf" > /dev/null 2> "$tmp/err"
+[ $? -ne 0 ] && [ ! -e "$tmp/x.gguf" ] && one_line "--decode of a damaged file" "chunk\|damaged\|CRC" \
+    || bad "--decode of a damaged file: $(cat "$tmp/err")"
+
+echo "compress: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
