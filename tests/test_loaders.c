@@ -9,6 +9,7 @@
 #include "model.h"
 #include "testutil.h"
 #include "tokenizer.h"
+#include "wcodec.h"
 #include "workload.h"
 #include <signal.h>
 #include <sys/stat.h>
@@ -243,6 +244,69 @@ static void rope_scaling_types_not_implemented_are_refused(void **st) {
     model_free(&m);
     unlink(path);
     free(none.bytes), free(b.bytes);
+}
+
+/* A compressed file (tools/compress) whose coded matrix claims a 4-bit type
+ * with bytes that are not its rows: the codec keeps such types whole and
+ * checks no size, so the loader does. Made from the Q4_K_M fixture:
+ * blk.0.attn_q.weight (256 x 256 Q4_K, 36864 bytes) becomes a 1-D byte
+ * tensor holding a coded blob of one block less, and rans.version (with a
+ * padding key, 64 bytes in all with the dimension dropped) marks the file. */
+static void coded_small_format_matrix_of_the_wrong_size_is_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "quant/quant-q4_k_m.gguf")) return;
+    char path[64];
+    write_temp(path, sizeof path, b.bytes, b.size);
+    Gguf g;
+    Err e;
+    assert_int_equal(gguf_open(&g, path, &e), ST_OK);
+    uint64_t i = 0;
+    while (i < g.n_tensors && !gguf_str_eq(g.tensors[i].name, "blk.0.attn_q.weight")) i++;
+    assert_true(i < g.n_tensors);
+    assert_int_equal(g.tensors[i].type, DT_Q4_K);
+    assert_int_equal(g.tensors[i].nbytes, 36864);
+    size_t data_at = (size_t)((const unsigned char *)g.tensors[i].data - g.map);
+    gguf_close(&g);
+    unlink(path);
+    TensorAt at = tensor_at(&b, i);
+
+    uint64_t ne[4] = {256, 256, 1, 1};
+    uint8_t *blob;
+    size_t len;
+    WcPlane planes[WC_MAX_PLANES];
+    int np;
+    assert_int_equal(wc_encode(b.bytes + data_at, 36864 - 144, DT_Q4_K, 2, ne, 0, NULL, &blob, &len,
+                               planes, &np, &e), ST_OK);
+    assert_true(len <= 36864);
+
+    unsigned char kv[72], *p = kv;
+    uint64_t kl = 12, vl = 12;
+    uint32_t t32 = GG_U32, one = 1, tstr = GG_STRING;
+    memcpy(p, &kl, 8), memcpy(p + 8, "rans.version", 12), p += 20;
+    memcpy(p, &t32, 4), memcpy(p + 4, &one, 4), p += 8;
+    memcpy(p, &kl, 8), memcpy(p + 8, "test.padding", 12), p += 20;
+    memcpy(p, &tstr, 4), memcpy(p + 4, &vl, 8), memcpy(p + 12, "twelve bytes", 12), p += 24;
+    assert_int_equal(p - kv, 72);
+    Blob c = {calloc(1, b.size + 64), b.size + 64};
+    assert_non_null(c.bytes);
+    size_t o = 0;
+    memcpy(c.bytes, b.bytes, 24), o = 24;
+    memcpy(c.bytes + o, kv, 72), o += 72;
+    memcpy(c.bytes + o, b.bytes + 24, at.dims - 4 - 24), o += at.dims - 4 - 24;   /* up to n_dims */
+    uint32_t dims1 = 1, i8 = GGUF_TYPE_I8;
+    uint64_t blob_len = len;
+    memcpy(c.bytes + o, &dims1, 4), o += 4;
+    memcpy(c.bytes + o, &blob_len, 8), o += 8;
+    memcpy(c.bytes + o, &i8, 4), o += 4;
+    memcpy(c.bytes + o, b.bytes + at.offset, b.size - at.offset), o += b.size - at.offset;
+    assert_int_equal(o, c.size);
+    uint64_t n_kv;
+    memcpy(&n_kv, c.bytes + 16, 8);
+    n_kv += 2;
+    memcpy(c.bytes + 16, &n_kv, 8);
+    memcpy(c.bytes + data_at + 64, blob, len);
+    expect_refused(&c, c.size, "codes 36720 bytes of Q4_K, want 36864 (256 rows of 256)");
+    mem_free(blob), free(c.bytes), free(b.bytes);
 }
 
 /* rope_freqs.weight must hold one positive finite divisor per RoPE pair. */
@@ -575,6 +639,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(gguf_absurd_layer_count_is_refused),
         cmocka_unit_test(gguf_block_formats_with_cut_blocks_or_partial_rows_are_refused),
         cmocka_unit_test(rope_scaling_types_not_implemented_are_refused),
+        cmocka_unit_test(coded_small_format_matrix_of_the_wrong_size_is_refused),
         cmocka_unit_test(rope_freqs_of_the_wrong_size_or_value_are_refused),
         cmocka_unit_test(llama2c_truncated_checkpoint_is_refused),
         cmocka_unit_test(llama2c_absurd_header_is_refused),
