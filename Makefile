@@ -4,6 +4,7 @@
 #                 stepped through in gdb
 #   make fast     optimised build: build/fast/infer (what run and bench use)
 #   make test     every test, built with AddressSanitizer + UBSan, in build/asan/
+#                 (and the debug build, for the gdb walkthroughs of notes/gdb)
 #   make fuzz     libFuzzer targets (clang), each run FUZZ_SECONDS over its corpus
 #   make soak     10,000 mixed requests through the runtime; checks nothing leaks
 #   make exercise EX=NAME   one exercise of exercises/ (your mine.c, else the
@@ -108,7 +109,9 @@ TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train s
 # tests/exercises.sh builds each exercise's variants from these objects, with
 # the flags and libraries given here.
 EX_ENV = CC="$(CC)" EX_FLAGS="$(ASAN_FLAGS)" EX_LIBS="$(LIBS)" FIXTURES=$(FIXTURES)
-test: $(patsubst tests/%.c,build/asan/%,$(TEST_SRC)) build/asan/infer $(TESTED_TOOLS)
+# tests/gdb.sh steps through the debug build: the walkthroughs of notes/gdb.
+test: $(patsubst tests/%.c,build/asan/%,$(TEST_SRC)) build/asan/infer $(TESTED_TOOLS) \
+      build/infer build/rans_bench
 	@$(EX_ENV) INFER=build/asan/infer sh tests/run_all.sh $(patsubst tests/%.c,build/asan/%,$(TEST_SRC))
 
 # --- exercises (exercises/README.md) ---------------------------------------

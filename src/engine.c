@@ -151,6 +151,14 @@ void engine_drop(Engine *en, Sequence *q) {
     kv_seq_free(&q->kv);
 }
 
+static void fork_samples(Engine *en, Sequence *first, int i);
+
+/* exercises/engine_output/ hollows these two functions: built with
+ * -DEXERCISE_ENGINE_OUTPUT, the file that macro names stands in their place
+ * (tools/exercise.sh). */
+#ifdef EXERCISE_ENGINE_OUTPUT
+#include EXERCISE_ENGINE_OUTPUT
+#else
 /* A sampled token joins its sequence; the engine's stop rules are checked. */
 static void append(Engine *en, Sequence *q, int token, const Sequence *forked_from) {
     q->tokens[q->n_tokens++] = token;
@@ -166,6 +174,28 @@ static void append(Engine *en, Sequence *q, int token, const Sequence *forked_fr
         o->fork = (typeof(o->fork)){forked_from->id, q->slot, q->kv.n_blocks, q->kv.n_tokens};
     if (why != FIN_NONE) engine_finish(en, q, why);
 }
+
+/* What the step produced, item by item of the plan: nothing for a chunk of
+ * prefill that samples no token; the end for a sequence whose logits were
+ * not finite; otherwise its samples fork (if it is the first of n and they
+ * wait on it), and then its own token is appended. That order matters: the
+ * token may finish the sequence, which gives its blocks back, and the
+ * samples are to share them. */
+static void step_outputs(Engine *en, const StepPlan *plan, const int *sampled) {
+    for (int i = 0; i < plan->n_items; i++) {
+        if (sampled[i] == EXEC_NO_TOKEN) continue;
+        Sequence *q = plan->items[i].seq;
+        if (sampled[i] == EXEC_NONFINITE) {   /* never sample from NaN: it ends here */
+            en->report.out[en->report.n_out++] =
+                (StepOutput){.seq = q, .token = -1, .finish = FIN_ERROR, .fork = {.from = -1}};
+            engine_finish(en, q, FIN_ERROR);
+            continue;
+        }
+        if (q->fork_next && !q->fork_parent) fork_samples(en, q, i);
+        append(en, q, sampled[i], NULL);
+    }
+}
+#endif
 
 /* first's prompt is computed and item i of the plan sampled its first token:
  * each sample waiting on it goes into a free slot sharing its blocks and
@@ -203,18 +233,7 @@ const StepReport *engine_step(Engine *en) {
         const int *sampled = exec_run(&en->exec, plan);
         double t2 = clock_seconds();
         sched_commit(&en->sched, plan);
-        for (int i = 0; i < plan->n_items; i++) {
-            if (sampled[i] == EXEC_NO_TOKEN) continue;
-            Sequence *q = plan->items[i].seq;
-            if (sampled[i] == EXEC_NONFINITE) {   /* never sample from NaN: it ends here */
-                en->report.out[en->report.n_out++] =
-                    (StepOutput){.seq = q, .token = -1, .finish = FIN_ERROR, .fork = {.from = -1}};
-                engine_finish(en, q, FIN_ERROR);
-                continue;
-            }
-            if (q->fork_next && !q->fork_parent) fork_samples(en, q, i);
-            append(en, q, sampled[i], NULL);
-        }
+        step_outputs(en, plan, sampled);
         rep->times.build = en->exec.t_build;
         rep->times.forward = en->exec.t_forward;
         rep->times.sample = en->exec.t_sample;
@@ -243,6 +262,11 @@ static void put(char *buf, int cap, int *n, const char *s, int len) {
     buf[*n] = 0;
 }
 
+/* exercises/kv_map/ hollows this function: built with -DEXERCISE_KV_MAP,
+ * the file that macro names stands in its place (tools/exercise.sh). */
+#ifdef EXERCISE_KV_MAP
+#include EXERCISE_KV_MAP
+#else
 int engine_kv_map(const Engine *en, char *buf, int cap) {
     const KvPool *p = &en->pool;
     enum { PER_LINE = 64 };
@@ -273,6 +297,7 @@ int engine_kv_map(const Engine *en, char *buf, int cap) {
     }
     return n;
 }
+#endif
 
 int engine_block_tables(const Engine *en, char *buf, int cap) {
     const KvPool *p = &en->pool;

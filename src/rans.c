@@ -191,7 +191,14 @@ static double loss_of_one_fewer(uint64_t c, uint32_t f) { return (double)c * log
  * first to make the sum exact, from where a slot costs least or saves most,
  * then from one symbol to another while that lowers the cost. For a separable
  * convex cost no single move improving means no set of moves can, so the
- * result is the cheapest table with integer frequencies. */
+ * result is the cheapest table with integer frequencies.
+ *
+ * exercises/rans_normalize/ hollows this function: built with
+ * -DEXERCISE_RANS_NORMALIZE, the file that macro names stands in its place
+ * (tools/exercise.sh). */
+#ifdef EXERCISE_RANS_NORMALIZE
+#include EXERCISE_RANS_NORMALIZE
+#else
 int rans_normalize(const uint64_t count[256], int bits, uint32_t freq[256], Err *e) {
     memset(freq, 0, 256 * sizeof freq[0]);
     if (bits < RANS_BITS_MIN || bits > RANS_BITS_MAX)
@@ -259,6 +266,7 @@ int rans_normalize(const uint64_t count[256], int bits, uint32_t freq[256], Err 
     }
     return ST_OK;
 }
+#endif
 
 /* ------------------------------------------------------------ the table's bytes */
 
@@ -573,14 +581,18 @@ int rans_open(RansStream *s, const uint8_t *data, size_t size, Err *e) {
     if (n == 0) return ST_OK;   /* nothing to decode: no tables */
 
     const size_t M = (size_t)1 << bits;
-    s->block_ = mem_alloc(M * sizeof(uint32_t) + M + 4);
+    const int packed = bits <= RANS_PACKED_BITS;
+    s->block_ = mem_alloc((packed ? 2 : 1) * M * sizeof(uint32_t) + M + 4);
     if (!s->block_) return err_set(e, ST_NOMEM, "rans: cannot allocate decode tables for 2^%d slots", bits);
     s->slot_info = s->block_;
-    s->slot_sym = (uint8_t *)(s->slot_info + M);
+    s->slot_packed = packed ? s->slot_info + M : NULL;
+    s->slot_sym = (uint8_t *)(s->slot_info + (packed ? 2 : 1) * M);
     for (int c = 0; c < 256; c++)
         for (uint32_t slot = s->start[c]; slot < s->start[c + 1]; slot++) {
             s->slot_sym[slot] = (uint8_t)c;
             s->slot_info[slot] = s->freq[c] | (slot - s->start[c]) << 16;
+            if (packed)   /* freq - 1 and slot - start fit 12 bits each, the symbol the top 8 */
+                s->slot_packed[slot] = (s->freq[c] - 1) | (slot - s->start[c]) << 12 | (uint32_t)c << 24;
         }
     return ST_OK;
 }
@@ -647,6 +659,18 @@ RANS_AVX512_INLINE __m512i pop16(__m512i x, const RansStream *s, __m512i mask, _
     return _mm512_add_epi32(_mm512_mullo_epi32(freq, _mm512_srl_epi32(x, shift)), bias);
 }
 
+/* The same from the packed table (bits <= 12): one gather gives the symbol,
+ * freq - 1 and slot - start together. Gathers bound this decoder, so halving
+ * them is most of its speed on low-entropy planes, whose streams use few bits. */
+RANS_AVX512_INLINE __m512i pop16_packed(__m512i x, const RansStream *s, __m512i mask, __m128i shift, uint8_t *out) {
+    __m512i slot = _mm512_and_si512(x, mask);
+    __m512i v = _mm512_i32gather_epi32(slot, (const void *)s->slot_packed, 4);
+    _mm_storeu_si128((__m128i *)out, _mm512_cvtepi32_epi8(_mm512_srli_epi32(v, 24)));
+    __m512i freq = _mm512_add_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0xFFF)), _mm512_set1_epi32(1));
+    __m512i bias = _mm512_and_si512(_mm512_srli_epi32(v, 12), _mm512_set1_epi32(0xFFF));
+    return _mm512_add_epi32(_mm512_mullo_epi32(freq, _mm512_srl_epi32(x, shift)), bias);
+}
+
 /* One refill round for the lanes in `need`: they take consecutive bytes from
  * at, in lane order (a masked expand), x = x << 8 | byte. */
 RANS_AVX512_INLINE __m512i refill16(__m512i x, __mmask16 need, const uint8_t *at) {
@@ -664,8 +688,8 @@ RANS_AVX512_INLINE __mmask16 below_L8(__m512i x) {
 
 /* One group of N = 16 symbols; returns the new byte position. */
 RANS_AVX512_INLINE const uint8_t *group16(__m512i *a, const uint8_t *p, const RansStream *s, __m512i mask,
-                                           __m128i shift, uint8_t *out) {
-    __m512i x = pop16(*a, s, mask, shift, out);
+                                           __m128i shift, uint8_t *out, const int packed) {
+    __m512i x = packed ? pop16_packed(*a, s, mask, shift, out) : pop16(*a, s, mask, shift, out);
     __mmask16 r0 = below_L(x), r1 = below_L8(x);
     const uint8_t *p1 = p + __builtin_popcount(r0);
     x = refill16(x, r0, p);
@@ -676,8 +700,9 @@ RANS_AVX512_INLINE const uint8_t *group16(__m512i *a, const uint8_t *p, const Ra
 /* One group of N = 32 symbols, states 0-15 in a and 16-31 in b: round 0 of
  * a, round 0 of b, round 1 of a, round 1 of b, as the plain loop reads. */
 RANS_AVX512_INLINE const uint8_t *group32(__m512i *a, __m512i *b, const uint8_t *p, const RansStream *s,
-                                           __m512i mask, __m128i shift, uint8_t *out) {
-    __m512i xa = pop16(*a, s, mask, shift, out), xb = pop16(*b, s, mask, shift, out + 16);
+                                           __m512i mask, __m128i shift, uint8_t *out, const int packed) {
+    __m512i xa = packed ? pop16_packed(*a, s, mask, shift, out) : pop16(*a, s, mask, shift, out);
+    __m512i xb = packed ? pop16_packed(*b, s, mask, shift, out + 16) : pop16(*b, s, mask, shift, out + 16);
     __mmask16 a0 = below_L(xa), b0 = below_L(xb), a1 = below_L8(xa), b1 = below_L8(xb);
     const uint8_t *pb0 = p + __builtin_popcount(a0);
     const uint8_t *pa1 = pb0 + __builtin_popcount(b0);
@@ -702,7 +727,7 @@ static inline int room(const Cursor *c, const uint8_t *p, size_t i, size_t len, 
  * each. The states live in named registers: GCC keeps arrays of vectors in
  * memory. */
 RANS_AVX512_INLINE size_t run_avx512(const RansStream *s, Cursor *c, uint8_t *const *out, const size_t *len,
-                                     const int two, const int N) {
+                                     const int two, const int N, const int packed) {
     const __m512i mask = _mm512_set1_epi32((int)((1u << s->bits) - 1));
     const __m128i shift = _mm_cvtsi32_si128(s->bits);
     __m512i a0 = _mm512_loadu_si512(c[0].x), b0 = _mm512_setzero_si512();
@@ -714,11 +739,11 @@ RANS_AVX512_INLINE size_t run_avx512(const RansStream *s, Cursor *c, uint8_t *co
     size_t i = 0;
     while (room(&c[0], p0, i, len[0], N) && (!two || room(&c[1], p1, i, len[1], N))) {
         if (N == 16) {
-            p0 = group16(&a0, p0, s, mask, shift, out[0] + i);
-            if (two) p1 = group16(&a1, p1, s, mask, shift, out[1] + i);
+            p0 = group16(&a0, p0, s, mask, shift, out[0] + i, packed);
+            if (two) p1 = group16(&a1, p1, s, mask, shift, out[1] + i, packed);
         } else {
-            p0 = group32(&a0, &b0, p0, s, mask, shift, out[0] + i);
-            if (two) p1 = group32(&a1, &b1, p1, s, mask, shift, out[1] + i);
+            p0 = group32(&a0, &b0, p0, s, mask, shift, out[0] + i, packed);
+            if (two) p1 = group32(&a1, &b1, p1, s, mask, shift, out[1] + i, packed);
         }
         i += (size_t)N;
     }
@@ -738,16 +763,20 @@ RANS_AVX512_INLINE size_t run_avx512(const RansStream *s, Cursor *c, uint8_t *co
  * plain loop finishes each. N must be 16 or 32. */
 static RANS_AVX512_FN void decode_avx512(const RansStream *s, Cursor *c, int n_chunks, uint8_t *const *out,
                                          const size_t *len, size_t *done) {
-    const int N = s->n_states;
+    const int N = s->n_states, packed = s->slot_packed != NULL;
+    /* each combination spelt out, so that every loop is compiled for its constants */
+#define RUN(cur, o, l, two) (packed ? (N == 16 ? run_avx512(s, cur, o, l, two, 16, 1) : run_avx512(s, cur, o, l, two, 32, 1)) \
+                                    : (N == 16 ? run_avx512(s, cur, o, l, two, 16, 0) : run_avx512(s, cur, o, l, two, 32, 0)))
     if (n_chunks == 2) {
-        size_t i = N == 16 ? run_avx512(s, c, out, len, 1, 16) : run_avx512(s, c, out, len, 1, 32);
+        size_t i = RUN(c, out, len, 1);
         done[0] = done[1] = i;
     }
     for (int k = 0; k < n_chunks; k++) {
         uint8_t *o = out[k] + done[k];
         size_t rest = len[k] - done[k];
-        done[k] += N == 16 ? run_avx512(s, &c[k], &o, &rest, 0, 16) : run_avx512(s, &c[k], &o, &rest, 0, 32);
+        done[k] += RUN(&c[k], &o, &rest, 0);
     }
+#undef RUN
 }
 #endif
 

@@ -30,6 +30,7 @@ enum {
     RANS_MAX_STATES = 32,        /* N is 1, 2, 4, 8, 16 or 32 */
     RANS_L_BITS = 23,            /* states live in [L, 256 L) = [2^23, 2^31) */
     RANS_VERSION = 1,
+    RANS_PACKED_BITS = 12,       /* up to here a slot's symbol, freq - 1 and offset fit 32 bits */
 };
 #define RANS_L (1u << RANS_L_BITS)
 #define RANS_CHUNK_MAX (1u << 30)    /* largest chunk size C */
@@ -115,7 +116,9 @@ typedef struct {
     uint32_t start[257];   /* start[s] = freq[0] + ... + freq[s - 1] */
     uint8_t *slot_sym;     /* (2^bits + 4) symbol of each slot; 4 spare bytes for 32-bit gathers */
     uint32_t *slot_info;   /* (2^bits) freq | (slot - start) << 16, what the fast decoder gathers */
-    void *block_;          /* the one allocation behind the two tables */
+    uint32_t *slot_packed; /* bits <= RANS_PACKED_BITS: (freq - 1) | (slot - start) << 12 | symbol << 24,
+                              so the fast decoder needs one gather a symbol instead of two; else NULL */
+    void *block_;          /* the one allocation behind the tables */
 } RansStream;
 
 /* Check data (size bytes) as a stream: magic, version, fields in range, the

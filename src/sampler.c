@@ -68,6 +68,29 @@ static void sift_down(Cand *h, int n, int i) {
     }
 }
 
+/* exercises/sampler_nucleus/ hollows this function: built with -DEXERCISE_SAMPLER_NUCLEUS,
+ * the file that macro names stands in its place (tools/exercise.sh). */
+#ifdef EXERCISE_SAMPLER_NUCLEUS
+#include EXERCISE_SAMPLER_NUCLEUS
+#else
+/* The nucleus among n candidates sorted by probability, highest first: how
+ * many of the first ones to keep, 1..n. Their probabilities may sum to less
+ * than 1 (top-k, or the cut-off above, dropped some), so top_p is a share of
+ * what they hold, not of 1: renormalising first, then cutting, is the same
+ * thing. The nucleus is the smallest prefix whose share exceeds top_p; the
+ * candidate that crosses the line is in it, so it is never empty. */
+static int nucleus_size(const Cand *c, int n, float top_p) {
+    double kept = 0.0;
+    for (int i = 0; i < n; i++) kept += c[i].prob;
+    double target = top_p * kept, cum = 0.0;
+    for (int i = 0; i < n; i++) {
+        cum += c[i].prob;
+        if (cum > target) return i + 1;
+    }
+    return n;   /* top_p = 1, or rounding: everything */
+}
+#endif
+
 int sampler_sample(Sampler *s, float *logits) {
     int V = s->V;
     if (s->p.temperature == 0.0f) return sampler_argmax(logits, V);
@@ -99,6 +122,10 @@ int sampler_sample(Sampler *s, float *logits) {
         }
     } else if (s->p.top_p < 1.0f) {
         float cutoff = V > 1 ? (1.0f - s->p.top_p) / (float)(V - 1) : 0.0f;
+        /* never above the most likely token (probability 1 / sum: its
+         * exponent was 0), which every nucleus holds: with V = 2 and a tiny
+         * top_p the bound alone would keep no candidate at all */
+        cutoff = fminf(cutoff, (float)(1.0 / sum));
         for (int i = 0; i < V; i++)
             if (logits[i] >= cutoff) c[n++] = (Cand){logits[i], i};
     } else {   /* no truncation: draw from the whole distribution */
@@ -110,19 +137,7 @@ int sampler_sample(Sampler *s, float *logits) {
         return V - 1;   /* rounding left cdf just below 1 */
     }
     qsort(c, (size_t)n, sizeof(Cand), by_prob_desc);
-
-    /* Renormalise over the survivors, then cut to the nucleus. */
-    double kept = 0.0;
-    for (int i = 0; i < n; i++) kept += c[i].prob;
-    double target = s->p.top_p * kept, cum = 0.0;
-    int last = n - 1;
-    for (int i = 0; i < n; i++) {
-        cum += c[i].prob;
-        if (cum > target) {
-            last = i;
-            break;
-        }
-    }
+    int last = nucleus_size(c, n, s->p.top_p) - 1;
     double total = 0.0;
     for (int i = 0; i <= last; i++) total += c[i].prob;
     double r = sampler_uniform(s) * total, cdf = 0.0;

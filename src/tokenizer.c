@@ -922,6 +922,11 @@ void tok_decoder_init(TokDecoder *d) {
     d->prev = -1;
 }
 
+/* exercises/utf8_stream/ hollows this function: built with -DEXERCISE_UTF8_STREAM,
+ * the file that macro names stands in its place (tools/exercise.sh). */
+#ifdef EXERCISE_UTF8_STREAM
+#include EXERCISE_UTF8_STREAM
+#else
 /* Write the whole characters of buf[0..n) to out; invalid bytes become
  * U+FFFD (one per maximal invalid run that began like a character, as the
  * Unicode standard recommends); an unfinished character at the end goes to
@@ -949,6 +954,7 @@ static int utf8_drain(TokDecoder *d, const unsigned char *buf, int n, char *out)
     out[w] = 0;
     return w;
 }
+#endif
 
 int tok_decode(const Tokenizer *t, TokDecoder *d, int id, char *out) {
     unsigned char buf[8 + MAX_PIECE_BYTES];

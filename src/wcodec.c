@@ -170,7 +170,9 @@ int wc_encode(const void *data, size_t nbytes, int type, int n_dims, const uint6
     if (group == 0) group = WC_GROUP_DEFAULT;
     if (group % QK8_0 || group > MAX_GROUP)
         return err_set(e, ST_ARG, "wcodec: group %u is not a multiple of 32 in 32..%d", group, MAX_GROUP);
-    RansParams p = params ? *params : rans_default_params();
+    RansParams p = rans_default_params();
+    p.bits = WC_BITS_DEFAULT;
+    if (params) p = *params;
     uint64_t units = units_of(&s, n, nbytes);
 
     WcPlane pl[WC_MAX_PLANES];

@@ -337,6 +337,162 @@ static void samples_of_one_prompt_fork_and_copy_only_on_write(void **state) {
     rt_free(&rt);
 }
 
+/* n samples of a one-token request (a label, a yes or no): the first's token
+ * ends it, and with it the blocks its samples are to share. So the samples
+ * fork before that token is appended: all four come in the one step that
+ * computes the prompt, and nothing is computed twice. */
+static void samples_of_a_one_token_request_fork_before_it_finishes(void **state) {
+    Runtime rt;
+    Err e = {{0}};
+    EngineConfig c = config(4, 64, 0, 0);
+    assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
+    RtParams p = rt_params_default();
+    p.prompt = PROMPTS[3];
+    p.max_tokens = 1;
+    p.sampling.temperature = 0.8f;
+    p.sampling.seed = 3;
+    p.n = 4;
+    int id = rt_submit(&rt, &p, &e);
+    if (id < 0) fail_msg("submit: %s", e.msg);
+    assert_int_equal(rt_run(&rt, &e), ST_OK);
+    assert_int_equal(rt.en.steps, 1);   /* one step: the prompt, and four tokens from its logits */
+    const Sequence *first = rt_sequence(&rt, id);
+    for (int i = 0; i < 4; i++) {
+        const Sequence *q = rt_sequence(&rt, id + i);
+        assert_int_equal(q->n_out, 1);
+        assert_int_equal(q->finish, FIN_LENGTH);
+        assert_int_equal(q->prefix_hit_tokens, 0);   /* never recomputed, so never looked up */
+        assert_int_equal(q->tokens[q->n_prompt - 1], first->tokens[first->n_prompt - 1]);
+    }
+    assert_int_equal(rt.en.tokens_run, first->n_prompt);
+    assert_int_equal(kv_held_blocks(&rt.en.pool), 0);
+    rt_free(&rt);
+}
+
+static int count_of(const int *a, int n, int x) {
+    int c = 0;
+    for (int i = 0; i < n; i++) c += a[i] == x;
+    return c;
+}
+
+/* Greedy "ROMEO:" once, then again with its k-th token declared the end of
+ * text (eos), at three lengths: more room than k, exactly k (the last token
+ * allowed is eos: eos wins, and it is appended but not text), and fewer. And
+ * a request longer than the context ends by context, with the context full. */
+static void a_request_ends_by_eos_length_or_context_whichever_comes_first(void **state) {
+    Job j = {.prompt = "ROMEO:", .max_tokens = 30, .priority = PRIO_NORMAL};
+    run_alone(&j);
+    assert_int_equal(j.n_out, 30);
+    int k = 8;   /* from the 8th on, the first token that has not come before */
+    while (k < 30 && count_of(j.out, k - 1, j.out[k - 1]) > 0) k++;
+    assert_true(k < 30);
+    const int max[] = {20, k, k - 1};
+    const FinishReason want[] = {FIN_EOS, FIN_EOS, FIN_LENGTH};
+    for (int c = 0; c < 3; c++) {
+        Runtime rt;
+        Err e = {{0}};
+        EngineConfig cfg = config(2, 64, 0, 0);
+        assert_int_equal(rt_init(&rt, &M, &cfg, &e), ST_OK);
+        RtParams p = rt_params_default();
+        p.prompt = j.prompt;
+        p.max_tokens = max[c];
+        int id = rt_submit(&rt, &p, &e);
+        assert_true(id >= 0);
+        ((Sequence *)rt_sequence(&rt, id))->eos = j.out[k - 1];   /* a test's liberty: the runtime set it */
+        assert_int_equal(rt_run(&rt, &e), ST_OK);
+        const Sequence *q = rt_sequence(&rt, id);
+        assert_int_equal(q->finish, want[c]);
+        assert_int_equal(q->n_out, want[c] == FIN_EOS ? k : max[c]);
+        assert_memory_equal(q->tokens + q->n_prompt, j.out, (size_t)q->n_out * sizeof(int));
+        rt_free(&rt);
+    }
+    Runtime rt;
+    Err e = {{0}};
+    EngineConfig cfg = config(2, 64, 0, 0);
+    assert_int_equal(rt_init(&rt, &M, &cfg, &e), ST_OK);
+    RtParams p = rt_params_default();
+    p.prompt = "ROMEO:";
+    p.max_tokens = 2 * M.cfg.seq_len;
+    p.ignore_eos = 1;
+    int id = rt_submit(&rt, &p, &e);
+    assert_true(id >= 0);
+    assert_int_equal(rt_run(&rt, &e), ST_OK);
+    const Sequence *q = rt_sequence(&rt, id);
+    assert_int_equal(q->finish, FIN_CONTEXT);
+    assert_int_equal(q->n_tokens, M.cfg.seq_len + 1);   /* the last token needs no K/V */
+    assert_int_equal(q->n_out, M.cfg.seq_len + 1 - q->n_prompt);
+    rt_free(&rt);
+}
+
+/* The KV map, drawn from what the sequences hold rather than from the
+ * refcounts: each running request's block table says who holds a block; a
+ * block nobody holds is cached when the prefix cache can still find it. A
+ * long prompt that finished leaves cached blocks, two samples of another
+ * share their prompt's blocks, a third request holds its own: all four kinds
+ * are on the map, which has two rows (80 blocks), and a short buffer gets
+ * the map's beginning. */
+static void the_kv_map_draws_every_block_as_its_holders_see_it(void **state) {
+    static const char id_char[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    Runtime rt;
+    Err e = {{0}};
+    EngineConfig c = config(4, 64, 0, 80);
+    assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
+    int ids[4];
+    const char *prompts[3] = {PROMPTS[5], PROMPTS[3], PROMPTS[1]};
+    const int max[3] = {1, 30, 30}, n[3] = {1, 2, 1};
+    for (int r = 0, k = 0; r < 3; r++) {
+        RtParams p = rt_params_default();
+        p.prompt = prompts[r];
+        p.max_tokens = max[r];
+        p.n = n[r];
+        p.sampling.temperature = n[r] > 1 ? 0.8f : 0.0f;
+        int id = rt_submit(&rt, &p, &e);
+        assert_true(id >= 0);
+        for (int i = 0; i < n[r]; i++) ids[k++] = id + i;
+    }
+    for (int s = 0; s < 3; s++) rt_step(&rt);
+    const KvPool *pool = &rt.en.pool;
+    char want[80];
+    int holders[80] = {0};
+    memset(want, '.', sizeof want);
+    for (int b = 0; b < 80; b++)
+        if (pool->registered[b]) want[b] = '+';
+    for (int i = 0; i < 4; i++) {
+        const Sequence *q = rt_sequence(&rt, ids[i]);
+        if (q->state != SEQ_RUNNING) continue;
+        for (int j = 0; j < q->kv.n_blocks; j++) {
+            int b = q->kv.table[j];
+            want[b] = ++holders[b] > 1 ? '*' : id_char[q->id % 62];
+        }
+    }
+    for (const char *kind = ".+*"; *kind; kind++)
+        if (!memchr(want, *kind, sizeof want)) fail_msg("no block drawn '%c': the setup missed a case", *kind);
+    int owned = 0;
+    for (int b = 0; b < 80; b++) owned += holders[b] == 1;
+    assert_true(owned > 0);
+    char map[2048], line[128];
+    int len = engine_kv_map(&rt.en, map, sizeof map);
+    assert_int_equal(len, (int)strlen(map));
+    snprintf(line, sizeof line, "%15sKV pool, 80 blocks of 16 tokens ('.' free, '+' cached, "
+             "id = held by that request, '*' shared):\n", "");
+    assert_memory_equal(map, line, strlen(line));
+    int at = (int)strlen(line);
+    for (int b0 = 0; b0 < 80; b0 += 64) {
+        int w = b0 + 64 <= 80 ? 64 : 80 - b0;
+        snprintf(line, sizeof line, "%15s%5d %.*s\n", "", b0, w, want + b0);
+        if (strncmp(map + at, line, strlen(line)))
+            fail_msg("the map's row %d:\n%.*s\nwant\n%s", b0, (int)strlen(line), map + at, line);
+        at += (int)strlen(line);
+    }
+    assert_int_equal(len, at);
+    char part[40];   /* cut short: the beginning, terminated */
+    assert_int_equal(engine_kv_map(&rt.en, part, sizeof part), (int)sizeof part - 1);
+    assert_memory_equal(part, map, sizeof part - 1);
+    assert_int_equal(part[sizeof part - 1], 0);
+    assert_int_equal(rt_run(&rt, &e), ST_OK);
+    rt_free(&rt);
+}
+
 /* ---- priorities ---- */
 
 static void a_high_request_behind_many_low_ones_gets_its_first_token_first(void **state) {
@@ -529,6 +685,83 @@ static void a_stop_string_ends_the_text_just_before_it(void **state) {
     assert_int_equal(cut.ends, 1);
     assert_int_equal(cut.len, at);
     assert_memory_equal(cut.text, full.text, (size_t)at);
+}
+
+/* "ROMEO:" greedy, 40 tokens, with the stop strings given (NULL-terminated),
+ * one step at a time: after[t] = bytes streamed once step t is done. Returns
+ * the number of steps. */
+static int stream_by_step(const char *const *stops, Sink *k, int *after, int cap) {
+    Runtime rt;
+    Err e = {{0}};
+    EngineConfig c = config(2, 64, 0, 0);
+    assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
+    RtParams p = rt_params_default();
+    p.prompt = "ROMEO:";
+    p.max_tokens = 40;
+    for (int i = 0; stops[i]; i++) p.stop[i] = stops[i];
+    p.on_text = collect;
+    p.user = k;
+    memset(k, 0, sizeof *k);
+    assert_true(rt_submit(&rt, &p, &e) >= 0);
+    int n = 0;
+    while (!rt_idle(&rt)) {
+        rt_step(&rt);
+        assert_true(n < cap);
+        after[n++] = k->len;
+    }
+    rt_free(&rt);
+    return n;
+}
+
+/* The longest tail of text[0..n) that is the beginning, and not the whole, of
+ * one of the stop strings: what the runtime may not stream yet. */
+static int could_start_a_stop(const char *const *stops, const char *text, int n) {
+    int best = 0;
+    for (int i = 0; stops[i]; i++)
+        for (int k = 1; k < (int)strlen(stops[i]) && k <= n; k++)
+            if (k > best && memcmp(text + n - k, stops[i], (size_t)k) == 0) best = k;
+    return best;
+}
+
+/* Hold-back, exactly: after every step the runtime has streamed all the text
+ * so far except its longest tail that could begin a stop string; at the end,
+ * when no stop string came, all of it. The stop string is built from the text
+ * itself so that the tail matters: the last 3 bytes before a token boundary,
+ * then the last 2, e.g. "the" + "he". Those 3 bytes begin it, while the last
+ * byte alone, or the last 2, do not; the stop never occurs in the text, so
+ * every byte held back must come out later. It is the second of two stops,
+ * the first never seen at all. */
+static void text_that_could_begin_a_stop_string_is_held_back_and_no_more(void **state) {
+    enum { CAP = 64 };
+    Sink full, got;
+    int whole[CAP], held[CAP];
+    const char *none[] = {NULL};
+    int n = stream_by_step(none, &full, whole, CAP);
+    assert_true(n > 20 && full.len > 60);
+    char stop[8] = "";
+    int at = -1;   /* the step whose boundary it was built at */
+    for (int t = n / 3; t < n - 1 && at < 0; t++) {
+        int b = whole[t];
+        if (b < 3 || whole[t - 1] == b) continue;
+        const char *x = full.text + b - 3;
+        snprintf(stop, sizeof stop, "%.3s%.2s", x, x + 1);
+        const char *list[] = {stop, NULL};
+        if (!strchr(stop, '\n') && !strstr(full.text, stop) && could_start_a_stop(list, full.text, b) == 3 &&
+            x[2] != stop[0] && memcmp(x + 1, stop, 2) != 0)
+            at = t;
+    }
+    if (at < 0) fail_msg("no token boundary with a tail of 3 that only begins a stop");
+    const char *stops[] = {"\x01\x02", stop, NULL};
+    assert_int_equal(stream_by_step(stops, &got, held, CAP), n);
+    assert_int_equal(got.len, full.len);
+    assert_memory_equal(got.text, full.text, (size_t)full.len);
+    for (int t = 0; t < n; t++) {
+        int want = t == n - 1 ? whole[t] : whole[t] - could_start_a_stop(stops, full.text, whole[t]);
+        if (held[t] != want)
+            fail_msg("stop \"%s\": after step %d, %d bytes streamed of %d, want %d", stop, t + 1,
+                     held[t], whole[t], want);
+    }
+    assert_int_equal(whole[at] - held[at], 3);   /* the case the stop was built for happened */
 }
 
 static void cancel_returns_the_blocks_and_spares_the_others(void **state) {
@@ -780,11 +1013,15 @@ int main(int argc, char **argv) {
         cmocka_unit_test(shared_prefixes_hit_the_cache_and_outputs_are_exact),
         cmocka_unit_test(preemption_resumes_from_the_prefix_cache),
         cmocka_unit_test(samples_of_one_prompt_fork_and_copy_only_on_write),
+        cmocka_unit_test(samples_of_a_one_token_request_fork_before_it_finishes),
+        cmocka_unit_test(a_request_ends_by_eos_length_or_context_whichever_comes_first),
+        cmocka_unit_test(the_kv_map_draws_every_block_as_its_holders_see_it),
         cmocka_unit_test(a_high_request_behind_many_low_ones_gets_its_first_token_first),
         cmocka_unit_test(aging_bounds_how_long_a_low_request_waits),
         cmocka_unit_test(the_decode_loop_allocates_nothing),
         cmocka_unit_test(bad_requests_are_refused_with_a_reason_and_nothing_is_queued),
         cmocka_unit_test(a_stop_string_ends_the_text_just_before_it),
+        cmocka_unit_test(text_that_could_begin_a_stop_string_is_held_back_and_no_more),
         cmocka_unit_test(cancel_returns_the_blocks_and_spares_the_others),
         cmocka_unit_test(telemetry_is_ordered_and_consistent),
         cmocka_unit_test(finished_requests_are_released_and_memory_stays_flat),

@@ -95,6 +95,70 @@ static void top_p_keeps_the_smallest_nucleus(void **st) {
     check_distribution(0.7f, 4, 0.8f);
 }
 
+/* Draw n times; count[id] says how often each token came. */
+static void draw(float temperature, int k, float top_p, int n, int count[V]) {
+    Sampler s;
+    Err e;
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){temperature, k, top_p, 99}, &e), ST_OK);
+    memset(count, 0, V * sizeof count[0]);
+    for (int i = 0; i < n; i++) {
+        float lg[V];
+        memcpy(lg, LOGITS, sizeof lg);
+        count[sampler_sample(&s, lg)]++;
+    }
+    sampler_free(&s);
+}
+
+/* Exactly which tokens can come, worked by hand from LOGITS (tokens by
+ * probability: 3, 6, 0, 7, 1, 2, 5, 4). At temperature 0.7 the top 4 hold
+ * 0.513 + 0.251 + 0.123 + 0.060 = 0.947, so top-p 0.8 wants 0.8 * 0.947 =
+ * 0.758 of it: 3 and 6 (0.764) reach it. At temperature 1 the top 3 hold
+ * 0.403 + 0.244 + 0.148 = 0.795; 0.7 of that is 0.556, reached by 3 and 6
+ * (0.647). A nucleus measured against 1 instead would keep a third token in
+ * both cases. */
+static void the_nucleus_after_top_k_is_a_share_of_what_top_k_kept(void **st) {
+    int count[V];
+    draw(0.7f, 4, 0.8f, 4000, count);
+    for (int i = 0; i < V; i++)
+        if ((i == 3 || i == 6) != (count[i] > 0))
+            fail_msg("T 0.7, top-k 4, top-p 0.8: token %d drawn %d times (want only 3 and 6)", i, count[i]);
+    draw(1.0f, 3, 0.7f, 4000, count);
+    for (int i = 0; i < V; i++)
+        if ((i == 3 || i == 6) != (count[i] > 0))
+            fail_msg("T 1, top-k 3, top-p 0.7: token %d drawn %d times (want only 3 and 6)", i, count[i]);
+}
+
+/* The nucleus holds the token that crosses top_p, so it is never empty: a
+ * top-p below the best token's probability (0.403) keeps that token alone,
+ * and sampling becomes greedy. */
+static void a_top_p_below_the_best_probability_keeps_the_best_alone(void **st) {
+    const float ps[] = {0.05f, 0.4f};
+    for (int j = 0; j < 2; j++) {
+        int count[V];
+        draw(1.0f, 0, ps[j], 2000, count);
+        if (count[3] != 2000) fail_msg("top-p %g: token 3 drawn %d of 2000 times", (double)ps[j], count[3]);
+    }
+}
+
+/* Two tokens and a tiny top-p: the cut-off that skips hopeless candidates,
+ * (1 - top_p) / (V - 1), is then above both probabilities. The nucleus still
+ * holds the better token (and, on a tie, one of the two): never nothing. */
+static void a_tiny_top_p_over_two_tokens_still_draws_the_best(void **st) {
+    static const float two[][2] = {{0.0f, 0.0f}, {1.0f, 0.0f}, {-3.0f, 2.0f}};
+    for (int k = 0; k < 3; k++) {
+        Sampler s;
+        Err e;
+        assert_int_equal(sampler_init(&s, 2, (SamplerParams){1.0f, 0, 0.001f, 5}, &e), ST_OK);
+        for (int n = 0; n < 50; n++) {
+            float lg[2] = {two[k][0], two[k][1]};
+            int id = sampler_sample(&s, lg);
+            if (k == 0) assert_true(id == 0 || id == 1);
+            else assert_int_equal(id, two[k][0] > two[k][1] ? 0 : 1);
+        }
+        sampler_free(&s);
+    }
+}
+
 static void same_seed_repeats_and_other_seed_differs(void **st) {
     int runs[3][64];
     uint64_t seeds[3] = {7, 7, 8};
@@ -134,6 +198,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(temperature_sharpens_and_flattens),
         cmocka_unit_test(top_k_keeps_only_the_k_best),
         cmocka_unit_test(top_p_keeps_the_smallest_nucleus),
+        cmocka_unit_test(the_nucleus_after_top_k_is_a_share_of_what_top_k_kept),
+        cmocka_unit_test(a_top_p_below_the_best_probability_keeps_the_best_alone),
+        cmocka_unit_test(a_tiny_top_p_over_two_tokens_still_draws_the_best),
         cmocka_unit_test(same_seed_repeats_and_other_seed_differs),
         cmocka_unit_test(bad_parameters_are_refused_with_a_reason),
     };

@@ -536,6 +536,41 @@ static void invalid_bytes_flush_as_replacement_character(void **state) {
     tok_free(t);
 }
 
+/* A character that breaks off is one U+FFFD for the part that was valid, not
+ * one per byte; the byte that broke it is looked at again. E2 82 is the start
+ * of a three-byte character; F0 9F A6 of a four-byte one; then a letter,
+ * or a byte that begins a character of its own. */
+static void a_broken_character_is_one_replacement_not_one_per_byte(void **state) {
+    Tokenizer *t = load_tiny_bin();
+    const char *FFFD = "\xEF\xBF\xBD";
+    const struct {
+        unsigned char in[5];
+        int n;
+        const char *tail;   /* after the one U+FFFD */
+    } cases[] = {
+        {{0xE2, 0x82, 'A'}, 3, "A"},
+        {{0xF0, 0x9F, 0xA6, 'x'}, 4, "x"},
+        {{0xE2, 0x82, 0xC3, 0xA9}, 4, "\xC3\xA9"},   /* the breaking byte starts an e-acute */
+    };
+    for (int c = 0; c < 3; c++) {
+        TokDecoder d;
+        tok_decoder_init(&d);
+        char out[TOK_MAX_PIECE], all[64], want[64];
+        int w = 0;
+        for (int i = 0; i < cases[c].n; i++) {
+            int k = tok_decode(t, &d, byte_token(t, cases[c].in[i]), out);
+            memcpy(all + w, out, (size_t)k);
+            w += k;
+        }
+        w += tok_decode_flush(&d, all + w);
+        snprintf(want, sizeof want, "%s%s", FFFD, cases[c].tail);
+        if (w != (int)strlen(want) || memcmp(all, want, (size_t)w))
+            fail_msg("case %d: %d bytes out, want %d (one U+FFFD, then \"%s\")", c, w, (int)strlen(want),
+                     cases[c].tail);
+    }
+    tok_free(t);
+}
+
 static void control_tokens_decode_to_nothing(void **state) {
     Tokenizer *s = load_gguf("tokenizers/llama-spm.gguf"), *g = load_gguf("tokenizers/gpt-2.gguf");
     TokDecoder d;
@@ -953,6 +988,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(utf8_character_split_across_byte_tokens_is_emitted_once_complete),
         cmocka_unit_test(gpt2_emoji_split_across_tokens_is_emitted_once_complete),
         cmocka_unit_test(invalid_bytes_flush_as_replacement_character),
+        cmocka_unit_test(a_broken_character_is_one_replacement_not_one_per_byte),
         cmocka_unit_test(control_tokens_decode_to_nothing),
         cmocka_unit_test(leading_space_is_dropped_only_after_bos),
         cmocka_unit_test(empty_text_encodes_to_bos_alone_or_nothing),

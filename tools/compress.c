@@ -44,7 +44,7 @@ typedef struct {
 } Options;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: compress IN.gguf OUT.gguf [--bits 10..15] [--states 1|2|4|8|16|32] [--group G]\n"
+    fprintf(f, "usage: compress IN.gguf OUT.gguf [--bits 10..15 (12)] [--states 1|2|4|8|16|32 (32)] [--group G (65536)]\n"
                "       compress --decode IN.gguf OUT.gguf\n"
                "       compress --retype bf16|f16|q8_0|f32 IN.gguf OUT.gguf\n");
 }
@@ -60,6 +60,7 @@ static int parse_int(const char *flag, const char *v, long lo, long hi, long *ou
 
 static int parse_args(int argc, char **argv, Options *o, Err *e) {
     *o = (Options){.retype = -1, .p = rans_default_params(), .group = WC_GROUP_DEFAULT};
+    o->p.bits = WC_BITS_DEFAULT;
     const char *pos[2];
     int n_pos = 0;
     for (int i = 1; i < argc; i++) {

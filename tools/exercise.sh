@@ -188,7 +188,7 @@ check_one() {
     [ "$3" -eq 0 ] || { ok=0; why="$why; $3 listed tests do not exist"; }
     [ "$2" -eq 0 ] || { ok=0; why="$why; the solution fails $2"; }
     [ "$4" -eq 0 ] || skipped=" ($4 skipped: no fixtures)"
-    line=$(printf '%-13s %2d listed, stub fails %2d, wrong.c fails %2d, solution passes %2d%s' \
+    line=$(printf '%-15s %2d listed, stub fails %2d, wrong.c fails %2d, solution passes %2d%s' \
         "$name" "$n" "$sf" "$wf" "$gp" "$skipped")
     if [ $ok = 1 ]; then echo "ok   $line"; else echo "FAIL $line$why"; return 1; fi
 }

@@ -1,0 +1,33 @@
+# notes/gdb/engine.gdb - the end of each engine step (notes/engine.md, "One
+# step", 4. Output): every token appended, and who finishes why.
+#
+#   make && gdb -q -x notes/gdb/engine.gdb
+#
+# The walkthroughs' workload (notes/gdb/workload.jsonl: three short greedy
+# requests, #2 sharing #0's first block) on the step clock. At each call of
+# append it prints the step, the request, the token, and the three stop rules
+# as append is about to check them; at each engine_finish, the reason. Lines
+# the script prints start with "| ".
+file build/infer
+set pagination off
+set confirm off
+set debuginfod enabled off
+set print address off
+
+break engine.c:append
+commands
+  silent
+  printf "| step %ld  #%d  token %4d  out %d of %d  tokens %d of cap %d  eos? %s\n", en->steps, q->id, token, q->n_out + 1, q->max_tokens, q->n_tokens + 1, q->cap, token == q->eos ? "yes" : "no"
+  continue
+end
+
+break engine_finish
+commands
+  silent
+  printf "|   engine_finish #%d: ", q->id
+  output why
+  printf "\n"
+  continue
+end
+
+run --model data/shakespeare.gguf --workload notes/gdb/workload.jsonl --policy priority --max-seqs 4 --kv-blocks 12 --clock steps --threads 1 > /dev/null 2>&1
