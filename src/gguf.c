@@ -198,7 +198,7 @@ static int parse(Gguf *g, Err *e) {
         }
         if (!dtype_known((int)t->type))
             return err_set(e, ST_FORMAT, "%s: tensor '%.*s' has unknown or unsupported type %u "
-                           "(supported: F32 0, F16 1, Q8_0 8, BF16 30)", g->path, nl, t->name.s, t->type);
+                           "(supported: F32 0, F16 1, Q4_0 2, Q4_1 3, Q5_0 6, Q5_1 7, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K 14, BF16 30)", g->path, nl, t->name.s, t->type);
         size_t row = dtype_row_bytes((DType)t->type, (int64_t)t->ne[0]);
         if (row == 0)
             return err_set(e, ST_FORMAT, "%s: tensor '%.*s' row of %llu values is not a whole number "

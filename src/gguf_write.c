@@ -225,7 +225,7 @@ static int add_tensor(GgufWriter *w, const char *name, int n_dims, const int64_t
                     GGUF_MAX_DIMS);
     int bytes = (int)type == GGUF_TYPE_I8;
     if (!bytes && !dtype_known((int)type))
-        return fail(w, ST_ARG, "tensor '%s' has unsupported type %d (want F32, F16 or Q8_0)", name,
+        return fail(w, ST_ARG, "tensor '%s' has unsupported type %d (want F32, F16, BF16, Q8_0 or a 4, 5, 6-bit block format)", name,
                     (int)type);
     uint64_t count = 1;
     for (int d = 0; d < n_dims; d++) {
@@ -355,6 +355,7 @@ static void encode_row(void *out, const float *x, DType type, int64_t n) {
         for (int64_t i = 0; i < n; i++) ((uint16_t *)out)[i] = fp32_to_bf16(x[i]);
         break;
     case DT_Q8_0: quantize_row_q8_0(out, x, (int)n); break;
+    default: quantize_row(out, x, type, (int)n); break;   /* 4, 5, 6-bit: round to nearest */
     }
 }
 

@@ -102,6 +102,12 @@ static int bind_coded(Model *m, const char *name, const GgufTensor *t, int N, in
     if (c->wt.ne[0] != (uint64_t)K || c->wt.ne[1] != (uint64_t)N || c->wt.n_dims > 2)
         return err_set(e, ST_FORMAT, "%s has shape [%llu, %llu], want [%d, %d]", what,
                        (unsigned long long)c->wt.ne[0], (unsigned long long)c->wt.ne[1], K, N);
+    /* The codec checks the size of the layouts it splits; a type it stores
+     * whole (the 4 to 6-bit formats) must still decode to whole rows. */
+    size_t want = dtype_row_bytes((DType)c->wt.type, K) * (size_t)N;
+    if (want == 0 || c->wt.nbytes != want)
+        return err_set(e, ST_FORMAT, "%s codes %llu bytes of %s, want %zu (%d rows of %d)", what,
+                       (unsigned long long)c->wt.nbytes, dtype_name(c->wt.type), want, N, K);
     c->mat = out;
     size_t into = (size_t)((char *)out - (char *)m->layers);
     c->layer = (char *)out >= (char *)m->layers && into < (size_t)m->cfg.n_layers * sizeof(Layer)
@@ -151,6 +157,42 @@ static int bind_vec(Model *m, const char *name, int n, float *dst, const float *
         dequantize_row(dst, t->data, (DType)t->type, n);
         *out = dst;
     }
+    return ST_OK;
+}
+
+/* RoPE beyond the plain rotation. Llama 3 stretches the long wavelengths by
+ * dividing each pair's angle by its own factor, stored as the tensor
+ * rope_freqs.weight (n_rot/2 floats); we apply it wherever angles are made
+ * (runstate_alloc), so every path sees it. Other schemes announce themselves
+ * in rope.scaling.type (linear, yarn, ...): none is implemented, and running
+ * without them would produce plausible garbage, so they are refused. */
+static int bind_rope_freqs(Model *m, Err *e) {
+    const Gguf *g = &m->gguf;
+    const char *key = "llama.rope.scaling.type";
+    if (gguf_find(g, key)) {
+        GgufStr type;
+        if (gguf_get_str(g, key, &type, e)) return ST_FORMAT;
+        if (!gguf_str_eq(type, "none"))
+            return err_set(e, ST_UNSUPPORTED, "%s: %s '%.*s' is not supported (implemented: none, "
+                           "and Llama 3's per-pair divisors in rope_freqs.weight)", g->path, key,
+                           (int)(type.len > 32 ? 32 : type.len), type.s);
+    }
+    const GgufTensor *t = gguf_tensor(g, "rope_freqs.weight");
+    if (!t) return ST_OK;
+    int half = m->cfg.n_rot / 2;
+    if (t->type != DT_F32 || t->ne[0] != (uint64_t)half || t->ne[1] * t->ne[2] * t->ne[3] != 1)
+        return err_set(e, ST_FORMAT, "%s: tensor rope_freqs.weight is %s with %llu values, want F32 "
+                       "with %d (one per RoPE pair)", g->path, dtype_name((int)t->type),
+                       (unsigned long long)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]), half);
+    if ((uintptr_t)t->data % 4)
+        return err_set(e, ST_FORMAT, "%s: tensor rope_freqs.weight is not aligned to 4 bytes", g->path);
+    const float *f = t->data;
+    for (int i = 0; i < half; i++)
+        if (!(f[i] > 0.0f) || isinf(f[i]))
+            return err_set(e, ST_FORMAT, "%s: rope_freqs.weight[%d] = %g, want a positive finite "
+                           "divisor", g->path, i, (double)f[i]);
+    m->rope_freqs = f;
+    m->weight_bytes += t->nbytes;
     return ST_OK;
 }
 
@@ -328,6 +370,7 @@ static int load_gguf(Model *m, const char *path, const ModelOpts *o, Err *e) {
     if ((st = finish_coded(m, o, tied, e))) return st;
     if (tied) m->output = m->tok_embd;   /* tied classifier: the embedding read backwards */
     m->wtype = m->layers[0].wq.type;
+    if ((st = bind_rope_freqs(m, e))) return st;
     return tok_from_gguf(&m->tok, g, e);
 }
 
@@ -532,10 +575,12 @@ static int runstate_alloc(RunState *s, const Model *m, int max_T, int max_logits
     }
     s->max_T = max_T;
     s->max_logits = max_logits;
-    /* RoPE angles in double: pair i of position pos turns by pos * base^(-2i/n_rot). */
+    /* RoPE angles in double: pair i of position pos turns by pos * base^(-2i/n_rot),
+     * divided by rope_freqs[i] where the model has them (Llama 3). */
     for (size_t pos = 0; pos < P; pos++)
         for (int i = 0; i < c->n_rot / 2; i++) {
             double freq = pow((double)c->rope_base, -2.0 * i / c->n_rot);
+            if (m->rope_freqs) freq /= m->rope_freqs[i];
             double a = (double)pos * freq;
             s->rope_cs[(pos * (c->n_rot / 2) + i) * 2] = (float)cos(a);
             s->rope_cs[(pos * (c->n_rot / 2) + i) * 2 + 1] = (float)sin(a);

@@ -55,6 +55,8 @@ typedef struct {
     Layer *layers;            /* (L) */
     const float *out_norm;    /* (D) */
     Mat output;               /* (V, D) classifier; may share tok_embd's data */
+    const float *rope_freqs;  /* (n_rot/2) Llama 3: pair i's angle is divided by
+                                 rope_freqs[i] (rope_freqs.weight); NULL: none */
     size_t weight_bytes;      /* bytes of all weights (what one token reads, about) */
     Tokenizer *tok;
     /* ownership */

@@ -65,11 +65,34 @@ const char *dtype_name(int type) {
     case DT_F16: return "F16";
     case DT_BF16: return "BF16";
     case DT_Q8_0: return "Q8_0";
+    case DT_Q4_0: return "Q4_0";
+    case DT_Q4_1: return "Q4_1";
+    case DT_Q5_0: return "Q5_0";
+    case DT_Q5_1: return "Q5_1";
+    case DT_Q4_K: return "Q4_K";
+    case DT_Q5_K: return "Q5_K";
+    case DT_Q6_K: return "Q6_K";
     default: return "unknown";
     }
 }
 
-int dtype_known(int type) { return type == DT_F32 || type == DT_F16 || type == DT_Q8_0 || type == DT_BF16; }
+int dtype_known(int type) {
+    return type == DT_F32 || type == DT_F16 || type == DT_Q8_0 || type == DT_BF16 ||
+           dtype_is_small_quant((DType)type);
+}
+
+int dtype_block(DType type) {
+    if (type == DT_Q8_0) return QK8_0;
+    if (dtype_is_k(type)) return QK_K;
+    return dtype_is_small_quant(type) ? QK4 : 1;
+}
+
+/* The layouts are ggml's, byte for byte: a compiler that padded them would
+ * read every file wrong. */
+_Static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
+               sizeof(BlockQ5_1) == 24, "32-value blocks must be packed as in GGUF");
+_Static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210,
+               "K super-blocks must be packed as in GGUF");
 
 float fp16_to_fp32(uint16_t h) {
     uint32_t sign = (uint32_t)(h >> 15) << 31;
@@ -304,6 +327,9 @@ void dequantize_row(float *out, const void *row, DType type, int K) {
         }
         break;
     }
+    default:
+        dequantize_row_small(out, row, type, K);
+        break;
     }
 }
 
@@ -366,6 +392,8 @@ void matmul_ref(float *out, const float *x, const Mat *W, int T) {
                                           fp16_to_fp32(w[b].d) * fp16_to_fp32(xb.d));
                 }
                 sum = q8_0_lanes_sum(lane);
+            } else if (dtype_is_small_quant(W->type)) {
+                sum = small_dot_ref(row_ptr(W, n), W->type, xt, K);
             } else {
                 for (int k = 0; k < K; k++) sum += weight_at(W, n, k) * xt[k];
             }
@@ -543,6 +571,7 @@ static void f16_rows_widened(const MatmulJob *job, int part, int n0, int n1) {
 
 size_t matmul_scratch_bytes(DType type, int T, int K) {
     if (type == DT_Q8_0) return (size_t)T * act_stride(K) + 64;   /* + 64: we align it */
+    if (dtype_is_small_quant(type)) return (size_t)T * small_act_stride(type, K) + 64;
     if (type == DT_F16 || type == DT_BF16) return (size_t)F16_WIDE_ROWS * K * sizeof(float) + 64;
     return 0;
 }
@@ -561,7 +590,7 @@ enum { SGEMM_MIN_T = 36 };
  * ops.h describes at matmul, the rows shared out by ops_run_rows. */
 void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, OpsIsa isa) {
     int K = W->K;
-    assert(W->N >= 0 && K > 0 && T >= 0 && (W->type != DT_Q8_0 || K % QK8_0 == 0));
+    assert(W->N >= 0 && K > 0 && T >= 0 && K % dtype_block(W->type) == 0);
     isa = isa_on_this_cpu(isa);
     if (isa == OPS_PLAIN) {   /* one thread, no scratch: the reference loops */
         count_call(isa, 0);
@@ -616,6 +645,21 @@ void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, 
         act_pack_ref(scratch_base(scratch), x, T, K);
         ops_run_rows(q8_0_rows_generic, &job, team);
         return;
+    default: {   /* the 4, 5 and 6-bit block formats: activations rounded once per call */
+        assert(dtype_is_small_quant(W->type));
+        RowsFn rows = small_rows_generic;
+        job.act = scratch_base(scratch);
+        count_call(isa, 0);
+        if (dtype_is_k(W->type))
+            small_act_pack_k(scratch_base(scratch), x, T, K);   /* Q8_K */
+        else
+            act_pack_ref(scratch_base(scratch), x, T, K);       /* Q8_0 */
+#ifdef OPS_X86
+        if (isa == OPS_AVX512) rows = small_rows_avx512;
+#endif
+        ops_run_rows(rows, &job, team);
+        return;
+    }
     }
 }
 

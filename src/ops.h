@@ -15,7 +15,10 @@
 #include "err.h"
 
 /* Weight storage types, numbered as GGUF numbers them (ggml_type). */
-typedef enum { DT_F32 = 0, DT_F16 = 1, DT_Q8_0 = 8, DT_BF16 = 30 } DType;
+typedef enum {
+    DT_F32 = 0, DT_F16 = 1, DT_Q4_0 = 2, DT_Q4_1 = 3, DT_Q5_0 = 6, DT_Q5_1 = 7, DT_Q8_0 = 8,
+    DT_Q4_K = 12, DT_Q5_K = 13, DT_Q6_K = 14, DT_BF16 = 30
+} DType;
 
 /* Q8_0: blocks of 32 values sharing one scale: value = d * qs[i].
  * 34 bytes, packed, exactly as in GGUF files (d is IEEE half precision). */
@@ -25,8 +28,57 @@ typedef struct {
     int8_t qs[QK8_0];    /* quantized values */
 } BlockQ8_0;
 
-const char *dtype_name(int type);        /* "F32", "F16", "Q8_0", "BF16", or "unknown" */
-int dtype_known(int type);               /* 1 for the four types above */
+/* The smaller block formats, packed exactly as ggml writes them (notes/formats.md
+ * draws each one byte by byte). Blocks of 32 with an fp16 scale d (and an
+ * fp16 offset m for the _1 kinds): value = d * q + m, or d * (q - 8) for
+ * Q4_0, d * (q - 16) for Q5_0. A byte of qs holds value i in its low nibble
+ * and value i + 16 in its high one; bit i of qh is the fifth bit of value i. */
+#define QK4 32
+typedef struct { uint16_t d; uint8_t qs[16]; } BlockQ4_0;                  /* 18 bytes */
+typedef struct { uint16_t d, m; uint8_t qs[16]; } BlockQ4_1;               /* 20 */
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } BlockQ5_0;   /* 22 */
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } BlockQ5_1;/* 24 */
+
+/* K formats: super-blocks of 256 values. Q4_K and Q5_K cut one into 8
+ * sub-blocks of 32, each with a 6-bit scale and a 6-bit min packed into 12
+ * bytes: value = d * sc[j] * q - dmin * mn[j]. Q6_K cuts it into 16 groups of
+ * 16 with signed 8-bit scales: value = d * sc[g] * (q - 32), q of 6 bits. */
+#define QK_K 256
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } BlockQ4_K;   /* 144 */
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[32];      /* fifth bits */
+    uint8_t qs[128];     /* low four bits */
+} BlockQ5_K;                                                                           /* 176 */
+typedef struct {
+    uint8_t ql[128];     /* low four bits */
+    uint8_t qh[64];      /* high two bits */
+    int8_t scales[16];
+    uint16_t d;          /* last, unlike the others */
+} BlockQ6_K;                                                                           /* 210 */
+
+/* What the K formats' fast kernels round activations to (as llama.cpp does):
+ * one float scale per 256 values, d = max / -127 where max is the value of
+ * largest magnitude (its sign kept), q = round(x / d) to nearest even, and the
+ * sums of each 16 values, which the offsets of Q4_K, Q5_K and Q6_K need. */
+typedef struct {
+    float d;
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16];
+} BlockQ8_K;                                                                           /* 292 */
+
+const char *dtype_name(int type);        /* "F32", "Q4_K", ... as ggml names them, or "unknown" */
+int dtype_known(int type);               /* 1 for the types of DType */
+/* Values per block of a type (1 for the float types). */
+int dtype_block(DType type);
+/* 1 for the block formats whose fast kernels round activations to Q8_K
+ * (the K formats), 0 for those that round them to Q8_0 or keep floats. */
+static inline int dtype_is_k(DType type) { return type == DT_Q4_K || type == DT_Q5_K || type == DT_Q6_K; }
+/* 1 for the formats with 4, 5 or 6-bit values (every block format but Q8_0). */
+static inline int dtype_is_small_quant(DType type) {
+    return type == DT_Q4_0 || type == DT_Q4_1 || type == DT_Q5_0 || type == DT_Q5_1 || dtype_is_k(type);
+}
 /* Bytes of one row of n values; 0 if n is not a whole number of blocks.
  * Inline: the AVX-512 tiles ask for it at every tile. */
 static inline size_t dtype_row_bytes(DType type, int64_t n) {
@@ -36,6 +88,13 @@ static inline size_t dtype_row_bytes(DType type, int64_t n) {
     case DT_F16: return (size_t)n * 2;
     case DT_BF16: return (size_t)n * 2;
     case DT_Q8_0: return n % QK8_0 ? 0 : (size_t)(n / QK8_0) * sizeof(BlockQ8_0);
+    case DT_Q4_0: return n % QK4 ? 0 : (size_t)(n / QK4) * sizeof(BlockQ4_0);
+    case DT_Q4_1: return n % QK4 ? 0 : (size_t)(n / QK4) * sizeof(BlockQ4_1);
+    case DT_Q5_0: return n % QK4 ? 0 : (size_t)(n / QK4) * sizeof(BlockQ5_0);
+    case DT_Q5_1: return n % QK4 ? 0 : (size_t)(n / QK4) * sizeof(BlockQ5_1);
+    case DT_Q4_K: return n % QK_K ? 0 : (size_t)(n / QK_K) * sizeof(BlockQ4_K);
+    case DT_Q5_K: return n % QK_K ? 0 : (size_t)(n / QK_K) * sizeof(BlockQ5_K);
+    case DT_Q6_K: return n % QK_K ? 0 : (size_t)(n / QK_K) * sizeof(BlockQ6_K);
     }
     return 0;
 }
@@ -75,7 +134,9 @@ int ops_threads(void);
  *   OPS_BEST     the best of the last two that the CPU has (the default of
  *                the fast and test builds).
  * Q8_0 gives the same bits on every path; F32 and F16 differ by float
- * rounding only (sums in another order). */
+ * rounding only (sums in another order). The 4, 5 and 6-bit block formats
+ * round activations on the generic and AVX-512 paths (the same integer sums,
+ * float sums in another order) and not on the plain one (notes/formats.md). */
 typedef enum { OPS_BEST = -1, OPS_PLAIN = 0, OPS_AVX512 = 1, OPS_GENERIC = 2 } OpsIsa;
 OpsIsa ops_best_isa(void);               /* AVX-512 (F, BW, VL, VNNI, F16C, FMA) or generic */
 const char *ops_isa_name(OpsIsa isa);    /* "plain", "generic", "avx512" or "best" */
@@ -116,6 +177,13 @@ size_t matmul_scratch_bytes(DType type, int T, int K);
  * Q8_0: each row of x is rounded to Q8_0 blocks first (as llama.cpp does) and
  *       the products are int8 x int8 (VNNI) with one float multiply per block,
  *       in tiles of 4 rows x 4 tokens at any T.
+ * Q4_0, Q4_1, Q5_0, Q5_1: the same rounding of x to Q8_0; weights stay packed
+ *       and are unpacked to bytes in registers, two blocks per VNNI product.
+ * Q4_K, Q5_K, Q6_K: x rounded to Q8_K super-blocks of 256 (as llama.cpp
+ *       does); integer sums per sub-block times the 6 or 8-bit sub-block
+ *       scales, one float multiply per super-block.
+ * On the generic path the small block formats take plain integer loops with
+ * the same rounding of x (the same integer sums; float sums in another order).
  * Rows are split between ops_threads() threads; each (row, token) result is
  * the same whatever the thread count or T, except where OpenBLAS computes it.
  * The plain path is matmul_ref; the generic one OpenBLAS for F32 and F16 and
@@ -128,15 +196,30 @@ void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, 
 /* Plain loops, one thread, same arithmetic contract as matmul. Q8_0: the
  * activations rounded to Q8_0 blocks as quantize_row_q8_0 does, integer
  * products, and the float sums added in the AVX-512 kernel's order, so the
- * result has the same bits as every other path. */
+ * result has the same bits as every other path.
+ * The 4, 5 and 6-bit formats instead: each weight row dequantized to float
+ * and dotted with x as it is, the float64 reference's arithmetic (so the
+ * plain path follows `reference float64, weights dequantized`, the fast ones
+ * llama.cpp). */
 void matmul_ref(float *out, const float *x, const Mat *W, int T);
 
 /* Round one row of K floats (K % 32 == 0) to Q8_0 blocks: d = max|x| / 127.
  * The fast version (AVX-512 when ops_isa() is) is bit-identical to the plain one. */
 void quantize_row_q8_0(BlockQ8_0 *out, const float *x, int K);
 void quantize_row_q8_0_ref(BlockQ8_0 *out, const float *x, int K);
-/* Widen one row of a weight matrix to float. */
+/* Round one row of K floats (K % 256 == 0) to Q8_K super-blocks, as
+ * llama.cpp's quantize_row_q8_K_ref does (see BlockQ8_K). */
+void quantize_row_q8_k(BlockQ8_K *out, const float *x, int K);
+/* Widen one row of a weight matrix to float (K a whole number of blocks). */
 void dequantize_row(float *out, const void *row, DType type, int K);
+/* Round one row of K floats to a block format by round-to-nearest: per block
+ * (or sub-block) the scale that maps the range onto the integer grid, values
+ * rounded to nearest, K-format sub-block scales and mins rounded to 6 bits
+ * (Q6_K: 8 bits) against a super-block scale. Simpler than llama.cpp's
+ * quantizers, which search for the scale of least squared error, but it
+ * writes the same layout. ST_ARG if the type is not a 4, 5 or 6-bit block
+ * format or K is not a whole number of its blocks. */
+int quantize_row(void *out, const float *x, DType type, int K);
 
 /* out = x / sqrt(mean(x^2) + eps) * w, over n values (out may alias x). */
 void rmsnorm(float *out, const float *x, const float *w, int n, float eps);

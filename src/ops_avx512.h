@@ -77,7 +77,26 @@ static inline ActRow act_row(const uint8_t *act, int K, int t) {
     return r;
 }
 
+/* --- The 4, 5 and 6-bit block formats (ops_quant.c).
+ * Activations for them: the Q8_0 layout above for the 32-value formats; for
+ * the K formats T rows of K / 256 BlockQ8_K, back to back. */
+size_t small_act_stride(DType type, int K);
+void small_act_pack_k(uint8_t *act, const float *x, int T, int K);
+/* Unpacking (ops_quant.c explains the terms). */
+void k_scale_min(const uint8_t s[12], int j, int *sc, int *mn);
+void q32_unpack(DType type, const void *blk, int8_t q[QK4], float *d, float *m);
+void qk_unpack(DType type, const void *blk, uint8_t q[QK_K], int sc[16], int mn[16], float *d,
+               float *dmin);
+void dequantize_row_small(float *out, const void *row, DType type, int K);
+/* The plain path: one row widened to float, dotted with x. */
+float small_dot_ref(const void *row, DType type, const float *x, int K);
+/* The generic path: integer products against the rounded activations (job->act). */
+void small_rows_generic(const MatmulJob *job, int part, int n0, int n1);
+
 #ifdef OPS_X86
+/* From ops_quant_avx512.c: the same on AVX-512 and VNNI. */
+void small_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
+
 /* From ops_avx512.c; call them only when ops_best_isa() is OPS_AVX512. */
 
 /* quantize_row_q8_0, 16 values per instruction, bit-identical. */

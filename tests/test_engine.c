@@ -916,6 +916,92 @@ static void non_finite_logits_end_the_request_with_an_error(void **state) {
     unlink(path);
 }
 
+/* ---- Llama 3's RoPE divisors (rope_freqs.weight) in the paged runtime:
+ * the llama3 fixture's four prompts, submitted together and prefilled in
+ * chunks of 5 through the paged cache, on the default and the plain path,
+ * must give the float64 reference's greedy ids exactly (without the divisors
+ * they part from the second token; fixtures/README.md). */
+
+/* C escapes of greedy.tsv's prompt column (\n, \t, \\) in place. */
+static void unescape(char *s) {
+    char *o = s;
+    for (; *s; s++) {
+        if (*s == '\\' && s[1]) {
+            s++;
+            *o++ = *s == 'n' ? '\n' : *s == 't' ? '\t' : *s;
+        } else {
+            *o++ = *s;
+        }
+    }
+    *o = 0;
+}
+
+static void llama3_rope_divisors_reach_the_paged_runtime(void **state) {
+    char path[512], tsv[512];
+    if (!fixture(path, sizeof path, "llama3/llama3-f32.gguf") ||
+        !fixture(tsv, sizeof tsv, "llama3/greedy.tsv"))
+        return;
+    Model m;
+    Err e = {{0}};
+    assert_int_equal(model_load(&m, path, NULL, &e), ST_OK);
+    assert_non_null(m.rope_freqs);
+    char *text = read_file(tsv, NULL), *save = NULL;
+    assert_non_null(text);
+    char *prompt[4];
+    int want[4][64], n_want_prompt[4], rows = 0;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *f[5];
+        int nf = 0;
+        for (char *p = line; nf < 5 && p; nf++) {
+            f[nf] = p;
+            p = strchr(p, '\t');
+            if (p) *p++ = 0;
+        }
+        if (line[0] == '#' || nf != 5 || strcmp(f[0], "f32") || strcmp(f[4], "reference float64")) continue;
+        assert_true(rows < 4);
+        unescape(f[1]);
+        prompt[rows] = f[1];
+        n_want_prompt[rows] = 0;
+        for (char *p = f[2]; *p; n_want_prompt[rows]++) strtol(p, &p, 10);
+        char *p = f[3];
+        for (int i = 0; i < 64; i++) want[rows][i] = (int)strtol(p, &p, 10);
+        rows++;
+    }
+    assert_int_equal(rows, 4);
+    for (int plain = 0; plain < 2; plain++) {
+        ops_set_isa(plain ? OPS_PLAIN : OPS_BEST);
+        Runtime rt;
+        EngineConfig c = config(4, 64, 5, 0);
+        assert_int_equal(rt_init(&rt, &m, &c, &e), ST_OK);
+        int id[4];
+        for (int r = 0; r < 4; r++) {
+            RtParams p = rt_params_default();
+            p.prompt = prompt[r];
+            p.sampling.temperature = 0.0f;
+            p.max_tokens = 64;
+            p.ignore_eos = 1;
+            id[r] = rt_submit(&rt, &p, &e);
+            assert_true(id[r] >= 0);
+        }
+        assert_int_equal(rt_run(&rt, &e), ST_OK);
+        for (int r = 0; r < 4; r++) {
+            const Sequence *q = rt_sequence(&rt, id[r]);
+            assert_int_equal(q->n_prompt, n_want_prompt[r]);
+            assert_int_equal(q->n_out, 64);
+            if (memcmp(q->tokens + q->n_prompt, want[r], sizeof want[r]) != 0) {
+                int i = 0;
+                while (q->tokens[q->n_prompt + i] == want[r][i]) i++;
+                fail_msg("llama3 prompt %d (%s path): token %d is %d, the reference's %d", r,
+                         plain ? "plain" : "default", i, q->tokens[q->n_prompt + i], want[r][i]);
+            }
+        }
+        rt_free(&rt);
+    }
+    ops_set_isa(OPS_BEST);
+    free(text);
+    model_free(&m);
+}
+
 int main(int argc, char **argv) {
     select_tests(argc, argv);
     const struct CMUnitTest tests[] = {
@@ -940,6 +1026,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(telemetry_is_ordered_and_consistent),
         cmocka_unit_test(finished_requests_are_released_and_memory_stays_flat),
         cmocka_unit_test(non_finite_logits_end_the_request_with_an_error),
+        cmocka_unit_test(llama3_rope_divisors_reach_the_paged_runtime),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -9,6 +9,7 @@
 #include "model.h"
 #include "testutil.h"
 #include "tokenizer.h"
+#include "wcodec.h"
 #include "workload.h"
 #include <signal.h>
 #include <sys/stat.h>
@@ -148,6 +149,191 @@ static void gguf_absurd_layer_count_is_refused(void **st) {
     uint32_t big = 1000000;
     memcpy(p + sizeof key - 1 + 4, &big, 4);
     expect_refused(&b, b.size, "absurd llama.block_count");
+    free(b.bytes);
+}
+
+/* ---- the 4 and 6-bit block formats (quant/) and RoPE settings (llama3/) */
+
+/* The index of the first tensor of a type in a GGUF blob. */
+static uint64_t first_tensor_of_type(const Blob *b, DType type) {
+    char path[64];
+    write_temp(path, sizeof path, b->bytes, b->size);
+    Gguf g;
+    Err e;
+    assert_int_equal(gguf_open(&g, path, &e), ST_OK);
+    uint64_t i = 0;
+    while (i < g.n_tensors && g.tensors[i].type != (uint32_t)type) i++;
+    assert_true(i < g.n_tensors);
+    gguf_close(&g);
+    unlink(path);
+    return i;
+}
+
+/* A file cut inside the blocks of its last tensor, and a row length that is
+ * not a whole number of blocks (the block size of each format: 32 for Q4_0,
+ * 256 for the K formats), are each one line naming the file and the tensor. */
+static void gguf_block_formats_with_cut_blocks_or_partial_rows_are_refused(void **st) {
+    static const struct { const char *rel; DType type; uint64_t bad_row; const char *want; } cases[] = {
+        {"quant/quant-q4_0.gguf", DT_Q4_0, 48, "row of 48 values is not a whole number of Q4_0 blocks"},
+        {"quant/quant-q4_k_m.gguf", DT_Q4_K, 200, "row of 200 values is not a whole number of Q4_K blocks"},
+        {"quant/quant-q6_k.gguf", DT_Q6_K, 128, "row of 128 values is not a whole number of Q6_K blocks"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        Blob b;
+        if (!load_fixture(&b, cases[c].rel)) return;
+        /* cut: 7 bytes short, in the middle of the last block */
+        expect_refused(&b, b.size - 7, "points past the end");
+        TensorAt at = tensor_at(&b, first_tensor_of_type(&b, cases[c].type));
+        memcpy(b.bytes + at.dims, &cases[c].bad_row, 8);
+        expect_refused(&b, b.size, cases[c].want);
+        free(b.bytes);
+    }
+}
+
+/* Two string entries inserted before the first key of a GGUF blob, sized so
+ * that everything after them moves by a whole number of alignment units (96
+ * bytes): the tensors' data then still starts where their offsets say. */
+static Blob with_rope_scaling_type(const Blob *b, const char *type) {
+    char pad[32];
+    size_t tl = strlen(type);
+    assert_true(tl <= 21);
+    memset(pad, '.', 21 - tl);   /* 43 + tl + 32 + (21 - tl) = 96 bytes */
+    pad[21 - tl] = 0;
+    unsigned char kv[96], *p = kv;
+    const char *keys[2] = {"llama.rope.scaling.type", "test.padding"}, *vals[2] = {type, pad};
+    for (int i = 0; i < 2; i++) {
+        uint64_t kl = strlen(keys[i]), vl = strlen(vals[i]);
+        uint32_t t = GG_STRING;
+        memcpy(p, &kl, 8), memcpy(p + 8, keys[i], kl), p += 8 + kl;
+        memcpy(p, &t, 4), p += 4;
+        memcpy(p, &vl, 8), memcpy(p + 8, vals[i], vl), p += 8 + vl;
+    }
+    assert_int_equal(p - kv, 96);
+    Blob out = {malloc(b->size + 96), b->size + 96};
+    assert_non_null(out.bytes);
+    memcpy(out.bytes, b->bytes, 24);   /* magic, version, tensor and key counts */
+    memcpy(out.bytes + 24, kv, 96);
+    memcpy(out.bytes + 120, b->bytes + 24, b->size - 24);
+    uint64_t n_kv;
+    memcpy(&n_kv, out.bytes + 16, 8);
+    n_kv += 2;
+    memcpy(out.bytes + 16, &n_kv, 8);
+    return out;
+}
+
+/* A RoPE scaling we do not implement would run and print plausible garbage:
+ * it is refused by name. "none" loads, with the file's rope_freqs. */
+static void rope_scaling_types_not_implemented_are_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "llama3/llama3-f32.gguf")) return;
+    const char *refused[] = {"linear", "yarn"};
+    for (int i = 0; i < 2; i++) {
+        Blob x = with_rope_scaling_type(&b, refused[i]);
+        char want[96];
+        snprintf(want, sizeof want, "llama.rope.scaling.type '%s' is not supported", refused[i]);
+        expect_refused(&x, x.size, want);
+        free(x.bytes);
+    }
+    Blob none = with_rope_scaling_type(&b, "none");
+    char path[64];
+    write_temp(path, sizeof path, none.bytes, none.size);
+    Model m;
+    Err e;
+    assert_int_equal(model_load(&m, path, NULL, &e), ST_OK);
+    assert_non_null(m.rope_freqs);
+    model_free(&m);
+    unlink(path);
+    free(none.bytes), free(b.bytes);
+}
+
+/* A compressed file (tools/compress) whose coded matrix claims a 4-bit type
+ * with bytes that are not its rows: the codec keeps such types whole and
+ * checks no size, so the loader does. Made from the Q4_K_M fixture:
+ * blk.0.attn_q.weight (256 x 256 Q4_K, 36864 bytes) becomes a 1-D byte
+ * tensor holding a coded blob of one block less, and rans.version (with a
+ * padding key, 64 bytes in all with the dimension dropped) marks the file. */
+static void coded_small_format_matrix_of_the_wrong_size_is_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "quant/quant-q4_k_m.gguf")) return;
+    char path[64];
+    write_temp(path, sizeof path, b.bytes, b.size);
+    Gguf g;
+    Err e;
+    assert_int_equal(gguf_open(&g, path, &e), ST_OK);
+    uint64_t i = 0;
+    while (i < g.n_tensors && !gguf_str_eq(g.tensors[i].name, "blk.0.attn_q.weight")) i++;
+    assert_true(i < g.n_tensors);
+    assert_int_equal(g.tensors[i].type, DT_Q4_K);
+    assert_int_equal(g.tensors[i].nbytes, 36864);
+    size_t data_at = (size_t)((const unsigned char *)g.tensors[i].data - g.map);
+    gguf_close(&g);
+    unlink(path);
+    TensorAt at = tensor_at(&b, i);
+
+    uint64_t ne[4] = {256, 256, 1, 1};
+    uint8_t *blob;
+    size_t len;
+    WcPlane planes[WC_MAX_PLANES];
+    int np;
+    assert_int_equal(wc_encode(b.bytes + data_at, 36864 - 144, DT_Q4_K, 2, ne, 0, NULL, &blob, &len,
+                               planes, &np, &e), ST_OK);
+    assert_true(len <= 36864);
+
+    unsigned char kv[72], *p = kv;
+    uint64_t kl = 12, vl = 12;
+    uint32_t t32 = GG_U32, one = 1, tstr = GG_STRING;
+    memcpy(p, &kl, 8), memcpy(p + 8, "rans.version", 12), p += 20;
+    memcpy(p, &t32, 4), memcpy(p + 4, &one, 4), p += 8;
+    memcpy(p, &kl, 8), memcpy(p + 8, "test.padding", 12), p += 20;
+    memcpy(p, &tstr, 4), memcpy(p + 4, &vl, 8), memcpy(p + 12, "twelve bytes", 12), p += 24;
+    assert_int_equal(p - kv, 72);
+    Blob c = {calloc(1, b.size + 64), b.size + 64};
+    assert_non_null(c.bytes);
+    size_t o = 0;
+    memcpy(c.bytes, b.bytes, 24), o = 24;
+    memcpy(c.bytes + o, kv, 72), o += 72;
+    memcpy(c.bytes + o, b.bytes + 24, at.dims - 4 - 24), o += at.dims - 4 - 24;   /* up to n_dims */
+    uint32_t dims1 = 1, i8 = GGUF_TYPE_I8;
+    uint64_t blob_len = len;
+    memcpy(c.bytes + o, &dims1, 4), o += 4;
+    memcpy(c.bytes + o, &blob_len, 8), o += 8;
+    memcpy(c.bytes + o, &i8, 4), o += 4;
+    memcpy(c.bytes + o, b.bytes + at.offset, b.size - at.offset), o += b.size - at.offset;
+    assert_int_equal(o, c.size);
+    uint64_t n_kv;
+    memcpy(&n_kv, c.bytes + 16, 8);
+    n_kv += 2;
+    memcpy(c.bytes + 16, &n_kv, 8);
+    memcpy(c.bytes + data_at + 64, blob, len);
+    expect_refused(&c, c.size, "codes 36720 bytes of Q4_K, want 36864 (256 rows of 256)");
+    mem_free(blob), free(c.bytes), free(b.bytes);
+}
+
+/* rope_freqs.weight must hold one positive finite divisor per RoPE pair. */
+static void rope_freqs_of_the_wrong_size_or_value_are_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "llama3/llama3-f32.gguf")) return;
+    char path[64];
+    write_temp(path, sizeof path, b.bytes, b.size);
+    Gguf g;
+    Err e;
+    assert_int_equal(gguf_open(&g, path, &e), ST_OK);
+    uint64_t i = 0;
+    while (i < g.n_tensors && !gguf_str_eq(g.tensors[i].name, "rope_freqs.weight")) i++;
+    assert_true(i < g.n_tensors);
+    size_t data_at = (size_t)((const unsigned char *)g.tensors[i].data - g.map);
+    gguf_close(&g);
+    unlink(path);
+    TensorAt at = tensor_at(&b, i);
+    uint64_t sixteen = 16, thirty_two;
+    memcpy(&thirty_two, b.bytes + at.dims, 8);
+    assert_int_equal(thirty_two, 32);
+    memcpy(b.bytes + at.dims, &sixteen, 8);
+    expect_refused(&b, b.size, "rope_freqs.weight is F32 with 16 values, want F32 with 32");
+    memcpy(b.bytes + at.dims, &thirty_two, 8);
+    float bad = -1.0f;
+    memcpy(b.bytes + data_at + 3 * 4, &bad, 4);
+    expect_refused(&b, b.size, "rope_freqs.weight[3] = -1, want a positive finite divisor");
     free(b.bytes);
 }
 
@@ -451,6 +637,10 @@ int main(int argc, char **argv) {
         cmocka_unit_test(gguf_absurd_dimensions_are_refused),
         cmocka_unit_test(gguf_absurd_tensor_count_is_refused),
         cmocka_unit_test(gguf_absurd_layer_count_is_refused),
+        cmocka_unit_test(gguf_block_formats_with_cut_blocks_or_partial_rows_are_refused),
+        cmocka_unit_test(rope_scaling_types_not_implemented_are_refused),
+        cmocka_unit_test(coded_small_format_matrix_of_the_wrong_size_is_refused),
+        cmocka_unit_test(rope_freqs_of_the_wrong_size_or_value_are_refused),
         cmocka_unit_test(llama2c_truncated_checkpoint_is_refused),
         cmocka_unit_test(llama2c_absurd_header_is_refused),
         cmocka_unit_test(llama2c_header_that_disagrees_with_the_file_size_is_refused),

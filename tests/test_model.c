@@ -10,6 +10,16 @@
 #include "testutil.h"
 #include <math.h>
 
+/* Bounds for the block formats against llama.cpp (measured and explained
+ * at check_llama_cpp_logits): rows of 3 x 64 that must match llama.cpp to
+ * 1e-5 (measured: 34 to 152, by format and path), prompts of 3 that must
+ * agree on all 64 greedy ids (measured: 1 to 3), and the gap, relative to the
+ * largest logit, within which two tokens count as a near tie (the parting
+ * points measured have gaps of 0.02 to 0.5 in logits of about 47: 1e-2). */
+#define QUANT_MIN_EXACT 32
+#define QUANT_MIN_IDENTICAL 1
+#define QUANT_TIE_SPREAD 2e-2
+
 /* One row of greedy.tsv. */
 typedef struct {
     char format[16], producer[64];
@@ -408,6 +418,240 @@ static void tiny_q8_0_logits_stay_near_dequantized_reference(void **st) {
     check_logits("tiny/tiny-q8_0.gguf", "tiny", "q8_0", 2e-2);
 }
 
+/* check_logits on a chosen path (the plain one: ops.h, OPS_PLAIN). */
+static void check_logits_on(OpsIsa isa, const char *model_rel, const char *dir, const char *format,
+                            double tol) {
+    OpsIsa saved = ops_isa();
+    ops_set_isa(isa);
+    check_logits(model_rel, dir, format, tol);
+    ops_set_isa(saved);
+}
+
+/* ---- the 4 and 6-bit formats (quant/) and Llama 3's RoPE divisors (llama3/)
+ *
+ * The fast paths round activations as llama.cpp does (Q8_0 blocks for Q4_0
+ * and Q8_0, Q8_K super-blocks for the K formats) and multiply integers, so
+ * they are held to llama.cpp's own logits, teacher-forced on llama.cpp's
+ * greedy ids: llama.cpp-logits/<format>-<k>.f32 row i is the distribution its
+ * i-th new token was taken from. Each sequence runs twice: a prefill of the
+ * prompt then one token at a time, and one prefill of the whole sequence.
+ *
+ * What to expect, measured. Rounding activations makes these random models
+ * chaotic: a float sum added in another order moves a value across a rounding
+ * boundary now and then, and the step that follows moves logits by up to
+ * 2e-2 of the largest one. Our own AVX-512 and generic paths, which differ in
+ * nothing but the order of float additions, part so on two of three prompts
+ * (50 of 71 rows beyond 1e-4 on one Q6_K prompt, worst 1.8e-2). So two
+ * checks, both of which an engine with the wrong arithmetic fails:
+ *   - every row within `near` (3e-2: what the order of additions alone
+ *     produces, and the distance of llama.cpp from the float64 reference);
+ *   - at least `min_exact` rows (of 3 x 64) within 1e-5 of llama.cpp: the same
+ *     integer sums and the same rounding of every activation until the
+ *     sequences part. Keeping activations in float (our plain path) matches
+ *     none (plain_path_matches_no_llama_cpp_row). */
+enum { LLAMA_ROWS = 3 * 64 };
+
+/* The number of rows (of the three prompts' 64) within 1e-5 of llama.cpp's
+ * logits on the current path, checking every row against `near`; the
+ * smallest count of the two modes. */
+static int llama_cpp_exact_rows(const char *model_rel, const char *dir, const char *format, double near) {
+    char path[512], tsv[512], ref_path[512], rel[160];
+    snprintf(rel, sizeof rel, "%s/greedy.tsv", dir);
+    if (!fixture(path, sizeof path, model_rel) || !fixture(tsv, sizeof tsv, rel)) return -1;
+    Golden *g = calloc(64, sizeof(Golden));
+    int rows = load_golden(tsv, g, 64), k = 0, exact[2] = {0, 0};
+    Model m;
+    Err e;
+    assert_int_equal(model_load(&m, path, NULL, &e), ST_OK);
+    int V = m.cfg.vocab_size;
+    double worst = 0.0;
+    for (int r = 0; r < rows; r++) {
+        if (strcmp(g[r].format, format) || strcmp(g[r].producer, "llama.cpp")) continue;
+        snprintf(rel, sizeof rel, "%s/llama.cpp-logits/%s-%d.f32", dir, format, k++);
+        if (!fixture(ref_path, sizeof ref_path, rel)) break;
+        size_t bytes;
+        float *ref = read_file(ref_path, &bytes);
+        assert_non_null(ref);
+        assert_int_equal(bytes, sizeof(float) * 64 * (size_t)V);
+        int np = g[r].n_prompt, n = np + 63, seq[256];
+        memcpy(seq, g[r].prompt, sizeof(int) * (size_t)np);
+        memcpy(seq + np, g[r].gen, sizeof(int) * 63);
+        for (int mode = 0; mode < 2; mode++) {   /* 0: prefill then decode, 1: one prefill */
+            RunState s;
+            assert_int_equal(runstate_init(&s, &m, mode ? n : np, &e), ST_OK);
+            float *all = mode ? model_forward(&m, &s, seq, n, 0, 1) : NULL;
+            for (int i = 0; i < 64; i++) {
+                const float *lg = mode ? all + (size_t)(np - 1 + i) * V
+                                  : i == 0 ? model_forward(&m, &s, seq, np, 0, 0)
+                                           : model_forward(&m, &s, &seq[np + i - 1], 1, np + i - 1, 0);
+                double maxerr = 0, maxref = 0;
+                for (int v = 0; v < V; v++) {
+                    double err = fabs((double)lg[v] - ref[(size_t)i * V + v]);
+                    if (!(err <= maxerr)) maxerr = err;   /* a NaN stays */
+                    maxref = fmax(maxref, fabs((double)ref[(size_t)i * V + v]));
+                }
+                double rel_err = maxerr / maxref;
+                if (!(rel_err <= worst)) worst = rel_err;
+                exact[mode] += rel_err <= 1e-5;
+                if (!(rel_err <= near)) {
+                    print_error("%s prompt %d new token %d (%s, %s path): relative error %.3g from "
+                                "llama.cpp > %.3g\n", model_rel, k - 1, i, mode ? "one prefill" : "decode",
+                                ops_isa_name(ops_isa()), rel_err, near);
+                    fail();
+                }
+            }
+            runstate_free(&s);
+        }
+        free(ref);
+    }
+    assert_int_equal(k, 3);
+    print_message("           %s on the %s path: rows within 1e-5 of llama.cpp: %d and %d of %d "
+                  "(decode, one prefill); worst %.3g\n", model_rel, ops_isa_name(ops_isa()), exact[0],
+                  exact[1], LLAMA_ROWS, worst);
+    model_free(&m);
+    free(g);
+    return exact[0] < exact[1] ? exact[0] : exact[1];
+}
+
+static void check_llama_cpp_logits(const char *model_rel, const char *dir, const char *format,
+                                   int min_exact) {
+    int exact = llama_cpp_exact_rows(model_rel, dir, format, 3e-2);
+    if (exact >= 0) assert_true(exact >= min_exact);
+}
+
+static void quant_q4_0_logits_match_llama_cpp_teacher_forced(void **st) {
+    check_llama_cpp_logits("quant/quant-q4_0.gguf", "quant", "q4_0", QUANT_MIN_EXACT);
+}
+static void quant_q4_k_m_logits_match_llama_cpp_teacher_forced(void **st) {
+    check_llama_cpp_logits("quant/quant-q4_k_m.gguf", "quant", "q4_k_m", QUANT_MIN_EXACT);
+}
+static void quant_q6_k_logits_match_llama_cpp_teacher_forced(void **st) {
+    check_llama_cpp_logits("quant/quant-q6_k.gguf", "quant", "q6_k", QUANT_MIN_EXACT);
+}
+static void quant_f32_logits_match_llama_cpp_teacher_forced(void **st) {
+    /* no rounding of activations: every row within 1e-5 */
+    int exact = llama_cpp_exact_rows("quant/quant-f32.gguf", "quant", "f32", 1e-4);
+    if (exact >= 0) assert_int_equal(exact, LLAMA_ROWS);
+}
+
+/* Greedy ids equal llama.cpp's, generated by us (prefill, then one token at
+ * a time), until the two engines part at a certified near tie: where our
+ * logits for our token and for llama.cpp's are within `near` of the largest
+ * logit, and llama.cpp's own logits for the two are too (its row from
+ * llama.cpp-logits). Both engines then saw the two within the spread that
+ * the rounding of activations makes (see check_llama_cpp_logits), and which
+ * one wins is decided by the order of float additions. The prompt is not
+ * compared further: the histories differ from there. At least min_identical
+ * prompts must agree on all 64 tokens. */
+static void check_greedy_llama_cpp(const char *model_rel, const char *dir, const char *format,
+                                   double near, int min_identical) {
+    char path[512], tsv[512], ref_path[512], rel[160];
+    snprintf(rel, sizeof rel, "%s/greedy.tsv", dir);
+    if (!fixture(path, sizeof path, model_rel) || !fixture(tsv, sizeof tsv, rel)) return;
+    Golden *g = calloc(64, sizeof(Golden));
+    int rows = load_golden(tsv, g, 64), k = 0, identical = 0;
+    Model m;
+    Err e;
+    assert_int_equal(model_load(&m, path, NULL, &e), ST_OK);
+    int V = m.cfg.vocab_size;
+    float *seen = malloc(sizeof(float) * 64 * (size_t)V);
+    assert_non_null(seen);
+    for (int r = 0; r < rows; r++) {
+        if (strcmp(g[r].format, format) || strcmp(g[r].producer, "llama.cpp")) continue;
+        snprintf(rel, sizeof rel, "%s/llama.cpp-logits/%s-%d.f32", dir, format, k++);
+        if (!fixture(ref_path, sizeof ref_path, rel)) break;
+        size_t bytes;
+        float *ref = read_file(ref_path, &bytes);
+        assert_non_null(ref);
+        assert_int_equal(bytes, sizeof(float) * 64 * (size_t)V);
+        int got[64];
+        generate(&m, g[r].prompt, g[r].n_prompt, 64, got, g[r].gen, NULL, seen);
+        int i = 0;
+        while (i < 64 && got[i] == g[r].gen[i]) i++;
+        if (i == 64) {
+            identical++;
+        } else {
+            const float *ours = seen + (size_t)i * V, *theirs = ref + (size_t)i * V;
+            double top = 0;
+            for (int v = 0; v < V; v++) top = fmax(top, fabs((double)theirs[v]));
+            double our_gap = (double)ours[got[i]] - ours[g[r].gen[i]];
+            double their_gap = (double)theirs[g[r].gen[i]] - theirs[got[i]];
+            int tie = our_gap <= near * top && their_gap <= near * top;
+            print_message("           %s prompt %d: parts from llama.cpp at token %d (%d vs %d): "
+                          "apart by %.4f here and %.4f there, of %.1f: %s\n", model_rel, k - 1, i,
+                          got[i], g[r].gen[i], our_gap, their_gap, top,
+                          tie ? "a near tie" : "NOT a near tie");
+            if (!tie) fail();
+        }
+        free(ref);
+    }
+    assert_int_equal(k, 3);
+    assert_true(identical >= min_identical);
+    free(seen);
+    model_free(&m);
+    free(g);
+}
+
+static void quant_q4_0_greedy_matches_llama_cpp(void **st) {
+    check_greedy_llama_cpp("quant/quant-q4_0.gguf", "quant", "q4_0", QUANT_TIE_SPREAD, QUANT_MIN_IDENTICAL);
+}
+static void quant_q4_k_m_greedy_matches_llama_cpp(void **st) {
+    check_greedy_llama_cpp("quant/quant-q4_k_m.gguf", "quant", "q4_k_m", QUANT_TIE_SPREAD, QUANT_MIN_IDENTICAL);
+}
+static void quant_q6_k_greedy_matches_llama_cpp(void **st) {
+    check_greedy_llama_cpp("quant/quant-q6_k.gguf", "quant", "q6_k", QUANT_TIE_SPREAD, QUANT_MIN_IDENTICAL);
+}
+
+/* The plain path widens the weights and keeps activations in float: the
+ * float64 reference's arithmetic on the same dequantized weights, so the F32
+ * bound holds, on all four prompts (prefill and decode). */
+static void quant_q4_0_plain_path_matches_dequantized_reference(void **st) {
+    check_logits_on(OPS_PLAIN, "quant/quant-q4_0.gguf", "quant", "q4_0", 1e-4);
+}
+static void quant_q4_k_m_plain_path_matches_dequantized_reference(void **st) {
+    check_logits_on(OPS_PLAIN, "quant/quant-q4_k_m.gguf", "quant", "q4_k_m", 1e-4);
+}
+static void quant_q6_k_plain_path_matches_dequantized_reference(void **st) {
+    check_logits_on(OPS_PLAIN, "quant/quant-q6_k.gguf", "quant", "q6_k", 1e-4);
+}
+/* The default path rounds activations, which the reference does not:
+ * llama.cpp, doing the same, is 1.2e-2 to 2.2e-2 from it along its own ids
+ * (fixtures/README.md); we are up to 3.0e-2 from it along the reference's
+ * (Q4_K_M, one position; the rounding's spread, see check_llama_cpp_logits). */
+static void quant_block_formats_stay_near_dequantized_reference(void **st) {
+    check_logits("quant/quant-q4_0.gguf", "quant", "q4_0", 4e-2);
+    check_logits("quant/quant-q4_k_m.gguf", "quant", "q4_k_m", 4e-2);
+    check_logits("quant/quant-q6_k.gguf", "quant", "q6_k", 4e-2);
+}
+
+/* The check above discriminates: with activations kept in float (the plain
+ * path), no row comes within 1e-5 of llama.cpp (all stay within 4e-2: the
+ * plain path is the float64 reference's arithmetic, and llama.cpp is up to
+ * 2.2e-2 from that). */
+static void plain_path_matches_no_llama_cpp_row(void **st) {
+    OpsIsa saved = ops_isa();
+    ops_set_isa(OPS_PLAIN);
+    int exact = llama_cpp_exact_rows("quant/quant-q6_k.gguf", "quant", "q6_k", 4e-2);
+    ops_set_isa(saved);
+    if (exact >= 0) assert_int_equal(exact, 0);
+}
+
+/* llama3/: each RoPE pair's angle divided by rope_freqs[i]. Without the
+ * divisors the greedy text leaves the reference's from the second token. */
+static void llama3_f32_greedy_equals_reference_exactly(void **st) {
+    check_greedy("llama3/llama3-f32.gguf", "llama3/greedy.tsv", "f32", "reference float64", 4, 0, 4);
+}
+static void llama3_f32_logits_match_float64_reference(void **st) {
+    check_logits("llama3/llama3-f32.gguf", "llama3", "f32", 1e-4);
+    check_logits_on(OPS_PLAIN, "llama3/llama3-f32.gguf", "llama3", "f32", 1e-4);
+}
+static void llama3_q8_0_logits_match_llama_cpp_teacher_forced(void **st) {
+    check_llama_cpp_logits("llama3/llama3-q8_0.gguf", "llama3", "q8_0", QUANT_MIN_EXACT);
+}
+static void llama3_q8_0_greedy_matches_llama_cpp(void **st) {
+    check_greedy_llama_cpp("llama3/llama3-q8_0.gguf", "llama3", "q8_0", QUANT_TIE_SPREAD, QUANT_MIN_IDENTICAL);
+}
+
 /* A prompt run as chunks of 1, 3 and 7 tokens gives the logits of one prefill. */
 static void chunked_prefill_equals_one_prefill(void **st) {
     char path[512];
@@ -582,6 +826,22 @@ int main(int argc, char **argv) {
         cmocka_unit_test(tiny_q8_0_plain_path_gives_the_default_logits_bit_for_bit),
         cmocka_unit_test(rand_f32_greedy_on_the_plain_path_equals_the_default_path),
         cmocka_unit_test(rand_f16_greedy_on_the_plain_path_equals_the_default_path),
+        cmocka_unit_test(quant_f32_logits_match_llama_cpp_teacher_forced),
+        cmocka_unit_test(quant_q4_0_logits_match_llama_cpp_teacher_forced),
+        cmocka_unit_test(quant_q4_k_m_logits_match_llama_cpp_teacher_forced),
+        cmocka_unit_test(quant_q6_k_logits_match_llama_cpp_teacher_forced),
+        cmocka_unit_test(plain_path_matches_no_llama_cpp_row),
+        cmocka_unit_test(quant_q4_0_greedy_matches_llama_cpp),
+        cmocka_unit_test(quant_q4_k_m_greedy_matches_llama_cpp),
+        cmocka_unit_test(quant_q6_k_greedy_matches_llama_cpp),
+        cmocka_unit_test(quant_q4_0_plain_path_matches_dequantized_reference),
+        cmocka_unit_test(quant_q4_k_m_plain_path_matches_dequantized_reference),
+        cmocka_unit_test(quant_q6_k_plain_path_matches_dequantized_reference),
+        cmocka_unit_test(quant_block_formats_stay_near_dequantized_reference),
+        cmocka_unit_test(llama3_f32_greedy_equals_reference_exactly),
+        cmocka_unit_test(llama3_f32_logits_match_float64_reference),
+        cmocka_unit_test(llama3_q8_0_logits_match_llama_cpp_teacher_forced),
+        cmocka_unit_test(llama3_q8_0_greedy_matches_llama_cpp),
         cmocka_unit_test(chunked_prefill_equals_one_prefill),
         cmocka_unit_test(attention_of_one_head_equals_a_two_pass_softmax),
         cmocka_unit_test(attention_weights_sum_to_one_when_the_maximum_keeps_changing),

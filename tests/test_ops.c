@@ -60,12 +60,15 @@ static uint32_t float_to_bits(float f) {
     return b;
 }
 
+static void *make_small_weights(DType type, int N, int K, uint64_t seed);
+
 /* Random weights of a type. Q8_0 takes every byte value, -128 included (a
  * file may hold it even though our quantizer never writes it), and scales of
  * different sizes. */
 static void *make_weights(DType type, int N, int K, uint64_t seed) {
     Rng r = {seed};
     size_t n = (size_t)N * K;
+    if (dtype_is_small_quant(type)) return make_small_weights(type, N, K, seed);
     void *data = malloc(dtype_row_bytes(type, K) * (size_t)N);
     assert_non_null(data);
     if (type == DT_F32) {
@@ -616,6 +619,416 @@ static void matmul_scratch_does_not_depend_on_threads(void **state) {
     ops_set_threads(saved);
 }
 
+/* ------------------------------------------ the 4, 5 and 6-bit formats */
+
+static const DType SMALL_TYPES[] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+enum { N_SMALL = sizeof SMALL_TYPES / sizeof SMALL_TYPES[0] };
+
+/* N rows of a small block format: random floats whose size changes from
+ * block to block (so scales differ), rounded by quantize_row. */
+static void *make_small_weights(DType type, int N, int K, uint64_t seed) {
+    Rng r = {seed};
+    void *data = malloc(dtype_row_bytes(type, K) * (size_t)N);
+    float *row = malloc(sizeof(float) * (size_t)K);
+    assert_non_null(data);
+    assert_non_null(row);
+    for (int n = 0; n < N; n++) {
+        for (int k = 0; k < K; k++) {
+            float scale = ldexpf(1.0f, -(int)((unsigned)(k / 32 + n) % 5));
+            row[k] = rng_uniform(&r) * scale + (k % 64 < 32 ? 0.1f * scale : 0.0f);
+        }
+        assert_int_equal(quantize_row((uint8_t *)data + (size_t)n * dtype_row_bytes(type, K), row, type, K), ST_OK);
+    }
+    free(row);
+    return data;
+}
+
+/* The activations as the fast kernels round them, widened back to double:
+ * Q8_0 blocks for the 32-value formats, Q8_K super-blocks for the K ones. */
+static void rounded_activations(double *out, const float *x, DType type, int K) {
+    if (dtype_is_k(type)) {
+        BlockQ8_K *q = malloc(sizeof(BlockQ8_K) * (size_t)(K / QK_K));
+        assert_non_null(q);
+        quantize_row_q8_k(q, x, K);
+        for (int k = 0; k < K; k++) out[k] = (double)q[k / QK_K].d * q[k / QK_K].qs[k % QK_K];
+        free(q);
+    } else {
+        BlockQ8_0 *q = malloc(sizeof(BlockQ8_0) * (size_t)(K / QK8_0));
+        assert_non_null(q);
+        quantize_row_q8_0_ref(q, x, K);
+        for (int k = 0; k < K; k++) out[k] = (double)fp16_to_fp32(q[k / QK8_0].d) * q[k / QK8_0].qs[k % QK8_0];
+        free(q);
+    }
+}
+
+/* The generic and AVX-512 paths against a float64 loop over the dequantized
+ * weights and the rounded activations: the same products, summed exactly.
+ * The kernels' integer sums are exact, so their error is float rounding of a
+ * few terms per block: (4 nb + 16) u times the sum of |w x| over the row,
+ * where the K formats' and _1 formats' offsets count separately (their two
+ * terms can be larger than the weight they make), bounded by doubling the
+ * sum with the largest |w| of each block. A wrong nibble, bit plane, scale
+ * or offset moves a result by about one block's share, 1 / nb of the sum. */
+static void check_small_matmul(DType type, int N, int K, int T, OpsIsa isa, uint64_t seed) {
+    Mat W = {type, N, K, make_small_weights(type, N, K, seed)};
+    float *x = make_activations(T, K, seed + 1), *got = malloc(sizeof(float) * (size_t)T * N);
+    float *w = malloc(sizeof(float) * (size_t)K);
+    double *xr = malloc(sizeof(double) * (size_t)K);
+    assert_non_null(got);
+    assert_non_null(w);
+    assert_non_null(xr);
+    run_matmul(got, x, &W, T, isa);
+    int B = dtype_block(type), nb = K / B;
+    for (int t = 0; t < T; t++) {
+        rounded_activations(xr, x + (size_t)t * K, type, K);
+        for (int n = 0; n < N; n++) {
+            dequantize_row(w, (const uint8_t *)W.data + (size_t)n * dtype_row_bytes(type, K), type, K);
+            double exact = 0, abs_sum = 0;
+            for (int b = 0; b < nb; b++) {
+                double wmax = 0;
+                for (int i = 0; i < B; i++) wmax = fmax(wmax, fabs((double)w[b * B + i]));
+                for (int i = 0; i < B; i++) {
+                    exact += (double)w[b * B + i] * xr[b * B + i];
+                    abs_sum += (fabs((double)w[b * B + i]) + wmax) * fabs(xr[b * B + i]);
+                }
+            }
+            double budget = (4.0 * nb + 16) * 0x1p-24 * 2 * abs_sum + 1e-30;
+            float g = got[(size_t)t * N + n];
+            if (!(fabs(g - exact) <= budget)) {
+                print_error("%s %s N=%d K=%d T=%d: out[%d][%d] = %.9g, exact %.9g, budget %.3g\n",
+                            dtype_name(type), ops_isa_name(isa), N, K, T, t, n, g, exact, budget);
+                fail();
+            }
+        }
+    }
+    free(got), free(x), free(w), free(xr), free((void *)W.data);
+}
+
+/* Every small format, both fast paths, row counts that leave every tail of
+ * the 4-row tiles, token counts that leave one over the 2-token tiles, and
+ * rows of one block pair, an odd number of blocks, and several super-blocks. */
+static void small_formats_match_a_float64_loop_on_every_path(void **state) {
+    (void)state;
+    OpsIsa isas[] = {OPS_GENERIC, ops_best_isa()};
+    int Ns[] = {1, 7, 33}, Ts[] = {1, 2, 3, 5};
+    for (int i = 0; i < N_SMALL; i++) {
+        int Ks[] = {256, 768, dtype_is_k(SMALL_TYPES[i]) ? 1024 : 288};
+        for (int s = 0; s < 2; s++)
+            for (int k = 0; k < 3; k++)
+                for (int n = 0; n < 3; n++)
+                    for (int t = 0; t < 4; t++)
+                        check_small_matmul(SMALL_TYPES[i], Ns[n], Ks[k], Ts[t], isas[s],
+                                           100u * (unsigned)i + 10u * (unsigned)k + (unsigned)(n + t));
+    }
+}
+
+/* The plain path keeps activations in float: matmul_ref is the float dot
+ * product of x with the dequantized rows, within the float bound of exact
+ * (exact_dot's budget), for every small format, rows and tokens alike. */
+static void small_formats_on_the_plain_path_are_the_dequantized_float_dot(void **state) {
+    (void)state;
+    int N = 7, K = 512, T = 3;
+    for (int i = 0; i < N_SMALL; i++) {
+        Mat W = {SMALL_TYPES[i], N, K, make_weights(SMALL_TYPES[i], N, K, 91)};
+        float *x = make_activations(T, K, 92), got[3 * 7];
+        matmul_ref(got, x, &W, T);
+        for (int t = 0; t < T; t++)
+            for (int n = 0; n < N; n++) {
+                double exact, budget;
+                exact_dot(&W, n, x + (size_t)t * K, &exact, &budget);
+                if (!(fabs(got[t * N + n] - exact) <= budget)) {
+                    print_error("%s plain out[%d][%d] = %.9g, exact %.9g, budget %.3g\n",
+                                dtype_name(SMALL_TYPES[i]), t, n, got[t * N + n], exact, budget);
+                    fail();
+                }
+            }
+        free(x), free((void *)W.data);
+    }
+}
+
+/* Our kernels compute each (row, token) by one sequence of instructions
+ * whatever the tile, the number of tokens or of threads: the same bits. */
+static void small_formats_give_the_same_bits_by_tokens_and_threads(void **state) {
+    (void)state;
+    int saved = ops_threads();
+    for (int i = 0; i < N_SMALL; i++) {
+        check_batch_equals_single_tokens(SMALL_TYPES[i], 70, 512, 5);
+        OpsIsa isas[] = {OPS_GENERIC, ops_best_isa()};
+        int N = 1203, K = 512, T = 3;   /* big enough to be split between threads */
+        Mat W = {SMALL_TYPES[i], N, K, make_weights(SMALL_TYPES[i], N, K, 41)};
+        float *x = make_activations(T, K, 42);
+        float *a = malloc(sizeof(float) * (size_t)T * N), *b = malloc(sizeof(float) * (size_t)T * N);
+        assert_non_null(a);
+        assert_non_null(b);
+        for (int s = 0; s < 2; s++) {
+            ops_set_threads(1);
+            run_matmul(a, x, &W, T, isas[s]);
+            ops_set_threads(2);
+            run_matmul(b, x, &W, T, isas[s]);
+            assert_memory_equal(a, b, sizeof(float) * (size_t)T * N);
+        }
+        free(a), free(b), free(x), free((void *)W.data);
+    }
+    ops_set_threads(saved);
+}
+
+/* Q8_K as llama.cpp rounds activations: d = max / -127 with the sign of the
+ * value of largest magnitude (the first, if two tie), values to nearest with
+ * ties to even, and sums of each 16. */
+static void quantize_row_q8_k_follows_llama_cpp_rule(void **state) {
+    (void)state;
+    float x[QK_K];
+    for (int i = 0; i < QK_K; i++) x[i] = 0.0f;
+    x[0] = 2.0f, x[1] = -2.54f, x[2] = 2.54f, x[3] = 1.27f, x[4] = -0.01f, x[5] = 0.03f;
+    x[17] = 0.05f;   /* -2.5 steps: a tie, to -2 (even) */
+    BlockQ8_K b;
+    quantize_row_q8_k(&b, x, QK_K);
+    /* max = -2.54 (first of the two): iscale = 127 / 2.54 = 50, d = 1 / 50 */
+    float iscale = -127.0f / -2.54f;
+    assert_true(b.d == 1.0f / iscale);
+    assert_int_equal(b.qs[1], -127);
+    assert_int_equal(b.qs[2], 127);
+    assert_int_equal(b.qs[0], (int)nearbyintf(2.0f * iscale));
+    assert_int_equal(b.qs[3], (int)nearbyintf(1.27f * iscale));
+    assert_int_equal(b.qs[4], (int)nearbyintf(-0.01f * iscale));
+    assert_int_equal(b.qs[17], (int)nearbyintf(0.05f * iscale));
+    int s0 = 0;
+    for (int i = 0; i < 16; i++) s0 += b.qs[i];
+    assert_int_equal(b.bsums[0], s0);
+    assert_int_equal(b.bsums[1], b.qs[17]);
+    /* positive max: the sign flips the scale, not the values' order */
+    x[1] = 2.54f;
+    quantize_row_q8_k(&b, x, QK_K);
+    assert_true(b.d < 0.0f);
+    assert_int_equal(b.qs[1], -127);
+    assert_int_equal(b.qs[2], -127);
+    /* zeros: d = 0; a NaN: d is NaN so that the logits say so */
+    memset(x, 0, sizeof x);
+    quantize_row_q8_k(&b, x, QK_K);
+    assert_true(b.d == 0.0f);
+    x[9] = NAN;
+    quantize_row_q8_k(&b, x, QK_K);
+    assert_true(isnan(b.d));
+}
+
+/* ---- each layout against the published one (ggml-common.h): values built
+ * on the grid of a known scale, so that round-to-nearest must recover them;
+ * the bytes written are checked against the layout's rules, spelled out here
+ * from the published description, and reading them back gives the values. */
+
+static uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+
+static void q4_0_and_q5_0_blocks_are_laid_out_as_published(void **state) {
+    (void)state;
+    for (int five = 0; five < 2; five++) {
+        DType type = five ? DT_Q5_0 : DT_Q4_0;
+        int half = five ? 16 : 8, top = 2 * half - 1;
+        float d = 0.25f, x[32], back[32];
+        int q[32];
+        for (int i = 0; i < 32; i++) q[i] = (i * 7 + 3) % (top + 1);
+        q[5] = 0;   /* the value of largest magnitude, -half d, sets d = max / -half */
+        for (int i = 0; i < 32; i++) x[i] = d * (float)(q[i] - half);
+        uint8_t blk[22];
+        assert_int_equal(quantize_row(blk, x, type, 32), ST_OK);
+        /* d (fp16) first; Q5_0 then 4 bytes of fifth bits; then 16 bytes of
+         * nibbles: value i low, value i + 16 high */
+        assert_int_equal(le16(blk), fp32_to_fp16(d));
+        const uint8_t *qs = blk + (five ? 6 : 2);
+        uint32_t qh = five ? (uint32_t)(blk[2] | blk[3] << 8 | blk[4] << 16 | (uint32_t)blk[5] << 24) : 0;
+        for (int i = 0; i < 16; i++) {
+            assert_int_equal(qs[i] & 15, q[i] & 15);
+            assert_int_equal(qs[i] >> 4, q[i + 16] & 15);
+        }
+        for (int i = 0; i < 32 && five; i++) assert_int_equal((qh >> i) & 1, q[i] >> 4);
+        dequantize_row(back, blk, type, 32);
+        assert_memory_equal(back, x, sizeof x);
+    }
+}
+
+static void q4_1_and_q5_1_blocks_are_laid_out_as_published(void **state) {
+    (void)state;
+    for (int five = 0; five < 2; five++) {
+        DType type = five ? DT_Q5_1 : DT_Q4_1;
+        int top = five ? 31 : 15;
+        float d = 0.125f, m = -1.5f, x[32], back[32];
+        int q[32];
+        for (int i = 0; i < 32; i++) q[i] = (i * 5 + 1) % (top + 1);
+        q[0] = 0, q[31] = top;   /* the range sets d = (max - min) / top and m = min */
+        for (int i = 0; i < 32; i++) x[i] = d * (float)q[i] + m;
+        uint8_t blk[24];
+        assert_int_equal(quantize_row(blk, x, type, 32), ST_OK);
+        /* d, m (fp16); Q5_1 then 4 bytes of fifth bits; then the nibbles */
+        assert_int_equal(le16(blk), fp32_to_fp16(d));
+        assert_int_equal(le16(blk + 2), fp32_to_fp16(m));
+        const uint8_t *qs = blk + (five ? 8 : 4);
+        uint32_t qh = five ? (uint32_t)(blk[4] | blk[5] << 8 | blk[6] << 16 | (uint32_t)blk[7] << 24) : 0;
+        for (int i = 0; i < 16; i++) {
+            assert_int_equal(qs[i] & 15, q[i] & 15);
+            assert_int_equal(qs[i] >> 4, q[i + 16] & 15);
+        }
+        for (int i = 0; i < 32 && five; i++) assert_int_equal((qh >> i) & 1, q[i] >> 4);
+        dequantize_row(back, blk, type, 32);
+        assert_memory_equal(back, x, sizeof x);
+    }
+}
+
+/* Sub-block j's 6-bit scale and min as ggml-common.h packs them in 12 bytes. */
+static void published_scale_min(const uint8_t *s, int j, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = s[j] & 63, *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+        *mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    }
+}
+
+static void q4_k_and_q5_k_super_blocks_are_laid_out_as_published(void **state) {
+    (void)state;
+    for (int five = 0; five < 2; five++) {
+        DType type = five ? DT_Q5_K : DT_Q4_K;
+        int top = five ? 31 : 15;
+        float d = 1.0f / 64, dmin = 1.0f / 32, x[QK_K], back[QK_K];
+        int sc[8] = {63, 17, 40, 5, 33, 63, 50, 12}, mn[8] = {0, 63, 7, 41, 20, 3, 63, 30}, q[QK_K];
+        for (int i = 0; i < QK_K; i++) q[i] = (i * 11 + i / 32) % (top + 1);
+        for (int j = 0; j < 8; j++) q[32 * j + 3] = 0, q[32 * j + 9] = top;   /* each range is full */
+        for (int i = 0; i < QK_K; i++) x[i] = d * (float)sc[i / 32] * (float)q[i] - dmin * (float)mn[i / 32];
+        uint8_t blk[176];
+        assert_int_equal(quantize_row(blk, x, type, QK_K), ST_OK);
+        /* d, dmin (fp16); 12 bytes of scales and mins; Q5_K: 32 bytes of
+         * fifth bits; 128 bytes of nibbles, in chunks of 32 bytes that hold
+         * values 64c + l (low) and 64c + 32 + l (high) */
+        assert_int_equal(le16(blk), fp32_to_fp16(d));
+        assert_int_equal(le16(blk + 2), fp32_to_fp16(dmin));
+        for (int j = 0; j < 8; j++) {
+            int a, b;
+            published_scale_min(blk + 4, j, &a, &b);
+            assert_int_equal(a, sc[j]);
+            assert_int_equal(b, mn[j]);
+        }
+        const uint8_t *qh = blk + 16, *qs = blk + (five ? 48 : 16);
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++) {
+                assert_int_equal(qs[32 * c + l] & 15, q[64 * c + l] & 15);
+                assert_int_equal(qs[32 * c + l] >> 4, q[64 * c + 32 + l] & 15);
+                if (five) {
+                    assert_int_equal((qh[l] >> (2 * c)) & 1, q[64 * c + l] >> 4);
+                    assert_int_equal((qh[l] >> (2 * c + 1)) & 1, q[64 * c + 32 + l] >> 4);
+                }
+            }
+        dequantize_row(back, blk, type, QK_K);
+        for (int i = 0; i < QK_K; i++) assert_float_equal(back[i], x[i], 1e-6);
+    }
+}
+
+static void q6_k_super_blocks_are_laid_out_as_published(void **state) {
+    (void)state;
+    float d = 1.0f / 128, x[QK_K], back[QK_K];
+    int sc[16], q[QK_K];
+    for (int g = 0; g < 16; g++) sc[g] = (g * 37) % 255 - 127;
+    sc[3] = 127, sc[9] = -127;   /* the largest |scale| sets d = max / 127 */
+    for (int g = 0; g < 16; g++) sc[g] = sc[g] == 0 ? 1 : sc[g];
+    for (int i = 0; i < QK_K; i++) q[i] = 1 + (i * 13 + i / 16) % 62;
+    for (int g = 0; g < 16; g++) q[16 * g + 7] = 0;   /* -32: each group's largest magnitude */
+    for (int i = 0; i < QK_K; i++) x[i] = d * (float)sc[i / 16] * (float)(q[i] - 32);
+    uint8_t blk[210];
+    assert_int_equal(quantize_row(blk, x, DT_Q6_K, QK_K), ST_OK);
+    /* ql[128], qh[64], scales[16], d (fp16) last; per half h of 128 values,
+     * ql + 64h and qh + 32h: byte l of ql holds values l (low) and l + 64
+     * (high), byte l + 32 values l + 32 and l + 96; byte l of qh holds the
+     * top two bits of values l, l + 32, l + 64, l + 96 (bits 0-1 .. 6-7) */
+    assert_int_equal(le16(blk + 208), fp32_to_fp16(d));
+    for (int g = 0; g < 16; g++) assert_int_equal((int8_t)blk[192 + g], sc[g]);
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = blk + 64 * h, *qh = blk + 128 + 32 * h;
+        const int *v = q + 128 * h;
+        for (int l = 0; l < 32; l++) {
+            assert_int_equal(ql[l] & 15, v[l] & 15);
+            assert_int_equal(ql[l] >> 4, v[l + 64] & 15);
+            assert_int_equal(ql[l + 32] & 15, v[l + 32] & 15);
+            assert_int_equal(ql[l + 32] >> 4, v[l + 96] & 15);
+            for (int k = 0; k < 4; k++) assert_int_equal((qh[l] >> (2 * k)) & 3, v[l + 32 * k] >> 4);
+        }
+    }
+    dequantize_row(back, blk, DT_Q6_K, QK_K);
+    for (int i = 0; i < QK_K; i++) assert_float_equal(back[i], x[i], 1e-6);
+}
+
+/* A row with NaN, infinities and extreme values is written without a float
+ * converted to int out of range (the test build makes that fatal), and the
+ * finite blocks after it come back as usual. */
+static void quantize_row_survives_non_finite_and_extreme_input(void **state) {
+    (void)state;
+    float x[512], back[512];
+    for (int i = 0; i < 512; i++) x[i] = 0.01f * (float)(i % 17) - 0.08f;
+    x[3] = NAN, x[40] = INFINITY, x[41] = -INFINITY, x[70] = 3e38f, x[71] = 1e-40f, x[100] = -3e38f;
+    for (int i = 0; i < N_SMALL; i++) {
+        uint8_t blk[512];   /* enough for 512 values of any of them */
+        assert_true(dtype_row_bytes(SMALL_TYPES[i], 512) <= sizeof blk);
+        assert_int_equal(quantize_row(blk, x, SMALL_TYPES[i], 512), ST_OK);
+        dequantize_row(back, blk, SMALL_TYPES[i], 512);
+        for (int k = 256; k < 512; k++)   /* finite, modest values: within 0.02 */
+            assert_true(fabsf(back[k] - x[k]) <= 0.02f);
+    }
+}
+
+/* Round-to-nearest on random rows: every value comes back within half a
+ * step of its block's grid, plus what rounding the scales costs (K formats:
+ * the 6 or 8-bit scale may cut the range by half a scale step, which a value
+ * at the range's end pays). A wrong bit plane or nibble order fails by whole
+ * steps. quantize_row refuses a type it does not write and a partial block. */
+static void quantize_row_round_trips_within_half_a_step(void **state) {
+    (void)state;
+    int K = 512;
+    float *x = make_activations(1, K, 77), back[512];
+    for (int i = 0; i < N_SMALL; i++) {
+        DType type = SMALL_TYPES[i];
+        uint8_t *blk = malloc(dtype_row_bytes(type, K));
+        assert_non_null(blk);
+        assert_int_equal(quantize_row(blk, x, type, K), ST_OK);
+        dequantize_row(back, blk, type, K);
+        int G = type == DT_Q6_K ? 16 : 32, levels = type == DT_Q4_1 || type == DT_Q4_K ? 15 : 31;
+        float row_amax = 0;
+        for (int k = 0; k < K; k++) row_amax = fmaxf(row_amax, fabsf(x[k]));
+        for (int g = 0; g < K / G; g++) {
+            float lo = 0, hi = 0, amax = 0;
+            for (int k = 0; k < G; k++) {
+                lo = fminf(lo, x[g * G + k]), hi = fmaxf(hi, x[g * G + k]);
+                amax = fmaxf(amax, fabsf(x[g * G + k]));
+            }
+            float step = (hi - lo) / (float)levels, bound;
+            /* symmetric grids (Q4_0, Q5_0, Q6_K: d = max / -8, -16, -32) have
+             * one step less on the side opposite the largest value, which a
+             * value there may pay in full; Q6_K's 8-bit scales may be off by
+             * half of d = (largest group scale) / 127 */
+            if (type == DT_Q4_0) bound = 1.01f * amax / 8;
+            else if (type == DT_Q5_0) bound = 1.01f * amax / 16;
+            else if (type == DT_Q6_K) bound = 1.01f * amax / 32 + 32 * (row_amax / 32 / 127 / 2);
+            else if (dtype_is_k(type)) {   /* half the sub-block's step, or dmin / 2 (ops_quant.c) */
+                const uint8_t *sb = blk + (size_t)(g / 8) * dtype_row_bytes(type, QK_K);
+                int sc, mn;
+                published_scale_min(sb + 4, g % 8, &sc, &mn);
+                bound = 0.501f * fp16_to_fp32(le16(sb)) * (float)sc + 0.501f * fp16_to_fp32(le16(sb + 2));
+            }
+            else bound = 0.51f * step;
+            bound += 1e-6f;
+            for (int k = 0; k < G; k++) {
+                float err = fabsf(back[g * G + k] - x[g * G + k]);
+                if (!(err <= bound)) {
+                    print_error("%s value %d: %g comes back as %g (bound %g)\n", dtype_name(type),
+                                g * G + k, (double)x[g * G + k], (double)back[g * G + k], (double)bound);
+                    fail();
+                }
+            }
+        }
+        assert_int_equal(quantize_row(blk, x, type, K - 16), ST_ARG);
+        free(blk);
+    }
+    uint8_t any[64];
+    assert_int_equal(quantize_row(any, x, DT_Q8_0, 32), ST_ARG);
+    assert_int_equal(quantize_row(any, x, DT_F16, 32), ST_ARG);
+    free(x);
+}
+
 /* ------------------------------------------------- the choice of path */
 
 /* matmul() on the plain path is matmul_ref, bit for bit, for every type and
@@ -860,6 +1273,16 @@ int main(int argc, char **argv) {
         cmocka_unit_test(q8_0_small_batches_equal_single_tokens_bitwise),
         cmocka_unit_test(matmul_gives_same_results_on_one_and_two_threads),
         cmocka_unit_test(matmul_scratch_does_not_depend_on_threads),
+        cmocka_unit_test(small_formats_match_a_float64_loop_on_every_path),
+        cmocka_unit_test(small_formats_give_the_same_bits_by_tokens_and_threads),
+        cmocka_unit_test(small_formats_on_the_plain_path_are_the_dequantized_float_dot),
+        cmocka_unit_test(quantize_row_q8_k_follows_llama_cpp_rule),
+        cmocka_unit_test(q4_0_and_q5_0_blocks_are_laid_out_as_published),
+        cmocka_unit_test(q4_1_and_q5_1_blocks_are_laid_out_as_published),
+        cmocka_unit_test(q4_k_and_q5_k_super_blocks_are_laid_out_as_published),
+        cmocka_unit_test(q6_k_super_blocks_are_laid_out_as_published),
+        cmocka_unit_test(quantize_row_round_trips_within_half_a_step),
+        cmocka_unit_test(quantize_row_survives_non_finite_and_extreme_input),
         cmocka_unit_test(plain_isa_sends_every_matmul_through_the_reference_loops),
         cmocka_unit_test(default_isa_is_the_best_the_cpu_has),
         cmocka_unit_test(softmax_on_the_plain_isa_is_the_libm_reference),

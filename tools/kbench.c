@@ -19,7 +19,7 @@
  *   gcc -O3 -march=native -fopenmp -Isrc tools/kbench.c src/ops.c src/ops_avx512.c src/mem.c \
  *       src/err.c -o build/kbench -lopenblas -lm
  * Run (OpenBLAS picks its kernels by OPENBLAS_CORETYPE; name the real CPU):
- *   OPENBLAS_CORETYPE=SkylakeX build/kbench [--isa plain|generic|avx512|best] [--type F32|F16|Q8_0]
+ *   OPENBLAS_CORETYPE=SkylakeX build/kbench [--isa plain|generic|avx512|best] [--type F32|F16|Q8_0|Q4_0|..|Q6_K]
  *       [--shape NxK] [--reps R] [--threads 1|2|both] [--pool-mib M] [--prefill-t T]
  * --pool-mib 0 keeps one copy of each matrix, so small ones run from cache:
  * that shows what a kernel can do when memory is not the limit. */
@@ -50,10 +50,20 @@ typedef struct {
 } Cell;
 
 static const int SHAPES[][2] = {{2048, 2048}, {256, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
-static const DType TYPES[] = {DT_F32, DT_F16, DT_Q8_0};
+/* Without --type only the first three run; --type names any of them. */
+static const DType TYPES[] = {DT_F32, DT_F16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0,
+                              DT_Q5_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+enum { N_TYPES = sizeof TYPES / sizeof TYPES[0], N_DEFAULT_TYPES = 3 };
 static const double RUN_SECONDS = 0.03;   /* length of one timed run */
 
-static int type_index(DType type) { return type == DT_F32 ? 0 : type == DT_F16 ? 1 : 2; }
+static int type_index(DType type) {
+    int i = 0;
+    while (i < N_TYPES - 1 && TYPES[i] != type) i++;
+    return i;
+}
+
+/* Whether a run with these options times type t. */
+static int type_wanted(int want, int t) { return want < 0 ? t < N_DEFAULT_TYPES : want == (int)TYPES[t]; }
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -76,13 +86,19 @@ static float uniform(uint64_t *s) { return (float)(next_random(s) >> 40) * 0x1p-
  * than the benchmark. */
 static void fill_weights(uint8_t *pool, size_t bytes, DType type) {
     uint64_t s = 42;
-    size_t unit = 4u << 20, block = type == DT_Q8_0 ? sizeof(BlockQ8_0) : 4;
+    size_t unit = 4u << 20, block = dtype_row_bytes(type, dtype_is_small_quant(type) ? 256 : 32);
     unit = unit / block * block;
     size_t first = bytes < unit ? bytes : unit;
     if (type == DT_F32) {
         for (size_t i = 0; i < first / 4; i++) ((float *)pool)[i] = uniform(&s);
     } else if (type == DT_F16) {
         for (size_t i = 0; i < first / 2; i++) ((uint16_t *)pool)[i] = fp32_to_fp16(uniform(&s));
+    } else if (dtype_is_small_quant(type)) {   /* 256 values at a time, rounded by quantize_row */
+        float v[256];
+        for (size_t i = 0; i < first / block; i++) {
+            for (int j = 0; j < 256; j++) v[j] = 0.01f * uniform(&s);
+            quantize_row(pool + i * block, v, type, 256);
+        }
     } else {
         BlockQ8_0 *b = (BlockQ8_0 *)pool;
         for (size_t i = 0; i < first / sizeof(BlockQ8_0); i++) {
@@ -139,7 +155,7 @@ static double time_cell(const Cell *c, const uint8_t *pool, size_t pool_bytes, i
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kbench [--isa plain|generic|avx512|best] [--type F32|F16|Q8_0] [--shape NxK] "
+    fprintf(f, "usage: kbench [--isa plain|generic|avx512|best] [--type F32|F16|Q8_0|Q4_0|..|Q6_K] [--shape NxK] "
                "[--reps R (1..%d)] [--threads 1|2|both] [--pool-mib M] [--prefill-t T]\n",
             MAX_REPS);
 }
@@ -170,7 +186,16 @@ static int parse_args(Options *o, int argc, char **argv) {
                 return -1;
             }
         }
-        else if (!strcmp(a, "--type")) o->type = !strcmp(v, "F32") ? DT_F32 : !strcmp(v, "F16") ? DT_F16 : DT_Q8_0;
+        else if (!strcmp(a, "--type")) {
+            o->type = -2;
+            for (int t = 0; t < N_TYPES; t++)
+                if (!strcmp(v, dtype_name((int)TYPES[t]))) o->type = (int)TYPES[t];
+            if (o->type == -2) {
+                fprintf(stderr, "kbench: --type wants F32, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K "
+                                "or Q6_K, got '%s'\n", v);
+                return -1;
+            }
+        }
         else if (!strcmp(a, "--shape")) {
             if (sscanf(v, "%dx%d", &o->N, &o->K) != 2) o->N = -1;
         } else if (!strcmp(a, "--reps")) o->reps = atoi(v);
@@ -178,10 +203,11 @@ static int parse_args(Options *o, int argc, char **argv) {
         else if (!strcmp(a, "--pool-mib")) o->pool_mib = atof(v);
         else o->prefill_T = atoi(v);   /* --prefill-t */
     }
-    int shapes_ok = o->N ? o->N > 0 && o->K > 0 && o->K % QK8_0 == 0 : 1;
+    int block = o->type >= 0 && dtype_is_small_quant((DType)o->type) ? dtype_block((DType)o->type) : QK8_0;
+    int shapes_ok = o->N ? o->N > 0 && o->K > 0 && o->K % block == 0 : 1;
     if (o->reps >= 1 && o->reps <= MAX_REPS && o->prefill_T >= 1 && shapes_ok) return 0;
     fprintf(stderr, "kbench: bad value: --reps wants 1..%d, --prefill-t at least 1, --shape NxK "
-                    "with K a multiple of %d\n", MAX_REPS, QK8_0);
+                    "with K a multiple of %d\n", MAX_REPS, block);
     return -1;
 }
 
@@ -199,8 +225,8 @@ int main(int argc, char **argv) {
     int n_cells = 0, max_N = 0, max_K = 0;
     size_t pool_bytes = (size_t)(o.pool_mib * 1024 * 1024);
     int n_shapes = o.N ? 1 : (int)(sizeof SHAPES / sizeof SHAPES[0]);
-    for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) {
-        if (o.type >= 0 && o.type != (int)TYPES[t]) continue;
+    for (int t = 0; t < N_TYPES; t++) {
+        if (!type_wanted(o.type, t)) continue;
         for (int s = 0; s < n_shapes; s++) {
             int N = o.N ? o.N : SHAPES[s][0], K = o.N ? o.K : SHAPES[s][1];
             size_t matrix_bytes = dtype_row_bytes(TYPES[t], K) * (size_t)N;
@@ -216,25 +242,25 @@ int main(int argc, char **argv) {
     Cell reads[2] = {{.threads = 1}, {.threads = 2}};
 
     /* One pool per type used; every matrix of that type is a window onto it. */
-    uint8_t *pools[3] = {NULL, NULL, NULL}, *any_pool = NULL;
+    uint8_t *pools[N_TYPES] = {NULL}, *any_pool = NULL;
     float *x = mem_alloc(sizeof(float) * (size_t)o.prefill_T * max_K);
     float *out = mem_alloc(sizeof(float) * (size_t)o.prefill_T * max_N);
     size_t scratch_bytes = 1;
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < N_TYPES; t++) {
         size_t b = matmul_scratch_bytes(TYPES[t], o.prefill_T, max_K);
         scratch_bytes = b > scratch_bytes ? b : scratch_bytes;
     }
     void *scratch = mem_alloc(scratch_bytes);
     int ok = x && out && scratch;
-    for (int t = 0; t < 3 && ok; t++) {
-        if (o.type >= 0 && o.type != (int)TYPES[t]) continue;
+    for (int t = 0; t < N_TYPES && ok; t++) {
+        if (!type_wanted(o.type, t)) continue;
         pools[t] = any_pool = mem_alloc(pool_bytes);
         ok = pools[t] != NULL;
         if (ok) fill_weights(pools[t], pool_bytes, TYPES[t]);
     }
     if (!ok) {
         fprintf(stderr, "kbench: out of memory (pools of %zu MiB)\n", pool_bytes >> 20);
-        for (int t = 0; t < 3; t++) mem_free(pools[t]);
+        for (int t = 0; t < N_TYPES; t++) mem_free(pools[t]);
         mem_free(x), mem_free(out), mem_free(scratch);
         return 1;
     }
@@ -293,7 +319,7 @@ int main(int argc, char **argv) {
         }
         printf("\n");
     }
-    for (int t = 0; t < 3; t++) mem_free(pools[t]);
+    for (int t = 0; t < N_TYPES; t++) mem_free(pools[t]);
     mem_free(x), mem_free(out), mem_free(scratch);
     return 0;
 }

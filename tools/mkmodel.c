@@ -22,7 +22,9 @@
  * classifier included, as llama.cpp's Q8_0 files have them); the norms are
  * always F32. Rounding to F16 / Q8_0 is the writer's (gguf_write.h), which
  * uses ops.h: Q8_0 blocks of 32 with d = max|x| / 127 stored as F16, values
- * rounded to nearest.
+ * rounded to nearest; the 4, 5 and 6-bit formats (q4_0 .. q6_k) by
+ * quantize_row's round-to-nearest (every matrix in one format, where
+ * llama.cpp's _M files mix two).
  *
  * The classifier is its own tensor (output.weight), as in TinyLlama; llama2.c's
  * stories models share it with the embedding, so their files here are larger
@@ -221,7 +223,20 @@ static int add_tokenizer(GgufWriter *w, Builder *b, Err *e) {
 static void add_hparams(GgufWriter *w, const Builder *b) {
     const Shape *s = &b->shape;
     /* llama.cpp's general.file_type: the type most tensors have */
-    uint32_t file_type = b->type == DT_F32 ? 0 : b->type == DT_F16 ? 1 : 7;
+    uint32_t file_type = 0;
+    switch (b->type) {   /* llama_ftype's numbers, ALL_ rather than the _M mixes */
+    case DT_F32: file_type = 0; break;
+    case DT_F16: file_type = 1; break;
+    case DT_Q4_0: file_type = 2; break;
+    case DT_Q4_1: file_type = 3; break;
+    case DT_Q8_0: file_type = 7; break;
+    case DT_Q5_0: file_type = 8; break;
+    case DT_Q5_1: file_type = 9; break;
+    case DT_Q4_K: file_type = 14; break;   /* Q4_K_S */
+    case DT_Q5_K: file_type = 16; break;   /* Q5_K_S */
+    case DT_Q6_K: file_type = 18; break;
+    case DT_BF16: file_type = 32; break;
+    }
     char desc[128];
     snprintf(desc, sizeof desc, "random weights from tools/mkmodel.c, seed %llu",
              (unsigned long long)b->seed);
@@ -229,7 +244,8 @@ static void add_hparams(GgufWriter *w, const Builder *b) {
     gguf_w_add_str(w, "general.name", s->name);
     gguf_w_add_str(w, "general.description", desc);
     gguf_w_add_u32(w, "general.file_type", file_type);
-    if (b->type == DT_Q8_0) gguf_w_add_u32(w, "general.quantization_version", 2);
+    if (b->type == DT_Q8_0 || dtype_is_small_quant(b->type))
+        gguf_w_add_u32(w, "general.quantization_version", 2);
     gguf_w_add_u32(w, "llama.context_length", (uint32_t)s->ctx);
     gguf_w_add_u32(w, "llama.embedding_length", (uint32_t)s->dim);
     gguf_w_add_u32(w, "llama.block_count", (uint32_t)s->layers);
@@ -264,7 +280,7 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: mkmodel [--preset NAME] [--dim D] [--hidden F] [--layers L] [--heads H]\n"
-            "               [--kv-heads Hkv] [--vocab V] [--ctx P] [--type f32|f16|q8_0]\n"
+            "               [--kv-heads Hkv] [--vocab V] [--ctx P] [--type T]\n"
             "               [--seed N] [--size-only] OUT.gguf\n"
             "presets (D F L H Hkv V P):\n");
     for (int i = 0; i < N_PRESETS; i++) {
@@ -300,9 +316,10 @@ static int check_shape(const Shape *s, DType type, Err *e) {
     if (s->vocab < MIN_VOCAB)
         return err_set(e, ST_ARG, "--vocab %d is below %d (3 special and 256 byte pieces)", s->vocab,
                        MIN_VOCAB);
-    if (type == DT_Q8_0 && (s->dim % QK8_0 || s->hidden % QK8_0))
-        return err_set(e, ST_ARG, "q8_0 needs --dim and --hidden to be multiples of %d (got %d, %d)",
-                       QK8_0, s->dim, s->hidden);
+    int B = dtype_block(type);
+    if (s->dim % B || s->hidden % B)
+        return err_set(e, ST_ARG, "%s needs --dim and --hidden to be multiples of %d (got %d, %d)",
+                       dtype_name(type), B, s->dim, s->hidden);
     return ST_OK;
 }
 
@@ -353,7 +370,15 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
             else if (strcmp(val, "f16") == 0) a->type = DT_F16;
             else if (strcmp(val, "q8_0") == 0) a->type = DT_Q8_0;
             else if (strcmp(val, "bf16") == 0) a->type = DT_BF16;
-            else return err_set(e, ST_ARG, "--type wants f32, f16 or q8_0, got '%s'", val);
+            else if (strcmp(val, "q4_0") == 0) a->type = DT_Q4_0;
+            else if (strcmp(val, "q4_1") == 0) a->type = DT_Q4_1;
+            else if (strcmp(val, "q5_0") == 0) a->type = DT_Q5_0;
+            else if (strcmp(val, "q5_1") == 0) a->type = DT_Q5_1;
+            else if (strcmp(val, "q4_k") == 0) a->type = DT_Q4_K;
+            else if (strcmp(val, "q5_k") == 0) a->type = DT_Q5_K;
+            else if (strcmp(val, "q6_k") == 0) a->type = DT_Q6_K;
+            else return err_set(e, ST_ARG, "--type wants f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+                                "q5_1, q4_k, q5_k or q6_k, got '%s'", val);
         } else {   /* --seed */
             if (parse_int(arg, val, 0, INT64_MAX, &v, e)) return ST_ARG;
             a->seed = (uint64_t)v;

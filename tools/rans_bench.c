@@ -94,6 +94,13 @@ static uint8_t *read_file_bytes(const char *path, size_t *n) {
     return buf;
 }
 
+/* The types read below: F32 and F16 are rounded here, Q8_0 taken as stored;
+ * the others (BF16, the 4 to 6-bit formats) are skipped. */
+static int int8_source(const GgufTensor *T) {
+    return T->n_dims == 2 && (T->type == DT_F32 || T->type == DT_F16 || T->type == DT_Q8_0) &&
+           T->ne[0] % 32 == 0;
+}
+
 /* The int8 values of every 2-D matrix of a GGUF file (see the top). */
 static uint8_t *gguf_int8(const char *path, size_t *n, Err *e) {
     Gguf g;
@@ -101,14 +108,14 @@ static uint8_t *gguf_int8(const char *path, size_t *n, Err *e) {
     size_t total = 0;
     for (uint64_t t = 0; t < g.n_tensors; t++) {
         const GgufTensor *T = &g.tensors[t];
-        if (T->n_dims == 2 && dtype_known((int)T->type) && T->ne[0] % 32 == 0) total += T->ne[0] * T->ne[1];
+        if (int8_source(T)) total += T->ne[0] * T->ne[1];
     }
     uint8_t *buf = malloc(total ? total : 1);
     float *row = NULL;
     size_t at = 0;
     for (uint64_t t = 0; t < g.n_tensors; t++) {
         const GgufTensor *T = &g.tensors[t];
-        if (!(T->n_dims == 2 && dtype_known((int)T->type) && T->ne[0] % 32 == 0)) continue;
+        if (!int8_source(T)) continue;
         size_t K = T->ne[0], N = T->ne[1];
         row = realloc(row, K * sizeof *row);
         for (size_t r = 0; r < N; r++) {
