@@ -61,7 +61,8 @@ static int usable_cores(void) {
 static void usage(FILE *f) {
     fprintf(f,
         "usage: infer --model FILE [options]\n"
-        "  --model FILE         GGUF (llama; F32, F16, BF16, Q8_0) or llama2.c checkpoint\n"
+        "  --model FILE         GGUF (llama; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,\n"
+        "                       Q4_K, Q5_K, Q6_K; or compressed by compress) or llama2.c checkpoint\n"
         "  --tokenizer FILE     llama2.c tokenizer.bin (default: beside the model)\n"
         "  --prompt TEXT        text to continue (default: empty, BOS alone)\n"
         "  -n, --max-tokens N   new tokens to generate (default 256)\n"
