@@ -11,15 +11,29 @@
 #include "clock.h"
 #include "mem.h"
 #include <pthread.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <string.h>
+
+/* A piece of a unit's work: bytes [from, from + len) of part `part`, cut at
+ * multiples of two groups so that no group is decoded twice. */
+typedef struct {
+    int part;
+    uint64_t from, len;
+} Piece;
 
 struct LowMem {
     LmUnit *units;
     int n_units;
     size_t *off;               /* (n_units, LM_MAX_PARTS) where each part sits in a buffer */
     size_t cap;                /* bytes of one buffer */
-    uint8_t *block;            /* both buffers and both scratches, one allocation */
-    uint8_t *buf[2], *scratch[2];   /* scratch[0] the helper's, scratch[1] the caller's */
+    uint8_t *block;            /* both buffers and the scratches, one allocation */
+    uint8_t *buf[2];
+    int decoders;              /* threads the helper decodes a unit with */
+    uint8_t *scratch[LM_MAX_DECODERS + 1];   /* one per helper thread, then the caller's */
+    Piece *pieces;             /* (max_pieces) the helper's work list */
+    int max_pieces;
     RansIsa isa;
     int threaded;
     pthread_t helper;
@@ -37,15 +51,59 @@ struct LowMem {
 
 static double now_s(void) { return clock_seconds(); }
 
-static int decode_unit(LowMem *lm, int u, uint8_t *buf, uint8_t *scratch, Err *e) {
-    const LmUnit *un = &lm->units[u];
+/* Cut unit u's parts into pieces (into `out`, when not NULL); returns their count. */
+static int cut_unit(const LmUnit *un, Piece *out) {
+    int n = 0;
     for (int i = 0; i < un->n; i++) {
         const LmPart *p = &un->part[i];
-        int st = wc_decode_range(p->t, p->from, (size_t)p->len, buf + lm->off[(size_t)u * LM_MAX_PARTS + i],
-                                 scratch, lm->isa, e);
-        if (st) return st;
+        uint64_t step = 2 * wc_group_span(p->t), end = p->from + p->len;
+        for (uint64_t at = p->from; at < end;) {
+            uint64_t next = (at / step + 1) * step;
+            if (next > end) next = end;
+            if (out) out[n] = (Piece){i, at, next - at};
+            n++;
+            at = next;
+        }
     }
-    return ST_OK;
+    return n;
+}
+
+/* Decode unit u into buf on `threads` threads (OpenMP, scratch[first +
+ * thread] each), the pieces shared out as they come. */
+static int decode_unit(LowMem *lm, int u, uint8_t *buf, int first, int threads, Err *e) {
+    const LmUnit *un = &lm->units[u];
+    if (threads <= 1) {
+        for (int i = 0; i < un->n; i++) {
+            const LmPart *p = &un->part[i];
+            int st = wc_decode_range(p->t, p->from, (size_t)p->len, buf + lm->off[(size_t)u * LM_MAX_PARTS + i],
+                                     lm->scratch[first], lm->isa, e);
+            if (st) return st;
+        }
+        return ST_OK;
+    }
+    int n = cut_unit(un, lm->pieces);
+    int st = ST_OK;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int k = 0; k < n; k++) {
+        int me = 0;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+#endif
+        const Piece *q = &lm->pieces[k];
+        const LmPart *p = &un->part[q->part];
+        Err eq;
+        int r = wc_decode_range(p->t, q->from, (size_t)q->len,
+                                buf + lm->off[(size_t)u * LM_MAX_PARTS + q->part] + (q->from - p->from),
+                                lm->scratch[first + me], lm->isa, &eq);
+        if (r) {
+#pragma omp critical(lowmem_error)
+            if (!st) {
+                st = r;
+                *e = eq;
+            }
+        }
+    }
+    return st;
 }
 
 static void count_decode(LowMem *lm, int u, double s) {   /* under the mutex */
@@ -71,7 +129,7 @@ static void *helper_main(void *arg) {
         pthread_mutex_unlock(&lm->mu);
         Err e;
         double t0 = now_s();
-        int st = decode_unit(lm, u, lm->buf[slot], lm->scratch[0], &e);
+        int st = decode_unit(lm, u, lm->buf[slot], 0, lm->decoders, &e);
         double t1 = now_s();
         pthread_mutex_lock(&lm->mu);
         lm->busy = 0;
@@ -90,7 +148,9 @@ static void *helper_main(void *arg) {
     return NULL;
 }
 
-int lm_create(LowMem **out, const LmUnit *units, int n_units, RansIsa isa, int threaded, int verify, Err *e) {
+int lm_create(LowMem **out, const LmUnit *units, int n_units, RansIsa isa, int threads, int verify, Err *e) {
+    int threaded = threads > 0;
+    int decoders = threads < 1 ? 1 : threads > LM_MAX_DECODERS ? LM_MAX_DECODERS : threads;
     *out = NULL;
     if (n_units < 1) return err_set(e, ST_ARG, "lowmem: no units");
     LowMem *lm = mem_alloc(sizeof *lm);
@@ -116,18 +176,23 @@ int lm_create(LowMem **out, const LmUnit *units, int n_units, RansIsa isa, int t
         if (at > lm->st.unit_bytes_max) lm->st.unit_bytes_max = at;
     }
     scratch = (scratch + 63) / 64 * 64;
-    lm->block = mem_alloc(2 * lm->cap + 2 * scratch + 64);
-    if (!lm->block) {
-        size_t want = 2 * lm->cap + 2 * scratch;
+    for (int u = 0; u < n_units; u++) {
+        int n = cut_unit(&units[u], NULL);
+        if (n > lm->max_pieces) lm->max_pieces = n;
+    }
+    lm->decoders = decoders;
+    lm->pieces = mem_alloc((size_t)(lm->max_pieces ? lm->max_pieces : 1) * sizeof *lm->pieces);
+    lm->block = mem_alloc(2 * lm->cap + (size_t)(decoders + 1) * scratch + 64);
+    if (!lm->block || !lm->pieces) {
+        size_t want = 2 * lm->cap + (size_t)(decoders + 1) * scratch;
         lm_free(lm);
-        return err_set(e, ST_NOMEM, "lowmem: cannot allocate two %zu-byte decode buffers (%zu bytes)", want / 2,
-                       want);
+        return err_set(e, ST_NOMEM, "lowmem: cannot allocate two %zu-byte decode buffers and scratch (%zu bytes)",
+                       lm->cap, want);
     }
     uint8_t *p = (uint8_t *)(((uintptr_t)lm->block + 63) & ~(uintptr_t)63);
     lm->buf[0] = p;
     lm->buf[1] = p + lm->cap;
-    lm->scratch[0] = p + 2 * lm->cap;
-    lm->scratch[1] = p + 2 * lm->cap + scratch;
+    for (int i = 0; i <= decoders; i++) lm->scratch[i] = p + 2 * lm->cap + (size_t)i * scratch;
     lm->st.buffer_bytes = 2 * lm->cap;
     lm->isa = isa;
     lm->slot_unit[0] = lm->slot_unit[1] = -1;
@@ -135,7 +200,7 @@ int lm_create(LowMem **out, const LmUnit *units, int n_units, RansIsa isa, int t
     pthread_mutex_init(&lm->mu, NULL);
     pthread_cond_init(&lm->cv, NULL);
     for (int u = 0; verify && u < n_units; u++) {
-        int st = decode_unit(lm, u, lm->buf[0], lm->scratch[1], e);
+        int st = decode_unit(lm, u, lm->buf[0], lm->decoders, 1, e);
         if (st) {
             lm_free(lm);
             return st;
@@ -166,6 +231,7 @@ void lm_free(LowMem *lm) {
         pthread_cond_destroy(&lm->cv);
     }
     mem_free(lm->block);
+    mem_free(lm->pieces);
     mem_free(lm->units);
     mem_free(lm->off);
     mem_free(lm);
@@ -188,7 +254,7 @@ int lm_acquire(LowMem *lm, int u, const void *ptr[LM_MAX_PARTS], Err *e) {
         lm->slot_ready[s] = 0;
         pthread_mutex_unlock(&lm->mu);
         double d0 = now_s();
-        st = decode_unit(lm, u, lm->buf[s], lm->scratch[1], &lm->err);
+        st = decode_unit(lm, u, lm->buf[s], lm->decoders, 1, &lm->err);
         double d1 = now_s();
         pthread_mutex_lock(&lm->mu);
         if (st) {
@@ -217,7 +283,7 @@ int lm_acquire(LowMem *lm, int u, const void *ptr[LM_MAX_PARTS], Err *e) {
 }
 
 int lm_decode_range(LowMem *lm, const WcTensor *t, uint64_t from, size_t len, void *dst, Err *e) {
-    return wc_decode_range(t, from, len, dst, lm->scratch[1], lm->isa, e);
+    return wc_decode_range(t, from, len, dst, lm->scratch[lm->decoders], lm->isa, e);
 }
 
 LmStats lm_stats(LowMem *lm) {

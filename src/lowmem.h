@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { LM_MAX_PARTS = 8 };
+enum { LM_MAX_PARTS = 8, LM_MAX_DECODERS = 8 };
 
 /* Bytes [from, from + len) of a coded tensor (a whole matrix, or a range of
  * its rows). */
@@ -50,11 +50,13 @@ typedef struct {
 
 typedef struct LowMem LowMem;
 
-/* Two buffers of the largest unit's size, scratch, and (threaded) the helper
- * thread. verify: decode every unit once now, so a damaged payload is found
+/* Two buffers of the largest unit's size, scratch, and the helper thread,
+ * which decodes each unit on `threads` threads of its own (1 ..
+ * LM_MAX_DECODERS; 0: no helper, units are decoded by lm_acquire when asked
+ * for). verify: decode every unit once now, so a damaged payload is found
  * at load rather than in the middle of a run. The units are copied; the
  * tensors they point to must outlive the LowMem. */
-int lm_create(LowMem **out, const LmUnit *units, int n_units, RansIsa isa, int threaded, int verify,
+int lm_create(LowMem **out, const LmUnit *units, int n_units, RansIsa isa, int threads, int verify,
               Err *e);
 void lm_free(LowMem *lm);                  /* stops the helper; accepts NULL */
 

@@ -262,7 +262,10 @@ static int build_units(Model *m, const ModelOpts *o, int tied, Err *e) {
     m->embd_coded = embd;
     m->head_coded = head;
     double t0 = clock_seconds();
-    int st = lm_create(&m->lowmem, units, n, codec_isa(), !o->serial, 1, e);
+    /* the helper decodes with as many threads as the kernels use: while the
+     * forward pass waits for a layer, its cores are free */
+    int helpers = o->serial ? 0 : ops_isa() == OPS_PLAIN ? 1 : ops_threads();
+    int st = lm_create(&m->lowmem, units, n, codec_isa(), helpers, 1, e);
     m->decode_load_s = clock_seconds() - t0;
     mem_free(units);
     return st;

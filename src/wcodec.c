@@ -411,6 +411,11 @@ int wc_decode_range(const WcTensor *t, uint64_t from, size_t len, void *dst, voi
     return decode_units(t, from / step * per, (from + len) / step * per, dst, scratch, isa, e);
 }
 
+uint64_t wc_group_span(const WcTensor *t) {
+    Shape s = shape_of(t->type);
+    return byte_of_unit(&s, t->group);
+}
+
 int wc_decode_parallel(const WcTensor *t, void *dst, size_t cap, RansIsa isa, int threads, Err *e) {
     if (threads < 1) threads = 1;
     if ((uint64_t)threads > (t->n_groups + 1) / 2) threads = (int)((t->n_groups + 1) / 2);

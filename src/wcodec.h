@@ -125,6 +125,11 @@ int wc_decode(const WcTensor *t, void *dst, size_t cap, void *scratch, RansIsa i
 int wc_decode_range(const WcTensor *t, uint64_t from, size_t len, void *dst, void *scratch,
                     RansIsa isa, Err *e);
 
+/* Original bytes that one group of G weights decodes to (the last group of
+ * a tensor may be shorter): ranges cut at multiples of it decode no group
+ * twice. */
+uint64_t wc_group_span(const WcTensor *t);
+
 /* Every group, spread over `threads` OpenMP threads, each with its own
  * scratch (threads * wc_scratch_bytes, allocated here, so call from the thread
  * that allocates). */

@@ -357,7 +357,9 @@ static void pipeline_gives_each_unit_its_bytes(void **state) {
                        {1, {{&x.t[0], 8 * row0, 16 * row0}}}};
     const uint8_t *want[3][2] = {{x.src[0], x.src[1]}, {x.src[2], NULL}, {x.src[0] + 8 * row0, NULL}};
     size_t want_n[3][2] = {{x.nbytes[0], x.nbytes[1]}, {x.nbytes[2], 0}, {16 * row0, 0}};
-    for (int threaded = 0; threaded < 2; threaded++) {
+    static const int helpers[] = {0, 1, 3};   /* none (the caller decodes), one thread, three */
+    for (int h = 0; h < 3; h++) {
+        int threaded = helpers[h];
         LowMem *lm;
         Err e;
         assert_int_equal(lm_create(&lm, units, 3, rans_best_isa(), threaded, 1, &e), ST_OK);
@@ -373,7 +375,7 @@ static void pipeline_gives_each_unit_its_bytes(void **state) {
             }
         }
         LmStats s = lm_stats(lm);
-        print_message("threaded %d: %llu decodes, %llu by the caller, buffers %zu bytes\n", threaded,
+        print_message("helper threads %d: %llu decodes, %llu by the caller, buffers %zu bytes\n", threaded,
                       (unsigned long long)s.decodes, (unsigned long long)s.misses, s.buffer_bytes);
         assert_true(s.buffer_bytes >= 2 * (x.nbytes[0] + x.nbytes[1]));
         if (threaded) assert_true(s.misses < s.decodes);   /* the in-order rounds were prefetched */
@@ -393,7 +395,7 @@ static void pipeline_reports_a_damaged_unit(void **state) {
     assert_true(t->plane[0].coded);
     uint8_t *payload = (uint8_t *)t->data[0] + t->plane[0].sizes.header;
     LmUnit units[2] = {{1, {{&x.t[1], 0, x.nbytes[1]}}}, {1, {{t, 0, x.nbytes[0]}}}};
-    for (int threaded = 0; threaded < 2; threaded++) {
+    for (int threaded = 0; threaded < 3; threaded++) {   /* no helper, one thread, two */
         LowMem *lm;
         Err e;
         assert_int_equal(lm_create(&lm, units, 2, RANS_PLAIN, threaded, 1, &e), ST_OK);
