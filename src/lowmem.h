@@ -12,6 +12,10 @@
  *     forward pass:  [ layer 0 ][ layer 1 ][ layer 2 ] ...
  *     helper:        [dec 1]    [dec 2]    [dec 3]   ...   (buffers A, B, A, B)
  *
+ * The helper decodes a unit on several threads of its own (lm_create's
+ * `threads`), pieces of two groups each shared out as they come, since the
+ * forward pass is waiting and its cores idle whenever decoding is the slower.
+ *
  * When decoding a layer takes longer than computing with one, the forward
  * pass waits; the stats say for how long (wait_s), and how long decoding took
  * (decode_s), so a trace can show which of the two bounds a step. */
