@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench.sh - make the benchmark models (once) and measure them: what `make bench` runs.
 #
-#   make bench                                     every shape, F32 and Q8_0, 1 and 2 threads
+#   make bench                                     every shape and type below, 1 and 2 threads
 #   BENCH_SHAPES=stories15M BENCH_THREADS=1 make bench          a quick subset
 #   BENCH_SHAPES="stories110M" BENCH_TYPES=q8_0 sh tools/bench.sh
 #   BENCH_TRAIN=0 BENCH_BATCH=0 make bench                      single-stream only
@@ -12,7 +12,7 @@
 #
 # Environment (defaults in brackets):
 #   BENCH_SHAPES   mkmodel presets ["stories15M stories110M tinyllama"]
-#   BENCH_TYPES    weight types ["f32 q8_0"]
+#   BENCH_TYPES    weight types ["f32 q8_0 q4_0 q4_k q6_k"]
 #   BENCH_THREADS  thread counts ["1 2"]
 #   BENCH_DIR      where models are kept and reused [build/bench-models]
 #   BENCH_BIN      where mkmodel, bench and bench_batch are [build/fast]
@@ -31,7 +31,7 @@
 set -eu
 
 shapes=${BENCH_SHAPES:-"stories15M stories110M tinyllama"}
-types=${BENCH_TYPES:-"f32 q8_0"}
+types=${BENCH_TYPES:-"f32 q8_0 q4_0 q4_k q6_k"}
 threads=${BENCH_THREADS:-"1 2"}
 dir=${BENCH_DIR:-build/bench-models}
 bin=${BENCH_BIN:-build/fast}
