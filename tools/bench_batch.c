@@ -474,7 +474,7 @@ static int is_tinyllama_shape(const ModelConfig *c) {
 
 /* What the closing lines need from each model and thread count. */
 typedef struct {
-    char label[48];
+    char label[64];
     const char *type;
     int threads;
     int tinyllama;
@@ -496,20 +496,28 @@ static void print_prompt_col(const RunResult *r) {
         printf("%d-%d", r->prompt_min, r->prompt_max);
 }
 
-static int bench_model(const char *path, const Args *a, Err *e) {
-    Model m;
-    ModelOpts mo = {.low_mem = a->low_mem};
-    /* --low-mem's helper decodes with the kernels' thread count at load: the most asked for */
+/* Load a model and label it ("... rANS" for a compressed file, "... rANS
+ * low-mem" when it stays compressed). low_mem: --low-mem's helper decodes
+ * with the kernels' thread count at load, so the most asked for is set first. */
+static int load_model(Model *m, const char *path, const Args *a, int low_mem, char *label, size_t cap, Err *e) {
+    ModelOpts mo = {.low_mem = low_mem};
     int most = 1;
     for (int i = 0; i < a->n_threads; i++)
         if (a->threads[i] > most) most = a->threads[i];
     ops_set_threads(most);
-    int st = model_load_opts(&m, path, NULL, &mo, e);
+    int st = model_load_opts(m, path, NULL, &mo, e);
     if (st) return st;
+    model_label(m, path, label, cap);
+    if (m->n_coded)
+        snprintf(label + strlen(label), cap - strlen(label), " %s", low_mem ? "rANS low-mem" : "rANS");
+    return ST_OK;
+}
+
+static int bench_model(const char *path, const Args *a, Err *e) {
+    Model m;
     char label[64];
-    model_label(&m, path, label, sizeof label);
-    if (m.n_coded)
-        snprintf(label + strlen(label), sizeof label - strlen(label), " %s", a->low_mem ? "rANS low-mem" : "rANS");
+    int st = load_model(&m, path, a, a->low_mem, label, sizeof label, e);
+    if (st) return st;
     int maxN = 1;
     for (int i = 0; i < a->n_conc; i++)
         if (a->conc[i] > maxN) maxN = a->conc[i];
@@ -610,18 +618,10 @@ static int add_unique(int *v, int n, int x) {
 /* KV waste on one model for every N of --concurrency, and 16 and 64. */
 static int bench_kv(const char *path, const Args *a, Err *e) {
     Model m;
-    ModelOpts mo = {.low_mem = a->low_mem};
-    /* --low-mem's helper decodes with the kernels' thread count at load: the most asked for */
-    int most = 1;
-    for (int i = 0; i < a->n_threads; i++)
-        if (a->threads[i] > most) most = a->threads[i];
-    ops_set_threads(most);
-    int st = model_load_opts(&m, path, NULL, &mo, e);
-    if (st) return st;
     char label[64];
-    model_label(&m, path, label, sizeof label);
-    if (m.n_coded)
-        snprintf(label + strlen(label), sizeof label - strlen(label), " %s", a->low_mem ? "rANS low-mem" : "rANS");
+    /* the KV cache's use does not depend on where the weights live: never --low-mem here */
+    int st = load_model(&m, path, a, 0, label, sizeof label, e);
+    if (st) return st;
     int ns[MAX_CONC + 2], n_ns = 0;
     for (int i = 0; i < a->n_conc; i++) n_ns = add_unique(ns, n_ns, a->conc[i]);
     n_ns = add_unique(ns, n_ns, 16);
