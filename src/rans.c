@@ -86,6 +86,7 @@
  * bytes, the encoder, opening a stream, the plain decoder, the AVX-512
  * decoder, the chunk and whole-stream entry points. */
 #include "rans.h"
+#include "le.h"
 #include "mem.h"
 #include <assert.h>
 #include <math.h>
@@ -113,18 +114,7 @@ static const uint8_t MAGIC[4] = {'r', 'A', 'N', 'S'};
 
 static int valid_states(int N) { return N == 1 || N == 2 || N == 4 || N == 8 || N == 16 || N == 32; }
 
-/* ------------------------------------------------------------ bytes and CRC */
-
-static void put_u32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get_u32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get_u64(const uint8_t *p) { return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
+/* ------------------------------------------------------------ CRC */
 
 /* CRC-32 with zlib's polynomial (reflected 0xEDB88320). The 1 KiB table is
  * built per call: headers are small, and the module keeps no global state. */

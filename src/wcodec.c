@@ -5,6 +5,7 @@
  * field by field by wc_open), and the group loop that decodes two groups at a
  * time (rans_decode_chunks runs their chunks in lockstep) and merges them. */
 #include "wcodec.h"
+#include "le.h"
 #include "mem.h"
 #include "ops.h"
 #include <string.h>
@@ -15,16 +16,6 @@
 enum { HEADER_FIXED = 64, PLANE_ENTRY = 24, CRC_BYTES = 4, MAX_GROUP = 1 << 24 };
 static const uint8_t MAGIC[4] = {'R', 'N', 'S', 'W'};
 
-static void put_u32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get_u32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get_u64(const uint8_t *p) { return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
 
 /* ------------------------------------------------------------ the shape of a layout */
 
