@@ -57,20 +57,39 @@ static size_t make_tensor(uint8_t *buf, int type, uint64_t n, uint64_t seed) {
 
 static int bytes_per(int type) { return type == DT_F32 ? 4 : 2; }
 
+/* A matrix of make_tensor's weights (ne1 rows of ne0), encoded in groups of
+ * `group` weights and opened. */
+typedef struct {
+    uint8_t *src, *blob;
+    size_t nbytes, len;
+    WcTensor t;
+} Coded;
+
+static void coded_make(Coded *c, int type, uint64_t ne0, uint64_t ne1, uint32_t group, uint64_t seed) {
+    uint64_t ne[2] = {ne0, ne1};
+    c->src = malloc((size_t)(ne0 * ne1) * 4 + 64);
+    c->nbytes = make_tensor(c->src, type, ne0 * ne1, seed);
+    Err e;
+    if (wc_encode(c->src, c->nbytes, type, 2, ne, group, NULL, &c->blob, &c->len, NULL, NULL, &e) != ST_OK)
+        fail_msg("type %d shape %llux%llu group %u: %s", type, (unsigned long long)ne0, (unsigned long long)ne1,
+                 group, e.msg);
+    if (wc_open(&c->t, c->blob, c->len, "test", &e) != ST_OK) fail_msg("its own blob refused: %s", e.msg);
+}
+
+static void coded_free(Coded *c) {
+    wc_close(&c->t);
+    mem_free(c->blob);
+    free(c->src);
+}
+
 /* Encode, open, decode whole (plain and fast, 1 and 3 threads): the bytes back. */
 static void round_trip(int type, uint64_t ne0, uint64_t ne1, uint32_t group, uint64_t seed) {
-    uint64_t n = ne0 * ne1, ne[2] = {ne0, ne1};
-    size_t cap = (size_t)n * 4 + 64;
-    uint8_t *src = malloc(cap);
-    size_t nbytes = make_tensor(src, type, n, seed);
-    uint8_t *blob;
-    size_t len;
+    Coded c;
+    coded_make(&c, type, ne0, ne1, group, seed);
+    const WcTensor t = c.t;
+    const uint8_t *src = c.src;
+    size_t nbytes = c.nbytes;
     Err e;
-    int rc = wc_encode(src, nbytes, type, 2, ne, group, NULL, &blob, &len, NULL, NULL, &e);
-    if (rc) print_error("%s\n", e.msg);
-    assert_int_equal(rc, ST_OK);
-    WcTensor t;
-    assert_int_equal(wc_open(&t, blob, len, "round trip", &e), ST_OK);
     assert_int_equal(t.type, type);
     assert_true(t.ne[0] == ne0 && t.ne[1] == ne1 && t.nbytes == nbytes);
     uint8_t *out = malloc(nbytes), *scratch = malloc(wc_scratch_bytes(&t));
@@ -87,9 +106,7 @@ static void round_trip(int type, uint64_t ne0, uint64_t ne1, uint32_t group, uin
     }
     free(scratch);
     free(out);
-    wc_close(&t);
-    mem_free(blob);
-    free(src);
+    coded_free(&c);
 }
 
 static void round_trips_every_type_shape_and_group(void **state) {
@@ -138,22 +155,19 @@ static void planes_hold_the_fields_of_each_layout(void **state) {
     static const int types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0};
     for (size_t a = 0; a < 4; a++) {
         int type = types[a];
-        uint64_t n = 64 * 64, ne[2] = {64, 64};
-        uint8_t *src = malloc(n * 4);
-        size_t nbytes = make_tensor(src, type, n, 77 + a);
-        uint8_t *blob;
-        size_t len;
+        uint64_t n = 64 * 64;
+        Coded c;
+        coded_make(&c, type, 64, 64, 1024, 77 + a);
+        const WcTensor *t = &c.t;
+        const uint8_t *src = c.src;
         Err e;
-        assert_int_equal(wc_encode(src, nbytes, type, 2, ne, 1024, NULL, &blob, &len, NULL, NULL, &e), ST_OK);
-        WcTensor t;
-        assert_int_equal(wc_open(&t, blob, len, "fields", &e), ST_OK);
         int p = type == DT_Q8_0 ? 1 : 0;   /* the plane whose field we extract */
-        assert_true(t.plane[p].bytes == n);
+        assert_true(t->plane[p].bytes == n);
         uint8_t *plane = malloc(n);
-        if (t.plane[p].coded) {
-            assert_int_equal(rans_decode(&t.rs[p], plane, n, RANS_PLAIN, 1, &e), ST_OK);
+        if (t->plane[p].coded) {
+            assert_int_equal(rans_decode(&t->rs[p], plane, n, RANS_PLAIN, 1, &e), ST_OK);
         } else {
-            memcpy(plane, t.data[p], n);
+            memcpy(plane, t->data[p], n);
         }
         for (uint64_t i = 0; i < n; i++) {
             uint32_t want;
@@ -171,9 +185,7 @@ static void planes_hold_the_fields_of_each_layout(void **state) {
             if (plane[i] != want) fail_msg("type %d weight %llu: field %u, plane %u", type, (unsigned long long)i, want, plane[i]);
         }
         free(plane);
-        wc_close(&t);
-        mem_free(blob);
-        free(src);
+        coded_free(&c);
     }
 }
 
@@ -212,16 +224,13 @@ static void ranges_decode_exactly_their_bytes(void **state) {
     static const int types[] = {DT_F32, DT_BF16, DT_Q8_0};
     for (size_t a = 0; a < 3; a++) {
         int type = types[a];
-        uint64_t n = 96 * 50, ne[2] = {96, 50};
-        uint8_t *src = malloc(n * 4);
-        size_t nbytes = make_tensor(src, type, n, 31 + a);
-        uint8_t *blob;
-        size_t len;
+        Coded c;
+        coded_make(&c, type, 96, 50, 256, 31 + a);
+        const WcTensor *t = &c.t;
+        const uint8_t *src = c.src;
+        size_t nbytes = c.nbytes;
         Err e;
-        assert_int_equal(wc_encode(src, nbytes, type, 2, ne, 256, NULL, &blob, &len, NULL, NULL, &e), ST_OK);
-        WcTensor t;
-        assert_int_equal(wc_open(&t, blob, len, "ranges", &e), ST_OK);
-        uint8_t *scratch = malloc(wc_scratch_bytes(&t));
+        uint8_t *scratch = malloc(wc_scratch_bytes(t));
         size_t step = type == DT_Q8_0 ? sizeof(BlockQ8_0) : (size_t)bytes_per(type);
         uint64_t s = 3;
         for (int k = 0; k < 200; k++) {
@@ -229,18 +238,16 @@ static void ranges_decode_exactly_their_bytes(void **state) {
             size_t u0 = next_random(&s) % units, u1 = u0 + next_random(&s) % (units - u0 + 1);
             size_t from = u0 * step, n_b = (u1 - u0) * step;
             uint8_t *out = malloc(n_b ? n_b : 1);
-            assert_int_equal(wc_decode_range(&t, from, n_b, out, scratch, rans_best_isa(), &e), ST_OK);
+            assert_int_equal(wc_decode_range(t, from, n_b, out, scratch, rans_best_isa(), &e), ST_OK);
             assert_memory_equal(out, src + from, n_b);
             free(out);
         }
         uint8_t one[64];
-        assert_int_equal(wc_decode_range(&t, 1, step, one, scratch, RANS_PLAIN, &e), ST_ARG);
+        assert_int_equal(wc_decode_range(t, 1, step, one, scratch, RANS_PLAIN, &e), ST_ARG);
         assert_non_null(strstr(e.msg, "in two"));
-        assert_int_equal(wc_decode_range(&t, nbytes - step, 2 * step, one, scratch, RANS_PLAIN, &e), ST_ARG);
+        assert_int_equal(wc_decode_range(t, nbytes - step, 2 * step, one, scratch, RANS_PLAIN, &e), ST_ARG);
         free(scratch);
-        wc_close(&t);
-        mem_free(blob);
-        free(src);
+        coded_free(&c);
     }
 }
 
@@ -316,47 +323,29 @@ static void bad_arguments_are_refused(void **state) {
 
 /* ------------------------------------------------------------ the pipeline */
 
-typedef struct {
-    uint8_t *src[3], *blob[3];
-    size_t nbytes[3];
-    WcTensor t[3];
-} Three;
-
-static void three_tensors(Three *x) {
+/* Three matrices of different types, rows of 128, groups of 1024. */
+static void three_tensors(Coded x[3]) {
     static const int types[] = {DT_BF16, DT_Q8_0, DT_F16};
-    for (int i = 0; i < 3; i++) {
-        uint64_t ne[2] = {128, 40 + 8 * (uint64_t)i};
-        x->src[i] = malloc(128 * ne[1] * 4);
-        x->nbytes[i] = make_tensor(x->src[i], types[i], 128 * ne[1], 100 + (uint64_t)i);
-        size_t len;
-        Err e;
-        assert_int_equal(wc_encode(x->src[i], x->nbytes[i], types[i], 2, ne, 1024, NULL, &x->blob[i], &len, NULL,
-                                   NULL, &e), ST_OK);
-        assert_int_equal(wc_open(&x->t[i], x->blob[i], len, "three", &e), ST_OK);
-    }
+    for (int i = 0; i < 3; i++) coded_make(&x[i], types[i], 128, 40 + 8 * (uint64_t)i, 1024, 100 + (uint64_t)i);
 }
 
-static void three_free(Three *x) {
-    for (int i = 0; i < 3; i++) {
-        wc_close(&x->t[i]);
-        mem_free(x->blob[i]);
-        free(x->src[i]);
-    }
+static void three_free(Coded x[3]) {
+    for (int i = 0; i < 3; i++) coded_free(&x[i]);
 }
 
 /* Units asked for in order, round after round (the forward pass), and out of
  * order (a caller that skips): every acquire gives exactly the unit's bytes,
  * threaded or not; in order, the helper decodes all but the first. */
 static void pipeline_gives_each_unit_its_bytes(void **state) {
-    Three x;
-    three_tensors(&x);
+    Coded x[3];
+    three_tensors(x);
     /* unit 0: tensors 0 and 1 whole; unit 1: tensor 2; unit 2: rows 8..24 of tensor 0 */
     size_t row0 = 128 * 2;
-    LmUnit units[3] = {{2, {{&x.t[0], 0, x.nbytes[0]}, {&x.t[1], 0, x.nbytes[1]}}},
-                       {1, {{&x.t[2], 0, x.nbytes[2]}}},
-                       {1, {{&x.t[0], 8 * row0, 16 * row0}}}};
-    const uint8_t *want[3][2] = {{x.src[0], x.src[1]}, {x.src[2], NULL}, {x.src[0] + 8 * row0, NULL}};
-    size_t want_n[3][2] = {{x.nbytes[0], x.nbytes[1]}, {x.nbytes[2], 0}, {16 * row0, 0}};
+    LmUnit units[3] = {{2, {{&x[0].t, 0, x[0].nbytes}, {&x[1].t, 0, x[1].nbytes}}},
+                       {1, {{&x[2].t, 0, x[2].nbytes}}},
+                       {1, {{&x[0].t, 8 * row0, 16 * row0}}}};
+    const uint8_t *want[3][2] = {{x[0].src, x[1].src}, {x[2].src, NULL}, {x[0].src + 8 * row0, NULL}};
+    size_t want_n[3][2] = {{x[0].nbytes, x[1].nbytes}, {x[2].nbytes, 0}, {16 * row0, 0}};
     static const int helpers[] = {0, 1, 3};   /* none (the caller decodes), one thread, three */
     for (int h = 0; h < 3; h++) {
         int threaded = helpers[h];
@@ -377,24 +366,25 @@ static void pipeline_gives_each_unit_its_bytes(void **state) {
         LmStats s = lm_stats(lm);
         print_message("helper threads %d: %llu decodes, %llu by the caller, buffers %zu bytes\n", threaded,
                       (unsigned long long)s.decodes, (unsigned long long)s.misses, s.buffer_bytes);
-        assert_true(s.buffer_bytes >= 2 * (x.nbytes[0] + x.nbytes[1]));
+        assert_true(s.buffer_bytes >= 2 * (x[0].nbytes + x[1].nbytes));
         if (threaded) assert_true(s.misses < s.decodes);   /* the in-order rounds were prefetched */
         else assert_true(s.misses == s.decodes);
         assert_int_equal(lm_acquire(lm, 3, NULL, &e), ST_ARG);
         lm_free(lm);
     }
-    three_free(&x);
+    three_free(x);
 }
 
-/* A payload damaged after load (verify off) is reported by lm_acquire, from
- * the helper thread as from the caller, and stays reported. */
+/* A payload damaged after lm_create checked every unit is reported by
+ * lm_acquire, from the helper's threads as from the caller, and stays
+ * reported; damaged before, lm_create refuses it. */
 static void pipeline_reports_a_damaged_unit(void **state) {
-    Three x;
-    three_tensors(&x);
-    WcTensor *t = &x.t[0];
+    Coded x[3];
+    three_tensors(x);
+    WcTensor *t = &x[0].t;
     assert_true(t->plane[0].coded);
     uint8_t *payload = (uint8_t *)t->data[0] + t->plane[0].sizes.header;
-    LmUnit units[2] = {{1, {{&x.t[1], 0, x.nbytes[1]}}}, {1, {{t, 0, x.nbytes[0]}}}};
+    LmUnit units[2] = {{1, {{&x[1].t, 0, x[1].nbytes}}}, {1, {{t, 0, x[0].nbytes}}}};
     for (int threaded = 0; threaded < 3; threaded++) {   /* no helper, one thread, two */
         LowMem *lm;
         Err e;
@@ -414,7 +404,7 @@ static void pipeline_reports_a_damaged_unit(void **state) {
         assert_int_equal(lm_create(&lm, units, 2, RANS_PLAIN, threaded, 1, &e), ST_FORMAT);
         for (size_t i = 0; i < 8; i++) payload[i + 40] ^= 0x5A;
     }
-    three_free(&x);
+    three_free(x);
 }
 
 int main(int argc, char **argv) {
