@@ -26,7 +26,12 @@ WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wvla-larger-than=65536
 # with our own kernels. The default pthread build keeps a second pool of
 # spinning threads that fights OpenMP's for the same cores (see src/ops.c).
 BLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
-BASE    := -std=gnu11 -D_GNU_SOURCE -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp -Isrc $(WARN)
+# -ffp-contract=off: the compiler never fuses a multiply and an add on its
+# own (GCC's default for GNU C does, and how depends on -march and -mtune):
+# a fused operation is one the source writes (fmaf, _mm512_fmadd_ps), so the
+# same source gives the same bits in every flavour and on every CPU the same
+# kernels run on (notes/training.md, "Determinism").
+BASE    := -std=gnu11 -D_GNU_SOURCE -ffp-contract=off -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp -Isrc $(WARN)
 LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lpcre2-8 -lcjson -lm -lpthread
 FIXTURES ?= ../shared/fixtures
 

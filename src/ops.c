@@ -445,8 +445,13 @@ void rope(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin) 
         for (int i = 0; i < n_rot / 2; i++) {
             float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
             float a = v[2 * i], b = v[2 * i + 1];
-            v[2 * i] = a * c - b * s;
-            v[2 * i + 1] = a * s + b * c;
+            /* Each result is written as one fused multiply-add of a product:
+             * left as a * c - b * s, GCC turns the pair into a complex
+             * multiply (vfmaddsub) when it vectorizes, fusing where the
+             * scalar code does not even with -ffp-contract=off, so the
+             * vector and scalar builds would give different bits. */
+            v[2 * i] = fmaf(a, c, -(b * s));
+            v[2 * i + 1] = fmaf(a, s, b * c);
         }
     }
 }

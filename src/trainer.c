@@ -18,15 +18,18 @@
  *   loss = -log softmax(z)[y]        dz = softmax(z) - onehot(y)
  *
  * Threads split the batch: each runs forward and backward on its own whole
- * sequences, every matrix product on all of its rows at once (one sgemm,
+ * sequences, every matrix product on all of its rows at once (one gemm,
  * single-threaded inside a parallel region), and the threads' parameter
- * gradients are summed at the end (see forward_slice).
+ * gradients are summed at the end (see forward_slice). The products are
+ * src/gemm.c's, whose summation order is fixed, not OpenBLAS's, whose
+ * order depends on the CPU: so a run gives the same bits on every CPU
+ * with AVX-512 (notes/training.md, "Determinism").
  * Dropout masks are not stored: a hash of (seed, step, layer, site, index)
  * decides each element, so the backward pass regenerates the same mask. */
 #include "trainer.h"
+#include "gemm.h"
 #include "mem.h"
 #include "ops.h"
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -109,6 +112,22 @@ static int n_threads(void) {
 #endif
 }
 
+/* Scratch one thread's products need: the largest gemm_scratch_floats(N, K)
+ * over every product of forward_slice and backward_slice. */
+static size_t gemm_ws_floats(const ModelConfig *c, int B, int T, int nth) {
+    int D = c->dim, F = c->hidden_dim, V = c->vocab_size, S = c->head_dim;
+    int qd = c->n_heads * S, kvd = c->n_kv_heads * S, R = (B + nth - 1) / nth * T;
+    /* (N, K) of each weight W (N, K): y = x W^T, dx = dy W, dW += dy^T x */
+    const int w[][2] = {{qd, D}, {kvd, D}, {D, qd}, {F, D}, {D, F}, {V, D}};
+    size_t most = tr_attention_scratch_floats(T, S);
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
+        size_t need[3] = {gemm_scratch_floats(w[i][0], w[i][1]), gemm_scratch_floats(w[i][1], w[i][0]),
+                          gemm_scratch_floats(w[i][1], R)};
+        for (int j = 0; j < 3; j++) most = need[j] > most ? need[j] : most;
+    }
+    return (most + 15) / 16 * 16;   /* each thread's part starts 64-byte aligned */
+}
+
 int tr_init(Trainer *t, const ModelConfig *c, int tied, int B, int T, uint64_t seed, Err *e) {
     memset(t, 0, sizeof *t);
     if (B < 1 || T < 1 || T > c->seq_len)
@@ -121,6 +140,7 @@ int tr_init(Trainer *t, const ModelConfig *c, int tied, int B, int T, uint64_t s
     t->T = T;
     t->seed = seed;
     t->n_params = tr_param_count(c, tied);
+    t->gemm_ws_floats = gemm_ws_floats(c, B, T, n_threads());
     size_t BT = (size_t)B * T, D = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size;
     size_t H = c->n_heads, S = c->head_dim, qd = H * S, kvd = (size_t)c->n_kv_heads * S;
     size_t TT = (size_t)T * T, nth = (size_t)n_threads();
@@ -137,6 +157,7 @@ int tr_init(Trainer *t, const ModelConfig *c, int tied, int B, int T, uint64_t s
         {&t->dh, BT * F}, {&t->du, BT * F},
         {&t->dq, BT * qd}, {&t->dk, BT * kvd}, {&t->dv, BT * kvd}, {&t->dao, BT * qd},
         {&t->dP, nth * TT}, {&t->thread_grads, (nth - 1) * t->n_params}, {&t->rope_cs, (size_t)T * S}, {&t->rope_cs_inv, (size_t)T * S},
+        {&t->gemm_ws, nth * gemm_ws_floats(c, B, T, (int)nth)},
         {&t->tokens, BT + B},   /* ints, same size as floats */
     };
     size_t n = sizeof parts / sizeof parts[0], total = 0;
@@ -197,40 +218,44 @@ void tr_swiglu_backward(float *dg, float *du, const float *dh, const float *g, c
     }
 }
 
+size_t tr_attention_scratch_floats(int T, int S) {
+    size_t a = gemm_scratch_floats(T, S), b = gemm_scratch_floats(S, T);
+    return a > b ? a : b;
+}
+
 /* One query head of one sequence: p (T, T) = causal softmax(q k^T * scale),
  * out = p v. q, out rows have stride qd; k, v rows stride kvd. */
 static void attend_head(float *out, float *p, const float *q, const float *k, const float *v,
-                        int T, int S, int qd, int kvd) {
+                        int T, int S, int qd, int kvd, float *ws) {
     float scale = 1.0f / sqrtf((float)S);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, S, scale, q, qd, k, kvd, 0.0f, p, T);
+    gemm(GEMM_N, GEMM_T, T, T, S, scale, q, qd, k, kvd, 0.0f, p, T, ws);
     for (int i = 0; i < T; i++) {
         float *row = p + (size_t)i * T;
         softmax(row, i + 1);                       /* positions 0..i: the causal mask */
         for (int j = i + 1; j < T; j++) row[j] = 0.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, S, T, 1.0f, p, T, v, kvd, 0.0f, out, qd);
+    gemm(GEMM_N, GEMM_N, T, S, T, 1.0f, p, T, v, kvd, 0.0f, out, qd, ws);
 }
 
 void tr_attention_forward(float *out, float *p, const float *q, const float *k, const float *v,
-                          int T, int H, int Hkv, int S) {
+                          int T, int H, int Hkv, int S, float *ws) {
     int qd = H * S, kvd = Hkv * S, group = H / Hkv;
     for (int h = 0; h < H; h++)
         attend_head(out + h * S, p + (size_t)h * T * T, q + h * S, k + (h / group) * S,
-                    v + (h / group) * S, T, S, qd, kvd);
+                    v + (h / group) * S, T, S, qd, kvd, ws);
 }
 
 void tr_attention_backward(float *dq, float *dk, float *dv, float *dP, const float *dout,
                            const float *p, const float *q, const float *k, const float *v,
-                           int T, int H, int Hkv, int S) {
+                           int T, int H, int Hkv, int S, float *ws) {
     int qd = H * S, kvd = Hkv * S, group = H / Hkv;
     float scale = 1.0f / sqrtf((float)S);
     for (int h = 0; h < H; h++) {
         const float *ph = p + (size_t)h * T * T, *doh = dout + h * S;
         const float *kh = k + (h / group) * S, *vh = v + (h / group) * S;
         /* dP = dO V^T;  dV += P^T dO */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, S, 1.0f, doh, qd, vh, kvd, 0.0f, dP, T);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, S, T, 1.0f, ph, T, doh, qd, 1.0f,
-                    dv + (h / group) * S, kvd);
+        gemm(GEMM_N, GEMM_T, T, T, S, 1.0f, doh, qd, vh, kvd, 0.0f, dP, T, ws);
+        gemm(GEMM_T, GEMM_N, T, S, T, 1.0f, ph, T, doh, qd, 1.0f, dv + (h / group) * S, kvd, ws);
         /* through the softmax: dS = P * (dP - sum_j dP P), then the scale */
         for (int i = 0; i < T; i++) {
             const float *pr = ph + (size_t)i * T;
@@ -240,25 +265,36 @@ void tr_attention_backward(float *dq, float *dk, float *dv, float *dP, const flo
             for (int j = i + 1; j < T; j++) dr[j] = 0.0f;
         }
         /* dQ += dS K;  dK += dS^T Q */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, S, T, 1.0f, dP, T, kh, kvd, 1.0f,
-                    dq + h * S, qd);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, S, T, 1.0f, dP, T, q + h * S, qd, 1.0f,
-                    dk + (h / group) * S, kvd);
+        gemm(GEMM_N, GEMM_N, T, S, T, 1.0f, dP, T, kh, kvd, 1.0f, dq + h * S, qd, ws);
+        gemm(GEMM_T, GEMM_N, T, S, T, 1.0f, dP, T, q + h * S, qd, 1.0f, dk + (h / group) * S, kvd, ws);
     }
 }
 
 /* ------------------------------------------------------------ helpers */
 
-static Mat mat(const float *w, int N, int K) { return (Mat){DT_F32, N, K, w}; }
+/* y (rows, N) = x (rows, K) W^T, W (N, K): what matmul computes, in gemm's order */
+static void mm_y(float *y, const float *x, const float *W, int rows, int N, int K, float *ws) {
+    gemm(GEMM_N, GEMM_T, rows, N, K, 1.0f, x, K, W, K, 0.0f, y, N, ws);
+}
 
 /* dx (rows, K) (+)= dy (rows, N) W (N, K) */
-static void mm_dx(float *dx, const float *dy, const float *W, int rows, int N, int K, float beta) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, K, N, 1.0f, dy, N, W, K, beta, dx, K);
+static void mm_dx(float *dx, const float *dy, const float *W, int rows, int N, int K, float beta,
+                  float *ws) {
+    gemm(GEMM_N, GEMM_N, rows, K, N, 1.0f, dy, N, W, K, beta, dx, K, ws);
 }
 
 /* dW (N, K) += dy^T (N, rows) x (rows, K) */
-static void mm_dw(float *dW, const float *dy, const float *x, int rows, int N, int K) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, rows, 1.0f, dy, N, x, K, 1.0f, dW, K);
+static void mm_dw(float *dW, const float *dy, const float *x, int rows, int N, int K, float *ws) {
+    gemm(GEMM_T, GEMM_N, N, K, rows, 1.0f, dy, N, x, K, 1.0f, dW, K, ws);
+}
+
+/* The calling thread's gemm scratch. */
+static float *my_scratch(const Trainer *t) {
+#ifdef _OPENMP
+    return t->gemm_ws + (size_t)omp_get_thread_num() * t->gemm_ws_floats;
+#else
+    return t->gemm_ws;
+#endif
 }
 
 /* Dropout on a residual branch: zero an element with probability p, scale the
@@ -315,6 +351,7 @@ static void forward_slice(Trainer *t, Slice sl, const int *tokens, float drop) {
     int R = sl.nb * T;                       /* rows of this slice */
     size_t r0 = (size_t)sl.b0 * T;           /* its first row */
     const TrParams *P = &t->P;
+    float *ws = my_scratch(t);
     if (sl.nb == 0) return;
 
     for (int b = sl.b0; b < sl.b0 + sl.nb; b++)
@@ -331,37 +368,32 @@ static void forward_slice(Trainer *t, Slice sl, const int *tokens, float drop) {
         float *g = t->g + o * F, *u = t->u + o * F, *hact = t->hact + o * F;
 
         rmsnorm_rows(xn1, t->rs1 + o, xin, P->attn_norm + (size_t)l * D, R, D, c->rms_eps);
-        Mat wq = mat(P->wq + (size_t)l * qd * D, qd, D), wk = mat(P->wk + (size_t)l * kvd * D, kvd, D);
-        Mat wv = mat(P->wv + (size_t)l * kvd * D, kvd, D), wo = mat(P->wo + (size_t)l * D * qd, D, qd);
-        matmul(q, xn1, &wq, R, NULL);
-        matmul(k, xn1, &wk, R, NULL);
-        matmul(v, xn1, &wv, R, NULL);
+        mm_y(q, xn1, P->wq + (size_t)l * qd * D, R, qd, D, ws);
+        mm_y(k, xn1, P->wk + (size_t)l * kvd * D, R, kvd, D, ws);
+        mm_y(v, xn1, P->wv + (size_t)l * kvd * D, R, kvd, D, ws);
         rope_rows(q, R, T, H, S, t->rope_cs);
         rope_rows(k, R, T, Hkv, S, t->rope_cs);
         for (int b = 0; b < sl.nb; b++)
             tr_attention_forward(ao + (size_t)b * T * qd, pl + (size_t)b * H * T * T,
                                  q + (size_t)b * T * qd, k + (size_t)b * T * kvd,
-                                 v + (size_t)b * T * kvd, T, H, Hkv, S);
-        matmul(proj, ao, &wo, R, NULL);
+                                 v + (size_t)b * T * kvd, T, H, Hkv, S, ws);
+        mm_y(proj, ao, P->wo + (size_t)l * D * qd, R, D, qd, ws);
         dropout(proj, r0 * D, (size_t)R * D, drop, t->seed, t->step, l, 0);
         for (size_t i = 0; i < (size_t)R * D; i++) xmid[i] = xin[i] + proj[i];
 
         rmsnorm_rows(xn2, t->rs2 + o, xmid, P->ffn_norm + (size_t)l * D, R, D, c->rms_eps);
-        Mat wg = mat(P->w_gate + (size_t)l * F * D, F, D), wu = mat(P->w_up + (size_t)l * F * D, F, D);
-        Mat wd = mat(P->w_down + (size_t)l * D * F, D, F);
-        matmul(g, xn2, &wg, R, NULL);
-        matmul(u, xn2, &wu, R, NULL);
+        mm_y(g, xn2, P->w_gate + (size_t)l * F * D, R, F, D, ws);
+        mm_y(u, xn2, P->w_up + (size_t)l * F * D, R, F, D, ws);
         memcpy(hact, g, (size_t)R * F * sizeof(float));
         swiglu(hact, u, R * F);
-        matmul(proj, hact, &wd, R, NULL);
+        mm_y(proj, hact, P->w_down + (size_t)l * D * F, R, D, F, ws);
         dropout(proj, r0 * D, (size_t)R * D, drop, t->seed, t->step, l, 1);
         for (size_t i = 0; i < (size_t)R * D; i++) xout[i] = xmid[i] + proj[i];
     }
 
     float *xL = t->x + ((size_t)c->n_layers * BT + r0) * D, *xf = t->xf + r0 * D;
     rmsnorm_rows(xf, t->rsf + r0, xL, P->out_norm, R, D, c->rms_eps);
-    Mat wout = mat(P->out ? P->out : P->emb, V, D);
-    matmul(t->logits + r0 * V, xf, &wout, R, NULL);
+    mm_y(t->logits + r0 * V, xf, P->out ? P->out : P->emb, R, V, D, ws);
 
     /* Cross-entropy: logits become probabilities (kept for the backward). */
     for (int r = (int)r0; r < (int)r0 + R; r++) {
@@ -396,7 +428,7 @@ static void backward_slice(Trainer *t, Slice sl, TrParams *G, float *dP) {
     float *dx = t->dx + r0 * D, *dxn = t->dxn + r0 * D, *dproj = t->dproj + r0 * D;
     float *dh = t->dh + r0 * F, *du = t->du + r0 * F, *dao = t->dao + r0 * qd;
     float *dq = t->dq + r0 * qd, *dk = t->dk + r0 * kvd, *dv = t->dv + r0 * kvd;
-    float *dz = t->logits + r0 * V;
+    float *dz = t->logits + r0 * V, *ws = my_scratch(t);
     if (sl.nb == 0) return;
 
     /* dz = (p - onehot) / BT, in place over the probabilities */
@@ -406,8 +438,8 @@ static void backward_slice(Trainer *t, Slice sl, TrParams *G, float *dP) {
         for (int i = 0; i < V; i++) z[i] /= (float)BT;
     }
     const float *wout = P->out ? P->out : P->emb;
-    mm_dw(P->out ? G->out : G->emb, dz, t->xf + r0 * D, R, V, D);
-    mm_dx(dxn, dz, wout, R, V, D, 0.0f);
+    mm_dw(P->out ? G->out : G->emb, dz, t->xf + r0 * D, R, V, D, ws);
+    mm_dx(dxn, dz, wout, R, V, D, 0.0f, ws);
     float *xL = t->x + ((size_t)c->n_layers * BT + r0) * D;
     memset(dx, 0, (size_t)R * D * sizeof(float));
     tr_rmsnorm_backward(dx, G->out_norm, dxn, xL, t->rsf + r0, P->out_norm, R, D);
@@ -423,37 +455,37 @@ static void backward_slice(Trainer *t, Slice sl, TrParams *G, float *dP) {
         /* FFN branch: xout = xmid + drop(hact Wd^T); dx holds d xout */
         memcpy(dproj, dx, (size_t)R * D * sizeof(float));
         dropout(dproj, r0 * D, (size_t)R * D, t->dropout, t->seed, t->step, l, 1);
-        mm_dw(G->w_down + (size_t)l * D * F, dproj, hact, R, D, F);
-        mm_dx(dh, dproj, P->w_down + (size_t)l * D * F, R, D, F, 0.0f);
+        mm_dw(G->w_down + (size_t)l * D * F, dproj, hact, R, D, F, ws);
+        mm_dx(dh, dproj, P->w_down + (size_t)l * D * F, R, D, F, 0.0f, ws);
         tr_swiglu_backward(dh, du, dh, g, u, R * F);   /* dh becomes dg */
-        mm_dw(G->w_gate + (size_t)l * F * D, dh, xn2, R, F, D);
-        mm_dw(G->w_up + (size_t)l * F * D, du, xn2, R, F, D);
-        mm_dx(dxn, dh, P->w_gate + (size_t)l * F * D, R, F, D, 0.0f);
-        mm_dx(dxn, du, P->w_up + (size_t)l * F * D, R, F, D, 1.0f);
+        mm_dw(G->w_gate + (size_t)l * F * D, dh, xn2, R, F, D, ws);
+        mm_dw(G->w_up + (size_t)l * F * D, du, xn2, R, F, D, ws);
+        mm_dx(dxn, dh, P->w_gate + (size_t)l * F * D, R, F, D, 0.0f, ws);
+        mm_dx(dxn, du, P->w_up + (size_t)l * F * D, R, F, D, 1.0f, ws);
         tr_rmsnorm_backward(dx, G->ffn_norm + (size_t)l * D, dxn, xmid, t->rs2 + o,
                             P->ffn_norm + (size_t)l * D, R, D);   /* dx: now d xmid */
 
         /* Attention branch: xmid = xin + drop(ao Wo^T) */
         memcpy(dproj, dx, (size_t)R * D * sizeof(float));
         dropout(dproj, r0 * D, (size_t)R * D, t->dropout, t->seed, t->step, l, 0);
-        mm_dw(G->wo + (size_t)l * D * qd, dproj, ao, R, D, qd);
-        mm_dx(dao, dproj, P->wo + (size_t)l * D * qd, R, D, qd, 0.0f);
+        mm_dw(G->wo + (size_t)l * D * qd, dproj, ao, R, D, qd, ws);
+        mm_dx(dao, dproj, P->wo + (size_t)l * D * qd, R, D, qd, 0.0f, ws);
         memset(dq, 0, (size_t)R * qd * sizeof(float));
         memset(dk, 0, (size_t)R * kvd * sizeof(float));
         memset(dv, 0, (size_t)R * kvd * sizeof(float));
         for (int b = 0; b < sl.nb; b++) {
             size_t rq = (size_t)b * T * qd, rk = (size_t)b * T * kvd;
             tr_attention_backward(dq + rq, dk + rk, dv + rk, dP, dao + rq, pl + (size_t)b * H * T * T,
-                                  q + rq, k + rk, v + rk, T, H, Hkv, S);
+                                  q + rq, k + rk, v + rk, T, H, Hkv, S, ws);
         }
         rope_rows(dq, R, T, H, S, t->rope_cs_inv);   /* rotate gradients back */
         rope_rows(dk, R, T, Hkv, S, t->rope_cs_inv);
-        mm_dw(G->wq + (size_t)l * qd * D, dq, xn1, R, qd, D);
-        mm_dw(G->wk + (size_t)l * kvd * D, dk, xn1, R, kvd, D);
-        mm_dw(G->wv + (size_t)l * kvd * D, dv, xn1, R, kvd, D);
-        mm_dx(dxn, dq, P->wq + (size_t)l * qd * D, R, qd, D, 0.0f);
-        mm_dx(dxn, dk, P->wk + (size_t)l * kvd * D, R, kvd, D, 1.0f);
-        mm_dx(dxn, dv, P->wv + (size_t)l * kvd * D, R, kvd, D, 1.0f);
+        mm_dw(G->wq + (size_t)l * qd * D, dq, xn1, R, qd, D, ws);
+        mm_dw(G->wk + (size_t)l * kvd * D, dk, xn1, R, kvd, D, ws);
+        mm_dw(G->wv + (size_t)l * kvd * D, dv, xn1, R, kvd, D, ws);
+        mm_dx(dxn, dq, P->wq + (size_t)l * qd * D, R, qd, D, 0.0f, ws);
+        mm_dx(dxn, dk, P->wk + (size_t)l * kvd * D, R, kvd, D, 1.0f, ws);
+        mm_dx(dxn, dv, P->wv + (size_t)l * kvd * D, R, kvd, D, 1.0f, ws);
         tr_rmsnorm_backward(dx, G->attn_norm + (size_t)l * D, dxn, xin, t->rs1 + o,
                             P->attn_norm + (size_t)l * D, R, D);   /* dx: now d xin */
     }

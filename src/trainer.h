@@ -68,6 +68,8 @@ typedef struct {
     float *dP;                      /* (threads, T, T) */
     float *thread_grads;            /* (threads - 1, n_params): each thread's own gradients */
     float *rope_cs, *rope_cs_inv;   /* (T, S/2, 2) rotation by +angle and -angle */
+    float *gemm_ws;                 /* (threads, gemm_ws_floats) each thread's product scratch */
+    size_t gemm_ws_floats;
     void *block;                    /* the one allocation */
     size_t bytes;
 } Trainer;
@@ -112,12 +114,14 @@ void tr_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, 
                          const float *w, int rows, int D);
 void tr_swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u, int n);
 /* Causal attention of one sequence for all heads: q (T, H*S), k, v (T, Hkv*S),
- * out (T, H*S), p (H, T, T). */
+ * out (T, H*S), p (H, T, T). ws: tr_attention_scratch_floats(T, S) floats,
+ * 64-byte aligned, for the products (src/gemm.h). */
+size_t tr_attention_scratch_floats(int T, int S);
 void tr_attention_forward(float *out, float *p, const float *q, const float *k, const float *v,
-                          int T, int H, int Hkv, int S);
+                          int T, int H, int Hkv, int S, float *ws);
 /* dq (T, H*S), dk, dv (T, Hkv*S) are ADDED to; dP is (T, T) scratch. */
 void tr_attention_backward(float *dq, float *dk, float *dv, float *dP, const float *dout,
                            const float *p, const float *q, const float *k, const float *v,
-                           int T, int H, int Hkv, int S);
+                           int T, int H, int Hkv, int S, float *ws);
 
 #endif

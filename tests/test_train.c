@@ -217,8 +217,11 @@ static void attention_backward_matches_finite_differences(void **st) {
     float dq[T * QD] = {0}, dk[T * KVD] = {0}, dv[T * KVD] = {0};
     for (int i = 0; i < T * QD; i++) q[i] = (float)urand(), dout[i] = (float)urand();
     for (int i = 0; i < T * KVD; i++) k[i] = (float)urand(), v[i] = (float)urand();
-    tr_attention_forward(out, p, q, k, v, T, H, Hkv, S);
-    tr_attention_backward(dq, dk, dv, dP, dout, p, q, k, v, T, H, Hkv, S);
+    float *ws = mem_alloc(tr_attention_scratch_floats(T, S) * sizeof(float));
+    assert_non_null(ws);
+    tr_attention_forward(out, p, q, k, v, T, H, Hkv, S, ws);
+    tr_attention_backward(dq, dk, dv, dP, dout, p, q, k, v, T, H, Hkv, S, ws);
+    mem_free(ws);
     double qd[T * QD], kd[T * KVD], vd[T * KVD], od[T * QD], h = 1e-6;
     for (int i = 0; i < T * QD; i++) qd[i] = q[i];
     for (int i = 0; i < T * KVD; i++) kd[i] = k[i], vd[i] = v[i];

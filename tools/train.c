@@ -42,7 +42,7 @@ typedef struct {
     const char *tokenizer, *corpus, *out, *checkpoint, *log;
     int dim, hidden, layers, heads, kv_heads, ctx, batch, threads, tied;
     long steps, warmup, eval_every, ckpt_every;
-    float lr, min_lr, wd, dropout, clip, beta2;
+    float lr, min_lr, wd, dropout, clip, beta2, ema;
     uint64_t seed;
     int resume, q8, no_eval;
     double train_fraction;
@@ -60,6 +60,7 @@ static void usage(FILE *f) {
         "  shape:   --dim 256 --hidden 704 --layers 6 --heads 8 --kv-heads 2 --ctx 256 [--untied]\n"
         "  steps:   --steps 3000 --batch 8 --lr 1e-3 --min-lr 1e-4 --warmup 100\n"
         "           --wd 0.1 --dropout 0.1 --clip 1.0 --beta2 0.99 --seed 1\n"
+        "           --ema 0 (e.g. 0.999: validate and write an average of the weights)\n"
         "  output:  --f32 (default Q8_0 matrices) --log FILE.csv --eval-every 250\n"
         "  resume:  --checkpoint FILE --checkpoint-every 100 --resume\n"
         "  other:   --threads N --train-fraction 0.9 --no-eval (skip validation: for tests)\n");
@@ -82,6 +83,7 @@ static int parse(int argc, char **argv, Args *a) {
         {"--lr", 0, 0, &a->lr, 0, 1}, {"--min-lr", 0, 0, &a->min_lr, 0, 1},
         {"--wd", 0, 0, &a->wd, 0, 10}, {"--dropout", 0, 0, &a->dropout, 0, 0.9},
         {"--clip", 0, 0, &a->clip, 0, 1e6}, {"--beta2", 0, 0, &a->beta2, 0.5, 0.99999},
+        {"--ema", 0, 0, &a->ema, 0, 0.99999},
     };
     static const char *const strs[] = {"--tokenizer", "--corpus", "--out", "--checkpoint", "--log",
                                        "--seed", "--train-fraction"};
@@ -248,16 +250,20 @@ static double val_nats(Trainer *t, const Data *d, int bos) {
 /* ------------------------------------------------------------ checkpoints */
 
 typedef struct {
-    char magic[8];           /* "LLMTRCK1" */
+    char magic[8];           /* "LLMTRCK2" */
     int32_t shape[8];        /* dim hidden layers heads kv_heads vocab ctx tied */
     uint64_t seed;
     int64_t step, adam_t, n_params;
     double best_val;         /* best validation nats/char so far (the exported model's) */
+    float ema;               /* the --ema decay; > 0: the average follows the moments */
+    int32_t pad;
 } CkptHeader;
 
-static void ckpt_header(CkptHeader *h, const Trainer *t, const TrAdam *ad, double best_val) {
+static void ckpt_header(CkptHeader *h, const Trainer *t, const TrAdam *ad, const float *ema,
+                        float decay, double best_val) {
     memset(h, 0, sizeof *h);
-    memcpy(h->magic, "LLMTRCK1", 8);
+    memcpy(h->magic, "LLMTRCK2", 8);
+    h->ema = ema ? decay : 0.0f;
     const ModelConfig *c = &t->c;
     int32_t s[8] = {c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
                     c->seq_len, t->tied};
@@ -271,16 +277,18 @@ static void ckpt_header(CkptHeader *h, const Trainer *t, const TrAdam *ad, doubl
 
 /* Write to path.tmp, then rename: a run killed mid-write leaves the previous
  * checkpoint intact. */
-static int ckpt_save(const char *path, const Trainer *t, const TrAdam *ad, double best_val, Err *e) {
+static int ckpt_save(const char *path, const Trainer *t, const TrAdam *ad, const float *ema,
+                     float decay, double best_val, Err *e) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
     if (!f) return err_set(e, ST_IO, "%s: cannot create: %s", tmp, strerror(errno));
     CkptHeader h;
-    ckpt_header(&h, t, ad, best_val);
+    ckpt_header(&h, t, ad, ema, decay, best_val);
     size_t n = t->n_params;
     int ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(t->params, 4, n, f) == n &&
-             fwrite(ad->m, 4, n, f) == n && fwrite(ad->v, 4, n, f) == n;
+             fwrite(ad->m, 4, n, f) == n && fwrite(ad->v, 4, n, f) == n &&
+             (!ema || fwrite(ema, 4, n, f) == n);
     ok = (fflush(f) == 0) & ok & (fsync(fileno(f)) == 0);
     ok = (fclose(f) == 0) & ok;
     if (!ok || rename(tmp, path) != 0) {
@@ -290,19 +298,21 @@ static int ckpt_save(const char *path, const Trainer *t, const TrAdam *ad, doubl
     return ST_OK;
 }
 
-static int ckpt_load(const char *path, Trainer *t, TrAdam *ad, double *best_val, Err *e) {
+static int ckpt_load(const char *path, Trainer *t, TrAdam *ad, float *ema, float decay,
+                     double *best_val, Err *e) {
     FILE *f = fopen(path, "rb");
     if (!f) return err_set(e, ST_IO, "%s: cannot open: %s", path, strerror(errno));
     CkptHeader h, want;
-    ckpt_header(&want, t, ad, 0.0);
+    ckpt_header(&want, t, ad, ema, decay, 0.0);
     size_t n = t->n_params;
     int ok = fread(&h, sizeof h, 1, f) == 1;
     if (ok && (memcmp(h.magic, want.magic, 8) || memcmp(h.shape, want.shape, sizeof h.shape) ||
-               h.seed != want.seed || h.n_params != want.n_params)) {
+               h.seed != want.seed || h.n_params != want.n_params || h.ema != want.ema)) {
         fclose(f);
-        return err_set(e, ST_FORMAT, "%s: checkpoint is for another shape or seed", path);
+        return err_set(e, ST_FORMAT, "%s: checkpoint is for another shape, seed or --ema", path);
     }
-    ok = ok && fread(t->params, 4, n, f) == n && fread(ad->m, 4, n, f) == n && fread(ad->v, 4, n, f) == n;
+    ok = ok && fread(t->params, 4, n, f) == n && fread(ad->m, 4, n, f) == n && fread(ad->v, 4, n, f) == n &&
+         (!ema || fread(ema, 4, n, f) == n);
     fclose(f);
     if (!ok) return err_set(e, ST_FORMAT, "%s: truncated checkpoint", path);
     t->step = h.step;
@@ -469,17 +479,43 @@ static double engine_val_nats(const char *path, const Data *d, int T, Err *e) {
     return total;
 }
 
+/* The running average of the weights (--ema): after each step
+ * avg += (1 - d) (w - avg), with d growing as (1 + s) / (10 + s) up to the
+ * decay, so the first steps are not averaged with the random start. An
+ * average of the weights along the end of a run usually generalises better
+ * than its last point (Polyak and Juditsky 1992); the average is what is
+ * validated and written. Element by element: the same bits on any thread count. */
+static void ema_update(float *avg, const float *w, size_t n, float decay, long step) {
+    float ramp = (float)(1 + step) / (float)(10 + step), d = ramp < decay ? ramp : decay;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) avg[i] += (1.0f - d) * (w[i] - avg[i]);
+}
+
+/* Exchange the weights with their average, to validate or write it (and back). */
+static void swap_weights(float *a, float *b, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float x = a[i];
+        a[i] = b[i];
+        b[i] = x;
+    }
+}
+
 int main(int argc, char **argv) {
     Args a;
     if (parse(argc, argv, &a)) return 2;
     ops_set_threads(a.threads);
     Err e = {{0}};
+    if (ops_isa_from_env(&e)) {
+        fprintf(stderr, "train: %s\n", e.msg);
+        return 2;
+    }
     Gguf tokg;
     Tokenizer *tok = NULL;
     Data d = {0};
     Trainer t = {0};
     TrAdam ad = {0};
     FILE *log = NULL;
+    float *ema = NULL;   /* (n_params) the average of the weights, with --ema */
     int rc = 1;
     if (gguf_open(&tokg, a.tokenizer, &e) || tok_from_gguf(&tok, &tokg, &e)) {
         fprintf(stderr, "train: %s\n", e.msg);
@@ -502,15 +538,26 @@ int main(int argc, char **argv) {
                      .rope_base = 10000.0f, .rms_eps = 1e-5f};
     if (tr_init(&t, &c, a.tied, a.batch, a.ctx, a.seed, &e) || tr_adam_init(&ad, t.n_params, &e)) goto fail;
     t.dropout = a.dropout;
+    if (a.ema > 0.0f) {
+        ema = mem_alloc(t.n_params * sizeof(float));
+        if (!ema) { err_set(&e, ST_NOMEM, "out of memory for the average of the weights"); goto fail; }
+        memcpy(ema, t.params, t.n_params * sizeof(float));
+    }
     double best = INFINITY;   /* best validation loss so far: the model on disk */
     if (a.resume && a.checkpoint && access(a.checkpoint, R_OK) == 0) {
-        if (ckpt_load(a.checkpoint, &t, &ad, &best, &e)) goto fail;
+        if (ckpt_load(a.checkpoint, &t, &ad, ema, a.ema, &best, &e)) goto fail;
         fprintf(stderr, "train: resumed from %s at step %ld\n", a.checkpoint, t.step);
     }
     fprintf(stderr, "train: %zu parameters (dim %d, hidden %d, %d layers, %d heads, %d KV heads, "
             "vocab %d, ctx %d, %s), batch %d x %d, %ld steps, %d threads, %.0f MB of activations\n",
             t.n_params, a.dim, a.hidden, a.layers, a.heads, a.kv_heads, c.vocab_size, a.ctx,
             a.tied ? "tied" : "untied", a.batch, a.ctx, a.steps, a.threads, t.bytes / 1e6);
+    /* The file's bytes depend on the thread count and on whether the plain
+     * loops run, on nothing else: src/gemm.c fixes the order of every sum
+     * (notes/training.md, "Determinism"). */
+    fprintf(stderr, "train: kernels: %s (%s)\n", ops_isa_name(ops_isa()),
+            ops_isa() != OPS_PLAIN ? "the same bytes on every x86-64 CPU, for this thread count"
+                                   : "the plain loops: other bytes than the fast paths', close losses");
     if (a.log) {
         log = fopen(a.log, a.resume && t.step > 0 ? "a" : "w");
         if (!log) { err_set(&e, ST_IO, "%s: cannot open: %s", a.log, strerror(errno)); goto fail; }
@@ -529,9 +576,11 @@ int main(int argc, char **argv) {
         tr_backward(&t);
         double norm = tr_clip_grads(&t, a.clip);
         tr_adam_step(&ad, &t, lr, 0.9f, a.beta2, 1e-8f, a.wd);
+        if (ema) ema_update(ema, t.params, t.n_params, a.ema, s);
         smooth = s == first ? loss : 0.9 * smooth + 0.1 * loss;
         int last = t.step == a.steps;
         if (!a.no_eval && (t.step % a.eval_every == 0 || last)) {
+            if (ema) swap_weights(t.params, ema, t.n_params);   /* validate (and write) the average */
             double vn = val_nats(&t, &d, bos) / d.val_chars;
             double el = now_s() - start, tps = (double)(t.step - first) * a.batch * a.ctx / el;
             double left = el / (t.step - first) * (a.steps - t.step);
@@ -548,8 +597,9 @@ int main(int argc, char **argv) {
                 if (export_gguf(a.out, &t, &tokg, a.q8, &e)) goto fail_batch;
                 fprintf(stderr, "train: step %ld is the best so far: wrote %s\n", t.step, a.out);
             }
+            if (ema) swap_weights(t.params, ema, t.n_params);
         }
-        if (a.checkpoint && (t.step % a.ckpt_every == 0 || last) && ckpt_save(a.checkpoint, &t, &ad, best, &e))
+        if (a.checkpoint && (t.step % a.ckpt_every == 0 || last) && ckpt_save(a.checkpoint, &t, &ad, ema, a.ema, best, &e))
             goto fail_batch;
     }
     double el = now_s() - start;
@@ -562,6 +612,7 @@ int main(int argc, char **argv) {
     int missing = !a.no_eval && access(a.out, R_OK) != 0;
     if (missing)
         fprintf(stderr, "train: %s is missing; writing the weights of step %ld\n", a.out, t.step);
+    if (ema) swap_weights(t.params, ema, t.n_params);
     if ((a.no_eval || missing) && export_gguf(a.out, &t, &tokg, a.q8, &e)) goto fail_batch;
     if (a.no_eval) {
         fprintf(stderr, "train: wrote %s\n", a.out);
@@ -577,6 +628,7 @@ fail_batch:
 fail:
     if (rc) fprintf(stderr, "train: %s\n", e.msg);
     if (log) fclose(log);
+    mem_free(ema);
     tr_adam_free(&ad);
     tr_free(&t);
     mem_free(d.train);
