@@ -17,7 +17,7 @@
 #   make clean
 #
 # Layout: src/*.c is the engine (a static library); src/infer.c is the CLI's
-# main; tools/*.c are programs; tests/test_*.c are cmocka suites;
+# main, src/serve.c the HTTP server's; tools/*.c are programs; tests/test_*.c are cmocka suites;
 # tests/fuzz/fuzz_*.c are fuzz targets, with their corpora beside them.
 
 CC      ?= gcc
@@ -27,10 +27,11 @@ WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wvla-larger-than=65536
 # spinning threads that fights OpenMP's for the same cores (see src/ops.c).
 BLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
 BASE    := -std=gnu11 -D_GNU_SOURCE -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp -Isrc $(WARN)
-LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lpcre2-8 -lcjson -lm -lpthread
+LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lpcre2-8 -lcjson -lmicrohttpd -lm -lpthread
 FIXTURES ?= ../shared/fixtures
 
-LIB_SRC  := $(filter-out src/infer.c,$(wildcard src/*.c))
+PROG_SRC := src/infer.c src/serve.c
+LIB_SRC  := $(filter-out $(PROG_SRC),$(wildcard src/*.c))
 TOOL_SRC := $(wildcard tools/*.c)
 TOOL_H   := $(wildcard tools/*.h) src/*.h
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -45,8 +46,8 @@ FAST_FLAGS  := $(BASE) -O3 -march=native -g -DNDEBUG
 ASAN_FLAGS  := $(BASE) -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=undefined,float-cast-overflow
 
 .PHONY: all fast test run bench train clean deps fuzz fuzz-build fuzz-deps soak exercise exercise-check
-all: build/infer $(patsubst tools/%.c,build/%,$(TOOL_SRC))
-fast: build/fast/infer $(patsubst tools/%.c,build/fast/%,$(TOOL_SRC))
+all: build/infer build/serve $(patsubst tools/%.c,build/%,$(TOOL_SRC))
+fast: build/fast/infer build/fast/serve $(patsubst tools/%.c,build/fast/%,$(TOOL_SRC))
 
 # --- debug ---------------------------------------------------------------
 build/obj/%.o: src/%.c src/*.h | deps
@@ -54,7 +55,7 @@ build/obj/%.o: src/%.c src/*.h | deps
 	$(CC) $(DEBUG_FLAGS) -c $< -o $@
 build/libengine.a: $(patsubst src/%.c,build/obj/%.o,$(LIB_SRC))
 	ar rcs $@ $^
-build/infer: src/infer.c build/libengine.a
+build/infer build/serve: build/%: src/%.c build/libengine.a
 	$(CC) $(DEBUG_FLAGS) $^ -o $@ $(LIBS)
 build/%: tools/%.c build/libengine.a $(TOOL_H)
 	$(CC) $(DEBUG_FLAGS) $(filter-out %.h,$^) -o $@ $(LIBS)
@@ -65,7 +66,7 @@ build/fast/obj/%.o: src/%.c src/*.h | deps
 	$(CC) $(FAST_FLAGS) -c $< -o $@
 build/fast/libengine.a: $(patsubst src/%.c,build/fast/obj/%.o,$(LIB_SRC))
 	ar rcs $@ $^
-build/fast/infer: src/infer.c build/fast/libengine.a
+build/fast/infer build/fast/serve: build/fast/%: src/%.c build/fast/libengine.a
 	$(CC) $(FAST_FLAGS) $^ -o $@ $(LIBS)
 build/fast/%: tools/%.c build/fast/libengine.a $(TOOL_H)
 	$(CC) $(FAST_FLAGS) $(filter-out %.h,$^) -o $@ $(LIBS)
@@ -79,7 +80,7 @@ build/asan/obj/%.o: src/%.c src/*.h | deps
 	$(CC) $(ASAN_FLAGS) -c $< -o $@
 build/asan/libengine.a: $(patsubst src/%.c,build/asan/obj/%.o,$(LIB_SRC))
 	ar rcs $@ $^
-build/asan/infer: src/infer.c build/asan/libengine.a
+build/asan/infer build/asan/serve: build/asan/%: src/%.c build/asan/libengine.a
 	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LIBS)
 build/asan/%: tools/%.c build/asan/libengine.a $(TOOL_H)
 	$(CC) $(ASAN_FLAGS) $(filter-out %.h,$^) -o $@ $(LIBS)
@@ -110,7 +111,7 @@ TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train s
 # the flags and libraries given here.
 EX_ENV = CC="$(CC)" EX_FLAGS="$(ASAN_FLAGS)" EX_LIBS="$(LIBS)" FIXTURES=$(FIXTURES)
 # tests/gdb.sh steps through the debug build: the walkthroughs of notes/gdb.
-test: $(patsubst tests/%.c,build/asan/%,$(TEST_SRC)) build/asan/infer $(TESTED_TOOLS) \
+test: $(patsubst tests/%.c,build/asan/%,$(TEST_SRC)) build/asan/infer build/asan/serve $(TESTED_TOOLS) \
       build/infer build/rans_bench
 	@$(EX_ENV) INFER=build/asan/infer sh tests/run_all.sh $(patsubst tests/%.c,build/asan/%,$(TEST_SRC))
 
