@@ -660,6 +660,15 @@ static void print_events(Server *s, SrvEvent *ev) {
     }
 }
 
+/* The events queued so far, printed (engine thread). */
+static void drain_events(Server *s) {
+    pthread_mutex_lock(&s->mu);
+    SrvEvent *ev = s->events;
+    s->events = s->events_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    print_events(s, ev);
+}
+
 /* ==== the engine thread ====================================================== */
 
 /* The runtime's callbacks (engine thread). */
@@ -782,6 +791,7 @@ static void sweep(Server *s, int cancel_all) {
         if (cancel) j->cancel_sent = 1;
         pthread_mutex_unlock(&j->mu);
         if (cancel) {
+            drain_events(s);     /* "client disconnected" before the cancel it causes */
             if (tracing(s)) trace_note(rt->trace, rt_now(rt), "conn %ld: cancelling #%d", j->conn, j->first_id);
             for (int k = j->req.n - 1; k >= 0; k--) {
                 pthread_mutex_lock(&j->mu);
@@ -821,9 +831,10 @@ static void publish(Server *s) {
 /* Wait for work, then take the whole queue and the pending events. */
 static void take_work(Server *s, volatile sig_atomic_t *stop, Job **jobs, SrvEvent **events) {
     pthread_mutex_lock(&s->mu);
-    /* Idle: wait for a job, an event, a cancel or the stop signal (polled
-     * every 100 ms: a signal handler cannot signal a condition variable). */
-    while (!*stop && !s->queue_head && !s->events && rt_idle(s->rt) && s->n_live == 0) {
+    /* Idle: wait for a job, an event or the stop signal (polled every 100
+     * ms: a signal handler cannot signal a condition variable). An idle
+     * engine has no job to cancel: every live job is done. */
+    while (!*stop && !s->queue_head && !s->events && rt_idle(s->rt)) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 100 * 1000000L;
@@ -864,12 +875,9 @@ int srv_run(Server *s, volatile sig_atomic_t *stop, Err *e) {
         sweep(s, 0);
         if (!rt_idle(rt)) {
             rt_step(rt);
-            publish(s);
             sweep(s, 0);
-        } else if (s->n_live) {   /* jobs waiting for their HTTP side only: do not spin */
-            struct timespec ts = {0, 1000000L};
-            nanosleep(&ts, NULL);
         }
+        publish(s);              /* a cancel gives blocks back without a step */
     }
     /* Stopping: no more jobs are taken; those queued are refused, those
      * running cancelled. */
