@@ -6,7 +6,8 @@
 #   make test     every test, built with AddressSanitizer + UBSan, in build/asan/
 #                 (and the debug build, for the gdb walkthroughs of notes/gdb)
 #   make fuzz     libFuzzer targets (clang), each run FUZZ_SECONDS over its corpus
-#   make soak     10,000 mixed requests through the runtime; checks nothing leaks
+#   make soak     10,000 mixed requests through the runtime, then 10,000 through
+#                 the HTTP server; checks nothing leaks
 #   make exercise EX=NAME   one exercise of exercises/ (your mine.c, else the
 #                 handout), judged by the tests it lists (exercises/README.md)
 #   make exercise-check     every exercise: its handout and its wrong answer
@@ -101,8 +102,9 @@ FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,build/asan/%,$(FUZZ_SRC))
 build/asan/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz.h build/asan/libengine.a
 	$(CC) $(ASAN_FLAGS) -Itests/fuzz $(filter %.c,$^) build/asan/libengine.a -o $@ $(LIBS)
 
-# The tools the shell tests run (tests/train.sh, tests/tools.sh, tests/soak.sh).
-TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train soak mkcorpus compress) \
+# The tools the shell tests run (tests/train.sh, tests/tools.sh, tests/soak.sh,
+# tests/server.sh).
+TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train soak mkcorpus compress bench_serve) \
                 $(FUZZ_REPLAY)
 
 # Tests run one binary at a time; each prints cmocka's summary. OMP/BLAS
@@ -179,8 +181,12 @@ fuzz-deps:
 # small KV pool, then every check of tools/soak.c (nothing lost, no block
 # held, heap and RSS flat). make test runs a short one under ASan.
 SOAK_REQUESTS ?= 10000
-soak: build/fast/soak
+# Then the same through HTTP (tools/soak_serve.sh): SOAK_REQUESTS requests
+# from bench_serve to build/fast/serve, some leaving mid-stream; nothing
+# held, RSS flat.
+soak: build/fast/soak build/fast/serve build/fast/bench_serve
 	build/fast/soak --model $(DEFAULT_MODEL) --requests $(SOAK_REQUESTS)
+	sh tools/soak_serve.sh $(SOAK_REQUESTS)
 
 # Installs Debian packages that are missing (as root), or says how.
 deps:
