@@ -484,8 +484,8 @@ static int parse_args(int argc, char **argv, Options *o) {
 int main(int argc, char **argv) {
     Options o;
     if (parse_args(argc, argv, &o)) return 2;
-    printf("bench_serve:");
-    for (int i = 1; i < argc; i++) printf(" %s", argv[i]);
+    printf("command:");
+    for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
     printf("\n");
     char *model = NULL;
     if (!o.model && !(o.model = model = served_model(&o))) {
