@@ -134,3 +134,25 @@ int cli_engine_option(CliEngine *o, int argc, char **argv, int *i, Err *e) {
     }
     return 1;
 }
+
+int cli_parse(int argc, char **argv, CliEngine *o, const CliProgram *p, Err *e) {
+    cli_engine_defaults(o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            p->usage(stdout);
+            return CLI_HELP;
+        }
+        int took = cli_engine_option(o, argc, argv, &i, e);
+        if (took < 0) return ST_ARG;
+        if (took) continue;
+        if (a[0] != '-') return err_set(e, ST_ARG, "%s: unexpected argument (see --help)", a);
+        int own = 0;
+        for (int k = 0; p->own[k] && !own; k++) own = !strcmp(a, p->own[k]);
+        if (!own) return err_set(e, ST_ARG, "unknown option %s (see --help)", a);
+        if (i + 1 >= argc) return err_set(e, ST_ARG, "%s: missing value (see --help)", a);
+        if (p->take(p->ctx, a, argv[++i], e)) return ST_ARG;
+    }
+    if (!o->model) return err_set(e, ST_ARG, "--model FILE is required (see --help)");
+    return ST_OK;
+}

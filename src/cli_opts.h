@@ -24,6 +24,23 @@ typedef struct {
 /* The defaults: engine_config_default(), threads = usable cores. */
 void cli_engine_defaults(CliEngine *o);
 
+/* A program's own options (each takes a value), beside the engine's. */
+typedef struct {
+    const char *const *own;      /* their names, NULL-terminated */
+    /* one of them with its value: ST_OK, or ST_ARG with a line in e */
+    int (*take)(void *ctx, const char *opt, const char *val, Err *e);
+    void *ctx;
+    void (*usage)(FILE *f);      /* the --help text */
+} CliProgram;
+
+enum { CLI_HELP = 1 };
+
+/* Walk argv: engine options into o (defaults first), the program's own
+ * through p->take. ST_OK; CLI_HELP when -h or --help was given (the usage
+ * is then printed on stdout, and the program ends); ST_ARG with a line in e for an unknown option, a
+ * missing or bad value, or a stray argument. */
+int cli_parse(int argc, char **argv, CliEngine *o, const CliProgram *p, Err *e);
+
 /* Offer argv[*i] as an engine option. 1: it was one (its value, if it takes
  * one, consumed: *i then points at the value); 0: it is not an engine
  * option; ST_ARG with a line in e: it is one, with a missing or bad value. */

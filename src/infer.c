@@ -65,15 +65,9 @@ static void usage(FILE *f) {
     fprintf(f, "  -h, --help           this text\n");
 }
 
-/* infer's own options that take a value. */
-static int takes_value(const char *a) {
-    static const char *const opts[] = {
-        "--prompt", "-n", "--max-tokens", "--temperature", "--top-k", "--top-p", "--seed",
-        "--stop", "--workload", "--out-dir", NULL};
-    for (int i = 0; opts[i]; i++)
-        if (!strcmp(a, opts[i])) return 1;
-    return 0;
-}
+/* infer's own options (each takes a value). */
+static const char *const OWN[] = {"--prompt", "-n", "--max-tokens", "--temperature", "--top-k", "--top-p",
+                                  "--seed", "--stop", "--workload", "--out-dir", NULL};
 
 /* Options that describe the one request of --prompt; a workload's lines
  * set their own, so with --workload these would be ignored: refused. */
@@ -86,8 +80,10 @@ static int only_for_one_prompt(const char *a) {
 }
 
 /* One of infer's own options and its value; ST_ARG with a line in e. */
-static int own_option(Options *o, const char *a, const char *v, Err *e) {
+static int own_option(void *ctx, const char *a, const char *v, Err *e) {
+    Options *o = ctx;
     long n;
+    if (only_for_one_prompt(a)) o->one_prompt_option = a;
     if (!strcmp(a, "--prompt")) o->prompt = v;
     else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
         if (cli_parse_long(a, v, 1, INT_MAX, &n, e)) return ST_ARG;
@@ -115,41 +111,12 @@ static int own_option(Options *o, const char *a, const char *v, Err *e) {
 static int parse_args(int argc, char **argv, Options *o) {
     *o = (Options){.prompt = "", .max_tokens = 256,
                    .sp = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f, .seed = 42}};
-    cli_engine_defaults(&o->en);
     Err e;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            exit(0);
-        }
-        int took = cli_engine_option(&o->en, argc, argv, &i, &e);
-        if (took < 0) {
-            fprintf(stderr, "infer: %s\n", e.msg);
-            return -1;
-        }
-        if (took) continue;
-        if (a[0] != '-') {
-            fprintf(stderr, "infer: %s: unexpected argument (see --help)\n", a);
-            return -1;
-        }
-        if (!takes_value(a)) {
-            fprintf(stderr, "infer: unknown option %s (see --help)\n", a);
-            return -1;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "infer: %s: missing value (see --help)\n", a);
-            return -1;
-        }
-        if (only_for_one_prompt(a)) o->one_prompt_option = a;
-        if (own_option(o, a, argv[++i], &e)) {
-            fprintf(stderr, "infer: %s\n", e.msg);
-            return -1;
-        }
-    }
-    if (!o->en.model) {
-        fprintf(stderr, "infer: --model FILE is required (see --help)\n");
-        return -1;
+    CliProgram prog = {.own = OWN, .take = own_option, .ctx = o, .usage = usage};
+    int st = cli_parse(argc, argv, &o->en, &prog, &e);
+    if (st) {
+        if (st != CLI_HELP) fprintf(stderr, "infer: %s\n", e.msg);
+        return st;
     }
     if (o->workload && o->one_prompt_option) {
         fprintf(stderr, "infer: %s is for a single --prompt; with --workload each line sets its own "
@@ -447,7 +414,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "infer: %s\n", isa_err.msg);
         return 2;
     }
-    if (parse_args(argc, argv, &o)) return 2;
+    int st = parse_args(argc, argv, &o);
+    if (st) return st == CLI_HELP ? 0 : 2;
     ops_set_threads(o.en.threads);
 
     Err e = {{0}};

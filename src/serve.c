@@ -43,49 +43,33 @@ static void usage(FILE *f) {
     fprintf(f, "  -h, --help           this text\n");
 }
 
+static const char *const OWN[] = {"--host", "--port", "--max-queue", "--max-body", "--model-name", NULL};
+
+/* One of serve's own options and its value; ST_ARG with a line in e. */
+static int own_option(void *ctx, const char *a, const char *v, Err *e) {
+    Options *o = ctx;
+    long n = 0;
+    if (!strcmp(a, "--host")) o->host = v;
+    else if (!strcmp(a, "--model-name")) o->model_name = v;
+    else if (!strcmp(a, "--max-body")) return cli_parse_long(a, v, 1, 1L << 30, &o->max_body, e);
+    else if (!strcmp(a, "--port")) {
+        if (cli_parse_long(a, v, 0, 65535, &n, e)) return ST_ARG;
+        o->port = (int)n;
+    } else {
+        if (cli_parse_long(a, v, 0, 1 << 20, &n, e)) return ST_ARG;
+        o->max_queue = (int)n;
+    }
+    return ST_OK;
+}
+
 static int parse_args(int argc, char **argv, Options *o) {
     *o = (Options){.host = "127.0.0.1", .port = 8000, .max_queue = 256, .max_body = 1 << 20};
-    cli_engine_defaults(&o->en);
     Err e;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            exit(0);
-        }
-        int took = cli_engine_option(&o->en, argc, argv, &i, &e);
-        if (took < 0) {
-            fprintf(stderr, "serve: %s\n", e.msg);
-            return -1;
-        }
-        if (took) continue;
-        int known = !strcmp(a, "--host") || !strcmp(a, "--port") || !strcmp(a, "--max-queue") ||
-                    !strcmp(a, "--max-body") || !strcmp(a, "--model-name");
-        if (!known) {
-            fprintf(stderr, "serve: %s: %s (see --help)\n", a,
-                    a[0] == '-' ? "unknown option" : "unexpected argument");
-            return -1;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "serve: %s: missing value (see --help)\n", a);
-            return -1;
-        }
-        const char *v = argv[++i];
-        long n = 0;
-        int bad = 0;
-        if (!strcmp(a, "--host")) o->host = v;
-        else if (!strcmp(a, "--model-name")) o->model_name = v;
-        else if (!strcmp(a, "--port")) bad = cli_parse_long(a, v, 0, 65535, &n, &e), o->port = (int)n;
-        else if (!strcmp(a, "--max-queue")) bad = cli_parse_long(a, v, 0, 1 << 20, &n, &e), o->max_queue = (int)n;
-        else bad = cli_parse_long(a, v, 1, 1L << 30, &o->max_body, &e);
-        if (bad) {
-            fprintf(stderr, "serve: %s\n", e.msg);
-            return -1;
-        }
-    }
-    if (!o->en.model) {
-        fprintf(stderr, "serve: --model FILE is required (see --help)\n");
-        return -1;
+    CliProgram prog = {.own = OWN, .take = own_option, .ctx = o, .usage = usage};
+    int st = cli_parse(argc, argv, &o->en, &prog, &e);
+    if (st) {
+        if (st != CLI_HELP) fprintf(stderr, "serve: %s\n", e.msg);
+        return st;
     }
     if (o->en.trace_json || o->en.trace_svg) {
         fprintf(stderr, "serve: --trace-json and --trace-svg are infer's (a server never ends a run); "
@@ -123,7 +107,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "serve: %s\n", e.msg);
         return 2;
     }
-    if (parse_args(argc, argv, &o)) return 2;
+    int st = parse_args(argc, argv, &o);
+    if (st) return st == CLI_HELP ? 0 : 2;
     ops_set_threads(o.en.threads);
     SchedConfig *sc = &o.en.ec.sched;
     if (sc->max_seqs > sc->token_budget) sc->token_budget = sc->max_seqs;

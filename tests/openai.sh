@@ -24,18 +24,13 @@ fi
 tmp=$(mktemp -d)
 "$INFER" --model $MODEL --prompt "ROMEO:" -n 40 --temperature 0 --threads 1 > "$tmp/ref.full" 2>/dev/null
 tail -c +7 "$tmp/ref.full" | head -c -1 > "$tmp/ref"
-OMP_NUM_THREADS=1 "$BIN/serve" --model $MODEL --port 0 --threads 1 2> "$tmp/serve.err" &
-pid=$!
+. tools/serve_start.sh
+export OMP_NUM_THREADS=1
+serve_start "$BIN" "$tmp/serve.err" --threads 1 || exit 1
+pid=$SERVE_PID
 trap 'kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
-port=""
-for _ in $(seq 300); do
-    port=$(sed -n 's/^serve: listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/serve.err")
-    [ -n "$port" ] && break
-    sleep 0.1
-done
-[ -n "$port" ] || { echo "FAIL: the server did not start: $(cat "$tmp/serve.err")"; exit 1; }
 echo "openai: client $(node -p "require('./$dir/node_modules/openai/package.json').version") on node $(node --version)"
-if BASE_URL=http://127.0.0.1:$port EXPECT="$tmp/ref" node $dir/client.mjs; then
+if BASE_URL=$SERVE_URL EXPECT="$tmp/ref" node $dir/client.mjs; then
     echo "openai: 1 passed, 0 failed"
 else
     echo "openai: 0 passed, 1 failed"; exit 1

@@ -44,21 +44,15 @@ trap cleanup EXIT
 # ASan keeps freed memory in a quarantine (256 MB by default): kept small
 # here so that the RSS shows what the server itself holds.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=8"
+export OMP_NUM_THREADS=1
 
-# start NAME ARGS...: a server on a free port (--port 0; the port is read
-# from its first line); sets URL and PID.
+# start NAME ARGS...: a server on a free port; sets URL and PID
+. tools/serve_start.sh
 start() {
     name=$1; shift
-    OMP_NUM_THREADS=1 "$BIN/serve" --model $MODEL --port 0 --threads 1 "$@" 2> "$tmp/$name.err" &
-    PID=$!
+    serve_start "$BIN" "$tmp/$name.err" --threads 1 "$@" || exit 1
+    PID=$SERVE_PID; URL=$SERVE_URL
     pids="$pids $PID"
-    for _ in $(seq 300); do
-        port=$(sed -n 's/^serve: listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/$name.err")
-        [ -n "$port" ] && break
-        sleep 0.1
-    done
-    [ -n "$port" ] || { bad "$name: the server did not start: $(cat "$tmp/$name.err")"; exit 1; }
-    URL=http://127.0.0.1:$port
 }
 post() { curl -s -H 'Content-Type: application/json' "$URL$1" -d "$2"; }
 metric() { curl -s "$URL/metrics" | sed -n "s/^$1 //p"; }

@@ -18,21 +18,15 @@ for tool in serve bench_serve; do
     [ -x "$bin/$tool" ] || { echo "bench_serve.sh: $bin/$tool is missing; run make fast first" >&2; exit 1; }
 done
 tmp=$(mktemp -d)
-"$bin/serve" --model data/shakespeare.gguf --port 0 --threads "$threads" 2> "$tmp/serve.err" &
-pid=$!
+. tools/serve_start.sh
+serve_start "$bin" "$tmp/serve.err" --threads "$threads" || exit 1
+pid=$SERVE_PID
 trap 'kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
-port=""
-for _ in $(seq 300); do
-    port=$(sed -n 's/^serve: listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/serve.err")
-    [ -n "$port" ] && break
-    sleep 0.1
-done
-[ -n "$port" ] || { echo "bench_serve.sh: the server did not start: $(cat "$tmp/serve.err")" >&2; exit 1; }
 echo "bench_serve.sh: $(head -n 1 "$tmp/serve.err"), $threads kernel threads"
 status=0
 for c in $clients; do
     echo
-    "$bin/bench_serve" --url "http://127.0.0.1:$port" --concurrency "$c" --requests "$requests" \
+    "$bin/bench_serve" --url "$SERVE_URL" --concurrency "$c" --requests "$requests" \
         --max-tokens "$tokens" --ignore-eos || status=$?
 done
 exit "$status"

@@ -11,22 +11,16 @@
 # Prints "soak_serve: N passed, N failed"; exits non-zero on any failure.
 BIN=${SOAK_BIN:-build/fast}
 N=${1:-10000}
-MODEL=data/shakespeare.gguf
 pass=0; fail=0
 ok()  { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 tmp=$(mktemp -d)
-OMP_NUM_THREADS=1 "$BIN/serve" --model $MODEL --port 0 --threads 1 --max-seqs 8 --kv-blocks 24 2> "$tmp/serve.err" &
-pid=$!
+. tools/serve_start.sh
+export OMP_NUM_THREADS=1
+serve_start "$BIN" "$tmp/serve.err" --threads 1 --max-seqs 8 --kv-blocks 24 || exit 1
+pid=$SERVE_PID
+URL=$SERVE_URL
 trap 'kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
-port=""
-for _ in $(seq 300); do
-    port=$(sed -n 's/^serve: listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/serve.err")
-    [ -n "$port" ] && break
-    sleep 0.1
-done
-[ -n "$port" ] || { echo "FAIL: the server did not start: $(cat "$tmp/serve.err")"; exit 1; }
-URL=http://127.0.0.1:$port
 metric() { curl -s "$URL/metrics" | sed -n "s/^$1 //p"; }
 rss() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' /proc/$pid/status; }
 bench() { "$BIN/bench_serve" --url "$URL" --concurrency 8 --max-tokens 24 --prompt-chars 120 "$@"; }
