@@ -1,11 +1,13 @@
 #!/bin/sh
 # server.sh - build/asan/serve end to end over HTTP, driven by curl (and
 # bench_serve), on the default model:
+#  0. The command line's errors.
 #  1. /health, /v1/models (with the chat template), /metrics.
 #  2. Greedy text through the server equals infer's on the same prompt,
 #     whole and streamed (SSE chunks joined, usage, data: [DONE]), and a
 #     stop string ends it where infer's --stop does.
-#  3. Chat, whole and streamed; n = 2 gives two choices.
+#  3. Chat, whole and streamed; n = 2 gives two choices; a priority reaches
+#     the engine.
 #  4. Errors as OpenAI error objects: 400 naming the field, 404 (path,
 #     model), 405, 413 (body over --max-body), 503 (queue full).
 #  5. 16 concurrent streamed clients all get the whole greedy text.
@@ -59,6 +61,15 @@ metric() { curl -s "$URL/metrics" | sed -n "s/^$1 //p"; }
 # sse_text FILE FIELD: the text of a stream's chunks joined (FIELD: .text or .delta.content)
 sse_text() { sed -n 's/^data: //p' "$1" | grep -v '^\[DONE\]$' | jq -j ".choices[0]$2 // empty"; }
 
+# the command line: one line naming the problem, exit status 2 (1 for a host that cannot be had)
+cli() { out=$("$BIN/serve" "$@" 2>&1); echo "$? $out"; }
+check "unknown option" "$(cli --model $MODEL --bogus 1)" "2 serve: unknown option --bogus (see --help)"
+check "no model" "$(cli --port 1)" "2 serve: --model FILE is required (see --help)"
+check "bad port" "$(cli --model $MODEL --port 70000)" "2 serve: --port: '70000' is not an integer in 0..65535"
+check "trace-json" "$(cli --model $MODEL --trace-json x.json | cut -c1-37)" "2 serve: --trace-json and --trace-svg"
+check "an address not of this machine" "$(cli --model $MODEL --host 192.0.2.1)" \
+    "1 serve: cannot listen on 192.0.2.1:8000 (in use, or not an address of this machine)"
+
 start main --max-body 65536 --trace
 A_PID=$PID
 
@@ -105,6 +116,9 @@ check "chat stream role" "$(sed -n 's/^data: //p' "$tmp/chat.sse" | head -n 1 | 
 check "chat stream [DONE]" "$(tail -n 2 "$tmp/chat.sse" | head -n 1)" "data: [DONE]"
 check "two samples" "$(post /v1/completions '{"prompt": "ROMEO:", "max_tokens": 5, "n": 2, "seed": 1}' |
     jq -r '[.choices[].index] | join(",")')" "0,1"
+
+check "priority" "$(post /v1/completions '{"prompt": "KING:", "max_tokens": 2, "priority": "high"}' | jq -r .object)" text_completion
+grep -q 'arrived: 3 prompt tokens, priority high, max 2 new' "$tmp/main.err" && ok || bad "the trace does not show the high priority"
 
 # 4. errors
 code() { curl -s -o "$tmp/err.json" -w '%{http_code}' -H 'Content-Type: application/json' "$@"; }
