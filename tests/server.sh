@@ -18,6 +18,8 @@
 #     bench_serve, some leaving mid-stream, a pool small enough to preempt;
 #     then nothing held, nothing in flight, the RSS flat; and the servers
 #     exit cleanly on SIGTERM (under ASan: no leak).
+#  8. With ../shared/fixtures: a sentencepiece model's greedy text, streamed,
+#     equals infer's.
 # curl and jq are needed (tools/deps.sh installs them): without them the
 # test is skipped, and under CI that is a failure.
 # Prints "server: N passed, N failed"; exits non-zero on any failure.
@@ -153,6 +155,7 @@ check "16 concurrent streams with the whole text" $same 16
 # samples runs them one after another; the client leaves after its first
 # text. Meanwhile a second request finds the queue full.
 start one --max-seqs 1 --max-queue 0 --trace
+ONE_PID=$PID
 curl -sN -H 'Content-Type: application/json' "$URL/v1/completions" \
     -d '{"prompt": "ROMEO:", "max_tokens": 200, "n": 16, "ignore_eos": true, "stream": true}' > "$tmp/long.sse" &
 CURL=$!
@@ -177,8 +180,28 @@ grep -q 'conn [0-9]*: client disconnected before the end, cancelling cmpl-' "$tm
 SOAK_BIN=$BIN sh tools/soak_serve.sh 400 > "$tmp/soak" 2>&1 && ok || bad "tools/soak_serve.sh: $(cat "$tmp/soak")"
 grep '^soak_serve: [0-9]* requests' "$tmp/soak"
 
+# 8. a model with a sentencepiece tokenizer (byte fallback, U+2581 for
+# spaces), from ../shared/fixtures when it is there: greedy text through the
+# server, streamed, equals infer's
+tiny=${FIXTURES:-../shared/fixtures}/tiny/tiny-f32.gguf
+if [ -f "$tiny" ]; then
+    "$INFER" --model "$tiny" --prompt "ROMEO:" -n 30 --temperature 0 --threads 1 > "$tmp/tiny.full" 2>/dev/null
+    tail -c +7 "$tmp/tiny.full" | head -c -1 > "$tmp/tinyref"
+    start tiny --model "$tiny"
+    post /v1/completions '{"model": "tiny-f32", "prompt": "ROMEO:", "max_tokens": 30, "temperature": 0,
+        "stream": true}' > "$tmp/tiny.sse"
+    sse_text "$tmp/tiny.sse" .text > "$tmp/tiny.txt"
+    cmp -s "$tmp/tiny.txt" "$tmp/tinyref" && ok || bad "tiny-f32: streamed greedy text differs from infer's: $(cat "$tmp/tiny.txt")"
+    kill -TERM $PID; wait $PID
+    check "tiny server exit status" $? 0
+elif [ "${CI:-}" = true ]; then
+    bad "$tiny is missing, and under CI that is a failure"
+else
+    echo "server: the sentencepiece model check skipped ($tiny not found: no ../shared here)"
+fi
+
 # the servers stop on SIGTERM, cleanly (ASan's leak check runs at exit)
-for p in $A_PID $PID; do
+for p in $A_PID $ONE_PID; do
     kill -TERM "$p"
     wait "$p"; rc=$?
     check "server $p exit status" $rc 0
