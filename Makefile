@@ -2,7 +2,8 @@
 #
 #   make          debug build (-O0 -g3, plain-loop kernels): build/infer, made to be
 #                 stepped through in gdb
-#   make fast     optimised build: build/fast/infer (what run and bench use)
+#   make fast     optimised build: build/fast/infer, build/fast/serve (the HTTP
+#                 server) and the tools (what run and bench use)
 #   make test     every test, built with AddressSanitizer + UBSan, in build/asan/
 #                 (and the debug build, for the gdb walkthroughs of notes/gdb)
 #   make fuzz     libFuzzer targets (clang), each run FUZZ_SECONDS over its corpus

@@ -14,8 +14,8 @@
  *   stream_reader      libmicrohttpd asks for the next bytes of a streamed
  *                      response: the job's new text as SSE chunks (refill)
  *   request_done       the request ended: if the client went away before the
- *                      end, the job is marked cancelled and the engine thread
- *                      calls rt_cancel at its next turn (cancel_gone)
+ *                      end, the job is marked cancelled (job_cancel) and the
+ *                      engine thread calls rt_cancel at its next turn (sweep)
  *
  * Memory: the HTTP threads allocate with malloc, not mem_alloc: mem.h's
  * counters belong to one thread, the engine's. A Job is shared by two
