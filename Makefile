@@ -2,11 +2,13 @@
 #
 #   make          debug build (-O0 -g3, plain-loop kernels): build/infer, made to be
 #                 stepped through in gdb
-#   make fast     optimised build: build/fast/infer (what run and bench use)
+#   make fast     optimised build: build/fast/infer, build/fast/serve (the HTTP
+#                 server) and the tools (what run and bench use)
 #   make test     every test, built with AddressSanitizer + UBSan, in build/asan/
 #                 (and the debug build, for the gdb walkthroughs of notes/gdb)
 #   make fuzz     libFuzzer targets (clang), each run FUZZ_SECONDS over its corpus
-#   make soak     10,000 mixed requests through the runtime; checks nothing leaks
+#   make soak     10,000 mixed requests through the runtime, then 10,000 through
+#                 the HTTP server; checks nothing leaks
 #   make exercise EX=NAME   one exercise of exercises/ (your mine.c, else the
 #                 handout), judged by the tests it lists (exercises/README.md)
 #   make exercise-check     every exercise: its handout and its wrong answer
@@ -17,7 +19,7 @@
 #   make clean
 #
 # Layout: src/*.c is the engine (a static library); src/infer.c is the CLI's
-# main; tools/*.c are programs; tests/test_*.c are cmocka suites;
+# main, src/serve.c the HTTP server's; tools/*.c are programs; tests/test_*.c are cmocka suites;
 # tests/fuzz/fuzz_*.c are fuzz targets, with their corpora beside them.
 
 CC      ?= gcc
@@ -32,10 +34,11 @@ BLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
 # same source gives the same bits in every flavour and on every CPU the same
 # kernels run on (notes/training.md, "Determinism").
 BASE    := -std=gnu11 -D_GNU_SOURCE -ffp-contract=off -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp -Isrc $(WARN)
-LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lpcre2-8 -lcjson -lm -lpthread
+LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lpcre2-8 -lcjson -lmicrohttpd -lm -lpthread
 FIXTURES ?= ../shared/fixtures
 
-LIB_SRC  := $(filter-out src/infer.c,$(wildcard src/*.c))
+PROG_SRC := src/infer.c src/serve.c
+LIB_SRC  := $(filter-out $(PROG_SRC),$(wildcard src/*.c))
 TOOL_SRC := $(wildcard tools/*.c)
 TOOL_H   := $(wildcard tools/*.h) src/*.h
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -50,8 +53,8 @@ FAST_FLAGS  := $(BASE) -O3 -march=native -g -DNDEBUG
 ASAN_FLAGS  := $(BASE) -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=undefined,float-cast-overflow
 
 .PHONY: all fast test run bench train clean deps fuzz fuzz-build fuzz-deps soak exercise exercise-check
-all: build/infer $(patsubst tools/%.c,build/%,$(TOOL_SRC))
-fast: build/fast/infer $(patsubst tools/%.c,build/fast/%,$(TOOL_SRC))
+all: build/infer build/serve $(patsubst tools/%.c,build/%,$(TOOL_SRC))
+fast: build/fast/infer build/fast/serve $(patsubst tools/%.c,build/fast/%,$(TOOL_SRC))
 
 # --- debug ---------------------------------------------------------------
 build/obj/%.o: src/%.c src/*.h | deps
@@ -59,7 +62,7 @@ build/obj/%.o: src/%.c src/*.h | deps
 	$(CC) $(DEBUG_FLAGS) -c $< -o $@
 build/libengine.a: $(patsubst src/%.c,build/obj/%.o,$(LIB_SRC))
 	ar rcs $@ $^
-build/infer: src/infer.c build/libengine.a
+build/infer build/serve: build/%: src/%.c build/libengine.a
 	$(CC) $(DEBUG_FLAGS) $^ -o $@ $(LIBS)
 build/%: tools/%.c build/libengine.a $(TOOL_H)
 	$(CC) $(DEBUG_FLAGS) $(filter-out %.h,$^) -o $@ $(LIBS)
@@ -70,7 +73,7 @@ build/fast/obj/%.o: src/%.c src/*.h | deps
 	$(CC) $(FAST_FLAGS) -c $< -o $@
 build/fast/libengine.a: $(patsubst src/%.c,build/fast/obj/%.o,$(LIB_SRC))
 	ar rcs $@ $^
-build/fast/infer: src/infer.c build/fast/libengine.a
+build/fast/infer build/fast/serve: build/fast/%: src/%.c build/fast/libengine.a
 	$(CC) $(FAST_FLAGS) $^ -o $@ $(LIBS)
 build/fast/%: tools/%.c build/fast/libengine.a $(TOOL_H)
 	$(CC) $(FAST_FLAGS) $(filter-out %.h,$^) -o $@ $(LIBS)
@@ -84,7 +87,7 @@ build/asan/obj/%.o: src/%.c src/*.h | deps
 	$(CC) $(ASAN_FLAGS) -c $< -o $@
 build/asan/libengine.a: $(patsubst src/%.c,build/asan/obj/%.o,$(LIB_SRC))
 	ar rcs $@ $^
-build/asan/infer: src/infer.c build/asan/libengine.a
+build/asan/infer build/asan/serve: build/asan/%: src/%.c build/asan/libengine.a
 	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LIBS)
 build/asan/%: tools/%.c build/asan/libengine.a $(TOOL_H)
 	$(CC) $(ASAN_FLAGS) $(filter-out %.h,$^) -o $@ $(LIBS)
@@ -105,8 +108,9 @@ FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,build/asan/%,$(FUZZ_SRC))
 build/asan/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz.h build/asan/libengine.a
 	$(CC) $(ASAN_FLAGS) -Itests/fuzz $(filter %.c,$^) build/asan/libengine.a -o $@ $(LIBS)
 
-# The tools the shell tests run (tests/train.sh, tests/tools.sh, tests/soak.sh).
-TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train soak mkcorpus compress) \
+# The tools the shell tests run (tests/train.sh, tests/tools.sh, tests/soak.sh,
+# tests/server.sh).
+TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train soak mkcorpus compress bench_serve) \
                 $(FUZZ_REPLAY)
 
 # Tests run one binary at a time; each prints cmocka's summary. OMP/BLAS
@@ -115,7 +119,7 @@ TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train s
 # the flags and libraries given here.
 EX_ENV = CC="$(CC)" EX_FLAGS="$(ASAN_FLAGS)" EX_LIBS="$(LIBS)" FIXTURES=$(FIXTURES)
 # tests/gdb.sh steps through the debug build: the walkthroughs of notes/gdb.
-test: $(patsubst tests/%.c,build/asan/%,$(TEST_SRC)) build/asan/infer $(TESTED_TOOLS) \
+test: $(patsubst tests/%.c,build/asan/%,$(TEST_SRC)) build/asan/infer build/asan/serve $(TESTED_TOOLS) \
       build/infer build/rans_bench
 	@$(EX_ENV) INFER=build/asan/infer sh tests/run_all.sh $(patsubst tests/%.c,build/asan/%,$(TEST_SRC))
 
@@ -183,8 +187,12 @@ fuzz-deps:
 # small KV pool, then every check of tools/soak.c (nothing lost, no block
 # held, heap and RSS flat). make test runs a short one under ASan.
 SOAK_REQUESTS ?= 10000
-soak: build/fast/soak
+# Then the same through HTTP (tools/soak_serve.sh): SOAK_REQUESTS requests
+# from bench_serve to build/fast/serve, some leaving mid-stream; nothing
+# held, RSS flat.
+soak: build/fast/soak build/fast/serve build/fast/bench_serve
 	build/fast/soak --model $(DEFAULT_MODEL) --requests $(SOAK_REQUESTS)
+	sh tools/soak_serve.sh $(SOAK_REQUESTS)
 
 # Installs Debian packages that are missing (as root), or says how.
 deps:

@@ -11,6 +11,7 @@
  * DIR/<id>.txt; a telemetry table follows on stderr. The trace, the summary and
  * errors go to stderr, so stdout can be piped. This is the only file that
  * prints errors and exits; the library returns Status codes. */
+#include "cli_opts.h"
 #include "mem.h"
 #include "model.h"
 #include "runtime.h"
@@ -18,7 +19,6 @@
 #include "trace.h"
 #include "workload.h"
 #include <math.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <errno.h>
 #include <limits.h>
@@ -29,14 +29,11 @@
 #include <unistd.h>
 
 typedef struct {
-    const char *model, *tokenizer, *prompt, *workload, *out_dir, *trace_json, *trace_svg;
-    int kv_map;
+    CliEngine en;                    /* the engine options, shared with serve (cli_opts.h) */
+    const char *prompt, *workload, *out_dir;
     const char *stop[RT_MAX_STOP];
-    int n_stop, max_tokens, threads, trace;
+    int n_stop, max_tokens;
     SamplerParams sp;
-    EngineConfig ec;
-    ModelOpts mo;                    /* --low-mem */
-    long kv_mib;
     const char *one_prompt_option;   /* the last option given that only --prompt uses */
 } Options;
 
@@ -49,21 +46,9 @@ static void write_stdout(const char *text, size_t len) {
         if (!stdout_errno) stdout_errno = errno ? errno : EIO;
 }
 
-/* Cores this process may run on (its affinity mask, which a container or
- * taskset may have narrowed), not the cores the machine has. */
-static int usable_cores(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 static void usage(FILE *f) {
     fprintf(f,
         "usage: infer --model FILE [options]\n"
-        "  --model FILE         GGUF (llama; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,\n"
-        "                       Q4_K, Q5_K, Q6_K; or compressed by compress) or llama2.c checkpoint\n"
-        "  --tokenizer FILE     llama2.c tokenizer.bin (default: beside the model)\n"
         "  --prompt TEXT        text to continue (default: empty, BOS alone)\n"
         "  -n, --max-tokens N   new tokens to generate (default 256)\n"
         "  --temperature T      0 = greedy (default 0.8)\n"
@@ -71,72 +56,18 @@ static void usage(FILE *f) {
         "  --top-p P            nucleus sampling, in (0, 1] (default 0.95)\n"
         "  --seed S             random seed (default 42)\n"
         "  --stop TEXT          end the text before TEXT (up to 4 times)\n"
-        "  --threads N          threads for the kernels (default: the cores this process may use)\n"
-        "  --low-mem            a compressed model (tools/compress.c) stays compressed in\n"
-        "                       memory: each layer is decoded just before it is needed\n"
-        "  --isa I              kernels: plain (the reference loops, one thread: for gdb),\n"
-        "                       generic, avx512 or best (default; LLM_ISA sets it too)\n"
-        "  --trace              lifecycle of every request and a summary of every step on\n"
-        "                       stderr; --trace=verbose adds every token, block tables and\n"
-        "                       a map of the KV pool at every step; both end with a memory report\n"
-        "  --trace-json FILE    Chrome trace-event JSON of the run (open it in ui.perfetto.dev)\n"
-        "  --trace-svg FILE     a timeline of the requests as SVG (open it in a browser)\n"
-        "  --kv-map N           with --trace: print the KV pool map every N steps\n"
-        "  --clock C            wall (default) or steps: a virtual clock, 1 ms per engine\n"
-        "                       step, so a trace repeats byte for byte (see notes/tracing.md)\n"
-        "serving:\n"
         "  --workload FILE      requests as JSON lines (prompt, max_tokens, temperature,\n"
         "                       top_k, top_p, seed, priority, stop, n, arrival_ms), replayed\n"
         "                       at their arrival times\n"
         "  --out-dir DIR        write request i's text to DIR/i.txt instead of stdout\n"
-        "  --max-seqs N         sequences running at once (default 16)\n"
-        "  --token-budget N     tokens per step, prefill and decode together (default 256)\n"
-        "  --chunk N            prefill tokens per sequence per step, 0 = budget (default 0)\n"
-        "  --policy P           fcfs or priority (default fcfs)\n"
-        "  --aging N            priority: a waiting request rises a level every N steps (32)\n"
-        "  --block-size N       tokens per KV block (default 16)\n"
-        "  --kv-blocks N        KV pool size in blocks\n"
-        "  --kv-mem MIB         KV pool size in MiB (default: every sequence's full context,\n"
-        "                       at most 1024 MiB)\n"
-        "  -h, --help           this text\n");
+        "engine:\n");
+    cli_engine_usage(f);
+    fprintf(f, "  -h, --help           this text\n");
 }
 
-/* Strict number parsing: the whole argument must be a number in range. */
-static int parse_long(const char *opt, const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "infer: %s: '%s' is not an integer in %ld..%ld\n", opt, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int parse_float(const char *opt, const char *s, float *out) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end) {
-        fprintf(stderr, "infer: %s: '%s' is not a number\n", opt, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-/* The options that take a value (every other option but --trace and -h). */
-static int takes_value(const char *a) {
-    static const char *const opts[] = {
-        "--model", "--tokenizer", "--prompt", "-n", "--max-tokens", "--temperature", "--top-k",
-        "--top-p", "--seed", "--threads", "--stop", "--workload", "--trace-json", "--trace-svg",
-        "--kv-map", "--out-dir", "--max-seqs", "--token-budget", "--chunk", "--aging", "--policy",
-        "--clock", "--block-size", "--kv-blocks", "--kv-mem", "--isa", NULL};
-    for (int i = 0; opts[i]; i++)
-        if (!strcmp(a, opts[i])) return 1;
-    return 0;
-}
+/* infer's own options (each takes a value). */
+static const char *const OWN[] = {"--prompt", "-n", "--max-tokens", "--temperature", "--top-k", "--top-p",
+                                  "--seed", "--stop", "--workload", "--out-dir", NULL};
 
 /* Options that describe the one request of --prompt; a workload's lines
  * set their own, so with --workload these would be ignored: refused. */
@@ -148,137 +79,44 @@ static int only_for_one_prompt(const char *a) {
     return 0;
 }
 
+/* One of infer's own options and its value; ST_ARG with a line in e. */
+static int own_option(void *ctx, const char *a, const char *v, Err *e) {
+    Options *o = ctx;
+    long n;
+    if (only_for_one_prompt(a)) o->one_prompt_option = a;
+    if (!strcmp(a, "--prompt")) o->prompt = v;
+    else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
+        if (cli_parse_long(a, v, 1, INT_MAX, &n, e)) return ST_ARG;
+        o->max_tokens = (int)n;
+    } else if (!strcmp(a, "--temperature")) return cli_parse_float(a, v, &o->sp.temperature, e);
+    else if (!strcmp(a, "--top-k")) {
+        if (cli_parse_long(a, v, 0, INT_MAX, &n, e)) return ST_ARG;
+        o->sp.top_k = (int)n;
+    } else if (!strcmp(a, "--top-p")) return cli_parse_float(a, v, &o->sp.top_p, e);
+    else if (!strcmp(a, "--seed")) {
+        char *end;
+        errno = 0;
+        unsigned long long s = strtoull(v, &end, 10);
+        if (errno || end == v || *end || v[0] == '-')
+            return err_set(e, ST_ARG, "--seed: '%s' is not a non-negative integer", v);
+        o->sp.seed = s;
+    } else if (!strcmp(a, "--stop")) {
+        if (o->n_stop == RT_MAX_STOP) return err_set(e, ST_ARG, "--stop: at most %d stop strings", RT_MAX_STOP);
+        o->stop[o->n_stop++] = v;
+    } else if (!strcmp(a, "--workload")) o->workload = v;
+    else if (!strcmp(a, "--out-dir")) o->out_dir = v;
+    return ST_OK;
+}
+
 static int parse_args(int argc, char **argv, Options *o) {
-    *o = (Options){.prompt = "", .max_tokens = 256, .threads = usable_cores(),
-                   .sp = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f, .seed = 42},
-                   .ec = engine_config_default()};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            exit(0);
-        }
-        if (!strcmp(a, "--trace")) {
-            o->trace = TRACE_ON;
-            continue;
-        }
-        if (!strcmp(a, "--low-mem")) {
-            o->mo.low_mem = 1;
-            continue;
-        }
-        if (!strcmp(a, "--trace=verbose")) {
-            o->trace = TRACE_VERBOSE;
-            continue;
-        }
-        if (!strncmp(a, "--trace=", 8)) {
-            fprintf(stderr, "infer: %s: unknown trace level '%s' (--trace or --trace=verbose)\n", a, a + 8);
-            return -1;
-        }
-        if (a[0] != '-') {
-            fprintf(stderr, "infer: %s: unexpected argument (see --help)\n", a);
-            return -1;
-        }
-        if (!takes_value(a)) {
-            fprintf(stderr, "infer: unknown option %s (see --help)\n", a);
-            return -1;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "infer: %s: missing value (see --help)\n", a);
-            return -1;
-        }
-        if (only_for_one_prompt(a)) o->one_prompt_option = a;
-        const char *v = argv[++i];
-        long n;
-        if (!strcmp(a, "--model")) o->model = v;
-        else if (!strcmp(a, "--tokenizer")) o->tokenizer = v;
-        else if (!strcmp(a, "--prompt")) o->prompt = v;
-        else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
-            if (parse_long(a, v, 1, INT_MAX, &n)) return -1;
-            o->max_tokens = (int)n;
-        } else if (!strcmp(a, "--temperature")) {
-            if (parse_float(a, v, &o->sp.temperature)) return -1;
-        } else if (!strcmp(a, "--top-k")) {
-            if (parse_long(a, v, 0, INT_MAX, &n)) return -1;
-            o->sp.top_k = (int)n;
-        } else if (!strcmp(a, "--top-p")) {
-            if (parse_float(a, v, &o->sp.top_p)) return -1;
-        } else if (!strcmp(a, "--seed")) {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(v, &end, 10);
-            if (errno || end == v || *end || v[0] == '-') {
-                fprintf(stderr, "infer: --seed: '%s' is not a non-negative integer\n", v);
-                return -1;
-            }
-            o->sp.seed = s;
-        } else if (!strcmp(a, "--threads")) {
-            if (parse_long(a, v, 1, 256, &n)) return -1;
-            o->threads = (int)n;
-        } else if (!strcmp(a, "--stop")) {
-            if (o->n_stop == RT_MAX_STOP) {
-                fprintf(stderr, "infer: --stop: at most %d stop strings\n", RT_MAX_STOP);
-                return -1;
-            }
-            o->stop[o->n_stop++] = v;
-        } else if (!strcmp(a, "--workload")) o->workload = v;
-        else if (!strcmp(a, "--trace-json")) o->trace_json = v;
-        else if (!strcmp(a, "--trace-svg")) o->trace_svg = v;
-        else if (!strcmp(a, "--kv-map")) {
-            if (parse_long(a, v, 1, INT_MAX, &n)) return -1;
-            o->kv_map = (int)n;
-        }
-        else if (!strcmp(a, "--out-dir")) o->out_dir = v;
-        else if (!strcmp(a, "--max-seqs")) {
-            if (parse_long(a, v, 1, 65536, &n)) return -1;
-            o->ec.sched.max_seqs = (int)n;
-        } else if (!strcmp(a, "--token-budget")) {
-            if (parse_long(a, v, 1, 1 << 20, &n)) return -1;
-            o->ec.sched.token_budget = (int)n;
-        } else if (!strcmp(a, "--chunk")) {
-            if (parse_long(a, v, 0, 1 << 20, &n)) return -1;
-            o->ec.sched.chunk = (int)n;
-        } else if (!strcmp(a, "--aging")) {
-            if (parse_long(a, v, 0, 1 << 30, &n)) return -1;
-            o->ec.sched.aging_steps = (int)n;
-        } else if (!strcmp(a, "--policy")) {
-            if (!strcmp(v, "fcfs")) o->ec.sched.policy = SCHED_FCFS;
-            else if (!strcmp(v, "priority")) o->ec.sched.policy = SCHED_PRIORITY;
-            else {
-                fprintf(stderr, "infer: --policy: '%s' is not fcfs or priority\n", v);
-                return -1;
-            }
-        } else if (!strcmp(a, "--isa")) {
-            OpsIsa isa;
-            Err e;
-            if (ops_parse_isa(v, &isa, &e)) {
-                fprintf(stderr, "infer: --isa: %s\n", e.msg);
-                return -1;
-            }
-            ops_set_isa(isa);
-        } else if (!strcmp(a, "--clock")) {
-            if (!strcmp(v, "wall")) o->ec.clock = CLOCK_WALL;
-            else if (!strcmp(v, "steps")) o->ec.clock = CLOCK_STEPS;
-            else {
-                fprintf(stderr, "infer: --clock: '%s' is not wall or steps\n", v);
-                return -1;
-            }
-        } else if (!strcmp(a, "--block-size")) {
-            if (parse_long(a, v, 1, 4096, &n)) return -1;
-            o->ec.block_size = (int)n;
-        } else if (!strcmp(a, "--kv-blocks")) {
-            if (parse_long(a, v, 1, INT_MAX, &n)) return -1;
-            o->ec.n_blocks = (int)n;
-        } else if (!strcmp(a, "--kv-mem")) {
-            if (parse_long(a, v, 1, 1 << 24, &n)) return -1;
-            o->ec.kv_bytes = (size_t)n << 20;
-        } else {
-            fprintf(stderr, "infer: unknown option %s (see --help)\n", a);
-            return -1;
-        }
-    }
-    if (!o->model) {
-        fprintf(stderr, "infer: --model FILE is required (see --help)\n");
-        return -1;
+    *o = (Options){.prompt = "", .max_tokens = 256,
+                   .sp = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f, .seed = 42}};
+    Err e;
+    CliProgram prog = {.own = OWN, .take = own_option, .ctx = o, .usage = usage};
+    int st = cli_parse(argc, argv, &o->en, &prog, &e);
+    if (st) {
+        if (st != CLI_HELP) fprintf(stderr, "infer: %s\n", e.msg);
+        return st;
     }
     if (o->workload && o->one_prompt_option) {
         fprintf(stderr, "infer: %s is for a single --prompt; with --workload each line sets its own "
@@ -345,10 +183,10 @@ static int run_prompt(const Options *o, const Model *m, Runtime *rt) {
     if (rt->trace) trace_finish(rt->trace);
     const Telemetry *t = rt_telemetry(rt, id);
     if (rt_error(rt, id)) {   /* the model failed it: its text is cut short */
-        fprintf(stderr, "infer: %s: %s\n", o->model, rt_error(rt, id));
+        fprintf(stderr, "infer: %s: %s\n", o->en.model, rt_error(rt, id));
         return 1;
     }
-    if (o->ec.clock == CLOCK_STEPS) {   /* no speeds: the clock counts steps, not seconds */
+    if (o->en.ec.clock == CLOCK_STEPS) {   /* no speeds: the clock counts steps, not seconds */
         fprintf(stderr, "infer: %s %s, prompt %d tokens, generated %d (%s); %ld steps on the step "
                 "clock\n", m->format, dtype_name(m->wtype), q->n_prompt, q->n_out, why_name(q->finish),
                 rt->en.steps);
@@ -358,8 +196,8 @@ static int run_prompt(const Options *o, const Model *m, Runtime *rt) {
     fprintf(stderr, "infer: %s %s, prompt %d tokens, generated %d (%s); prefill %.1f tok/s, "
             "decode %.1f tok/s, %d thread%s\n", m->format, dtype_name(m->wtype), q->n_prompt,
             q->n_out, why_name(q->finish), prefill > 0 ? q->n_prompt / prefill : 0.0,
-            q->n_out > 1 && decode > 0 ? (q->n_out - 1) / decode : 0.0, o->threads,
-            o->threads == 1 ? "" : "s");
+            q->n_out > 1 && decode > 0 ? (q->n_out - 1) / decode : 0.0, o->en.threads,
+            o->en.threads == 1 ? "" : "s");
     return 0;
 }
 
@@ -576,8 +414,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "infer: %s\n", isa_err.msg);
         return 2;
     }
-    if (parse_args(argc, argv, &o)) return 2;
-    ops_set_threads(o.threads);
+    int st = parse_args(argc, argv, &o);
+    if (st) return st == CLI_HELP ? 0 : 2;
+    ops_set_threads(o.en.threads);
 
     Err e = {{0}};
     Model m;
@@ -585,48 +424,49 @@ int main(int argc, char **argv) {
     Trace trace = {0};
     FILE *json = NULL;
     int rc = 1;
-    if (model_load_opts(&m, o.model, o.tokenizer, &o.mo, &e)) {
+    if (model_load_opts(&m, o.en.model, o.en.tokenizer, &o.en.mo, &e)) {
         fprintf(stderr, "infer: %s\n", e.msg);
         return 1;
     }
     if (!o.workload) {   /* one request: a sequence slot, no more */
-        o.ec.sched.max_seqs = 1;
-        if (o.ec.n_blocks == 0 && o.ec.kv_bytes == 0)
-            o.ec.n_blocks = (m.cfg.seq_len + o.ec.block_size - 1) / o.ec.block_size;
+        o.en.ec.sched.max_seqs = 1;
+        if (o.en.ec.n_blocks == 0 && o.en.ec.kv_bytes == 0)
+            o.en.ec.n_blocks = (m.cfg.seq_len + o.en.ec.block_size - 1) / o.en.ec.block_size;
     }
-    if (o.ec.sched.max_seqs > o.ec.sched.token_budget) o.ec.sched.token_budget = o.ec.sched.max_seqs;
-    if (rt_init(&rt, &m, &o.ec, &e)) {
+    SchedConfig *sc = &o.en.ec.sched;
+    if (sc->max_seqs > sc->token_budget) sc->token_budget = sc->max_seqs;
+    if (rt_init(&rt, &m, &o.en.ec, &e)) {
         fprintf(stderr, "infer: %s\n", e.msg);
         rt_free(&rt);
         model_free(&m);
         return 1;
     }
-    if (o.trace_json && !(json = open_output("--trace-json ", o.trace_json))) goto out;
-    if (o.trace || json || o.trace_svg) {
-        if (trace_init(&trace, o.trace, stderr, json, o.trace_svg ? 1 << 18 : 0,
-                       o.ec.clock == CLOCK_STEPS, &e) ||
+    if (o.en.trace_json && !(json = open_output("--trace-json ", o.en.trace_json))) goto out;
+    if (o.en.trace || json || o.en.trace_svg) {
+        if (trace_init(&trace, o.en.trace, stderr, json, o.en.trace_svg ? 1 << 18 : 0,
+                       o.en.ec.clock == CLOCK_STEPS, &e) ||
             rt_set_trace(&rt, &trace, &e)) {
             fprintf(stderr, "infer: %s\n", e.msg);
             goto out;
         }
-        trace.kv_map_every = o.kv_map;
+        trace.kv_map_every = o.en.kv_map;
     }
     MemStats ready = mem_stats();
     rc = o.workload ? run_workload(&o, &rt) : run_prompt(&o, &m, &rt);
-    if (rc == 0 && o.trace_svg) {
-        FILE *f = open_output("--trace-svg ", o.trace_svg);
+    if (rc == 0 && o.en.trace_svg) {
+        FILE *f = open_output("--trace-svg ", o.en.trace_svg);
         if (!f) {
             rc = 1;
         } else {
             int bad = trace_write_svg(&trace, f) != ST_OK || fflush(f) != 0, why = errno ? errno : EIO;
             if (fclose(f) && !bad) bad = 1, why = errno;
             if (bad) {
-                fprintf(stderr, "infer: --trace-svg %s: cannot write: %s\n", o.trace_svg, strerror(why));
+                fprintf(stderr, "infer: --trace-svg %s: cannot write: %s\n", o.en.trace_svg, strerror(why));
                 rc = 1;
             }
         }
     }
-    if (rc == 0 && o.trace) {
+    if (rc == 0 && o.en.trace) {
         TraceMemory mem = rt_memory(&rt, ready);
         trace_memory_report(&trace, stderr, &mem);
     }
@@ -635,7 +475,7 @@ out:
         int bad = fflush(json) != 0 || ferror(json), why = errno ? errno : EIO;
         if (fclose(json) && !bad) bad = 1, why = errno;
         if (bad) {
-            fprintf(stderr, "infer: --trace-json %s: cannot write: %s\n", o.trace_json, strerror(why));
+            fprintf(stderr, "infer: --trace-json %s: cannot write: %s\n", o.en.trace_json, strerror(why));
             rc = 1;
         }
     }

@@ -199,6 +199,17 @@ static void event(Trace *t) {
     t->step_events++;
 }
 
+void trace_note(Trace *t, double now, const char *fmt, ...) {
+    if (!t->text) return;
+    event(t);
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    say(t, now, "%s", line);
+}
+
 int trace_wants_kv_map(const Trace *t, long step, int n_preempted) {
     return t->text && (t->level >= TRACE_VERBOSE || (t->kv_map_every > 0 && step % t->kv_map_every == 0) ||
                        (t->level >= TRACE_ON && n_preempted > 0));

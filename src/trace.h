@@ -159,6 +159,10 @@ void trace_token(Trace *t, double now, int id, int token, const char *text, int 
 void trace_finished(Trace *t, double now, const TraceFinish *f);
 void trace_step_done(Trace *t, const TraceStep *s);
 
+/* A front end's own event, one line in the text trace beside the engine's
+ * (the server's HTTP requests: arrived, first byte sent, disconnected). */
+void trace_note(Trace *t, double now, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* The timeline: one row per request, spans coloured by phase. */
 int trace_write_svg(const Trace *t, FILE *f);
 

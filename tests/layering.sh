@@ -27,6 +27,8 @@ plant scheduler.c '#include "executor.h"' "scheduler.c includes executor.h"
 plant engine.c '#include "runtime.h"' "engine.c includes runtime.h"
 plant lowmem.c '#include "model.h"' "lowmem.c includes model.h"
 plant runtime.c '#include "infer.c"' "a .c file is never included"
+plant runtime.c '#include "server.h"' "runtime.c includes server.h"
+plant engine.h '#include "cli_opts.h"' "engine.h includes cli_opts.h"
 # a circle between two modules no other rule names
 rm -rf "$tmp/src"; cp -r src "$tmp/src"
 echo '#include "tokenizer.h"' >>"$tmp/src/sampler.h"

@@ -42,6 +42,10 @@ forbid "trace.c trace.h" "$STAGES" "the trace is told, it never reaches into a s
 forbid "rans.c rans.h wcodec.c wcodec.h lowmem.c lowmem.h" \
     "model.h runtime.h engine.h scheduler.h executor.h kv_paged.h sequence.h trace.h" \
     "the codec is told which bytes to decode; it knows no model"
+# The front ends sit above everything: no library module includes the
+# server or the command-line options (only the programs do).
+forbid "$(cd "$dir" && ls *.c *.h 2>/dev/null | grep -v -x -e server.c -e server.h -e cli_opts.c -e cli_opts.h -e infer.c -e serve.c)" \
+    "server.h cli_opts.h" "the front ends are on top: no stage includes them"
 # kv_paged includes only mem.h and err.h
 for f in kv_paged.c kv_paged.h; do
     [ -f "$dir/$f" ] || continue

@@ -14,6 +14,9 @@ fi
 [ -f /usr/include/pcre2.h ] || need="$need libpcre2-dev"
 [ -f /usr/include/cjson/cJSON.h ] || need="$need libcjson-dev"
 [ -f /usr/include/zstd.h ] || need="$need libzstd-dev"   # tools/rans_bench compares with zstd
+[ -f /usr/include/microhttpd.h ] || need="$need libmicrohttpd-dev"   # the HTTP server (src/server.c)
+command -v curl >/dev/null 2>&1 || need="$need curl"   # tests/server.sh drives the server with it
+command -v jq >/dev/null 2>&1 || need="$need jq"       # ... and reads its JSON answers with jq
 [ -z "$need" ] && exit 0
 if [ "$(id -u)" = 0 ]; then
     echo "deps: installing$need" >&2

@@ -60,7 +60,7 @@ build() {
     others=""
     for f in src/*.c; do
         b=$(basename "$f" .c)
-        [ "$b" = infer ] || [ "$b" = "$base" ] || others="$others build/asan/obj/$b.o"
+        case "$b" in infer|serve|"$base") ;; *) others="$others build/asan/obj/$b.o" ;; esac   # programs have a main
     done
     {
         $CC $EX_FLAGS "-DEXERCISE_$up=\"$PWD/$variant\"" -c "$src" -o "$dir/$base.o" || exit 1

@@ -1,0 +1,327 @@
+/* test_server.c - the server's pure half, without a socket: request bodies
+ * parsed and refused (each refusal naming its field and status), chat
+ * templates recognised and rendered, responses and SSE chunks shaped as
+ * OpenAI's, the Prometheus text. tests/server.sh drives the live server
+ * over HTTP. */
+#include "server.h"
+#include "testutil.h"
+#include <cjson/cJSON.h>
+
+static const SrvLimits LIM = {.model_id = "shakespeare", .tmpl = TMPL_PLAIN, .max_tokens_default = 16,
+                              .chat_max_tokens_default = 256};
+
+static int parse(const char *body, int chat, SrvRequest *r, SrvError *err) {
+    return srv_parse_request(body, strlen(body), chat, &LIM, r, err);
+}
+
+/* body must be refused with status and param. */
+static void refused(const char *body, int chat, int status, const char *param) {
+    SrvRequest r;
+    SrvError err = {0};
+    if (parse(body, chat, &r, &err) == ST_OK) {
+        srv_request_free(&r);
+        fail_msg("accepted: %s", body);
+    }
+    if (err.status != status || strcmp(err.param, param))
+        fail_msg("%s: status %d param '%s' (%s), want %d '%s'", body, err.status, err.param, err.msg,
+                 status, param);
+    assert_non_null(strstr(err.msg, param));   /* the message names the field too */
+}
+
+static void a_completion_body_gives_every_field(void **st) {
+    SrvRequest r;
+    SrvError err;
+    const char *body = "{\"model\": \"shakespeare\", \"prompt\": \"ROMEO:\", \"max_tokens\": 7, "
+                       "\"temperature\": 0.5, \"top_p\": 0.9, \"top_k\": 40, \"seed\": 12, \"n\": 3, "
+                       "\"stop\": [\"\\n\\n\", \"END\"], \"stream\": true, "
+                       "\"stream_options\": {\"include_usage\": true}, \"priority\": \"high\", \"user\": \"x\"}";
+    assert_int_equal(parse(body, 0, &r, &err), ST_OK);
+    assert_string_equal(r.prompt, "ROMEO:");
+    assert_int_equal(r.max_tokens, 7);
+    assert_true(r.sp.temperature == 0.5f && r.sp.top_p == 0.9f);
+    assert_int_equal(r.sp.top_k, 40);
+    assert_int_equal(r.sp.seed, 12);
+    assert_true(r.seed_given);
+    assert_int_equal(r.n, 3);
+    assert_int_equal(r.n_stop, 2);
+    assert_string_equal(r.stop[0], "\n\n");
+    assert_string_equal(r.stop[1], "END");
+    assert_true(r.stream && r.include_usage);
+    assert_int_equal(r.priority, PRIO_HIGH);
+    srv_request_free(&r);
+}
+
+static void defaults_are_openai_s(void **st) {
+    SrvRequest r;
+    SrvError err;
+    assert_int_equal(parse("{\"prompt\": \"a\"}", 0, &r, &err), ST_OK);
+    assert_int_equal(r.max_tokens, 16);
+    assert_true(r.sp.temperature == 1.0f && r.sp.top_p == 1.0f);
+    assert_int_equal(r.n, 1);
+    assert_false(r.stream || r.include_usage || r.seed_given);
+    assert_int_equal(r.priority, PRIO_NORMAL);
+    srv_request_free(&r);
+    /* null is "not given"; a prompt may be an array of one string; chat
+     * goes to the context unless told */
+    assert_int_equal(parse("{\"prompt\": [\"b\"], \"stop\": null, \"seed\": null}", 0, &r, &err), ST_OK);
+    assert_string_equal(r.prompt, "b");
+    srv_request_free(&r);
+    assert_int_equal(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                           "\"max_completion_tokens\": 9, \"max_tokens\": 3}", 1, &r, &err), ST_OK);
+    assert_int_equal(r.max_tokens, 9);   /* the newer name wins */
+    srv_request_free(&r);
+    assert_int_equal(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", 1, &r, &err), ST_OK);
+    assert_int_equal(r.max_tokens, 256);
+    srv_request_free(&r);
+}
+
+static void each_bad_field_is_refused_by_name(void **st) {
+    refused("{\"prompt\": \"a\", \"max_tokens\": 0}", 0, 400, "max_tokens");
+    refused("{\"prompt\": \"a\", \"max_tokens\": 2.5}", 0, 400, "max_tokens");
+    refused("{\"prompt\": \"a\", \"max_completion_tokens\": \"9\"}", 0, 400, "max_completion_tokens");
+    refused("{\"prompt\": \"a\", \"temperature\": -1}", 0, 400, "temperature");
+    refused("{\"prompt\": \"a\", \"temperature\": \"hot\"}", 0, 400, "temperature");
+    refused("{\"prompt\": \"a\", \"top_p\": 0}", 0, 400, "top_p");
+    refused("{\"prompt\": \"a\", \"top_p\": 1.5}", 0, 400, "top_p");
+    refused("{\"prompt\": \"a\", \"top_k\": -2}", 0, 400, "top_k");
+    refused("{\"prompt\": \"a\", \"seed\": -1}", 0, 400, "seed");
+    refused("{\"prompt\": \"a\", \"n\": 0}", 0, 400, "n");
+    refused("{\"prompt\": \"a\", \"n\": 65}", 0, 400, "n");
+    refused("{\"prompt\": \"a\", \"stop\": [\"1\", \"2\", \"3\", \"4\", \"5\"]}", 0, 400, "stop");
+    refused("{\"prompt\": \"a\", \"stop\": \"\"}", 0, 400, "stop");
+    refused("{\"prompt\": \"a\", \"stop\": 3}", 0, 400, "stop");
+    refused("{\"prompt\": \"a\", \"stream\": \"yes\"}", 0, 400, "stream");
+    refused("{\"prompt\": \"a\", \"stream_options\": {\"include_usage\": true}}", 0, 400, "stream_options");
+    refused("{\"prompt\": \"a\", \"stream\": true, \"stream_options\": {\"include_usage\": 1}}", 0, 400,
+            "stream_options.include_usage");
+    refused("{\"prompt\": \"a\", \"priority\": \"urgent\"}", 0, 400, "priority");
+    refused("{\"prompt\": \"a\", \"echo\": true}", 0, 400, "echo");
+    refused("{\"prompt\": \"a\", \"logprobs\": 2}", 0, 400, "logprobs");
+    refused("{\"prompt\": 5}", 0, 400, "prompt");
+    refused("{\"max_tokens\": 5}", 0, 400, "prompt");
+    refused("{\"prompt\": \"a\", \"model\": \"gpt-4\"}", 0, 404, "model");
+    refused("{\"messages\": []}", 1, 400, "messages");
+    refused("{\"prompt\": \"a\"}", 1, 400, "messages");
+    refused("{\"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}", 1, 400, "messages[0].role");
+    refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"user\"}]}", 1, 400,
+            "messages[1].content");
+    refused("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}", 1, 400,
+            "messages[0].content");
+}
+
+static void a_body_that_is_not_a_json_object_is_refused(void **st) {
+    SrvRequest r;
+    SrvError err;
+    assert_int_equal(parse("{\"prompt\": ", 0, &r, &err), ST_ARG);
+    assert_int_equal(err.status, 400);
+    assert_non_null(strstr(err.msg, "not valid JSON"));
+    assert_int_equal(parse("[1, 2]", 0, &r, &err), ST_ARG);
+    assert_non_null(strstr(err.msg, "JSON object"));
+    assert_int_equal(srv_parse_request("", 0, 0, &LIM, &r, &err), ST_ARG);
+}
+
+static void an_error_object_has_message_type_param_and_code(void **st) {
+    SrvError err = {.status = 400, .type = "invalid_request_error", .param = "top_p", .msg = "top_p \"bad\""};
+    char *s = srv_error_json(&err);
+    cJSON *o = cJSON_Parse(s), *e = cJSON_GetObjectItem(o, "error");
+    assert_non_null(e);
+    assert_string_equal(cJSON_GetObjectItem(e, "message")->valuestring, "top_p \"bad\"");
+    assert_string_equal(cJSON_GetObjectItem(e, "type")->valuestring, "invalid_request_error");
+    assert_string_equal(cJSON_GetObjectItem(e, "param")->valuestring, "top_p");
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(e, "code")));
+    cJSON_Delete(o);
+    free(s);
+}
+
+static void templates_are_recognised_by_their_markers(void **st) {
+    static const struct { const char *tmpl; ChatTemplate want; } cases[] = {
+        {"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n'}}", TMPL_CHATML},
+        {"{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}", TMPL_LLAMA3},
+        {"{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}", TMPL_LLAMA2},
+        {"{% if message['role'] == 'user' %}{{ '<|user|>\\n' + message['content'] + eos_token }}", TMPL_ZEPHYR},
+        {"{{'<|user|>' + '\\n' + message['content'] + '<|end|>'}}", TMPL_PLAIN},   /* Phi-3, not Zephyr */
+        {"{{ message['content'] }}", TMPL_PLAIN},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (srv_template_detect(cases[i].tmpl, strlen(cases[i].tmpl)) != cases[i].want)
+            fail_msg("%s: %s, want %s", cases[i].tmpl,
+                     srv_template_name(srv_template_detect(cases[i].tmpl, strlen(cases[i].tmpl))),
+                     srv_template_name(cases[i].want));
+    assert_int_equal(srv_template_detect(NULL, 0), TMPL_PLAIN);
+}
+
+static void each_template_renders_a_conversation_up_to_the_answer(void **st) {
+    const SrvMessage m[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
+    static const struct { ChatTemplate t; const char *want; } cases[] = {
+        {TMPL_PLAIN, "system: Be brief.\nuser: Hi\nassistant: Hello.\nuser: Bye\nassistant:"},
+        {TMPL_CHATML, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                      "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
+                      "<|im_start|>assistant\n"},
+        {TMPL_LLAMA3, "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                      "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                      "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+                      "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+                      "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+        {TMPL_LLAMA2, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello.</s><s>[INST] Bye [/INST]"},
+        {TMPL_ZEPHYR, "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\nHello.</s>\n"
+                      "<|user|>\nBye</s>\n<|assistant|>\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *got = srv_chat_render(cases[i].t, m, 4);
+        assert_non_null(got);
+        if (strcmp(got, cases[i].want))
+            fail_msg("%s:\n got  %s\n want %s", srv_template_name(cases[i].t), got, cases[i].want);
+        free(got);
+    }
+}
+
+static void chat_messages_become_the_prompt_through_the_template(void **st) {
+    SrvLimits lim = LIM;
+    lim.tmpl = TMPL_CHATML;
+    SrvRequest r;
+    SrvError err;
+    const char *body = "{\"messages\": [{\"role\": \"developer\", \"content\": \"Rhyme.\"}, "
+                       "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Of \"}, "
+                       "{\"type\": \"text\", \"text\": \"love\"}]}]}";
+    assert_int_equal(srv_parse_request(body, strlen(body), 1, &lim, &r, &err), ST_OK);
+    assert_string_equal(r.prompt, "<|im_start|>system\nRhyme.<|im_end|>\n<|im_start|>user\nOf love<|im_end|>\n"
+                                  "<|im_start|>assistant\n");
+    srv_request_free(&r);
+}
+
+/* The JSON of one SSE event: checks the framing, returns the object. */
+static cJSON *sse_json(const char *s) {
+    assert_non_null(s);
+    size_t n = strlen(s);
+    assert_true(n > 8 && !strncmp(s, "data: ", 6) && !strcmp(s + n - 2, "\n\n"));
+    assert_null(memchr(s, '\n', n - 2));   /* one line: a newline in the text is escaped */
+    cJSON *o = cJSON_ParseWithLength(s + 6, n - 8);
+    assert_non_null(o);
+    return o;
+}
+
+static void an_sse_chunk_is_one_data_line_shaped_as_openai_s(void **st) {
+    SrvChunk c = {.chat = 0, .id = "cmpl-1", .model = "m", .created = 1700000000, .index = 2,
+                  .text = "a\n\"b\"xyz", .len = 5};
+    char *s = srv_sse_chunk(&c);
+    cJSON *o = sse_json(s), *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+    assert_string_equal(cJSON_GetObjectItem(o, "object")->valuestring, "text_completion");
+    assert_string_equal(cJSON_GetObjectItem(o, "id")->valuestring, "cmpl-1");
+    assert_int_equal(cJSON_GetObjectItem(o, "created")->valuedouble, 1700000000);
+    assert_int_equal(cJSON_GetObjectItem(ch, "index")->valueint, 2);
+    assert_string_equal(cJSON_GetObjectItem(ch, "text")->valuestring, "a\n\"b\"");   /* len bytes only */
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(ch, "finish_reason")));
+    assert_null(cJSON_GetObjectItem(o, "usage"));   /* not asked for */
+    cJSON_Delete(o);
+    free(s);
+
+    /* chat: the first chunk carries the role; the last the finish reason */
+    c = (SrvChunk){.chat = 1, .id = "chatcmpl-1", .model = "m", .text = "Hi", .len = 2, .role = 1, .usage_null = 1};
+    s = srv_sse_chunk(&c);
+    o = sse_json(s);
+    ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+    assert_string_equal(cJSON_GetObjectItem(o, "object")->valuestring, "chat.completion.chunk");
+    cJSON *d = cJSON_GetObjectItem(ch, "delta");
+    assert_string_equal(cJSON_GetObjectItem(d, "role")->valuestring, "assistant");
+    assert_string_equal(cJSON_GetObjectItem(d, "content")->valuestring, "Hi");
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(o, "usage")));
+    cJSON_Delete(o);
+    free(s);
+    c = (SrvChunk){.chat = 1, .id = "chatcmpl-1", .model = "m", .finish = "length"};
+    s = srv_sse_chunk(&c);
+    o = sse_json(s);
+    ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(ch, "delta")), 0);
+    assert_string_equal(cJSON_GetObjectItem(ch, "finish_reason")->valuestring, "length");
+    cJSON_Delete(o);
+    free(s);
+
+    /* the usage chunk: no choices */
+    SrvUsage u = {.prompt_tokens = 3, .completion_tokens = 5};
+    c = (SrvChunk){.chat = 1, .id = "chatcmpl-1", .model = "m", .usage = &u};
+    s = srv_sse_chunk(&c);
+    o = sse_json(s);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "choices")), 0);
+    cJSON *us = cJSON_GetObjectItem(o, "usage");
+    assert_int_equal(cJSON_GetObjectItem(us, "prompt_tokens")->valueint, 3);
+    assert_int_equal(cJSON_GetObjectItem(us, "completion_tokens")->valueint, 5);
+    assert_int_equal(cJSON_GetObjectItem(us, "total_tokens")->valueint, 8);
+    cJSON_Delete(o);
+    free(s);
+    assert_string_equal(SRV_SSE_DONE, "data: [DONE]\n\n");
+}
+
+static void a_whole_response_has_choices_and_usage(void **st) {
+    SrvChoice c[2] = {{"one", 3, "stop"}, {"two!", 3, "length"}};
+    SrvUsage u = {4, 6};
+    char *s = srv_response_json(1, "chatcmpl-9", "m", 5, c, 2, &u);
+    cJSON *o = cJSON_Parse(s), *chs = cJSON_GetObjectItem(o, "choices");
+    assert_string_equal(cJSON_GetObjectItem(o, "object")->valuestring, "chat.completion");
+    assert_int_equal(cJSON_GetArraySize(chs), 2);
+    cJSON *m1 = cJSON_GetObjectItem(cJSON_GetArrayItem(chs, 1), "message");
+    assert_string_equal(cJSON_GetObjectItem(m1, "role")->valuestring, "assistant");
+    assert_string_equal(cJSON_GetObjectItem(m1, "content")->valuestring, "two");
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(chs, 1), "finish_reason")->valuestring, "length");
+    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "total_tokens")->valueint, 10);
+    cJSON_Delete(o);
+    free(s);
+    s = srv_response_json(0, "cmpl-9", "m", 5, c, 1, &u);
+    o = cJSON_Parse(s);
+    assert_string_equal(cJSON_GetObjectItem(o, "object")->valuestring, "text_completion");
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "text")->valuestring, "one");
+    cJSON_Delete(o);
+    free(s);
+}
+
+static void finish_reasons_are_openai_s_words(void **st) {
+    assert_string_equal(srv_finish_reason(FIN_LENGTH), "length");
+    assert_string_equal(srv_finish_reason(FIN_CONTEXT), "length");
+    assert_string_equal(srv_finish_reason(FIN_EOS), "stop");
+    assert_string_equal(srv_finish_reason(FIN_STOP), "stop");
+    assert_string_equal(srv_finish_reason(FIN_CANCEL), "abort");
+}
+
+static void metrics_are_prometheus_text_with_cumulative_buckets(void **st) {
+    SrvMetrics m;
+    srv_metrics_init(&m);
+    m.finished[FIN_LENGTH] = 3;
+    m.finished[FIN_CANCEL] = 1;
+    m.kv_held = 2;
+    m.kv_free = 14;
+    srv_histogram_add(&m.ttft, 0.007);    /* in (0.005, 0.01] */
+    srv_histogram_add(&m.ttft, 0.2);      /* in (0.1, 0.25] */
+    srv_histogram_add(&m.ttft, 100);      /* above them all */
+    char *s = srv_metrics_text(&m);
+    assert_non_null(strstr(s, "# TYPE llm_requests_total counter\n"));
+    assert_non_null(strstr(s, "llm_requests_total{state=\"length\"} 3\n"));
+    assert_non_null(strstr(s, "llm_requests_total{state=\"cancel\"} 1\n"));
+    assert_non_null(strstr(s, "llm_kv_blocks{state=\"held\"} 2\n"));
+    assert_non_null(strstr(s, "llm_kv_blocks{state=\"free\"} 14\n"));
+    assert_non_null(strstr(s, "# TYPE llm_time_to_first_token_seconds histogram\n"));
+    assert_non_null(strstr(s, "llm_time_to_first_token_seconds_bucket{le=\"0.005\"} 0\n"));
+    assert_non_null(strstr(s, "llm_time_to_first_token_seconds_bucket{le=\"0.01\"} 1\n"));
+    assert_non_null(strstr(s, "llm_time_to_first_token_seconds_bucket{le=\"0.25\"} 2\n"));
+    assert_non_null(strstr(s, "llm_time_to_first_token_seconds_bucket{le=\"30\"} 2\n"));
+    assert_non_null(strstr(s, "llm_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n"));
+    assert_non_null(strstr(s, "llm_time_to_first_token_seconds_count 3\n"));
+    free(s);
+}
+
+int main(int argc, char **argv) {
+    select_tests(argc, argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(a_completion_body_gives_every_field),
+        cmocka_unit_test(defaults_are_openai_s),
+        cmocka_unit_test(each_bad_field_is_refused_by_name),
+        cmocka_unit_test(a_body_that_is_not_a_json_object_is_refused),
+        cmocka_unit_test(an_error_object_has_message_type_param_and_code),
+        cmocka_unit_test(templates_are_recognised_by_their_markers),
+        cmocka_unit_test(each_template_renders_a_conversation_up_to_the_answer),
+        cmocka_unit_test(chat_messages_become_the_prompt_through_the_template),
+        cmocka_unit_test(an_sse_chunk_is_one_data_line_shaped_as_openai_s),
+        cmocka_unit_test(a_whole_response_has_choices_and_usage),
+        cmocka_unit_test(finish_reasons_are_openai_s_words),
+        cmocka_unit_test(metrics_are_prometheus_text_with_cumulative_buckets),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
