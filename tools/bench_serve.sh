@@ -5,7 +5,8 @@
 # from the corpus). make bench runs it (BENCH_SERVE=0 skips it); the
 # figures are vLLM's: TTFT, TPOT, ITL and E2EL, requests/s and output tok/s.
 #
-# Environment: BENCH_BIN [build/fast], BENCH_SERVE_CLIENTS ["1 4 16"],
+# Environment: BENCH_BIN [build/fast], SERVE_MODEL [data/shakespeare.gguf],
+# BENCH_SERVE_CLIENTS ["1 4 16"],
 # BENCH_SERVE_REQUESTS per concurrency [64], BENCH_SERVE_TOKENS [128],
 # BENCH_SERVE_THREADS kernel threads of the server [2].
 set -eu

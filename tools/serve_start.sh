@@ -1,11 +1,12 @@
 # serve_start.sh - sourced (". tools/serve_start.sh") by the scripts that
-# start a server. serve_start BIN LOG [OPTIONS...] runs BIN/serve on the
-# default model on a free port (--port 0), its stderr in LOG, waits for its
+# start a server. serve_start BIN LOG [OPTIONS...] runs BIN/serve on
+# $SERVE_MODEL (default: the default model) on a free port (--port 0), its
+# stderr in LOG, waits for its
 # "listening on" line, and sets SERVE_PID and SERVE_URL; it returns 1 after
 # one line naming the problem if the server did not start within 30 s.
 serve_start() {
     serve_bin=$1; serve_log=$2; shift 2
-    "$serve_bin/serve" --model data/shakespeare.gguf --port 0 "$@" 2> "$serve_log" &
+    "$serve_bin/serve" --model "${SERVE_MODEL:-data/shakespeare.gguf}" --port 0 "$@" 2> "$serve_log" &
     SERVE_PID=$!
     serve_port=""
     for _ in $(seq 300); do
