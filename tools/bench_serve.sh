@@ -4,6 +4,8 @@
 # (streamed completions of BENCH_SERVE_TOKENS tokens, ignore_eos, prompts
 # from the corpus). make bench runs it (BENCH_SERVE=0 skips it); the
 # figures are vLLM's: TTFT, TPOT, ITL and E2EL, requests/s and output tok/s.
+# Each concurrency draws its own prompts (--seed): with the same ones, the
+# server's prefix cache would serve the later runs' prompts from the first's.
 #
 # Environment: BENCH_BIN [build/fast], SERVE_MODEL [data/shakespeare.gguf],
 # BENCH_SERVE_CLIENTS ["1 4 16"],
@@ -28,6 +30,6 @@ status=0
 for c in $clients; do
     echo
     "$bin/bench_serve" --url "$SERVE_URL" --concurrency "$c" --requests "$requests" \
-        --max-tokens "$tokens" --ignore-eos || status=$?
+        --max-tokens "$tokens" --ignore-eos --seed "$c" || status=$?
 done
 exit "$status"
