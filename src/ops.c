@@ -229,6 +229,24 @@ void ops_set_isa(OpsIsa isa) {
 
 OpsIsa ops_isa(void) { return isa_on_this_cpu(g_isa); }
 
+uint64_t ops_read_sum(const void *p, size_t bytes) {
+    const uint8_t *b = p;
+    uint64_t sum = 0;
+    size_t i = 0;
+#ifdef OPS_X86
+    if (ops_best_isa() == OPS_AVX512) {
+        i = bytes / 256 * 256;
+        sum = read_sum_avx512(b, i);
+    }
+#endif
+    for (; i + 8 <= bytes; i += 8) {
+        uint64_t v;
+        memcpy(&v, b + i, 8);
+        sum += v;
+    }
+    return sum;
+}
+
 int ops_parse_isa(const char *s, OpsIsa *out, Err *e) {
     const OpsIsa all[] = {OPS_PLAIN, OPS_GENERIC, OPS_AVX512, OPS_BEST};
     for (size_t i = 0; s && i < sizeof all / sizeof all[0]; i++) {

@@ -154,6 +154,15 @@ int ops_parse_isa(const char *s, OpsIsa *out, Err *e);
  * returns the error, its message starting "LLM_ISA: ". */
 int ops_isa_from_env(Err *e);
 
+/* The read that the matrix kernels are measured against (tools/bench,
+ * tools/kbench): bytes p[0 .. bytes) summed as 64-bit words (a tail of
+ * fewer than 8 bytes is left out), on the calling thread, as fast as this
+ * file knows how to read memory: on AVX-512, 64-byte loads into four
+ * accumulators and a software prefetch 1 KiB ahead, the technique the T == 1
+ * kernels use; otherwise a plain loop. The sum is returned so that the read
+ * cannot be optimised away. */
+uint64_t ops_read_sum(const void *p, size_t bytes);
+
 /* matmul calls so far, by the path they ran on (each call counts once in
  * plain, generic or avx512), and how many of them handed their products to
  * OpenBLAS (sgemm or sgemv). Process-wide, counted from one calling thread. */

@@ -105,6 +105,8 @@ void quantize_row_q8_0_avx512(BlockQ8_0 *out, const float *x, int K);
 void act_pack_avx512(uint8_t *act, const float *x, int T, int K);
 /* One row of K halves widened to floats, for sgemm. */
 void f16_widen_avx512(float *out, const uint16_t *h, int K);
+/* ops_read_sum's fast side: bytes a multiple of 256. */
+uint64_t read_sum_avx512(const uint8_t *p, size_t bytes);
 
 /* Rows functions for T < SGEMM_MIN_T (F32, F16) and any T (Q8_0, after
  * act_pack_avx512): register tiles, k-blocked from KB_MIN_T tokens. */

@@ -42,6 +42,20 @@
  * in L2 while each pair of tokens visits them. */
 enum { SQ_CHUNK_BYTES = 256 * 1024 };
 
+/* Prefetching, as ops_avx512.c explains: one row and one token stream, and
+ * ask for the block STREAM_AHEAD_ROWS rows on into L1; wider tiles ask for
+ * the next tile's rows into L2. Every line of the block's bytes is asked
+ * for (the 32-value blocks are smaller than a line: asking at each block
+ * start covers every line). */
+enum { STREAM_AHEAD_ROWS = 4 };
+
+AVX512_INLINE void prefetch_block(const uint8_t *blk, size_t bytes, int R, int TT, size_t stride) {
+    for (size_t at = 0; at < bytes; at += 64) {
+        if (R == 1 && TT == 1) _mm_prefetch((const char *)(blk + STREAM_AHEAD_ROWS * stride + at), _MM_HINT_T0);
+        else _mm_prefetch((const char *)(blk + (size_t)R * stride + at), _MM_HINT_T1);
+    }
+}
+
 AVX512_INLINE __m512i nibbles_lo_hi(__m256i v) {   /* 32 bytes -> [low nibbles, high nibbles] */
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
@@ -120,7 +134,7 @@ AVX512_INLINE void q32_tile(const MatmulJob *job, int n, int t0, int R, int TT, 
         __m512i wq[4];
         __m512 wd[4], wm[4];
         for (int r = 0; r < R; r++) {
-            _mm_prefetch((const char *)(w + (size_t)(r + R) * stride + (size_t)b * bytes), _MM_HINT_T1);
+            prefetch_block(w + (size_t)r * stride + (size_t)b * bytes, bytes, R, TT, stride);
             q32_weights(w + (size_t)r * stride, bytes, b, two, L, &wq[r], &wd[r], &wm[r]);
         }
         for (int t = 0; t < TT; t++) {
@@ -256,9 +270,7 @@ AVX512_INLINE void qk_tile(const MatmulJob *job, int n, int t0, int R, int TT, D
         }
         for (int r = 0; r < R; r++) {
             const uint8_t *blk = w + (size_t)r * stride + (size_t)b * bytes;
-            _mm_prefetch((const char *)(blk + (size_t)R * stride), _MM_HINT_T1);
-            _mm_prefetch((const char *)(blk + (size_t)R * stride + 64), _MM_HINT_T1);
-            _mm_prefetch((const char *)(blk + (size_t)R * stride + 128), _MM_HINT_T1);
+            prefetch_block(blk, bytes, R, TT, stride);
             KScales ks = k_scales(type, blk);
             __m512i isum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
             for (int c = 0; c < 4; c++) {
@@ -339,6 +351,10 @@ void small_rows_avx512(const MatmulJob *job, int part, int n0, int n1) {
     if (chunk < 4) chunk = 4;
     for (int c0 = n0; c0 < n1; c0 += chunk) {
         int c1 = c0 + chunk < n1 ? c0 + chunk : n1;
+        if (T == 1) {   /* one row at a time: a single stream */
+            for (int n = c0; n < c1; n++) tiles[0][0](job, n, 0);
+            continue;
+        }
         for (int t = 0; t < T; t += width) {
             int TT = T - t < width ? T - t : width, n = c0;
             for (; n + 4 <= c1; n += 4) tiles[1][TT - 1](job, n, t);

@@ -1064,6 +1064,38 @@ static void plain_isa_sends_every_matmul_through_the_reference_loops(void **stat
     assert_int_equal(after.sgemm, before.sgemm);
 }
 
+/* ops_read_sum, the bandwidth ceiling of the benchmarks, reads every word:
+ * its sum equals a plain loop's for lengths around the 256-byte steps of the
+ * vector loop, from aligned and unaligned starts; changing any one word
+ * changes it. */
+static void read_sum_adds_every_word_of_every_length(void **state) {
+    (void)state;
+    enum { CAP = 4096 + 64 };
+    uint8_t *buf = malloc(CAP);
+    assert_non_null(buf);
+    Rng r = {11};
+    for (size_t i = 0; i < CAP; i++) buf[i] = (uint8_t)rng_next(&r);
+    const size_t lens[] = {0, 7, 8, 255, 256, 257, 264, 1000, 1024, 2048 + 136, 4096};
+    for (size_t off = 0; off < 3; off++) {
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            size_t n = lens[li];
+            uint64_t want = 0;
+            for (size_t i = 0; i + 8 <= n; i += 8) {
+                uint64_t v;
+                memcpy(&v, buf + off + i, 8);
+                want += v;
+            }
+            assert_true(ops_read_sum(buf + off, n) == want);
+            if (n >= 8) {   /* the last whole word counts too */
+                buf[off + n / 8 * 8 - 1] ^= 0x40;
+                assert_true(ops_read_sum(buf + off, n) != want);
+                buf[off + n / 8 * 8 - 1] ^= 0x40;
+            }
+        }
+    }
+    free(buf);
+}
+
 /* Without a choice, the test build runs the best path the CPU has: on an
  * AVX-512 CPU its kernels, and sgemm from 36 tokens of F32. */
 static void default_isa_is_the_best_the_cpu_has(void **state) {
@@ -1285,6 +1317,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(quantize_row_survives_non_finite_and_extreme_input),
         cmocka_unit_test(plain_isa_sends_every_matmul_through_the_reference_loops),
         cmocka_unit_test(default_isa_is_the_best_the_cpu_has),
+        cmocka_unit_test(read_sum_adds_every_word_of_every_length),
         cmocka_unit_test(softmax_on_the_plain_isa_is_the_libm_reference),
         cmocka_unit_test(isa_names_parse_and_anything_else_is_a_one_line_error),
         cmocka_unit_test(llm_isa_sets_the_path_and_a_bad_value_is_a_one_line_error),

@@ -6,7 +6,9 @@
  * machine can do at best, then how close the engine comes:
  *
  *   memory read bandwidth  a streaming sum over a 1 GiB buffer (far beyond any
- *                          cache), per thread count. Decode reads every weight
+ *                          cache), per thread count, by ops_read_sum: 64-byte
+ *                          loads and a software prefetch, the best read we
+ *                          know how to write (a plain loop reads less). Decode reads every weight
  *                          once per token, so bandwidth / bytes per token is the
  *                          most tokens per second it can reach: the ceiling.
  *   sgemm peak             cblas_sgemm on the shapes prefill runs (128 rows of
@@ -92,22 +94,26 @@ static double median(double *v, int n) {
 /* ------------------------------------------------------------ machine */
 
 /* Sum every float of buf; the sum itself is only there so the loop is kept. */
-static float stream_sum(const float *buf, size_t n) {
-    float total = 0.0f;
-#pragma omp parallel for simd reduction(+ : total) schedule(static)
-    for (size_t i = 0; i < n; i++) total += buf[i];
-    return total;
+/* One read of the buffer, split evenly between `threads` threads, each
+ * running ops_read_sum (the library's fastest read: vector loads and a
+ * software prefetch, as the decode kernels read weights). */
+static uint64_t stream_read(const uint8_t *buf, size_t bytes, int threads) {
+    size_t per = bytes / (size_t)threads;
+    uint64_t sum = 0;
+#pragma omp parallel for num_threads(threads) reduction(+ : sum) schedule(static)
+    for (int i = 0; i < threads; i++) sum += ops_read_sum(buf + per * (size_t)i, per);
+    return sum;
 }
 
-/* Read bandwidth in GB/s with the current thread count: median of
- * MACHINE_RUNS sums over BW_BYTES, after one untimed pass. */
-static double measure_bandwidth(const float *buf, size_t n, float *sink) {
+/* Read bandwidth in GB/s on `threads` threads: median of MACHINE_RUNS reads
+ * of BW_BYTES, after one untimed pass. */
+static double measure_bandwidth(const uint8_t *buf, int threads, uint64_t *sink) {
     double gbs[MACHINE_RUNS];
-    *sink += stream_sum(buf, n);
+    *sink += stream_read(buf, BW_BYTES, threads);
     for (int r = 0; r < MACHINE_RUNS; r++) {
         double t0 = clock_seconds();
-        *sink += stream_sum(buf, n);
-        gbs[r] = (double)(n * sizeof *buf) / (clock_seconds() - t0) * 1e-9;
+        *sink += stream_read(buf, BW_BYTES, threads);
+        gbs[r] = (double)BW_BYTES / (clock_seconds() - t0) * 1e-9;
     }
     return median(gbs, MACHINE_RUNS);
 }
@@ -134,11 +140,9 @@ static int measure_machine(const Args *a, Machine *mc, Err *e) {
     /* Write every page: untouched pages all map the one zero page, which
      * would be read from cache and report a bandwidth no DRAM has. */
     for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 1023);
-    float sink = 0.0f;
-    for (int i = 0; i < a->n_threads; i++) {
-        ops_set_threads(a->threads[i]);
-        mc->bw_gbs[i] = measure_bandwidth(buf, n, &sink);
-    }
+    uint64_t sink = 0;
+    for (int i = 0; i < a->n_threads; i++)
+        mc->bw_gbs[i] = measure_bandwidth((const uint8_t *)buf, a->threads[i], &sink);
     mem_free(buf);
 
     int maxN = 5632, K = 2048, M = 128;
@@ -165,7 +169,7 @@ static int measure_machine(const Args *a, Machine *mc, Err *e) {
     mem_free(x);
     mem_free(w);
     mem_free(out);
-    if (sink == 12345.0f) printf(" ");   /* keeps the sums observable */
+    if (sink == 12345) printf(" ");   /* keeps the sums observable */
     mc->l3_bytes = sysconf(_SC_LEVEL3_CACHE_SIZE);
     if (mc->l3_bytes < 0) mc->l3_bytes = 0;
     return ST_OK;
@@ -189,7 +193,7 @@ static void print_machine(const Args *a, const Machine *mc, int argc, char **arg
            sysconf(_SC_NPROCESSORS_ONLN), (double)mc->l3_bytes / (1 << 20), load);
     printf("OPENBLAS_CORETYPE=%s (OpenBLAS uses its %s kernels); engine kernels: %s\n",
            coretype ? coretype : "(unset)", openblas_get_corename(), ops_isa_name(ops_best_isa()));
-    printf("memory read bandwidth (streaming sum over 1 GiB, median of %d):", MACHINE_RUNS);
+    printf("memory read bandwidth (ops_read_sum over 1 GiB, median of %d):", MACHINE_RUNS);
     for (int i = 0; i < a->n_threads; i++)
         printf("%s %d thread%s %.1f GB/s", i ? "," : "", a->threads[i], a->threads[i] > 1 ? "s" : "",
                mc->bw_gbs[i]);

@@ -4,7 +4,8 @@
  *   T = 1:   GB/s of weight bytes streamed (decode: one token, memory-bound)
  *   T = 128: GFLOP/s, 2 * N * K * T per call (prefill: compute-bound)
  * with 1 and 2 threads, each the median of several timed runs, after one
- * line for a plain read of memory (GB/s, 1 and 2 threads) to compare with.
+ * two lines for a read of memory (GB/s, 1 and 2 threads) to compare with: a
+ * plain loop, and ops_read_sum (vector loads and prefetch, the ceiling).
  *
  * Decoding reads every weight of a model once per token, and a model is far
  * larger than the caches, so the T = 1 runs cycle through a pool of 256 MiB
@@ -122,17 +123,25 @@ static double median(const double *v, int n) {
     return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
-/* GB/s of a plain read of the pool (summed as integers, so the compiler
- * vectorizes it; no software prefetch), split over `threads` threads. */
-static double time_memory_read(const uint8_t *pool, size_t bytes, int threads) {
+/* GB/s of a read of the pool split over `threads` threads: `fast` through
+ * ops_read_sum (vector loads, software prefetch: the ceiling the T = 1
+ * figures are compared with), otherwise a plain loop of 64-bit sums that
+ * the compiler vectorizes, with no prefetch. */
+static double time_memory_read(const uint8_t *pool, size_t bytes, int threads, int fast) {
     const uint64_t *p = (const uint64_t *)pool;
-    size_t n = bytes / 8;
+    size_t n = bytes / 8, per = bytes / (size_t)threads / 256 * 256;
     uint64_t sum = 0;
     double t0 = now_seconds();
+    if (fast) {
 #pragma omp parallel for num_threads(threads) reduction(+ : sum) schedule(static)
-    for (size_t i = 0; i < n; i++) sum += p[i];
+        for (int i = 0; i < threads; i++) sum += ops_read_sum(pool + per * (size_t)i, per);
+        n = per * (size_t)threads / 8;
+    } else {
+#pragma omp parallel for num_threads(threads) reduction(+ : sum) schedule(static)
+        for (size_t i = 0; i < n; i++) sum += p[i];
+    }
     double t1 = now_seconds();
-    return bytes * 1e-9 / (t1 - t0) + (sum == 42 ? 1e-12 : 0.0);   /* keep the sum */
+    return n * 8 * 1e-9 / (t1 - t0) + (sum == 42 ? 1e-12 : 0.0);   /* keep the sum */
 }
 
 /* One timed run of a figure: T = 1 in GB/s, cycling through the pool (when
@@ -239,7 +248,8 @@ int main(int argc, char **argv) {
                         cells[n_cells++] = (Cell){TYPES[t], N, K, T == 1 ? 1 : o.prefill_T, th, {0}};
         }
     }
-    Cell reads[2] = {{.threads = 1}, {.threads = 2}};
+    /* plain then fast reads, 1 and 2 threads */
+    Cell reads[4] = {{.threads = 1}, {.threads = 2}, {.threads = 1}, {.threads = 2}};
 
     /* One pool per type used; every matrix of that type is a window onto it. */
     uint8_t *pools[N_TYPES] = {NULL}, *any_pool = NULL;
@@ -268,7 +278,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < (size_t)o.prefill_T * max_K; i++) x[i] = uniform(&seed);
 
     /* Warm up: start the thread team, touch every page, wake the caches. */
-    for (int i = 0; i < 2; i++) time_memory_read(any_pool, pool_bytes, reads[i].threads);
+    for (int i = 0; i < 4; i++) time_memory_read(any_pool, pool_bytes, reads[i].threads, i >= 2);
     for (int i = 0; i < n_cells; i++) {
         const Cell *c = &cells[i];
         Mat W = {c->type, c->N, c->K, pools[type_index(c->type)]};
@@ -277,8 +287,8 @@ int main(int argc, char **argv) {
     }
 
     for (int r = 0; r < o.reps; r++) {
-        for (int i = 0; i < 2; i++)
-            reads[i].samples[r] = time_memory_read(any_pool, pool_bytes, reads[i].threads);
+        for (int i = 0; i < 4; i++)
+            reads[i].samples[r] = time_memory_read(any_pool, pool_bytes, reads[i].threads, i >= 2);
         for (int i = 0; i < n_cells; i++) {
             Cell *c = &cells[i];
             c->samples[r] = time_cell(c, pools[type_index(c->type)], pool_bytes, o.pool_mib > 0, x,
@@ -303,6 +313,8 @@ int main(int argc, char **argv) {
     printf("%-19s  %9s  %9s  %9s  %9s\n", "type  N x K", "T1 1thr", "T1 2thr", h1, h2);
     printf("%-19s  %9.2f  %9.2f\n", "plain memory read", median(reads[0].samples, o.reps),
            median(reads[1].samples, o.reps));
+    printf("%-19s  %9.2f  %9.2f\n", "fast memory read", median(reads[2].samples, o.reps),
+           median(reads[3].samples, o.reps));
     for (int i = 0; i < n_cells;) {
         const Cell *c = &cells[i];
         printf("%-5s %5d x %-5d", dtype_name(c->type), c->N, c->K);
