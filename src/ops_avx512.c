@@ -12,10 +12,12 @@
  * 4-byte weights that is 2.5 to 10 GFLOP/s. The speed of a matrix-vector
  * product is therefore bytes of weights divided by bandwidth, and the kernel's
  * only jobs are to keep enough loads in flight and to do little work per byte.
- * It reads several rows at once (independent accumulators, each load of x
- * shared), asks for the next rows before it needs them (software prefetch),
- * and it prefers small formats: F16 halves the bytes, Q8_0 takes 34 bytes
- * per 32 weights.
+ * It reads the matrix as one sequential stream, a row at a time (x is small
+ * and stays in L1), asks for the bytes a few rows ahead before it needs
+ * them (software prefetch), and it prefers small formats: F16 halves the
+ * bytes, Q8_0 takes 34 bytes per 32 weights. Its work per byte must also
+ * stay below what one core can issue, and no chain of dependent adds may set
+ * the pace (ops_quant_avx512.c, blocks of 32).
  *
  * Why prefill is a compute problem. With T tokens each weight can serve T
  * multiply-adds if the kernel keeps it in registers or cache while it visits

@@ -28,7 +28,9 @@
  *
  * Tiles are R = 4 (or 1) rows by up to 4 tokens for blocks of 32 (as the Q8_0
  * kernel), up to 2 for super-blocks: those hold an int32 and a float
- * accumulator per (row, token), so 4 x 4 would spill. */
+ * accumulator per (row, token), so 4 x 4 would spill. One token (decoding)
+ * goes one row at a time, a single stream through memory (ops_avx512.c,
+ * "reading weights from memory"). */
 #include "ops_avx512.h"
 
 #ifdef OPS_X86
@@ -439,6 +441,18 @@ static AVX512_FN void qk_r4t2(const MatmulJob *j, int n, int t) { qk_tile_by_typ
 static AVX512_FN void qk_r4t1(const MatmulJob *j, int n, int t) { qk_tile_by_type(j, n, t, 4, 1); }
 static AVX512_FN void qk_r1t2(const MatmulJob *j, int n, int t) { qk_tile_by_type(j, n, t, 1, 2); }
 static AVX512_FN void qk_r1t1(const MatmulJob *j, int n, int t) { qk_tile_by_type(j, n, t, 1, 1); }
+/* Decoding: rows n0 .. n1-1 for the one token, the 1 x 1 tile inlined into
+ * the loop over rows, so that what does not change from row to row (the
+ * activation row, the strides, the constants) is set up once. With K = 2048
+ * a Q4_K row is only 8 super-blocks, and a call per row spent about a sixth
+ * of the time entering and leaving. */
+typedef void (*SqRowsFn)(const MatmulJob *job, int n0, int n1);
+static AVX512_FN void q32_rows1(const MatmulJob *j, int n0, int n1) {
+    for (int n = n0; n < n1; n++) q32_tile_by_type(j, n, 0, 1, 1);
+}
+static AVX512_FN void qk_rows1(const MatmulJob *j, int n0, int n1) {
+    for (int n = n0; n < n1; n++) qk_tile_by_type(j, n, 0, 1, 1);
+}
 static const SqTileFn Q32_TILES[2][4] = {{q32_r1t1, q32_r1t2, q32_r1t3, q32_r1t4},
                                          {q32_r4t1, q32_r4t2, q32_r4t3, q32_r4t4}};
 static const SqTileFn QK_TILES[2][4] = {{qk_r1t1, qk_r1t2, NULL, NULL}, {qk_r4t1, qk_r4t2, NULL, NULL}};
@@ -456,7 +470,7 @@ void small_rows_avx512(const MatmulJob *job, int part, int n0, int n1) {
     for (int c0 = n0; c0 < n1; c0 += chunk) {
         int c1 = c0 + chunk < n1 ? c0 + chunk : n1;
         if (T == 1) {   /* one row at a time: a single stream */
-            for (int n = c0; n < c1; n++) tiles[0][0](job, n, 0);
+            (k ? qk_rows1 : q32_rows1)(job, c0, c1);
             continue;
         }
         for (int t = 0; t < T; t += width) {
