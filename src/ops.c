@@ -675,6 +675,10 @@ void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, 
         count_call(isa, 0);
         if (dtype_is_k(W->type))
             small_act_pack_k(scratch_base(scratch), x, T, K);   /* Q8_K */
+#ifdef OPS_X86
+        else if (isa == OPS_AVX512)
+            q32_act_pack_avx512(scratch_base(scratch), x, T, K);   /* Q8_0 values, Q32Act order */
+#endif
         else
             act_pack_ref(scratch_base(scratch), x, T, K);       /* Q8_0 */
 #ifdef OPS_X86

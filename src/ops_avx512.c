@@ -132,20 +132,22 @@ AVX512_FN void act_pack_avx512(uint8_t *act, const float *x, int T, int K) {
  * One token (T == 1) reads the matrix one row at a time, from its first byte
  * to its last: rows are contiguous, so that is a single sequential stream,
  * the pattern the hardware prefetcher follows best, and each step also asks
- * for the bytes STREAM_AHEAD_ROWS rows further on, into L1. Tiles of several
- * tokens read R rows side by side, R streams, and ask for the same place R
- * rows further on, the next tile's rows, into L2 (not L1: for long rows the
- * next tile is bigger than L1).
+ * for the bytes STREAM_AHEAD_BYTES further on (ops_avx512.h), into L1. Tiles
+ * of several tokens read R rows side by side, R streams, and ask for the
+ * same place R rows further on, the next tile's rows, into L2 (not L1: for
+ * long rows the next tile is bigger than L1).
  *
  * Measured on one core of an AMD EPYC Zen 5 (tools/kbench --type Q8_0
  * --shape 5632x2048 --threads 1, 256 MiB of weights cycled): 4 rows side by
  * side with the L2 prefetch 23.7 GB/s, the same into L1 28.3, one row at a
  * time with no software prefetch 32.1, one row at a time with L1 prefetch 1,
- * 2 and 4 rows ahead 31.2, 34.8 and 37.8; an AVX-512 read of the same memory
- * 38 to 40. Before that, with the L2 prefetch only, 4 rows at a time had
- * already taken Q8_0 from about half of a plain read to about 60%. */
-enum { STREAM_AHEAD_ROWS = 4 };
-
+ * 2 and 4 rows (2.2, 4.4, 8.7 KB) ahead 31.2, 34.8 and 37.8; an AVX-512 read
+ * of the same memory 38 to 40. A distance in rows served short rows badly
+ * (Q4_0's 1152-byte rows: 33 GB/s at 4 rows ahead, 39 at 12), so it is in
+ * bytes; 8, 12 and 16 KiB side by side over F32, Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q6_K and Q4_K put 12 KiB first or level for each. Before all this, 4 rows
+ * at a time with the L2 prefetch had taken Q8_0 from about half of a plain
+ * read to about 60%. */
 AVX512_INLINE void prefetch_next_tile(const uint8_t *p, int R, size_t wstride) {
     _mm_prefetch((const char *)(p + (size_t)R * wstride), _MM_HINT_T1);
 }
@@ -153,7 +155,7 @@ AVX512_INLINE void prefetch_next_tile(const uint8_t *p, int R, size_t wstride) {
 /* What a tile of R rows by TT tokens asks for at p: one row and one token
  * stream ahead into L1, the others the next tile into L2. */
 AVX512_INLINE void prefetch_for_tile(const uint8_t *p, int R, int TT, size_t wstride) {
-    if (R == 1 && TT == 1) _mm_prefetch((const char *)(p + STREAM_AHEAD_ROWS * wstride), _MM_HINT_T0);
+    if (R == 1 && TT == 1) _mm_prefetch((const char *)(p + STREAM_AHEAD_BYTES), _MM_HINT_T0);
     else prefetch_next_tile(p, R, wstride);
 }
 
@@ -544,6 +546,32 @@ static void rows_by_tiles(const MatmulJob *job, const TileSet *ts, int n0, int n
             for (n = c0; n + 4 <= c1; n += 4) r4(job, n, t);
             for (; n < c1; n++)
                 for (int u = t; u < T; u++) ts->r1t1(job, n, u);
+        }
+    }
+}
+
+/* The Q32Act layout: each block quantized as for Q8_0, its halves put in
+ * their quad's places, and the eight-value sums of each lane. */
+AVX512_FN void q32_act_pack_avx512(uint8_t *act, const float *x, int T, int K) {
+    int nb = K / QK8_0;
+    size_t nq = (size_t)q32_quads(K), stride = q32_act_stride(K);
+    for (int t = 0; t < T; t++) {
+        uint8_t *p = act + (size_t)t * stride;
+        int8_t *qs = (int8_t *)p;
+        int32_t *corr = (int32_t *)(p + 128 * nq);
+        float *d = (float *)(p + 192 * nq);
+        memset(p, 0, stride);   /* the padding blocks of the last quad add nothing */
+        for (int b = 0; b < nb; b++) {
+            int8_t q[QK8_0];
+            int quad = b / 4, j = b % 4;
+            d[b] = fp16_to_fp32(q8_0_quantize_block_avx512(q, x + (size_t)t * K + (size_t)b * QK8_0));
+            memcpy(qs + 128 * quad + 16 * j, q, 16);
+            memcpy(qs + 128 * quad + 64 + 16 * j, q + 16, 16);
+            for (int i = 0; i < 4; i++) {
+                int32_t sum = 0;
+                for (int k = 0; k < 4; k++) sum += q[4 * i + k] + q[16 + 4 * i + k];
+                corr[16 * quad + 4 * j + i] = -128 * sum;
+            }
         }
     }
 }

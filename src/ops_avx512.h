@@ -34,6 +34,10 @@ typedef struct {
  * range (and of the thread), for functions that need their own scratch. */
 typedef void (*RowsFn)(const MatmulJob *job, int part, int n0, int n1);
 
+/* How far ahead of its reading one row and one token (decoding) asks for
+ * weights: ops_avx512.c, "reading weights from memory". */
+enum { STREAM_AHEAD_BYTES = 12288 };
+
 /* Row n of W. */
 static inline const uint8_t *row_ptr(const Mat *W, int n) {
     return (const uint8_t *)W->data + (size_t)n * dtype_row_bytes(W->type, W->K);
@@ -77,9 +81,40 @@ static inline ActRow act_row(const uint8_t *act, int K, int t) {
     return r;
 }
 
+/* --- Activations of the 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1) on AVX-512.
+ *
+ * The same rounded values and scales as the Q8_0 layout, in the order the
+ * kernel holds the weights (ops_quant_avx512.c, "blocks of 32"): a weight
+ * block's nibbles give its values 0-15 and 16-31 as two halves, four blocks
+ * to a pair of registers. Per row, at a stride of q32_act_stride(K), for each
+ * quad of four blocks (the last one padded with zero blocks):
+ *   int8_t  qs[128]    values 0-15 of blocks 0..3 of the quad (16 bytes
+ *                      each), then values 16-31 of blocks 0..3
+ *   int32_t corr[16]   lane 4j + i: -128 * (the sum of values 4i .. 4i+3
+ *                      and 16+4i .. 16+4i+3 of block j): the eight values
+ *                      the lane's two vpdpbusd multiply
+ *   float   d[4]       the scales of blocks 0..3
+ * each array for all the quads back to back. */
+typedef struct {
+    const int8_t *qs;
+    const int32_t *corr;
+    const float *d;
+} Q32Act;
+
+static inline int q32_quads(int K) { return (K / 32 + 3) / 4; }
+static inline size_t q32_act_stride(int K) { return ((size_t)q32_quads(K) * (128 + 64 + 16) + 63) / 64 * 64; }
+
+static inline Q32Act q32_act_row(const uint8_t *act, int K, int t) {
+    const uint8_t *p = act + (size_t)t * q32_act_stride(K);
+    size_t nq = (size_t)q32_quads(K);
+    Q32Act r = {(const int8_t *)p, (const int32_t *)(p + 128 * nq), (const float *)(p + 192 * nq)};
+    return r;
+}
+
 /* --- The 4, 5 and 6-bit block formats (ops_quant.c).
- * Activations for them: the Q8_0 layout above for the 32-value formats; for
- * the K formats T rows of K / 256 BlockQ8_K, back to back. */
+ * Activations for them: the Q8_0 layout above for the 32-value formats (on
+ * AVX-512 the Q32Act layout; the stride covers both); for the K formats T
+ * rows of K / 256 BlockQ8_K, back to back. */
 size_t small_act_stride(DType type, int K);
 void small_act_pack_k(uint8_t *act, const float *x, int T, int K);
 /* Unpacking (ops_quant.c explains the terms). */
@@ -105,6 +140,8 @@ void quantize_row_q8_0_avx512(BlockQ8_0 *out, const float *x, int K);
 void act_pack_avx512(uint8_t *act, const float *x, int T, int K);
 /* One row of K halves widened to floats, for sgemm. */
 void f16_widen_avx512(float *out, const uint16_t *h, int K);
+/* T rows of x to the Q32Act layout. */
+void q32_act_pack_avx512(uint8_t *act, const float *x, int T, int K);
 /* ops_read_sum's fast side: bytes a multiple of 256. */
 uint64_t read_sum_avx512(const uint8_t *p, size_t bytes);
 

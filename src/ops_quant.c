@@ -259,7 +259,8 @@ static float qk_dot_int(const void *row, DType type, const BlockQ8_K *x, int K) 
 }
 
 size_t small_act_stride(DType type, int K) {
-    return dtype_is_k(type) ? (size_t)(K / QK_K) * sizeof(BlockQ8_K) : act_stride(K);
+    if (dtype_is_k(type)) return (size_t)(K / QK_K) * sizeof(BlockQ8_K);
+    return act_stride(K) > q32_act_stride(K) ? act_stride(K) : q32_act_stride(K);
 }
 
 void small_act_pack_k(uint8_t *act, const float *x, int T, int K) {

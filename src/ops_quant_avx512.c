@@ -45,15 +45,12 @@
 enum { SQ_CHUNK_BYTES = 256 * 1024 };
 
 /* Prefetching, as ops_avx512.c explains: one row and one token stream, and
- * ask for the block STREAM_AHEAD_ROWS rows on into L1; wider tiles ask for
- * the next tile's rows into L2. Every line of the block's bytes is asked
- * for (the 32-value blocks are smaller than a line: asking at each block
- * start covers every line). */
-enum { STREAM_AHEAD_ROWS = 4 };
+ * ask for the bytes STREAM_AHEAD_BYTES on into L1; wider tiles ask for the
+ * next tile's rows into L2. Every line of the block's bytes is asked for. */
 
 AVX512_INLINE void prefetch_block(const uint8_t *blk, size_t bytes, int R, int TT, size_t stride) {
     for (size_t at = 0; at < bytes; at += 64) {
-        if (R == 1 && TT == 1) _mm_prefetch((const char *)(blk + STREAM_AHEAD_ROWS * stride + at), _MM_HINT_T0);
+        if (R == 1 && TT == 1) _mm_prefetch((const char *)(blk + STREAM_AHEAD_BYTES + at), _MM_HINT_T0);
         else _mm_prefetch((const char *)(blk + (size_t)R * stride + at), _MM_HINT_T1);
     }
 }
@@ -64,7 +61,24 @@ AVX512_INLINE __m512i nibbles_lo_hi(__m256i v) {   /* 32 bytes -> [low nibbles, 
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-/* --- blocks of 32 */
+/* --- blocks of 32
+ *
+ * Four blocks at a time. A block's 16 bytes hold its values 0-15 in the low
+ * nibbles and 16-31 in the high ones, so the four blocks' bytes in one
+ * register, masked and shifted, give two registers: lo (values 0-15 of each
+ * block, block j in bytes 16j .. 16j+15) and hi (values 16-31). The
+ * activations are packed once per call in the same order (q32_act_pack_avx512
+ * in ops_avx512.c: ops_avx512.h, Q32Act), so the weights need no permute:
+ * vpdpbusd(vpdpbusd(start, lo, x_lo), hi, x_hi) leaves in lane 4j + i the
+ * exact sum of eight products of block j, and lanes 4j .. 4j+3 share block
+ * j's scales, spread from one 4-lane product d_w d_x by one vpermps. One FMA
+ * per four blocks and per (row, token) adds them to the float accumulator.
+ *
+ * Before this layout the weights were shuffled into the activations' order
+ * (two blocks per register, one permute per pair and one spread of scales per
+ * pair), and a decoding row waited on two FMAs per four blocks in one chain:
+ * about 30 GB/s of Q4_0 on one Zen 5 core even from cache, below what memory
+ * delivers (notes/formats.md has the figures). */
 
 /* Where a 32-value block keeps its pieces. */
 typedef struct {
@@ -81,189 +95,117 @@ AVX512_INLINE Q32Layout q32_layout(DType type) {
     }
 }
 
-/* Two fp16 values, (a, b), spread: a in lanes 0-7, b in lanes 8-15. */
-AVX512_INLINE __m512 spread_pair_h(uint16_t a, uint16_t b) {
-    const __m512i pick = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    __m128 s = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(a | (uint32_t)b << 16)));
-    return _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(s));
-}
-
-/* Blocks b and b + 1 of one row (b alone when two == 0) as 64 unsigned bytes,
- * their scales spread over the lanes, and their offsets m (times -1/128, to
- * be multiplied by corr) likewise. */
-AVX512_INLINE void q32_weights(const uint8_t *row, size_t bytes, int b, int two, Q32Layout L,
-                               __m512i *wq, __m512 *wd, __m512 *wm) {
-    const uint8_t *b0 = row + (size_t)b * bytes, *b1 = b0 + bytes;
-    __m128i q0 = _mm_loadu_si128((const __m128i *)(b0 + L.qs));
-    __m128i q1 = two ? _mm_loadu_si128((const __m128i *)(b1 + L.qs)) : _mm_setzero_si128();
-    /* [lo0 lo1 hi0 hi1] in 128-bit lanes, reordered to [lo0 hi0 lo1 hi1]:
-     * values 0..31 of block b, then of block b + 1 */
-    __m512i w = nibbles_lo_hi(_mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1));
-    w = _mm512_shuffle_i64x2(w, w, _MM_SHUFFLE(3, 1, 2, 0));
-    if (L.qh >= 0) {   /* bit i of qh: the fifth bit (16) of value i */
-        uint32_t h0, h1 = 0;
-        memcpy(&h0, b0 + L.qh, 4);
-        if (two) memcpy(&h1, b1 + L.qh, 4);
-        w = _mm512_or_si512(w, _mm512_maskz_mov_epi8((__mmask64)h0 | (__mmask64)h1 << 32,
-                                                     _mm512_set1_epi8(16)));
-    }
-    uint16_t d0, d1 = 0, m0 = 0, m1 = 0;
-    memcpy(&d0, b0, 2);
-    if (two) memcpy(&d1, b1, 2);
-    *wq = w;
-    *wd = spread_pair_h(d0, d1);
-    *wm = _mm512_setzero_ps();
-    if (L.m >= 0) {
-        memcpy(&m0, b0 + L.m, 2);
-        if (two) memcpy(&m1, b1 + L.m, 2);
-        *wm = _mm512_mul_ps(spread_pair_h(m0, m1), _mm512_set1_ps(-1.0f / 128.0f));
-    }
-}
-
-/* One row and one token, four blocks per step: what decoding runs. Each
- * step computes, lane for lane, what two steps of q32_tile compute, with
- * fewer instructions per block, so that one core keeps up with memory:
- *   - the four blocks' 16-byte quants go into one register and are split
- *     into nibbles once, then one two-source permute (vpermt2q) per pair
- *     puts them in q32_weights' order [lo0 hi0 lo1 hi1];
- *   - the four weight scales are widened together, multiplied by the four
- *     activation scales in one 4-lane product, and spread over the lanes of
- *     each pair (a product then a spread is the same float as a spread then
- *     a product).
- * Pair 0 of each step goes into the even chain, pair 1 into the odd one
- * (q32_tile), with the same values in the same order as q32_chain adds
- * them, so every tile shape still gives the same bits (tests/test_ops.c
- * checks T = 1 against wider tiles). Measured on one Zen 5 core (tools/kbench
- * --type Q4_0 --shape 5632x2048 --threads 1), see notes/formats.md. */
-AVX512_INLINE __m512 spread_quad(__m128 v, int pair) {   /* v[2 pair] in lanes 0-7, v[2 pair + 1] in 8-15 */
-    const __m512i pick0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i pick1 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
-    return _mm512_permutexvar_ps(pair ? pick1 : pick0, _mm512_castps128_ps512(v));
-}
-
-AVX512_INLINE __m128 quad_h(const uint8_t *p, size_t bytes, int off) {   /* 4 fp16, one per block */
-    uint16_t h[4];
-    for (int i = 0; i < 4; i++) memcpy(&h[i], p + (size_t)i * bytes + off, 2);
+/* The fp16 at byte `off` of each of n blocks (0 for the missing ones), as
+ * four floats. */
+AVX512_INLINE __m128 quad_h(const uint8_t *p, size_t bytes, int n, int off) {
+    uint16_t h[4] = {0, 0, 0, 0};
+    for (int j = 0; j < n; j++) memcpy(&h[j], p + (size_t)j * bytes + off, 2);
     uint64_t v = h[0] | (uint64_t)h[1] << 16 | (uint64_t)h[2] << 32 | (uint64_t)h[3] << 48;
     return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
 }
 
-AVX512_INLINE void q32_row1_quads(const MatmulJob *job, int n, int t, DType type, int nb4, __m512 *even,
-                                   __m512 *odd) {
-    Q32Layout L = q32_layout(type);
-    int K = job->W->K;
-    size_t bytes = dtype_row_bytes(type, QK4), stride = dtype_row_bytes(type, K);
-    const uint8_t *w = row_ptr(job->W, n);
-    ActRow xr = act_row(job->act, K, t);
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i idx0 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);     /* lo0 hi0 lo1 hi1 */
-    const __m512i idx1 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);   /* lo2 hi2 lo3 hi3 */
-    __m512 acc[2] = {*even, *odd};
-    for (int b = 0; b < nb4; b += 4) {
-        const uint8_t *p = w + (size_t)b * bytes;
-        prefetch_block(p, 4 * bytes, 1, 1, stride);
-        __m512i z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + L.qs)));
+/* Blocks 0 .. n-1 (n = 1..4) from p: lo and hi as above (zeros for missing
+ * blocks), unsigned, the fifth bit ORed in as 16; their scales d, and
+ * offsets m times -1/128 (to be multiplied by the activations' corr). */
+typedef struct {
+    __m512i lo, hi;
+    __m128 d, m;
+} Q32Quad;
+
+AVX512_INLINE Q32Quad q32_quad(const uint8_t *p, size_t bytes, int n, Q32Layout L) {
+    Q32Quad w;
+    __m512i z;
+    if (n == 4) {
+        z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + L.qs)));
         z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p + bytes + L.qs)), 1);
         z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p + 2 * bytes + L.qs)), 2);
         z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p + 3 * bytes + L.qs)), 3);
-        __m512i lo = _mm512_and_si512(z, m4), hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
-        __m512i wq[2] = {_mm512_permutex2var_epi64(lo, idx0, hi), _mm512_permutex2var_epi64(lo, idx1, hi)};
-        if (L.qh >= 0) {   /* bit i of qh: the fifth bit (16) of value i */
-            for (int j = 0; j < 2; j++) {
-                uint32_t h0, h1;
-                memcpy(&h0, p + (size_t)(2 * j) * bytes + L.qh, 4);
-                memcpy(&h1, p + (size_t)(2 * j + 1) * bytes + L.qh, 4);
-                wq[j] = _mm512_or_si512(wq[j], _mm512_maskz_mov_epi8((__mmask64)h0 | (__mmask64)h1 << 32,
-                                                                     _mm512_set1_epi8(16)));
-            }
-        }
-        __m128 xd = _mm_loadu_ps(xr.d + b);
-        __m128 dd = _mm_mul_ps(quad_h(p, bytes, 0), xd), md = _mm_setzero_ps();
-        if (L.m >= 0) md = _mm_mul_ps(_mm_mul_ps(quad_h(p, bytes, L.m), _mm_set1_ps(-1.0f / 128.0f)), xd);
-        for (int j = 0; j < 2; j++) {
-            int bj = b + 2 * j;
-            __m512i xq = _mm512_loadu_si512(xr.qs + bj * QK4), corr = _mm512_loadu_si512(xr.corr + bj * 8);
-            __m512i start = L.shift == 4 ? _mm512_srai_epi32(corr, 4)
-                            : L.shift == 3 ? _mm512_srai_epi32(corr, 3) : _mm512_setzero_si512();
-            __m512i isum = _mm512_dpbusd_epi32(start, wq[j], xq);   /* exact */
-            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), spread_quad(dd, j), acc[j]);
-            if (L.m >= 0) acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), spread_quad(md, j), acc[j]);
-        }
+    } else {   /* the last blocks of a row: nothing past them is read */
+        z = _mm512_setzero_si512();
+        for (int j = 0; j < n; j++)
+            z = _mm512_mask_broadcast_i32x4(z, (__mmask16)(0xfu << 4 * j),
+                                            _mm_loadu_si128((const __m128i *)(p + (size_t)j * bytes + L.qs)));
     }
-    *even = acc[0], *odd = acc[1];
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    w.lo = _mm512_and_si512(z, m4);
+    w.hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+    if (L.qh >= 0) {   /* bit i of qh: the fifth bit of value i; bits 0-15 go to lo, 16-31 to hi */
+        uint32_t h[4] = {0, 0, 0, 0};
+        for (int j = 0; j < n; j++) memcpy(&h[j], p + (size_t)j * bytes + L.qh, 4);
+        /* the four low halves side by side, then the four high halves */
+        __m128i split = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)h),
+                                         _mm_set_epi8(15, 14, 11, 10, 7, 6, 3, 2, 13, 12, 9, 8, 5, 4, 1, 0));
+        uint64_t mlo = (uint64_t)_mm_cvtsi128_si64(split), mhi = (uint64_t)_mm_extract_epi64(split, 1);
+        const __m512i sixteen = _mm512_set1_epi8(16);
+        w.lo = _mm512_or_si512(w.lo, _mm512_maskz_mov_epi8((__mmask64)mlo, sixteen));
+        w.hi = _mm512_or_si512(w.hi, _mm512_maskz_mov_epi8((__mmask64)mhi, sixteen));
+    }
+    w.d = quad_h(p, bytes, n, 0);
+    w.m = L.m >= 0 ? _mm_mul_ps(quad_h(p, bytes, n, L.m), _mm_set1_ps(-1.0f / 128.0f)) : _mm_setzero_ps();
+    return w;
 }
 
-/* The pairs b, b + 4, b + 8, ... (from block b on) of rows n .. n+R-1 and
- * tokens t0 .. t0+TT-1, each added into acc[r][t]: one of q32_tile's two
- * chains. */
-AVX512_INLINE void q32_chain(__m512 acc[4][4], const MatmulJob *job, int n, int t0, int R, int TT,
-                             DType type, int b) {
+/* Four block values (lanes 0-3) spread over the lanes of their blocks. */
+AVX512_INLINE __m512 spread4(__m128 v) {
+    const __m512i idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
+}
+
+/* Quad q (blocks 4q .. 4q+nblk-1) of rows n .. n+R-1 and tokens
+ * t0 .. t0+TT-1 added into acc. nblk is 4 but for the last quad of a row:
+ * inlined with it constant, the whole quads compile to straight-line code. */
+AVX512_INLINE void q32_step(__m512 acc[4][4], const uint8_t *w, size_t bytes, size_t stride, const Q32Act *xr,
+                            int q, int nblk, int R, int TT, Q32Layout L) {
+    Q32Quad wq[4];
+    for (int r = 0; r < R; r++) {
+        const uint8_t *p = w + (size_t)r * stride + (size_t)(4 * q) * bytes;
+        prefetch_block(p, (size_t)nblk * bytes, R, TT, stride);
+        wq[r] = q32_quad(p, bytes, nblk, L);
+    }
+    for (int t = 0; t < TT; t++) {
+        __m512i xlo = _mm512_loadu_si512(xr[t].qs + 128 * q), xhi = _mm512_loadu_si512(xr[t].qs + 128 * q + 64);
+        __m512i corr = _mm512_loadu_si512(xr[t].corr + 16 * q);
+        __m128 xd = _mm_loadu_ps(xr[t].d + 4 * q);
+        __m512i start = L.shift == 4 ? _mm512_srai_epi32(corr, 4)
+                        : L.shift == 3 ? _mm512_srai_epi32(corr, 3) : _mm512_setzero_si512();
+        for (int r = 0; r < R; r++) {
+            __m512i isum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, wq[r].lo, xlo), wq[r].hi, xhi);
+            __m512 dd = spread4(_mm_mul_ps(wq[r].d, xd));
+            if (L.m >= 0) {   /* + m d_x (sum of the block's activations) */
+                __m512 term = _mm512_mul_ps(_mm512_cvtepi32_ps(corr), spread4(_mm_mul_ps(wq[r].m, xd)));
+                term = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, term);
+                acc[r][t] = _mm512_add_ps(acc[r][t], term);
+            } else {
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[r][t]);
+            }
+        }
+    }
+}
+
+/* out[t][n + r] for r < R, t0 <= t < t0 + TT. Every (row, token) gets the
+ * same instructions whatever R and TT, so every tile shape gives the same
+ * bits. The _1 kinds add the offset term and the product first, then the
+ * sum into the accumulator: one dependent add per four blocks. */
+AVX512_INLINE void q32_tile(const MatmulJob *job, int n, int t0, int R, int TT, DType type) {
     Q32Layout L = q32_layout(type);
-    int K = job->W->K, nb = K / QK4;
+    int N = job->W->N, K = job->W->K, nb = K / QK4;
     size_t bytes = dtype_row_bytes(type, QK4), stride = dtype_row_bytes(type, K);
     const uint8_t *w = row_ptr(job->W, n);
-    ActRow xr[4];
-    for (int t = 0; t < TT; t++) xr[t] = act_row(job->act, K, t0 + t);
-    for (; b < nb; b += 4) {
-        int two = b + 1 < nb;
-        __m512i wq[4];
-        __m512 wd[4], wm[4];
-        for (int r = 0; r < R; r++) {
-            prefetch_block(w + (size_t)r * stride + (size_t)b * bytes, 2 * bytes, R, TT, stride);
-            q32_weights(w + (size_t)r * stride, bytes, b, two, L, &wq[r], &wd[r], &wm[r]);
-        }
-        for (int t = 0; t < TT; t++) {
-            __m512i xq, corr;
-            __m512 xd;
-            if (two) {
-                xq = _mm512_loadu_si512(xr[t].qs + b * QK4);
-                corr = _mm512_loadu_si512(xr[t].corr + b * 8);
-                xd = _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-                                           _mm512_castps128_ps512(_mm_castsi128_ps(
-                                               _mm_loadl_epi64((const __m128i *)(xr[t].d + b)))));
-            } else {
-                xq = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(xr[t].qs + b * QK4)));
-                corr = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(xr[t].corr + b * 8)));
-                xd = _mm512_maskz_mov_ps(0x00ff, _mm512_set1_ps(xr[t].d[b]));
-            }
-            __m512i start = L.shift == 4 ? _mm512_srai_epi32(corr, 4)
-                            : L.shift == 3 ? _mm512_srai_epi32(corr, 3) : _mm512_setzero_si512();
-            __m512 fcorr = _mm512_cvtepi32_ps(corr);
-            for (int r = 0; r < R; r++) {
-                __m512i isum = _mm512_dpbusd_epi32(start, wq[r], xq);   /* exact */
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wd[r], xd), acc[r][t]);
-                if (L.m >= 0)   /* + m d_x (sum of the block's activations) */
-                    acc[r][t] = _mm512_fmadd_ps(fcorr, _mm512_mul_ps(wm[r], xd), acc[r][t]);
-            }
-        }
-    }
-}
-
-/* out[t][n + r] for r < R, t0 <= t < t0 + TT.
- *
- * Two chains of float sums per (row, token): pairs of blocks 0-1, 4-5, 8-9,
- * ... go into one accumulator, pairs 2-3, 6-7, ... into another, and the two
- * are added at the end. With a single chain one row and one token (decoding)
- * waited on its own FMAs, two per four blocks, about 8 cycles for 72 bytes
- * of Q4_0: one Zen 5 core could not go beyond about 28 GB/s even from cache.
- * Wider tiles run the chains one after the other (16 accumulators each);
- * decoding runs them side by side (q32_row1_quads). Either way each chain
- * adds the same values in the same order, so every tile shape gives the same
- * bits. */
-AVX512_INLINE void q32_tile(const MatmulJob *job, int n, int t0, int R, int TT, DType type) {
-    int N = job->W->N, nb = job->W->K / QK4, b0 = 0;
-    __m512 even[4][4], odd[4][4];
+    Q32Act xr[4];
+    for (int t = 0; t < TT; t++) xr[t] = q32_act_row(job->act, K, t0 + t);
+    __m512 acc[4][4];
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < TT; t++) even[r][t] = odd[r][t] = _mm512_setzero_ps();
-    if (R == 1 && TT == 1) {   /* decoding: whole groups of four blocks first */
-        b0 = nb / 4 * 4;
-        q32_row1_quads(job, n, t0, type, b0, &even[0][0], &odd[0][0]);
+        for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
+    int q = 0;
+    for (; 4 * q + 4 <= nb; q++) q32_step(acc, w, bytes, stride, xr, q, 4, R, TT, L);
+    switch (nb - 4 * q) {   /* a constant count in each case */
+    case 1: q32_step(acc, w, bytes, stride, xr, q, 1, R, TT, L); break;
+    case 2: q32_step(acc, w, bytes, stride, xr, q, 2, R, TT, L); break;
+    case 3: q32_step(acc, w, bytes, stride, xr, q, 3, R, TT, L); break;
+    default: break;
     }
-    q32_chain(even, job, n, t0, R, TT, type, b0);
-    q32_chain(odd, job, n, t0, R, TT, type, b0 + 2);
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < TT; t++)
-            job->out[(size_t)(t0 + t) * N + n + r] = _mm512_reduce_add_ps(_mm512_add_ps(even[r][t], odd[r][t]));
+        for (int t = 0; t < TT; t++) job->out[(size_t)(t0 + t) * N + n + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
 /* --- super-blocks of 256 */
