@@ -673,8 +673,12 @@ void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, 
         RowsFn rows = small_rows_generic;
         job.act = scratch_base(scratch);
         count_call(isa, 0);
-        if (dtype_is_k(W->type))
+        if (dtype_is_k(W->type)) {
             small_act_pack_k(scratch_base(scratch), x, T, K);   /* Q8_K */
+#ifdef OPS_X86
+            if (isa == OPS_AVX512 && W->type != DT_Q6_K) qk_act_reorder_avx512(scratch_base(scratch), T, K);
+#endif
+        }
 #ifdef OPS_X86
         else if (isa == OPS_AVX512)
             q32_act_pack_avx512(scratch_base(scratch), x, T, K);   /* Q8_0 values, Q32Act order */

@@ -131,6 +131,9 @@ void small_rows_generic(const MatmulJob *job, int part, int n0, int n1);
 #ifdef OPS_X86
 /* From ops_quant_avx512.c: the same on AVX-512 and VNNI. */
 void small_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
+/* Q8_K activations (small_act_pack_k) into the order the Q4_K and Q5_K
+ * kernels read them; not for Q6_K. */
+void qk_act_reorder_avx512(uint8_t *act, int T, int K);
 
 /* From ops_avx512.c; call them only when ops_best_isa() is OPS_AVX512. */
 

@@ -232,13 +232,18 @@ AVX512_INLINE KScales k_scales(DType type, const uint8_t *blk) {
      * 0-3 hold scales 0-3 (low six bits), 4-7 mins 0-3, 8-11 the low nibbles
      * of scales 4-7 and (high nibbles) mins 4-7, whose top two bits are the
      * top two bits of bytes 0-3 (scales) and 4-7 (mins). */
-    uint32_t w[3];
-    memcpy(w, b->scales, 12);
-    const uint32_t six = 0x3f3f3f3f, four = 0x0f0f0f0f, two = 0x03030303;
-    uint32_t sc_lo = w[0] & six, mn_lo = w[1] & six;
-    uint32_t sc_hi = (w[2] & four) | ((w[0] >> 6) & two) << 4;
-    uint32_t mn_hi = ((w[2] >> 4) & four) | ((w[1] >> 6) & two) << 4;
-    __m128i bytes = _mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo);
+    /* In words w0, w1, w2 of the 12 bytes (the load's last 4 bytes are the
+     * first of qs, unused): sc_lo = w0 & six, sc_hi = (w2 & four) | ((w0 >> 6)
+     * & two) << 4, mn_lo = w1 & six, mn_hi = ((w2 >> 4) & four) | ((w1 >> 6)
+     * & two) << 4, all four in one register's dwords: about ten vector
+     * instructions, where the scalar form and joining its words cost twenty. */
+    const int six = 0x3f3f3f3f, four = 0x0f0f0f0f, two = 0x03030303;
+    __m128i v = _mm_loadu_si128((const __m128i *)b->scales);
+    __m128i p = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));   /* w0 w2 w1 w2 */
+    __m128i q = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));   /* w0 w0 w1 w1 */
+    __m128i low = _mm_and_si128(_mm_srlv_epi32(p, _mm_set_epi32(4, 0, 0, 0)), _mm_set_epi32(four, six, four, six));
+    __m128i top = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(q, 6), _mm_set_epi32(two, 0, two, 0)), 4);
+    __m128i bytes = _mm_or_si128(low, top);   /* sc_lo sc_hi mn_lo mn_hi */
     s.sc = _mm512_cvtepu8_epi32(bytes);   /* lanes 0-7 the scales (8-15: the mins, unused) */
     __m512i mn8 = _mm512_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
     const __m512i half = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
@@ -290,6 +295,60 @@ AVX512_INLINE __m512i k_chunk_weights(DType type, const uint8_t *blk, int c) {
     return w;
 }
 
+/* Half h of a Q4_K or Q5_K super-block (values 128h .. 128h+127, sub-blocks
+ * 4h .. 4h+3) from one 64-byte load of nibbles: lo holds sub-blocks 4h and
+ * 4h+2 (the low nibbles of bytes 64h .. 64h+63), hi 4h+1 and 4h+3 (the high
+ * nibbles), each register's lanes 0-7 the first of its two; the fifth bits
+ * of Q5_K from `planes` (qh twice); each register's sub-block scales spread
+ * over its lanes. The activations are packed in the same order
+ * (qk_act_reorder_avx512): sub-blocks 0 2 1 3 4 6 5 7. Before, a 32-byte
+ * load per 64 values was split and the halves joined again (vinserti64x4):
+ * Q4_K decoding on one Zen 5 core from memory 27.6 -> (see notes/formats.md). */
+typedef struct {
+    __m512i lo, hi, sc_lo, sc_hi;
+} KHalf;
+
+AVX512_INLINE KHalf k_half(DType type, const uint8_t *blk, __m512i planes, __m512i sc16, int h) {
+    KHalf k;
+    const uint8_t *qs = type == DT_Q4_K ? ((const BlockQ4_K *)blk)->qs : ((const BlockQ5_K *)blk)->qs;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i z = _mm512_loadu_si512(qs + 64 * h);
+    k.lo = _mm512_and_si512(z, m4);
+    k.hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+    int a = 4 * h;   /* sub-blocks a, a + 2 (lo) and a + 1, a + 3 (hi) */
+    if (type == DT_Q5_K) {   /* bit j of qh[l]: the fifth bit of value l of sub-block j */
+        const __m512i sixteen = _mm512_set1_epi8(16);
+        __m512i sel_lo = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << a))),
+                                            _mm256_set1_epi8((char)(1 << (a + 2))), 1);
+        __m512i sel_hi = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << (a + 1)))),
+                                            _mm256_set1_epi8((char)(1 << (a + 3))), 1);
+        k.lo = _mm512_or_si512(k.lo, _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(planes, sel_lo), sixteen));
+        k.hi = _mm512_or_si512(k.hi, _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(planes, sel_hi), sixteen));
+    }
+    const __m512i eight = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+    k.sc_lo = _mm512_permutexvar_epi32(_mm512_add_epi32(eight, _mm512_set1_epi32(a)), sc16);
+    k.sc_hi = _mm512_permutexvar_epi32(_mm512_add_epi32(eight, _mm512_set1_epi32(a + 1)), sc16);
+    return k;
+}
+
+/* The Q8_K activations of T rows into k_half's order: in each super-block
+ * the 32-value sub-blocks 1 and 2, and 5 and 6, trade places (bsums stay in
+ * value order: the mins use them). */
+void qk_act_reorder_avx512(uint8_t *act, int T, int K) {
+    size_t stride = small_act_stride(DT_Q4_K, K);
+    for (int t = 0; t < T; t++) {
+        BlockQ8_K *x = (BlockQ8_K *)(act + (size_t)t * stride);
+        for (int b = 0; b < K / QK_K; b++) {
+            for (int h = 0; h < 2; h++) {
+                int8_t tmp[32], *s1 = x[b].qs + 128 * h + 32, *s2 = s1 + 32;
+                memcpy(tmp, s1, 32);
+                memcpy(s1, s2, 32);
+                memcpy(s2, tmp, 32);
+            }
+        }
+    }
+}
+
 AVX512_INLINE void qk_tile(const MatmulJob *job, int n, int t0, int R, int TT, DType type) {
     int N = job->W->N, K = job->W->K, nb = K / QK_K;
     size_t bytes = dtype_row_bytes(type, QK_K), stride = dtype_row_bytes(type, K);
@@ -319,23 +378,42 @@ AVX512_INLINE void qk_tile(const MatmulJob *job, int n, int t0, int R, int TT, D
              * 16-bit multiply, where vpmulld (32 bits) costs two
              * micro-operations on Intel: |p| <= 4 * 63 * 128 < 2^15, so p's
              * upper half is its sign; with the scale's upper half cleared
-             * (sc16) the pair product is p sc exactly. */
+             * (sc16) the pair product is p sc exactly. The same holds for the
+             * sums of 16 activations (bsums, |bsum| <= 16 * 127). */
             __m512i sc16 = _mm512_and_si512(ks.sc, _mm512_set1_epi32(0xffff));
-            for (int c = 0; c < 4; c++) {
-                __m512i wq = k_chunk_weights(type, blk, c), sc = k_chunk_scales(type, sc16, c);
-                for (int t = 0; t < TT; t++) {
-                    __m512i xq = _mm512_loadu_si512(xr[t][b].qs + 64 * c);
-                    __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, xq);   /* exact */
-                    isum[t] = _mm512_add_epi32(isum[t], _mm512_madd_epi16(p, sc));
+            if (type == DT_Q6_K) {
+                for (int c = 0; c < 4; c++) {
+                    __m512i wq = k_chunk_weights(type, blk, c), sc = k_chunk_scales(type, sc16, c);
+                    for (int t = 0; t < TT; t++) {
+                        __m512i xq = _mm512_loadu_si512(xr[t][b].qs + 64 * c);
+                        __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, xq);   /* exact */
+                        isum[t] = _mm512_add_epi32(isum[t], _mm512_madd_epi16(p, sc));
+                    }
+                }
+            } else {   /* Q4_K, Q5_K: 64 bytes of nibbles at a time, see k_half */
+                __m512i planes = _mm512_setzero_si512();
+                if (type == DT_Q5_K) {
+                    __m256i qh = _mm256_loadu_si256((const __m256i *)((const BlockQ5_K *)blk)->qh);
+                    planes = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
+                }
+                for (int h = 0; h < 2; h++) {
+                    KHalf kh = k_half(type, blk, planes, sc16, h);
+                    for (int t = 0; t < TT; t++) {
+                        const int8_t *xq = xr[t][b].qs + 128 * h;   /* in k_half's order */
+                        __m512i plo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kh.lo, _mm512_loadu_si512(xq));
+                        __m512i phi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kh.hi, _mm512_loadu_si512(xq + 64));
+                        isum[t] = _mm512_add_epi32(isum[t], _mm512_madd_epi16(plo, kh.sc_lo));
+                        isum[t] = _mm512_add_epi32(isum[t], _mm512_madd_epi16(phi, kh.sc_hi));
+                    }
                 }
             }
             for (int t = 0; t < TT; t++) {
                 if (type == DT_Q6_K) {   /* the -32 of every value: -32 sc[g] bsum[g] */
-                    __m512i off = _mm512_slli_epi32(_mm512_mullo_epi32(ks.sc, bs[t]), 5);
+                    __m512i off = _mm512_slli_epi32(_mm512_madd_epi16(bs[t], sc16), 5);   /* see sc16 */
                     acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum[t], off)),
                                                 _mm512_set1_ps(ks.d * dx[t]), acc[r][t]);
                 } else {                 /* - dmin mn[j] (sum of sub-block j's activations) */
-                    __m512i msum = _mm512_mullo_epi32(ks.mn16, bs[t]);
+                    __m512i msum = _mm512_madd_epi16(bs[t], ks.mn16);   /* |bsum| < 2^15, mn < 64 */
                     acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_set1_ps(ks.d * dx[t]),
                                                 acc[r][t]);
                     acc[r][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_set1_ps(ks.dmin * dx[t]),
