@@ -356,9 +356,11 @@ AVX512_INLINE void qk_tile(const MatmulJob *job, int n, int t0, int R, int TT, D
     const uint8_t *w = row_ptr(job->W, n);
     const BlockQ8_K *xr[2];
     for (int t = 0; t < TT; t++) xr[t] = (const BlockQ8_K *)(job->act + (size_t)(t0 + t) * xstride);
-    __m512 acc[4][2];
+    /* acc gathers the products; mins (Q4_K, Q5_K) their own sum, taken off
+     * at the end: two chains of one FMA per super-block, not one of two. */
+    __m512 acc[4][2], mins[4][2];
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
+        for (int t = 0; t < TT; t++) acc[r][t] = mins[r][t] = _mm512_setzero_ps();
     /* A super-block of one row at a time (its scales, its four chunks, its
      * integer sums for each token), folded into the float accumulators
      * before the next row: few registers live, none spilled. */
@@ -416,14 +418,14 @@ AVX512_INLINE void qk_tile(const MatmulJob *job, int n, int t0, int R, int TT, D
                     __m512i msum = _mm512_madd_epi16(bs[t], ks.mn16);   /* |bsum| < 2^15, mn < 64 */
                     acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_set1_ps(ks.d * dx[t]),
                                                 acc[r][t]);
-                    acc[r][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_set1_ps(ks.dmin * dx[t]),
-                                                 acc[r][t]);
+                    mins[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_set1_ps(ks.dmin * dx[t]),
+                                                 mins[r][t]);
                 }
             }
         }
     }
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < TT; t++) job->out[(size_t)(t0 + t) * N + n + r] = _mm512_reduce_add_ps(acc[r][t]);
+        for (int t = 0; t < TT; t++) job->out[(size_t)(t0 + t) * N + n + r] = _mm512_reduce_add_ps(_mm512_sub_ps(acc[r][t], mins[r][t]));
 }
 
 /* Each tile with its type a constant, so that the unpacking of that format
