@@ -671,6 +671,13 @@ AVX512_INLINE void kb_prefetch(const uint8_t *pf, int k) {
     if (pf) _mm_prefetch((const char *)(pf + (size_t)k * 4), _MM_HINT_T1);
 }
 
+/* GCC 12 compiled the 4 x 4 tile below with one register for the weights,
+ * loading each weight vector again for each of its four FMAs: 32 loads per
+ * 16 FMAs, which held the tile to about 85 GFLOP/s on a Zen 5 core with the
+ * data in cache. An empty asm statement that claims to change the four
+ * vectors makes it keep them in registers: 8 loads per 16 FMAs. */
+#define KEEP_IN_REGISTERS(a, b, c, d) __asm__("" : "+v"(a), "+v"(b), "+v"(c), "+v"(d))
+
 /* acc[4 t + r] += the lanes of w_r * x_t over len floats (a multiple of 16),
  * for rows r < 4 at a stride of `stride` floats in w, tokens t < 4 in x;
  * asks for len * 4 bytes of pf meanwhile. */
@@ -685,6 +692,7 @@ AVX512_INLINE void kb_tile_4x4(__m512 *acc, const float *w, const float *x, int 
         kb_prefetch(pf, k);
         __m512 w0v = _mm512_load_ps(w + k), w1v = _mm512_load_ps(w1 + k),
                w2v = _mm512_load_ps(w2 + k), w3v = _mm512_load_ps(w3 + k);
+        KEEP_IN_REGISTERS(w0v, w1v, w2v, w3v);
         __m512 xv = _mm512_load_ps(x + k);
         a00 = fma4(w0v, xv, a00), a10 = fma4(w1v, xv, a10), a20 = fma4(w2v, xv, a20), a30 = fma4(w3v, xv, a30);
         xv = _mm512_load_ps(x1 + k);
