@@ -71,10 +71,12 @@
 /* A tile computes out for rows n .. n+R-1 and tokens t .. t+TT-1 with its
  * accumulators in registers. The row loop needs six shapes: 4x4, the tails
  * 1x4 and 1x1 (rows left over), and 4x1, 4x2, 4x3 (the 1 to 3 tokens left
- * over; 4x1 is also T == 1). */
+ * over). T == 1 runs the 1x1 tile down the rows (rows1). */
 typedef void (*TileFn)(const MatmulJob *job, int n, int t);
+typedef void (*RowsOneFn)(const MatmulJob *job, int n0, int n1);
 typedef struct {
     TileFn r4t4, r1t4, r4t1, r1t1, r4t2, r4t3;
+    RowsOneFn rows1;   /* T == 1: rows n0 .. n1-1, the 1 x 1 tile inlined in the loop */
 } TileSet;
 
 /* --- AVX-512: rounding activations to Q8_0 */
@@ -392,7 +394,10 @@ static AVX512_FN void q8_r4t1(const MatmulJob *j, int n, int t) { q8_tile(j, n, 
 static AVX512_FN void q8_r1t1(const MatmulJob *j, int n, int t) { q8_tile(j, n, t, 1, 1); }
 static AVX512_FN void q8_r4t2(const MatmulJob *j, int n, int t) { q8_tile_4xn(j, n, t, 2); }
 static AVX512_FN void q8_r4t3(const MatmulJob *j, int n, int t) { q8_tile_4xn(j, n, t, 3); }
-static const TileSet Q8_TILES = {q8_r4t4, q8_r1t4, q8_r4t1, q8_r1t1, q8_r4t2, q8_r4t3};
+static AVX512_FN void q8_rows1(const MatmulJob *j, int n0, int n1) {
+    for (int n = n0; n < n1; n++) q8_tile(j, n, 0, 1, 1);
+}
+static const TileSet Q8_TILES = {q8_r4t4, q8_r1t4, q8_r4t1, q8_r1t1, q8_r4t2, q8_r4t3, q8_rows1};
 
 /* --- AVX-512: F32 and F16 tiles (T == 1, and batches of a few tokens)
  *
@@ -501,7 +506,10 @@ static AVX512_FN void f32_r4t1(const MatmulJob *j, int n, int t) { float_tile(j,
 static AVX512_FN void f32_r1t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F32, 1, 1); }
 static AVX512_FN void f32_r4t2(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_F32, 2); }
 static AVX512_FN void f32_r4t3(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_F32, 3); }
-static const TileSet F32_TILES = {f32_r4t4, f32_r1t4, f32_r4t1, f32_r1t1, f32_r4t2, f32_r4t3};
+static AVX512_FN void f32_rows1(const MatmulJob *j, int n0, int n1) {
+    for (int n = n0; n < n1; n++) float_tile(j, n, 0, DT_F32, 1, 1);
+}
+static const TileSet F32_TILES = {f32_r4t4, f32_r1t4, f32_r4t1, f32_r1t1, f32_r4t2, f32_r4t3, f32_rows1};
 
 static AVX512_FN void f16_r4t4(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_F16, 4); }
 static AVX512_FN void f16_r1t4(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F16, 1, 4); }
@@ -509,14 +517,20 @@ static AVX512_FN void f16_r4t1(const MatmulJob *j, int n, int t) { float_tile(j,
 static AVX512_FN void f16_r1t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_F16, 1, 1); }
 static AVX512_FN void f16_r4t2(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_F16, 2); }
 static AVX512_FN void f16_r4t3(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_F16, 3); }
-static const TileSet F16_TILES = {f16_r4t4, f16_r1t4, f16_r4t1, f16_r1t1, f16_r4t2, f16_r4t3};
+static AVX512_FN void f16_rows1(const MatmulJob *j, int n0, int n1) {
+    for (int n = n0; n < n1; n++) float_tile(j, n, 0, DT_F16, 1, 1);
+}
+static const TileSet F16_TILES = {f16_r4t4, f16_r1t4, f16_r4t1, f16_r1t1, f16_r4t2, f16_r4t3, f16_rows1};
 static AVX512_FN void bf16_r4t4(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_BF16, 4); }
 static AVX512_FN void bf16_r1t4(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_BF16, 1, 4); }
 static AVX512_FN void bf16_r4t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_BF16, 4, 1); }
 static AVX512_FN void bf16_r1t1(const MatmulJob *j, int n, int t) { float_tile(j, n, t, DT_BF16, 1, 1); }
 static AVX512_FN void bf16_r4t2(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_BF16, 2); }
 static AVX512_FN void bf16_r4t3(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_BF16, 3); }
-static const TileSet BF16_TILES = {bf16_r4t4, bf16_r1t4, bf16_r4t1, bf16_r1t1, bf16_r4t2, bf16_r4t3};
+static AVX512_FN void bf16_rows1(const MatmulJob *j, int n0, int n1) {
+    for (int n = n0; n < n1; n++) float_tile(j, n, 0, DT_BF16, 1, 1);
+}
+static const TileSet BF16_TILES = {bf16_r4t4, bf16_r1t4, bf16_r4t1, bf16_r1t1, bf16_r4t2, bf16_r4t3, bf16_rows1};
 
 /* Weight rows of one pass over the tokens: small enough to stay in L2 while
  * every group of four tokens visits them, so they come from memory once. */
@@ -534,7 +548,7 @@ static void rows_by_tiles(const MatmulJob *job, const TileSet *ts, int n0, int n
     for (int c0 = n0; c0 < n1; c0 += chunk) {
         int c1 = c0 + chunk < n1 ? c0 + chunk : n1, t = 0, n;
         if (T == 1) {   /* one row at a time: a single stream (see above) */
-            for (n = c0; n < c1; n++) ts->r1t1(job, n, 0);
+            ts->rows1(job, c0, c1);
             continue;
         }
         for (; t + 4 <= T; t += 4) {

@@ -8,8 +8,9 @@
 #
 # Steps: the training benchmark (tools/bench_train.sh), the single-stream
 # forward pass (build/fast/bench), then batched decode through the serving
-# engine (build/fast/bench_batch) on the same models; last, the default
-# model served over HTTP (build/fast/serve, build/fast/bench_serve).
+# engine (build/fast/bench_batch) on the same models; the default model
+# served over HTTP (build/fast/serve, build/fast/bench_serve); last, the
+# engine beside llama.cpp on the TinyLlama-shaped files.
 #
 # Environment (defaults in brackets):
 #   BENCH_SHAPES   mkmodel presets ["stories15M stories110M tinyllama"]
@@ -24,6 +25,8 @@
 #   BENCH_TRACE    0 skips the cost of tracing (tools/bench_trace.sh) [1]
 #   BENCH_CODEC    0 skips the weight codec's figures (tools/bench_codec.sh) [1]
 #   BENCH_SERVE    0 skips serving over HTTP at 1, 4 and 16 clients (tools/bench_serve.sh) [1]
+#   BENCH_LLAMACPP 0 skips llama.cpp side by side on the TinyLlama-shaped files
+#                  (tools/bench_llamacpp.sh; needs node and npm) [1]
 #
 # Models are random-weight files from tools/mkmodel.c, made once and reused
 # (delete BENCH_DIR to remake them). Before writing one, the free disk space is
@@ -124,5 +127,9 @@ fi
 if [ "${BENCH_SERVE:-1}" != 0 ]; then
     echo
     BENCH_BIN="$bin" sh tools/bench_serve.sh || status=$?
+fi
+if [ "${BENCH_LLAMACPP:-1}" != 0 ]; then
+    echo
+    BENCH_BIN="$bin" BENCH_DIR="$dir" sh tools/bench_llamacpp.sh || status=$?
 fi
 exit "$status"
