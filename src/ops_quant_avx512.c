@@ -9,22 +9,24 @@
  * rounded by matmul_isa) are the signed side. Each vpdpbusd adds 64 products
  * into 16 int32 lanes, four per lane.
  *
- * Q4_0, Q4_1, Q5_0, Q5_1 (blocks of 32, Q8_0 activations): two blocks per
- * register, as the Q8_0 kernel of ops_avx512.c does: lanes 0-7 hold block b,
- * lanes 8-15 block b + 1. The offsets -8 (Q4_0) and -16 (Q5_0) are paid by
- * starting the lanes at -8 or -16 times the sum of their four activations,
- * which the Q8_0 layout already carries as corr = -128 * sum (a shift right
- * by 4 or 3 is exact). For Q4_1 and Q5_1 the offset m is a float: m d_x
- * (sum of the activations) is added in float, from the same corr.
+ * Q4_0, Q4_1, Q5_0, Q5_1 (blocks of 32, activations rounded as Q8_0): four
+ * blocks per register pair, lanes 4j .. 4j+3 holding block j (see "blocks
+ * of 32" below; the activations are packed in the weights' nibble order,
+ * Q32Act). The offsets -8 (Q4_0) and -16 (Q5_0) are paid by starting the
+ * lanes at -8 or -16 times the sum of their eight activations, which the
+ * layout carries as corr = -128 * sum (a shift right by 4 or 3 is exact).
+ * For Q4_1 and Q5_1 the offset m is a float: m d_x (sum of the activations)
+ * is added in float, from the same corr.
  *
  * Q4_K, Q5_K, Q6_K (super-blocks of 256, Q8_K activations): a super-block is
- * four chunks of 64 values, one vpdpbusd each. Q4_K's and Q5_K's chunk c is
- * sub-blocks 2c (lanes 0-7) and 2c + 1 (lanes 8-15); Q6_K's chunk is four
- * groups of 16 (lanes 4g .. 4g+3). The sub-block scales are small integers, so
- * each lane's sum is multiplied by its scale in int32 (vpmulld) and summed
- * over the super-block exactly; floats enter once per super-block: d_w d_x.
- * The mins of Q4_K and Q5_K (and Q6_K's -32) need only the sums of 16
- * activations, which Q8_K carries (bsums): one more integer multiply per
+ * four chunks of 64 values, one vpdpbusd each. Q4_K's and Q5_K's chunks are
+ * sub-blocks 0 and 2, 1 and 3, 4 and 6, 5 and 7 (k_half; the activations are
+ * packed to match), lanes 0-7 the first of the two; Q6_K's chunk is four
+ * groups of 16 (lanes 4g .. 4g+3). The sub-block scales are small integers,
+ * so each lane's sum is multiplied by its scale as an integer (vpmaddwd) and
+ * summed over the super-block exactly; floats enter once per super-block:
+ * d_w d_x. The mins of Q4_K and Q5_K (and Q6_K's -32) need only the sums of
+ * 16 activations, which Q8_K carries (bsums): one more integer multiply per
  * super-block.
  *
  * Tiles are R = 4 (or 1) rows by up to 4 tokens for blocks of 32 (as the Q8_0
