@@ -218,7 +218,7 @@ AVX512_INLINE void q32_tile(const MatmulJob *job, int n, int t0, int R, int TT, 
  * Q5_K: the min of each group of 16, lane g holding mn[g / 2]), and d, dmin. */
 typedef struct {
     __m512i sc, mn16;
-    float d, dmin;
+    __m128 ddm;   /* d in lane 0, dmin in lane 1 (Q6_K: 0) */
 } KScales;
 
 AVX512_INLINE KScales k_scales(DType type, const uint8_t *blk) {
@@ -227,7 +227,7 @@ AVX512_INLINE KScales k_scales(DType type, const uint8_t *blk) {
         const BlockQ6_K *b = (const BlockQ6_K *)blk;
         s.sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->scales));
         s.mn16 = _mm512_setzero_si512();
-        s.d = _cvtsh_ss(b->d), s.dmin = 0.0f;
+        s.ddm = _mm_cvtph_ps(_mm_cvtsi32_si128(b->d));
         return s;
     }
     const BlockQ4_K *b = (const BlockQ4_K *)blk;   /* Q5_K starts the same way */
@@ -251,7 +251,9 @@ AVX512_INLINE KScales k_scales(DType type, const uint8_t *blk) {
     __m512i mn8 = _mm512_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
     const __m512i half = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     s.mn16 = _mm512_permutexvar_epi32(half, mn8);
-    s.d = _cvtsh_ss(b->d), s.dmin = _cvtsh_ss(b->dmin);   /* F16C, inline */
+    uint32_t both;   /* d and dmin, side by side */
+    memcpy(&both, &b->d, 4);
+    s.ddm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)both));
     return s;
 }
 
@@ -414,16 +416,16 @@ AVX512_INLINE void qk_tile(const MatmulJob *job, int n, int t0, int R, int TT, D
                 }
             }
             for (int t = 0; t < TT; t++) {
+                __m128 f = _mm_mul_ps(ks.ddm, _mm_set1_ps(dx[t]));   /* d dx, dmin dx */
+                __m512 d = _mm512_broadcastss_ps(f);
                 if (type == DT_Q6_K) {   /* the -32 of every value: -32 sc[g] bsum[g] */
                     __m512i off = _mm512_slli_epi32(_mm512_madd_epi16(bs[t], sc16), 5);   /* see sc16 */
-                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum[t], off)),
-                                                _mm512_set1_ps(ks.d * dx[t]), acc[r][t]);
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum[t], off)), d, acc[r][t]);
                 } else {                 /* - dmin mn[j] (sum of sub-block j's activations) */
                     __m512i msum = _mm512_madd_epi16(bs[t], ks.mn16);   /* |bsum| < 2^15, mn < 64 */
-                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_set1_ps(ks.d * dx[t]),
-                                                acc[r][t]);
-                    mins[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_set1_ps(ks.dmin * dx[t]),
-                                                 mins[r][t]);
+                    __m512 dmin = _mm512_permutexvar_ps(_mm512_set1_epi32(1), _mm512_castps128_ps512(f));
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), d, acc[r][t]);
+                    mins[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), dmin, mins[r][t]);
                 }
             }
         }
