@@ -159,13 +159,25 @@ AVX512_INLINE Q32Quad q32_quad(const uint8_t *p, size_t bytes, int n, Q32Layout 
         if (n > 1) memcpy(&h1, p + bytes + L.qh, 4);
         if (n > 2) memcpy(&h2, p + 2 * bytes + L.qh, 4);
         if (n > 3) memcpy(&h3, p + 3 * bytes + L.qh, 4);
-        /* the four low halves side by side, then the four high halves */
-        __m128i split = _mm_shuffle_epi8(_mm_set_epi32((int)h3, (int)h2, (int)h1, (int)h0),
-                                         _mm_set_epi8(15, 14, 11, 10, 7, 6, 3, 2, 13, 12, 9, 8, 5, 4, 1, 0));
-        uint64_t mlo = (uint64_t)_mm_cvtsi128_si64(split), mhi = (uint64_t)_mm_extract_epi64(split, 1);
+        /* Each byte of lo and hi picks the byte of its block's word that
+         * holds its bit (vpshufb within each 128-bit lane, one block per
+         * lane), tests that bit (vptestmb), and adds 16 where it is set (the
+         * nibble has bit 4 clear, so the add is an OR): all in vector
+         * registers. Through 64-bit masks in general registers this took
+         * half as many instructions again: Q5_0 from cache on one Zen 5 core
+         * 35 GB/s, now 37 (Q5_1 31.5, now 33). */
+        __m512i hv = _mm512_broadcast_i32x4(_mm_set_epi32((int)h3, (int)h2, (int)h1, (int)h0));
+        const uint64_t b1 = 0x0101010101010101ull;   /* a byte repeated eight times */
+        const __m512i pick_lo = _mm512_set_epi64((long long)(13 * b1), (long long)(12 * b1), (long long)(9 * b1),
+                                                 (long long)(8 * b1), (long long)(5 * b1), (long long)(4 * b1),
+                                                 (long long)b1, 0);
+        const __m512i pick_hi = _mm512_add_epi8(pick_lo, _mm512_set1_epi8(2));
+        const __m512i bit = _mm512_set1_epi64((long long)0x8040201008040201ull);
         const __m512i sixteen = _mm512_set1_epi8(16);
-        w.lo = _mm512_or_si512(w.lo, _mm512_maskz_mov_epi8((__mmask64)mlo, sixteen));
-        w.hi = _mm512_or_si512(w.hi, _mm512_maskz_mov_epi8((__mmask64)mhi, sixteen));
+        w.lo = _mm512_mask_add_epi8(w.lo, _mm512_test_epi8_mask(_mm512_shuffle_epi8(hv, pick_lo), bit), w.lo,
+                                    sixteen);
+        w.hi = _mm512_mask_add_epi8(w.hi, _mm512_test_epi8_mask(_mm512_shuffle_epi8(hv, pick_hi), bit), w.hi,
+                                    sixteen);
     }
     if (L.m >= 0) w.dm = quad_dm(p, bytes, n), w.d = _mm_setzero_ps();
     else w.d = quad_h(p, bytes, n, 0), w.dm = _mm256_setzero_ps();
