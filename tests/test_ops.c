@@ -705,16 +705,19 @@ static void check_small_matmul(DType type, int N, int K, int T, OpsIsa isa, uint
 }
 
 /* Every small format, both fast paths, row counts that leave every tail of
- * the 4-row tiles, token counts that leave one over the 2-token tiles, and
- * rows of one block pair, an odd number of blocks, and several super-blocks. */
+ * the 4-row tiles, token counts that leave one over the 4-token tiles, and
+ * for the blocks of 32 rows that end in a whole group of four blocks or in
+ * 1, 2 or 3 over (7, 9, 10 and 24 blocks: the AVX-512 kernel takes four at a
+ * time), for the K formats one and several super-blocks. */
 static void small_formats_match_a_float64_loop_on_every_path(void **state) {
     (void)state;
     OpsIsa isas[] = {OPS_GENERIC, ops_best_isa()};
     int Ns[] = {1, 7, 33}, Ts[] = {1, 2, 3, 5};
     for (int i = 0; i < N_SMALL; i++) {
-        int Ks[] = {256, 768, dtype_is_k(SMALL_TYPES[i]) ? 1024 : 288};
+        int k_type = dtype_is_k(SMALL_TYPES[i]);
+        int Ks[] = {k_type ? 256 : 224, k_type ? 768 : 288, k_type ? 1024 : 320, 768};
         for (int s = 0; s < 2; s++)
-            for (int k = 0; k < 3; k++)
+            for (int k = 0; k < 4; k++)
                 for (int n = 0; n < 3; n++)
                     for (int t = 0; t < 4; t++)
                         check_small_matmul(SMALL_TYPES[i], Ns[n], Ks[k], Ts[t], isas[s],
@@ -753,6 +756,11 @@ static void small_formats_give_the_same_bits_by_tokens_and_threads(void **state)
     int saved = ops_threads();
     for (int i = 0; i < N_SMALL; i++) {
         check_batch_equals_single_tokens(SMALL_TYPES[i], 70, 512, 5);
+        if (!dtype_is_k(SMALL_TYPES[i])) {   /* rows ending in 1, 2, 3 blocks past a group of four */
+            check_batch_equals_single_tokens(SMALL_TYPES[i], 70, 288, 5);
+            check_batch_equals_single_tokens(SMALL_TYPES[i], 70, 320, 5);
+            check_batch_equals_single_tokens(SMALL_TYPES[i], 70, 224, 5);
+        }
         OpsIsa isas[] = {OPS_GENERIC, ops_best_isa()};
         int N = 1203, K = 512, T = 3;   /* big enough to be split between threads */
         Mat W = {SMALL_TYPES[i], N, K, make_weights(SMALL_TYPES[i], N, K, 41)};
