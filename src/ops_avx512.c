@@ -149,17 +149,8 @@ AVX512_FN void act_pack_avx512(uint8_t *act, const float *x, int T, int K) {
  * bytes; 8, 12 and 16 KiB side by side over F32, Q8_0, Q4_0, Q4_1, Q5_0,
  * Q6_K and Q4_K put 12 KiB first or level for each. Before all this, 4 rows
  * at a time with the L2 prefetch had taken Q8_0 from about half of a plain
- * read to about 60%. */
-AVX512_INLINE void prefetch_next_tile(const uint8_t *p, int R, size_t wstride) {
-    _mm_prefetch((const char *)(p + (size_t)R * wstride), _MM_HINT_T1);
-}
-
-/* What a tile of R rows by TT tokens asks for at p: one row and one token
- * stream ahead into L1, the others the next tile into L2. */
-AVX512_INLINE void prefetch_for_tile(const uint8_t *p, int R, int TT, size_t wstride) {
-    if (R == 1 && TT == 1) _mm_prefetch((const char *)(p + STREAM_AHEAD_BYTES), _MM_HINT_T0);
-    else prefetch_next_tile(p, R, wstride);
-}
+ * read to about 60%. The policy is prefetch_weights (ops_avx512.h), shared
+ * with ops_quant_avx512.c. */
 
 /* --- AVX-512: Q8_0 register tile of R weight rows by TT tokens (R, TT <= 4)
  *
@@ -195,7 +186,7 @@ AVX512_INLINE void q8_tile_step(__m512 acc[4][4], const uint8_t *w, size_t wstri
     __m512 ws[4];
     for (int r = 0; r < R; r++) {
         const BlockQ8_0 *blk = (const BlockQ8_0 *)(w + r * wstride) + b;
-        prefetch_for_tile((const uint8_t *)blk, R, TT, wstride);
+        prefetch_weights((const uint8_t *)blk, 1, R, TT, wstride);
         __m256i lo = _mm256_loadu_si256((const __m256i *)blk[0].qs);
         __m256i hi = two ? _mm256_loadu_si256((const __m256i *)blk[1].qs) : _mm256_setzero_si256();
         wq[r] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
@@ -305,10 +296,10 @@ AVX512_INLINE void q8_tile_4x4(const MatmulJob *job, int n, int t0) {
         int two = b + 1 < nb;   /* 0 only for a lone last block */
         const BlockQ8_0 *r0 = (const BlockQ8_0 *)w + b, *r1 = (const BlockQ8_0 *)(w + ws) + b,
                         *r2 = (const BlockQ8_0 *)(w + 2 * ws) + b, *r3 = (const BlockQ8_0 *)(w + 3 * ws) + b;
-        prefetch_next_tile((const uint8_t *)r0, 4, ws);
-        prefetch_next_tile((const uint8_t *)r1, 4, ws);
-        prefetch_next_tile((const uint8_t *)r2, 4, ws);
-        prefetch_next_tile((const uint8_t *)r3, 4, ws);
+        prefetch_weights((const uint8_t *)r0, 1, 4, 4, ws);
+        prefetch_weights((const uint8_t *)r1, 1, 4, 4, ws);
+        prefetch_weights((const uint8_t *)r2, 1, 4, 4, ws);
+        prefetch_weights((const uint8_t *)r3, 1, 4, 4, ws);
         __m512i w0 = q8_weight_pair(r0, two), w1 = q8_weight_pair(r1, two),
                 w2 = q8_weight_pair(r2, two), w3 = q8_weight_pair(r3, two);
         __m512 d0 = q8_weight_scales(r0, two), d1 = q8_weight_scales(r1, two),
@@ -357,10 +348,10 @@ AVX512_INLINE void q8_tile_4xn(const MatmulJob *job, int n, int t0, int TT) {
         int two = b + 1 < nb;
         const BlockQ8_0 *r0 = (const BlockQ8_0 *)w + b, *r1 = (const BlockQ8_0 *)(w + ws) + b,
                         *r2 = (const BlockQ8_0 *)(w + 2 * ws) + b, *r3 = (const BlockQ8_0 *)(w + 3 * ws) + b;
-        prefetch_next_tile((const uint8_t *)r0, 4, ws);
-        prefetch_next_tile((const uint8_t *)r1, 4, ws);
-        prefetch_next_tile((const uint8_t *)r2, 4, ws);
-        prefetch_next_tile((const uint8_t *)r3, 4, ws);
+        prefetch_weights((const uint8_t *)r0, 1, 4, 4, ws);
+        prefetch_weights((const uint8_t *)r1, 1, 4, 4, ws);
+        prefetch_weights((const uint8_t *)r2, 1, 4, 4, ws);
+        prefetch_weights((const uint8_t *)r3, 1, 4, 4, ws);
         __m512i w0 = q8_weight_pair(r0, two), w1 = q8_weight_pair(r1, two),
                 w2 = q8_weight_pair(r2, two), w3 = q8_weight_pair(r3, two);
         __m512 d0 = q8_weight_scales(r0, two), d1 = q8_weight_scales(r1, two),
@@ -427,7 +418,7 @@ AVX512_INLINE void float_tile(const MatmulJob *job, int n, int t0, DType type, i
     int k = 0;
     for (; k + 16 <= K; k += 16) {
         for (int r = 0; r < R; r++) {
-            prefetch_for_tile(w + r * wstride + k * wsize, R, TT, wstride);
+            prefetch_weights(w + r * wstride + k * wsize, 1, R, TT, wstride);
             wv[r] = wide_load(w + r * wstride, k, type, 0xffff);
         }
         for (int t = 0; t < TT; t++) {
@@ -473,10 +464,10 @@ AVX512_INLINE void float_tile_4xn(const MatmulJob *job, int n, int t0, DType typ
            a13 = a00, a23 = a00, a33 = a00;
     for (int k = 0; k < K; k += 16) {
         __mmask16 m = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);
-        prefetch_next_tile(w + k * wsize, 4, ws);
-        prefetch_next_tile(w + ws + k * wsize, 4, ws);
-        prefetch_next_tile(w + 2 * ws + k * wsize, 4, ws);
-        prefetch_next_tile(w + 3 * ws + k * wsize, 4, ws);
+        prefetch_weights(w + k * wsize, 1, 4, 4, ws);
+        prefetch_weights(w + ws + k * wsize, 1, 4, 4, ws);
+        prefetch_weights(w + 2 * ws + k * wsize, 1, 4, 4, ws);
+        prefetch_weights(w + 3 * ws + k * wsize, 1, 4, 4, ws);
         __m512 w0 = wide_load(w, k, type, m), w1 = wide_load(w + ws, k, type, m),
                w2 = wide_load(w + 2 * ws, k, type, m), w3 = wide_load(w + 3 * ws, k, type, m);
         __m512 xv = _mm512_maskz_loadu_ps(m, x0 + k);

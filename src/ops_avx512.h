@@ -38,6 +38,21 @@ typedef void (*RowsFn)(const MatmulJob *job, int part, int n0, int n1);
  * weights: ops_avx512.c, "reading weights from memory". */
 enum { STREAM_AHEAD_BYTES = 12288 };
 
+#ifdef OPS_X86
+#include <xmmintrin.h>
+/* What a tile of R rows by TT tokens asks for while it reads `bytes` (at
+ * least 1) of a row at p, a row being `stride` bytes: one row and one token
+ * (decoding, a single stream) the bytes STREAM_AHEAD_BYTES further on, into
+ * L1; wider tiles the same place R rows further on, the next tile's rows,
+ * into L2. Every 64-byte line of the bytes is asked for. */
+static inline void prefetch_weights(const uint8_t *p, size_t bytes, int R, int TT, size_t stride) {
+    for (size_t at = 0; at < bytes; at += 64) {
+        if (R == 1 && TT == 1) _mm_prefetch((const char *)(p + STREAM_AHEAD_BYTES + at), _MM_HINT_T0);
+        else _mm_prefetch((const char *)(p + (size_t)R * stride + at), _MM_HINT_T1);
+    }
+}
+#endif
+
 /* Row n of W. */
 static inline const uint8_t *row_ptr(const Mat *W, int n) {
     return (const uint8_t *)W->data + (size_t)n * dtype_row_bytes(W->type, W->K);

@@ -47,17 +47,6 @@
  * in L2 while each pair of tokens visits them. */
 enum { SQ_CHUNK_BYTES = 256 * 1024 };
 
-/* Prefetching, as ops_avx512.c explains: one row and one token stream, and
- * ask for the bytes STREAM_AHEAD_BYTES on into L1; wider tiles ask for the
- * next tile's rows into L2. Every line of the block's bytes is asked for. */
-
-AVX512_INLINE void prefetch_block(const uint8_t *blk, size_t bytes, int R, int TT, size_t stride) {
-    for (size_t at = 0; at < bytes; at += 64) {
-        if (R == 1 && TT == 1) _mm_prefetch((const char *)(blk + STREAM_AHEAD_BYTES + at), _MM_HINT_T0);
-        else _mm_prefetch((const char *)(blk + (size_t)R * stride + at), _MM_HINT_T1);
-    }
-}
-
 AVX512_INLINE __m512i nibbles_lo_hi(__m256i v) {   /* 32 bytes -> [low nibbles, high nibbles] */
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
@@ -206,7 +195,7 @@ AVX512_INLINE void q32_step(__m512 acc[4][4], const uint8_t *w, size_t bytes, si
     Q32Quad wq[4];
     for (int r = 0; r < R; r++) {
         const uint8_t *p = w + (size_t)r * stride + (size_t)(4 * q) * bytes;
-        prefetch_block(p, (size_t)nblk * bytes, R, TT, stride);
+        prefetch_weights(p, (size_t)nblk * bytes, R, TT, stride);
         wq[r] = q32_quad(p, bytes, nblk, L);
     }
     for (int t = 0; t < TT; t++) {
@@ -426,7 +415,7 @@ AVX512_INLINE void qk_tile(const MatmulJob *job, int n, int t0, int R, int TT, D
         }
         for (int r = 0; r < R; r++) {
             const uint8_t *blk = w + (size_t)r * stride + (size_t)b * bytes;
-            prefetch_block(blk, bytes, R, TT, stride);
+            prefetch_weights(blk, bytes, R, TT, stride);
             KScales ks = k_scales(type, blk);
             __m512i isum[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
                                _mm512_setzero_si512()};

@@ -56,8 +56,7 @@ echo "bench_llamacpp.sh: engine at $(git rev-parse --short HEAD 2>/dev/null || e
      "as prebuilt by node-llama-cpp $version; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-}; $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "bench_llamacpp.sh: BENCH_LLAMACPP_TYPES=\"$types\" BENCH_LLAMACPP_STEPS=$steps BENCH_LLAMACPP_ROUNDS=$rounds sh tools/bench_llamacpp.sh"
 
-# median of the numbers on stdin
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+. tools/median.sh
 
 ours_single() { "$bin/bench" --threads 1 --prompt 8 --decode "$steps" --runs 1 "$1" 2>/dev/null |
                 awk -F'|' '/^\| / && $3 ~ /[A-Z]/ && $10 + 0 > 0 { gsub(/ /, "", $10); print $10 }'; }

@@ -31,12 +31,12 @@ for i in $(seq "$runs"); do
         sed -n 's/.*decode \([0-9.]*\) tok\/s.*/\1/p' "$tmp/err" >> "$tmp/$mode"
     done
 done
-median() { sort -n "$1" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+. tools/median.sh
 spread() { sort -n "$1" | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f-%.1f", lo, hi }'; }
-base=$(median "$tmp/off")
+base=$(median < "$tmp/off")
 printf '%-22s %12s %14s %10s\n' "setting" "decode tok/s" "range" "vs off"
 for mode in off on verbose json; do
-    m=$(median "$tmp/$mode")
+    m=$(median < "$tmp/$mode")
     case $mode in off) name="trace off";; on) name="--trace";; verbose) name="--trace=verbose";; json) name="--trace-json";; esac
     printf '%-22s %12.1f %14s %9.1f%%\n' "$name" "$m" "$(spread "$tmp/$mode")" "$(echo "$m $base" | awk '{ printf "%.1f", ($1 / $2 - 1) * 100 }')"
 done

@@ -33,9 +33,7 @@ pythons=${BENCH_PYTHON:-"python3 /usr/bin/python3"}
 
 say() { echo "bench_train.sh: $*"; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
-# median of the numbers on stdin, one a line
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2];
-                                               else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+. tools/median.sh
 # 1234567.8 -> 1,234,568
 commas() { awk -v n="$1" 'BEGIN { s = sprintf("%.0f", n)
                                   while (s ~ /[0-9][0-9][0-9][0-9]/) sub(/[0-9][0-9][0-9]($|,)/, ",&", s)
