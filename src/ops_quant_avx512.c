@@ -87,75 +87,32 @@ AVX512_INLINE Q32Layout q32_layout(DType type) {
     }
 }
 
-/* The fp16 at byte `off` of each of n blocks (0 for the missing ones), as
- * four floats: the _0 kinds' scales. */
-AVX512_INLINE __m128 quad_h(const uint8_t *p, size_t bytes, int n, int off) {
-    uint16_t h[4] = {0, 0, 0, 0};
-    for (int j = 0; j < n; j++) memcpy(&h[j], p + (size_t)j * bytes + off, 2);
-    uint64_t v = h[0] | (uint64_t)h[1] << 16 | (uint64_t)h[2] << 32 | (uint64_t)h[3] << 48;
-    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
-}
-
-/* The _1 kinds' scales and offsets of n blocks (0 for the missing ones):
- * the first 4 bytes of each block are d and m, one word per block in one
- * register, widened together: d_j in lane 2j, m_j * -1/128 in lane 2j + 1
- * (the multiply by a power of two is exact). Gathered as quad_h gathers d,
- * the two fields cost about twice as many instructions: Q4_1 from cache on
- * one Zen 5 core 33 -> 39 GB/s. (For the _0 kinds, with no m, quad_h was
- * the faster of the two: Q4_0 45 against 41.) */
-AVX512_INLINE __m256 quad_dm(const uint8_t *p, size_t bytes, int n) {
-    uint32_t w0 = 0, w1 = 0, w2 = 0, w3 = 0;
-    memcpy(&w0, p, 4);
-    if (n > 1) memcpy(&w1, p + bytes, 4);
-    if (n > 2) memcpy(&w2, p + 2 * bytes, 4);
-    if (n > 3) memcpy(&w3, p + 3 * bytes, 4);
-    __m256 v = _mm256_cvtph_ps(_mm_set_epi32((int)w3, (int)w2, (int)w1, (int)w0));
-    return _mm256_mul_ps(v, _mm256_set_ps(-1.0f / 128.0f, 1.0f, -1.0f / 128.0f, 1.0f, -1.0f / 128.0f, 1.0f,
-                                          -1.0f / 128.0f, 1.0f));
-}
-
-/* Blocks 0 .. n-1 (n = 1..4) from p: lo and hi as above (zeros for missing
- * blocks), unsigned, the fifth bit ORed in as 16; their scales and offsets
- * (quad_dm). */
+/* Blocks 0 .. n-1 (n = 1..4) of a quad: lo and hi as above (zeros for
+ * missing blocks), unsigned, the fifth bit ORed in as 16; their scales, and
+ * for the _1 kinds the offsets, as floats. */
 typedef struct {
     __m512i lo, hi;
-    __m128 d;    /* _0 kinds: the four scales */
-    __m256 dm;   /* _1 kinds: quad_dm */
+    __m128 d;    /* _0 kinds: d_j in lane j */
+    __m256 dm;   /* _1 kinds: d_j in lane 2j, m_j * -1/128 in lane 2j + 1 (a power of two: exact) */
 } Q32Quad;
 
-AVX512_INLINE Q32Quad q32_quad(const uint8_t *p, size_t bytes, int n, Q32Layout L) {
+/* A quad's fields gathered into registers (by q32_quad) to Q32Quad: z the
+ * four blocks' qs (block j in lane j), hv the four qh words h0 h1 h2 h3 in
+ * every 128-bit lane (the Q5 kinds), dw the scales' fp16 words (d0 m0 d1 m1
+ * ... for the _1 kinds, d0 d1 d2 d3 for the _0 kinds). */
+AVX512_INLINE Q32Quad q32_fields(__m512i z, __m512i hv, __m128i dw, Q32Layout L) {
     Q32Quad w;
-    __m512i z;
-    if (n == 4) {
-        z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + L.qs)));
-        z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p + bytes + L.qs)), 1);
-        z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p + 2 * bytes + L.qs)), 2);
-        z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p + 3 * bytes + L.qs)), 3);
-    } else {   /* the last blocks of a row: nothing past them is read */
-        z = _mm512_setzero_si512();
-        for (int j = 0; j < n; j++)
-            z = _mm512_mask_broadcast_i32x4(z, (__mmask16)(0xfu << 4 * j),
-                                            _mm_loadu_si128((const __m128i *)(p + (size_t)j * bytes + L.qs)));
-    }
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     w.lo = _mm512_and_si512(z, m4);
     w.hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
     if (L.qh >= 0) {   /* bit i of qh: the fifth bit of value i; bits 0-15 go to lo, 16-31 to hi */
-        /* four words into one register from general registers: stored to an
-         * array and loaded as one, they made the load wait for the stores */
-        uint32_t h0 = 0, h1 = 0, h2 = 0, h3 = 0;
-        memcpy(&h0, p + L.qh, 4);
-        if (n > 1) memcpy(&h1, p + bytes + L.qh, 4);
-        if (n > 2) memcpy(&h2, p + 2 * bytes + L.qh, 4);
-        if (n > 3) memcpy(&h3, p + 3 * bytes + L.qh, 4);
         /* Each byte of lo and hi picks the byte of its block's word that
          * holds its bit (vpshufb within each 128-bit lane, one block per
          * lane), tests that bit (vptestmb), and adds 16 where it is set (the
          * nibble has bit 4 clear, so the add is an OR): all in vector
          * registers. Through 64-bit masks in general registers this took
          * half as many instructions again: Q5_0 from cache on one Zen 5 core
-         * 35 GB/s, now 37 (Q5_1 31.5, now 33). */
-        __m512i hv = _mm512_broadcast_i32x4(_mm_set_epi32((int)h3, (int)h2, (int)h1, (int)h0));
+         * 35 GB/s, then 37 (Q5_1 31.5, then 33). */
         const uint64_t b1 = 0x0101010101010101ull;   /* a byte repeated eight times */
         const __m512i pick_lo = _mm512_set_epi64((long long)(13 * b1), (long long)(12 * b1), (long long)(9 * b1),
                                                  (long long)(8 * b1), (long long)(5 * b1), (long long)(4 * b1),
@@ -168,9 +125,91 @@ AVX512_INLINE Q32Quad q32_quad(const uint8_t *p, size_t bytes, int n, Q32Layout 
         w.hi = _mm512_mask_add_epi8(w.hi, _mm512_test_epi8_mask(_mm512_shuffle_epi8(hv, pick_hi), bit), w.hi,
                                     sixteen);
     }
-    if (L.m >= 0) w.dm = quad_dm(p, bytes, n), w.d = _mm_setzero_ps();
-    else w.d = quad_h(p, bytes, n, 0), w.dm = _mm256_setzero_ps();
+    if (L.m >= 0) {
+        w.dm = _mm256_mul_ps(_mm256_cvtph_ps(dw), _mm256_set_ps(-1.0f / 128.0f, 1.0f, -1.0f / 128.0f, 1.0f,
+                                                                -1.0f / 128.0f, 1.0f, -1.0f / 128.0f, 1.0f));
+        w.d = _mm_setzero_ps();
+    } else {
+        w.d = _mm_cvtph_ps(dw);
+        w.dm = _mm256_setzero_ps();
+    }
     return w;
+}
+
+/* Word indices into a pair of registers holding the 128 bytes from a quad's
+ * first byte (words 0-31 the first register, 32-63 the second), for
+ * vpermt2w: every field of these blocks starts on an even byte and every
+ * block is an even number of bytes, so 16-bit granularity is enough (and
+ * AVX512BW has it; vpermt2b would need VBMI, which Cascade Lake lacks).
+ * Written as vector arithmetic on constants, which GCC folds to constants.
+ *   qs: block j's 8 words of nibbles in words 8j .. 8j+7 (lane j);
+ *   qh: in every 128-bit lane the four blocks' qh words, h0 h1 h2 h3;
+ *   d:  the first four words d0 m0 d1 m1 ... (the _1 kinds) or d0 d1 d2 d3. */
+typedef short Words32 __attribute__((vector_size(64)));
+AVX512_INLINE __m512i q32_idx_qs(size_t bytes, Q32Layout L) {
+    const Words32 j = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+    const Words32 w = {0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7};
+    return (__m512i)(j * (short)(bytes / 2) + w + (short)(L.qs / 2));
+}
+AVX512_INLINE __m512i q32_idx_qh(size_t bytes, Q32Layout L) {
+    const Words32 j = {0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3};
+    const Words32 w = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
+    return (__m512i)(j * (short)(bytes / 2) + w + (short)(L.qh / 2));
+}
+AVX512_INLINE __m512i q32_idx_d(size_t bytes, Q32Layout L) {
+    const Words32 j1 = {0, 0, 1, 1, 2, 2, 3, 3};   /* _1 kinds: d and m of each block */
+    const Words32 w1 = {0, 1, 0, 1, 0, 1, 0, 1};
+    const Words32 j0 = {0, 1, 2, 3};                /* _0 kinds: d of each block */
+    return (__m512i)(L.m >= 0 ? j1 * (short)(bytes / 2) + w1 : j0 * (short)(bytes / 2));
+}
+
+AVX512_INLINE Q32Quad q32_quad(const uint8_t *p, size_t bytes, int n, Q32Layout L, int permute) {
+    __m512i z;
+    if (n == 4 && permute) {
+        /* The quad's 4 * bytes (72 to 96) in two registers, the second loaded
+         * under a mask (nothing past the quad is read), then each field
+         * gathered by one two-register word permute: three permutes where
+         * single loads, inserts and moves through general registers took
+         * some 40 instructions per quad. */
+        const __mmask32 rest = (__mmask32)((1u << (4 * bytes - 64) / 2) - 1);
+        __m512i a = _mm512_loadu_si512(p), b = _mm512_maskz_loadu_epi16(rest, p + 64);
+        z = _mm512_permutex2var_epi16(a, q32_idx_qs(bytes, L), b);
+        __m512i dv = _mm512_permutex2var_epi16(a, q32_idx_d(bytes, L), b);
+        __m512i hv = L.qh >= 0 ? _mm512_permutex2var_epi16(a, q32_idx_qh(bytes, L), b) : _mm512_setzero_si512();
+        return q32_fields(z, hv, _mm512_castsi512_si128(dv), L);
+    }
+    /* One field of one block at a time. Nothing past the last block is read. */
+    if (n == 4) {
+        z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + L.qs)));
+        z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p + bytes + L.qs)), 1);
+        z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p + 2 * bytes + L.qs)), 2);
+        z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p + 3 * bytes + L.qs)), 3);
+    } else {
+        z = _mm512_setzero_si512();
+        for (int j = 0; j < n; j++)
+            z = _mm512_mask_broadcast_i32x4(z, (__mmask16)(0xfu << 4 * j),
+                                            _mm_loadu_si128((const __m128i *)(p + (size_t)j * bytes + L.qs)));
+    }
+    /* words into registers from general registers, each its own variable:
+     * stored to an array and loaded as one, they made the load wait for the
+     * stores */
+    uint32_t h0 = 0, h1 = 0, h2 = 0, h3 = 0, w0 = 0, w1 = 0, w2 = 0, w3 = 0;
+    const size_t dbytes = L.m >= 0 ? 4 : 2;   /* d and m, or d */
+    memcpy(&w0, p, dbytes);
+    if (n > 1) memcpy(&w1, p + bytes, dbytes);
+    if (n > 2) memcpy(&w2, p + 2 * bytes, dbytes);
+    if (n > 3) memcpy(&w3, p + 3 * bytes, dbytes);
+    if (L.qh >= 0) {
+        memcpy(&h0, p + L.qh, 4);
+        if (n > 1) memcpy(&h1, p + bytes + L.qh, 4);
+        if (n > 2) memcpy(&h2, p + 2 * bytes + L.qh, 4);
+        if (n > 3) memcpy(&h3, p + 3 * bytes + L.qh, 4);
+    }
+    __m128i dw = L.m >= 0 ? _mm_set_epi32((int)w3, (int)w2, (int)w1, (int)w0)
+                          : _mm_cvtsi64_si128((long long)(w0 | (uint64_t)w1 << 16 | (uint64_t)w2 << 32 |
+                                                          (uint64_t)w3 << 48));
+    __m512i hv = _mm512_broadcast_i32x4(_mm_set_epi32((int)h3, (int)h2, (int)h1, (int)h0));
+    return q32_fields(z, hv, dw, L);
 }
 
 /* Four block values (lanes 0-3) spread over the lanes of their blocks. */
@@ -196,7 +235,7 @@ AVX512_INLINE void q32_step(__m512 acc[4][4], const uint8_t *w, size_t bytes, si
     for (int r = 0; r < R; r++) {
         const uint8_t *p = w + (size_t)r * stride + (size_t)(4 * q) * bytes;
         prefetch_weights(p, (size_t)nblk * bytes, R, TT, stride);
-        wq[r] = q32_quad(p, bytes, nblk, L);
+        wq[r] = q32_quad(p, bytes, nblk, L, R == 1 && TT == 1);
     }
     for (int t = 0; t < TT; t++) {
         __m512i xlo = _mm512_loadu_si512(xr[t].qs + 128 * q), xhi = _mm512_loadu_si512(xr[t].qs + 128 * q + 64);
