@@ -386,8 +386,26 @@ AVX512_INLINE __m512i k_chunk_weights(DType type, const uint8_t *blk, int c) {
  * load per 64 values was split and the halves joined again (vinserti64x4):
  * Q4_K decoding on one Zen 5 core from memory 27.6 -> (see notes/formats.md). */
 typedef struct {
-    __m512i lo, hi, sc_lo, sc_hi;
+    __m512i lo, hi;
+    __m512i sc;   /* the sub-block scales as 16-bit words, in k_pair's order */
 } KHalf;
+
+/* Both registers' sums for one token times their scales: lo's and hi's
+ * int32 lanes (each the sum of four products, |p| <= 4 * 31 * 128 < 2^15)
+ * interleaved as 16-bit words (lane l: lo's in its low word, hi's in its
+ * high one), and one vpmaddwd with the scales in that order gives lane l
+ * sc_lo p_lo + sc_hi p_hi, exactly, as two vpmaddwd and two adds did before
+ * (the same bits). One Zen 5 core from cache: Q4_K 38.9 -> 42.5 GB/s,
+ * Q5_K 37.4 -> 40.5; prefill of 128 tokens 202 -> 236 and 186 -> 211
+ * GFLOP/s. (Narrowing with vpackssdw, one instruction, was 2% faster again,
+ * but it pairs other lanes: rows of the Q4_K_M fixture within 1e-5 of
+ * llama.cpp's went from 123 to 65.) */
+AVX512_INLINE __m512i k_pair(__m512i isum, KHalf kh, const int8_t *xq) {
+    __m512i plo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kh.lo, _mm512_loadu_si512(xq));
+    __m512i phi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kh.hi, _mm512_loadu_si512(xq + 64));
+    __m512i both = _mm512_mask_blend_epi16(0xAAAAAAAAu, plo, _mm512_slli_epi32(phi, 16));
+    return _mm512_add_epi32(isum, _mm512_madd_epi16(both, kh.sc));
+}
 
 AVX512_INLINE KHalf k_half(DType type, const uint8_t *blk, __m512i planes, __m512i sc16, int h) {
     KHalf k;
@@ -406,9 +424,11 @@ AVX512_INLINE KHalf k_half(DType type, const uint8_t *blk, __m512i planes, __m51
         k.lo = _mm512_or_si512(k.lo, _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(planes, sel_lo), sixteen));
         k.hi = _mm512_or_si512(k.hi, _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(planes, sel_hi), sixteen));
     }
-    const __m512i eight = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
-    k.sc_lo = _mm512_permutexvar_epi32(_mm512_add_epi32(eight, _mm512_set1_epi32(a)), sc16);
-    k.sc_hi = _mm512_permutexvar_epi32(_mm512_add_epi32(eight, _mm512_set1_epi32(a + 1)), sc16);
+    /* k_pair's order: lane l's low word from lo (sub-block a for l < 8,
+     * a + 2 above), its high word from hi (a + 1, a + 3); scale j is word
+     * 2j of sc16 */
+    const Words32 sub = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3};
+    k.sc = _mm512_permutexvar_epi16((__m512i)((sub + (short)a) * 2), sc16);
     return k;
 }
 
@@ -482,13 +502,8 @@ AVX512_INLINE void qk_tile(const MatmulJob *job, int n, int t0, int R, int TT, D
                 }
                 for (int h = 0; h < 2; h++) {
                     KHalf kh = k_half(type, blk, planes, sc16, h);
-                    for (int t = 0; t < TT; t++) {
-                        const int8_t *xq = xr[t][b].qs + 128 * h;   /* in k_half's order */
-                        __m512i plo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kh.lo, _mm512_loadu_si512(xq));
-                        __m512i phi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kh.hi, _mm512_loadu_si512(xq + 64));
-                        isum[t] = _mm512_add_epi32(isum[t], _mm512_madd_epi16(plo, kh.sc_lo));
-                        isum[t] = _mm512_add_epi32(isum[t], _mm512_madd_epi16(phi, kh.sc_hi));
-                    }
+                    for (int t = 0; t < TT; t++)   /* the activations in k_half's order */
+                        isum[t] = k_pair(isum[t], kh, xr[t][b].qs + 128 * h);
                 }
             }
             for (int t = 0; t < TT; t++) {
