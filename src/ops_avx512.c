@@ -564,7 +564,7 @@ AVX512_FN void q32_act_pack_avx512(uint8_t *act, const float *x, int T, int K) {
         uint8_t *p = act + (size_t)t * stride;
         int8_t *qs = (int8_t *)p;
         int32_t *corr = (int32_t *)(p + 128 * nq);
-        float *d = (float *)(p + 192 * nq);
+        float *d = (float *)(p + 192 * nq), *ds = (float *)(p + 208 * nq);
         memset(p, 0, stride);   /* the padding blocks of the last quad add nothing */
         for (int b = 0; b < nb; b++) {
             int8_t q[QK8_0];
@@ -572,11 +572,15 @@ AVX512_FN void q32_act_pack_avx512(uint8_t *act, const float *x, int T, int K) {
             d[b] = fp16_to_fp32(q8_0_quantize_block_avx512(q, x + (size_t)t * K + (size_t)b * QK8_0));
             memcpy(qs + 128 * quad + 16 * j, q, 16);
             memcpy(qs + 128 * quad + 64 + 16 * j, q + 16, 16);
+            int32_t all = 0;
             for (int i = 0; i < 4; i++) {
                 int32_t sum = 0;
                 for (int k = 0; k < 4; k++) sum += q[4 * i + k] + q[16 + 4 * i + k];
                 corr[16 * quad + 4 * j + i] = -128 * sum;
+                all += sum;
             }
+            ds[2 * b] = d[b];
+            ds[2 * b + 1] = d[b] * (float)all;
         }
     }
 }

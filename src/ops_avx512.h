@@ -109,20 +109,24 @@ static inline ActRow act_row(const uint8_t *act, int K, int t) {
  *                      and 16+4i .. 16+4i+3 of block j): the eight values
  *                      the lane's two vpdpbusd multiply
  *   float   d[4]       the scales of blocks 0..3
+ *   float   ds[8]      d_j in 2j and s_j = d_j * (the sum of block j's 32
+ *                      values) in 2j + 1: what the offsets m of Q4_1 and
+ *                      Q5_1 multiply (as llama.cpp's Q8_1 blocks carry s)
  * each array for all the quads back to back. */
 typedef struct {
     const int8_t *qs;
     const int32_t *corr;
-    const float *d;
+    const float *d, *ds;
 } Q32Act;
 
 static inline int q32_quads(int K) { return (K / 32 + 3) / 4; }
-static inline size_t q32_act_stride(int K) { return ((size_t)q32_quads(K) * (128 + 64 + 16) + 63) / 64 * 64; }
+static inline size_t q32_act_stride(int K) { return ((size_t)q32_quads(K) * (128 + 64 + 16 + 32) + 63) / 64 * 64; }
 
 static inline Q32Act q32_act_row(const uint8_t *act, int K, int t) {
     const uint8_t *p = act + (size_t)t * q32_act_stride(K);
     size_t nq = (size_t)q32_quads(K);
-    Q32Act r = {(const int8_t *)p, (const int32_t *)(p + 128 * nq), (const float *)(p + 192 * nq)};
+    Q32Act r = {(const int8_t *)p, (const int32_t *)(p + 128 * nq), (const float *)(p + 192 * nq),
+                (const float *)(p + 208 * nq)};
     return r;
 }
 
