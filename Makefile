@@ -136,21 +136,27 @@ run: fast
 
 # --- the default model -----------------------------------------------------
 # make train reproduces data/shakespeare.gguf, byte for byte on any x86-64
-# CPU: a BPE vocabulary learned from the training split, then the model (see
-# notes/training.md for the figures, and "Determinism" for why the bytes
-# do not depend on the machine; they do depend on --threads 2).
+# CPU (notes/training.md has the figures, and "Determinism" for why the
+# bytes do not depend on the machine; they do depend on --threads 2): a BPE
+# vocabulary learned from the training split; three teachers, one recipe
+# with seeds 1, 2 and 3; then the model, a student of the same shape trained
+# towards the teachers' averaged probabilities (--teacher, --distill).
 CORPUS      ?= ../shared/corpus/tinyshakespeare.txt
 VOCAB       ?= 2048
 TRAIN_ARGS  ?= --dim 256 --hidden 704 --layers 6 --heads 8 --kv-heads 2 --ctx 256 --batch 8 \
-               --steps 2000 --warmup 100 --lr 1e-3 --min-lr 1e-4 --dropout 0.3 --wd 0.1 --ema 0.999 \
-               --seed 1
+               --steps 2000 --warmup 100 --lr 1e-3 --min-lr 1e-4 --dropout 0.3 --wd 0.1 --ema 0.999
+TEACHERS    ?= 1 2 3
+DISTILL     ?= 0.7
+TRAIN_RUN    = build/fast/train --tokenizer build/shakespeare-tok.gguf --corpus $(CORPUS) --threads 2 \
+               --eval-every 250 --resume $(TRAIN_ARGS)
 train: fast
 	build/fast/bpe_train --input $(CORPUS) --vocab $(VOCAB) --out build/shakespeare-tok.gguf
-	build/fast/train --tokenizer build/shakespeare-tok.gguf \
-	    --corpus $(CORPUS) --out $(DEFAULT_MODEL) --threads 2 --eval-every 250 \
-	    --log build/train-log.csv --checkpoint build/train.ckpt --resume $(TRAIN_ARGS)
+	for s in $(TEACHERS); do $(TRAIN_RUN) --seed $$s --out build/teacher-$$s.gguf --log build/teacher-$$s.csv \
+	    --checkpoint build/teacher-$$s.ckpt || exit 1; done
+	$(TRAIN_RUN) --seed 1 --out $(DEFAULT_MODEL) --log build/train-log.csv --checkpoint build/model.ckpt \
+	    $(patsubst %,--teacher build/teacher-%.gguf,$(TEACHERS)) --distill $(DISTILL)
 	CPT=2.89 sh tools/loss_svg.sh build/train-log.csv notes/training-loss.svg
-	md5sum $(DEFAULT_MODEL)
+	md5sum $(patsubst %,build/teacher-%.gguf,$(TEACHERS)) $(DEFAULT_MODEL)
 
 bench: fast
 	OPENBLAS_CORETYPE=SkylakeX sh tools/bench.sh

@@ -431,10 +431,19 @@ static void backward_slice(Trainer *t, Slice sl, TrParams *G, float *dP) {
     float *dz = t->logits + r0 * V, *ws = my_scratch(t);
     if (sl.nb == 0) return;
 
-    /* dz = (p - onehot) / BT, in place over the probabilities */
+    /* dz = (p - target) / BT, in place over the probabilities; the target
+     * is onehot, or with distillation (1 - w) onehot + w soft */
     for (int r = (int)r0; r < (int)r0 + R; r++) {
         float *z = t->logits + (size_t)r * V;
-        z[tokens[(r / T) * (T + 1) + r % T + 1]] -= 1.0f;
+        int target = tokens[(r / T) * (T + 1) + r % T + 1];
+        if (t->soft) {
+            const float *q = t->soft + (size_t)r * V;
+            float w = t->soft_weight;
+            for (int i = 0; i < V; i++) z[i] -= w * q[i];
+            z[target] -= 1.0f - w;
+        } else {
+            z[target] -= 1.0f;
+        }
         for (int i = 0; i < V; i++) z[i] /= (float)BT;
     }
     const float *wout = P->out ? P->out : P->emb;

@@ -41,6 +41,12 @@ typedef struct {
     int tied;
     int B, T;
     float dropout;          /* on both residual branches, training only */
+    /* Distillation: when soft is set, the target of row r is the mixture
+     * (1 - soft_weight) onehot(token) + soft_weight soft[r] (soft: (BT, V)
+     * probabilities, a teacher's), and tr_backward follows its gradient;
+     * row_loss stays -log p(token). */
+    const float *soft;
+    float soft_weight;
     uint64_t seed;          /* weights init and dropout masks */
     long step;              /* dropout masks differ per step */
 

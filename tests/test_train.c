@@ -65,8 +65,11 @@ static void d_attention(double *out, const double *q, const double *k, const dou
 }
 
 /* Mean cross-entropy of the whole model, all in double. p: parameters in the
- * trainer's layout, widened to double. */
-static double d_loss(const double *p, const ModelConfig *c, int tied, const int *tok, int B, int T) {
+ * trainer's layout, widened to double. With soft (B*T rows of V
+ * probabilities), each row's target is (1 - w) onehot + w soft: the loss is
+ * -(1 - w) log p(token) - w sum_i soft_i log p_i (distillation). */
+static double d_loss(const double *p, const ModelConfig *c, int tied, const int *tok, int B, int T,
+                     const double *soft, double w) {
     int D = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size, H = c->n_heads;
     int Hkv = c->n_kv_heads, S = c->head_dim, qd = H * S, kvd = Hkv * S;
     /* the same layout as tr_param_views, computed independently */
@@ -108,7 +111,13 @@ static double d_loss(const double *p, const ModelConfig *c, int tied, const int 
             double mx = -1e300, sum = 0;
             for (int i = 0; i < V; i++) mx = fmax(mx, z[i]);
             for (int i = 0; i < V; i++) sum += exp(z[i] - mx);
-            total += -(z[tk[t + 1]] - mx - log(sum));
+            if (!soft) {
+                total += -(z[tk[t + 1]] - mx - log(sum));
+                continue;
+            }
+            const double *qt = soft + ((size_t)b * T + t) * V;
+            total += -(1 - w) * (z[tk[t + 1]] - mx - log(sum));
+            for (int i = 0; i < V; i++) total += -w * qt[i] * (z[i] - mx - log(sum));
         }
     }
     free(x), free(xn), free(q), free(k), free(v), free(ao), free(tmp), free(gg), free(uu), free(z);
@@ -138,7 +147,7 @@ static void check_close(const char *what, size_t i, double a, double n, double a
 
 /* ------------------------------------------------------------ whole model */
 
-static void whole_model_check(int tied, int Hkv) {
+static void whole_model_check(int tied, int Hkv, int distill) {
     ModelConfig c = tiny_config();
     c.n_kv_heads = Hkv;
     c.head_dim = 2;
@@ -153,20 +162,36 @@ static void whole_model_check(int tied, int Hkv) {
     int tok[2 * 6];
     for (int i = 0; i < B * (T + 1); i++) tok[i] = (int)((urand() + 1) * 6.5) % c.vocab_size;
 
+    /* a teacher's probabilities: random, positive, each row summing to 1 */
+    int V = c.vocab_size;
+    float *soft = malloc((size_t)B * T * V * sizeof(float));
+    double *dsoft = malloc((size_t)B * T * V * 8), w = 0.4;
+    for (int r = 0; distill && r < B * T; r++) {
+        double sum = 0;
+        for (int i = 0; i < V; i++) sum += soft[r * V + i] = (float)(urand() + 1.1);
+        for (int i = 0; i < V; i++) dsoft[r * V + i] = soft[r * V + i] /= (float)sum;
+    }
+    if (distill) t.soft = soft, t.soft_weight = (float)w;
+
     float loss = tr_forward(&t, tok, 1);
     tr_backward(&t);
     double *p = malloc(t.n_params * 8);
     for (size_t i = 0; i < t.n_params; i++) p[i] = t.params[i];
-    double ref = d_loss(p, &c, tied, tok, B, T);
-    assert_true(fabs(loss - ref) < 1e-5 * fmax(1, fabs(ref)));
+    if (distill) {   /* the trainer reports the cross-entropy with the tokens alone */
+        double hard = d_loss(p, &c, tied, tok, B, T, NULL, 0);
+        assert_true(fabs(loss - hard) < 1e-5 * fmax(1, fabs(hard)));
+    }
+    const double *ds = distill ? dsoft : NULL;
+    double ref = d_loss(p, &c, tied, tok, B, T, ds, w);
+    if (!distill) assert_true(fabs(loss - ref) < 1e-5 * fmax(1, fabs(ref)));
 
     double worst = 0, h = 1e-5;
     for (size_t i = 0; i < t.n_params; i++) {
         double keep = p[i];
         p[i] = keep + h;
-        double up = d_loss(p, &c, tied, tok, B, T);
+        double up = d_loss(p, &c, tied, tok, B, T, ds, w);
         p[i] = keep - h;
-        double down = d_loss(p, &c, tied, tok, B, T);
+        double down = d_loss(p, &c, tied, tok, B, T, ds, w);
         p[i] = keep;
         double num = (up - down) / (2 * h);
         worst = fmax(worst, fabs(t.grads[i] - num) / (1e-4 + fabs(num)));
@@ -175,12 +200,16 @@ static void whole_model_check(int tied, int Hkv) {
     print_message("           %zu parameters, worst |analytic - numeric| / (1e-4 + |numeric|) = %.2g\n",
                   t.n_params, worst);
     free(p);
+    free(soft);
+    free(dsoft);
     tr_free(&t);
 }
 
-static void whole_model_gradients_match_finite_differences(void **st) { whole_model_check(1, 2); }
-static void untied_classifier_gradients_match_finite_differences(void **st) { whole_model_check(0, 2); }
-static void multi_query_gradients_match_finite_differences(void **st) { whole_model_check(1, 1); }
+static void whole_model_gradients_match_finite_differences(void **st) { whole_model_check(1, 2, 0); }
+static void untied_classifier_gradients_match_finite_differences(void **st) { whole_model_check(0, 2, 0); }
+static void multi_query_gradients_match_finite_differences(void **st) { whole_model_check(1, 1, 0); }
+/* Distillation (train --teacher): the gradient of the mixed target's loss. */
+static void distillation_gradients_match_finite_differences(void **st) { whole_model_check(1, 2, 1); }
 
 /* ------------------------------------------------------------ pieces */
 
@@ -315,6 +344,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(whole_model_gradients_match_finite_differences),
         cmocka_unit_test(untied_classifier_gradients_match_finite_differences),
         cmocka_unit_test(multi_query_gradients_match_finite_differences),
+        cmocka_unit_test(distillation_gradients_match_finite_differences),
         cmocka_unit_test(trainer_forward_equals_engine_forward),
         cmocka_unit_test(lr_schedule_warms_up_then_decays_to_the_floor),
     };

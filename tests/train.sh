@@ -10,6 +10,7 @@
 #     it too; a change to any kernel the trainer calls changes it. The plain
 #     loops (LLM_ISA=plain: libm's expf in softmax) write other bytes, but
 #     their validation curve agrees within 0.002 nats/char.
+#  5. Distillation from teachers: the same properties, and refusals.
 # Prints "N passed, N failed"; exits non-zero on any failure.
 TRAIN=${TRAIN:-build/asan/train}
 INFER=${INFER:-build/asan/infer}
@@ -51,6 +52,27 @@ rows=$(wc -l < "$tmp/cp.csv")
 [ "$rows" -eq 5 ] && awk "BEGIN { exit !($worst <= 0.002) }" && ok \
     || bad "plain and fast validation curves differ by $worst nats/char ($rows log lines)"
 echo "train: the file's md5 $sum; plain loops' validation within $worst nats/char of it"
+
+# Distillation (--teacher): run a's and run ca's files teach a student. The
+# student is its own bytes (not a teacher's), the same on the generic path
+# and with the md5 below; a checkpoint written for one set of teachers is
+# refused for another; a teacher of another shape is refused in one line.
+dist="$args --teacher $tmp/a.gguf --teacher $tmp/ca.gguf --distill 0.7"
+$TRAIN $dist --out "$tmp/s.gguf" --checkpoint "$tmp/s.ckpt" 2> "$tmp/s.err" \
+    || bad "distillation failed: $(tail -1 "$tmp/s.err")"
+grep -q "distilling from 2 teachers" "$tmp/s.err" && ! cmp -s "$tmp/s.gguf" "$tmp/a.gguf" && ok \
+    || bad "the student is not its own model: $(grep distilling "$tmp/s.err")"
+ssum=$(md5sum < "$tmp/s.gguf" | cut -c1-32)
+[ "$ssum" = bc0a77210b6b34b998fe14738d991e38 ] && ok || bad "the student's file has md5 $ssum, not the one pinned here (has a kernel changed?)"
+LLM_ISA=generic $TRAIN $dist --out "$tmp/sg.gguf" 2> /dev/null
+cmp -s "$tmp/s.gguf" "$tmp/sg.gguf" && ok || bad "the generic path distilled another student"
+$TRAIN $args --teacher "$tmp/a.gguf" --out "$tmp/s1.gguf" --checkpoint "$tmp/s.ckpt" --resume 2> "$tmp/s1.err" \
+    && bad "a checkpoint of two teachers resumed with one" \
+    || { grep -q "set of teachers" "$tmp/s1.err" && ok || bad "refusal without a reason: $(tail -1 "$tmp/s1.err")"; }
+$TRAIN $args --teacher "$FIX/tiny/tiny-f32.gguf" --out "$tmp/s2.gguf" 2> "$tmp/s2.err" \
+    && bad "a teacher of another shape was taken" \
+    || { [ "$(grep -c . "$tmp/s2.err")" -ge 1 ] && grep -q "must have the student's shape" "$tmp/s2.err" && ok \
+         || bad "teacher of another shape: $(cat "$tmp/s2.err")"; }
 
 # Kill a run as soon as its first checkpoint is on disk, then resume it.
 $TRAIN $args --out "$tmp/k.gguf" --checkpoint "$tmp/k.ckpt" --checkpoint-every 5 2> /dev/null &

@@ -38,11 +38,15 @@
 #include <time.h>
 #include <unistd.h>
 
+enum { MAX_TEACHERS = 4 };
+
 typedef struct {
     const char *tokenizer, *corpus, *out, *checkpoint, *log;
     int dim, hidden, layers, heads, kv_heads, ctx, batch, threads, tied;
     long steps, warmup, eval_every, ckpt_every;
-    float lr, min_lr, wd, dropout, clip, beta2, ema;
+    float lr, min_lr, wd, dropout, clip, beta2, ema, distill;
+    const char *teacher[MAX_TEACHERS];
+    int n_teachers;
     uint64_t seed;
     int resume, q8, no_eval;
     double train_fraction;
@@ -61,6 +65,8 @@ static void usage(FILE *f) {
         "  steps:   --steps 3000 --batch 8 --lr 1e-3 --min-lr 1e-4 --warmup 100\n"
         "           --wd 0.1 --dropout 0.1 --clip 1.0 --beta2 0.99 --seed 1\n"
         "           --ema 0 (e.g. 0.999: validate and write an average of the weights)\n"
+        "  teacher: --teacher MODEL.gguf (up to 4 times) --distill 0.5: train towards the\n"
+        "           teachers' averaged probabilities mixed with the text's tokens (weight 0.5)\n"
         "  output:  --f32 (default Q8_0 matrices) --log FILE.csv --eval-every 250\n"
         "  resume:  --checkpoint FILE --checkpoint-every 100 --resume\n"
         "  other:   --threads N --train-fraction 0.9 --no-eval (skip validation: for tests)\n");
@@ -70,7 +76,7 @@ static int parse(int argc, char **argv, Args *a) {
     *a = (Args){.dim = 256, .hidden = 704, .layers = 6, .heads = 8, .kv_heads = 2, .ctx = 256,
                 .batch = 8, .threads = 2, .tied = 1, .steps = 3000, .warmup = 100,
                 .eval_every = 250, .ckpt_every = 100, .lr = 1e-3f, .min_lr = 1e-4f, .wd = 0.1f,
-                .dropout = 0.1f, .clip = 1.0f, .beta2 = 0.99f, .seed = 1, .q8 = 1,
+                .dropout = 0.1f, .clip = 1.0f, .beta2 = 0.99f, .distill = 0.5f, .seed = 1, .q8 = 1,
                 .train_fraction = 0.9};
     struct { const char *name; int *i; long *l; float *f; double lo, hi; } nums[] = {
         {"--dim", &a->dim, 0, 0, 8, 4096}, {"--hidden", &a->hidden, 0, 0, 8, 16384},
@@ -83,10 +89,10 @@ static int parse(int argc, char **argv, Args *a) {
         {"--lr", 0, 0, &a->lr, 0, 1}, {"--min-lr", 0, 0, &a->min_lr, 0, 1},
         {"--wd", 0, 0, &a->wd, 0, 10}, {"--dropout", 0, 0, &a->dropout, 0, 0.9},
         {"--clip", 0, 0, &a->clip, 0, 1e6}, {"--beta2", 0, 0, &a->beta2, 0.5, 0.99999},
-        {"--ema", 0, 0, &a->ema, 0, 0.99999},
+        {"--ema", 0, 0, &a->ema, 0, 0.99999}, {"--distill", 0, 0, &a->distill, 0, 1},
     };
     static const char *const strs[] = {"--tokenizer", "--corpus", "--out", "--checkpoint", "--log",
-                                       "--seed", "--train-fraction"};
+                                       "--seed", "--train-fraction", "--teacher"};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { usage(stdout); exit(0); }
@@ -124,6 +130,13 @@ static int parse(int argc, char **argv, Args *a) {
         else if (!strcmp(k, "--out")) a->out = v;
         else if (!strcmp(k, "--checkpoint")) a->checkpoint = v;
         else if (!strcmp(k, "--log")) a->log = v;
+        else if (!strcmp(k, "--teacher")) {
+            if (a->n_teachers == MAX_TEACHERS) {
+                fprintf(stderr, "train: --teacher: at most %d teachers\n", MAX_TEACHERS);
+                return -1;
+            }
+            a->teacher[a->n_teachers++] = v;
+        }
         else if (!strcmp(k, "--seed") && isnum && num >= 0) a->seed = (uint64_t)num;
         else if (!strcmp(k, "--train-fraction") && isnum && num > 0 && num < 1) a->train_fraction = num;
         else {   /* --seed or --train-fraction with a bad value */
@@ -219,11 +232,23 @@ static ValWindow val_window(const Data *d, int T, long w, int bos, int *row) {
     return v;
 }
 
-/* Sum of -ln p over every validation token, in nats, with the trainer's
- * forward pass; B windows per batch (rows past the last window repeat it and
- * are not counted). */
-static double val_nats(Trainer *t, const Data *d, int bos) {
-    int B = t->B, T = t->T;
+/* What a validation row scores: -ln p(target), p from model 0 (its forward
+ * pass already has it), or from the average of n models' probabilities. */
+typedef double (*RowScore)(const Trainer *tt, int n, size_t row, int target);
+
+static double score_one(const Trainer *tt, int n, size_t row, int target) { return tt[0].row_loss[row]; }
+
+static double score_mean(const Trainer *tt, int n, size_t row, int target) {
+    double p = 0.0;
+    for (int k = 0; k < n; k++) p += tt[k].logits[row * tt[k].c.vocab_size + target];
+    return -log(fmax(p / n, 1e-30));
+}
+
+/* Sum of the scores of every validation token, in nats, with the trainer's
+ * forward pass of each of the n models; B windows per batch (rows past the
+ * last window repeat it and are not counted). */
+static double val_sum(Trainer *tt, int n, const Data *d, int bos, RowScore score) {
+    int B = tt[0].B, T = tt[0].T;
     long n_windows = val_windows(d->n_val, T);
     double total = 0.0;
     int *tokens = mem_alloc((size_t)B * (T + 1) * sizeof(int));
@@ -237,32 +262,65 @@ static double val_nats(Trainer *t, const Data *d, int bos) {
         for (int b = 0; b < B; b++)
             win[b] = val_window(d, T, w0 + b < n_windows ? w0 + b : n_windows - 1, bos,
                                 tokens + b * (T + 1));
-        tr_forward(t, tokens, 0);
+        for (int k = 0; k < n; k++) tr_forward(&tt[k], tokens, 0);
         for (int b = 0; b < B && w0 + b < n_windows; b++)
-            for (long i = win[b].from; i < win[b].to; i++)
-                total += t->row_loss[b * T + (i - win[b].start)];
+            for (long i = win[b].from; i < win[b].to; i++) {
+                long j = i - win[b].start;   /* the row in the window */
+                total += score(tt, n, (size_t)b * T + (size_t)j, tokens[b * (T + 1) + j + 1]);
+            }
     }
     mem_free(tokens);
     mem_free(win);
     return total;
 }
 
+/* The validation split's nats with one model; with several, of the average
+ * of their probabilities (the teachers' ensemble, what a student distilled
+ * from them is trained towards). */
+static double val_nats(Trainer *t, const Data *d, int bos) { return val_sum(t, 1, d, bos, score_one); }
+static double val_nats_mean(Trainer *tt, int n, const Data *d, int bos) { return val_sum(tt, n, d, bos, score_mean); }
+
 /* ------------------------------------------------------------ checkpoints */
 
+/* What this run distils from, for the checkpoint: a resumed run must have
+ * the same teachers (their files' bytes, in order) and weight. */
+static struct {
+    uint64_t id;    /* FNV-1a over the teachers' files; 0: no teachers */
+    float weight;   /* --distill, or 0 */
+} teaching;
+
+static int teachers_id(const Args *a, uint64_t *id, Err *e) {
+    uint64_t h = a->n_teachers ? 0xcbf29ce484222325ull : 0;
+    for (int k = 0; k < a->n_teachers; k++) {
+        unsigned char *bytes;
+        size_t n;
+        int st = fio_slurp(a->teacher[k], &bytes, &n, e);
+        if (st) return st;
+        for (size_t i = 0; i < n; i++) h = (h ^ bytes[i]) * 0x100000001b3ull;
+        h = (h ^ 0xff) * 0x100000001b3ull;   /* the end of one file */
+        mem_free(bytes);
+    }
+    *id = h;
+    return ST_OK;
+}
+
 typedef struct {
-    char magic[8];           /* "LLMTRCK2" */
+    char magic[8];           /* "LLMTRCK3" */
     int32_t shape[8];        /* dim hidden layers heads kv_heads vocab ctx tied */
     uint64_t seed;
     int64_t step, adam_t, n_params;
     double best_val;         /* best validation nats/char so far (the exported model's) */
     float ema;               /* the --ema decay; > 0: the average follows the moments */
-    int32_t pad;
+    float distill;           /* --distill with teachers, else 0 */
+    uint64_t teachers;       /* teachers_id: which teachers' files, in order; 0: none */
 } CkptHeader;
 
 static void ckpt_header(CkptHeader *h, const Trainer *t, const TrAdam *ad, const float *ema,
                         float decay, double best_val) {
     memset(h, 0, sizeof *h);
-    memcpy(h->magic, "LLMTRCK2", 8);
+    memcpy(h->magic, "LLMTRCK3", 8);
+    h->distill = teaching.weight;
+    h->teachers = teaching.id;
     h->ema = ema ? decay : 0.0f;
     const ModelConfig *c = &t->c;
     int32_t s[8] = {c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
@@ -307,9 +365,11 @@ static int ckpt_load(const char *path, Trainer *t, TrAdam *ad, float *ema, float
     size_t n = t->n_params;
     int ok = fread(&h, sizeof h, 1, f) == 1;
     if (ok && (memcmp(h.magic, want.magic, 8) || memcmp(h.shape, want.shape, sizeof h.shape) ||
-               h.seed != want.seed || h.n_params != want.n_params || h.ema != want.ema)) {
+               h.seed != want.seed || h.n_params != want.n_params || h.ema != want.ema ||
+               h.distill != want.distill || h.teachers != want.teachers)) {
         fclose(f);
-        return err_set(e, ST_FORMAT, "%s: checkpoint is for another shape, seed or --ema", path);
+        return err_set(e, ST_FORMAT, "%s: checkpoint is for another shape, seed, --ema, --distill or set "
+                       "of teachers (or from an older trainer): remove it to start afresh", path);
     }
     ok = ok && fread(t->params, 4, n, f) == n && fread(ad->m, 4, n, f) == n && fread(ad->v, 4, n, f) == n &&
          (!ema || fread(ema, 4, n, f) == n);
@@ -479,6 +539,71 @@ static double engine_val_nats(const char *path, const Data *d, int T, Err *e) {
     return total;
 }
 
+/* ------------------------------------------------------------ teachers */
+
+static void widen(float *dst, const Mat *w) {
+    size_t row = dtype_row_bytes(w->type, w->K);
+    for (int r = 0; r < w->N; r++)
+        dequantize_row(dst + (size_t)r * w->K, (const uint8_t *)w->data + r * row, w->type, w->K);
+}
+
+/* A model file's weights, widened to float, in a Trainer of the student's
+ * shape: its forward pass (the trainer's own, src/gemm.c's products: the
+ * same bits on every CPU) gives the distillation targets. */
+static int load_teacher(Trainer *tt, const char *path, const ModelConfig *c, int B, int T, Err *e) {
+    Model m;
+    int st = model_load(&m, path, NULL, e);
+    if (st) return st;
+    const ModelConfig *mc = &m.cfg;
+    if (mc->dim != c->dim || mc->hidden_dim != c->hidden_dim || mc->n_layers != c->n_layers ||
+        mc->n_heads != c->n_heads || mc->n_kv_heads != c->n_kv_heads || mc->vocab_size != c->vocab_size ||
+        mc->rope_base != c->rope_base || mc->n_rot != c->n_rot) {
+        st = err_set(e, ST_ARG, "%s: a teacher must have the student's shape: it has dim %d, hidden %d, "
+                     "%d layers, %d heads, %d KV heads, vocab %d; the student dim %d, hidden %d, %d layers, "
+                     "%d heads, %d KV heads, vocab %d", path, mc->dim, mc->hidden_dim, mc->n_layers,
+                     mc->n_heads, mc->n_kv_heads, mc->vocab_size, c->dim, c->hidden_dim, c->n_layers,
+                     c->n_heads, c->n_kv_heads, c->vocab_size);
+        model_free(&m);
+        return st;
+    }
+    int tied = m.output.data == m.tok_embd.data;
+    if ((st = tr_init(tt, c, tied, B, T, 0, e))) { model_free(&m); return st; }
+    size_t D = (size_t)c->dim;
+    widen(tt->P.emb, &m.tok_embd);
+    if (!tied) widen(tt->P.out, &m.output);
+    memcpy(tt->P.out_norm, m.out_norm, D * sizeof(float));
+    for (int l = 0; l < c->n_layers; l++) {
+        const Layer *ly = &m.layers[l];
+        size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+        size_t F = (size_t)c->hidden_dim;
+        memcpy(tt->P.attn_norm + l * D, ly->attn_norm, D * sizeof(float));
+        memcpy(tt->P.ffn_norm + l * D, ly->ffn_norm, D * sizeof(float));
+        widen(tt->P.wq + l * qd * D, &ly->wq);
+        widen(tt->P.wk + l * kvd * D, &ly->wk);
+        widen(tt->P.wv + l * kvd * D, &ly->wv);
+        widen(tt->P.wo + l * D * qd, &ly->wo);
+        widen(tt->P.w_gate + l * F * D, &ly->w_gate);
+        widen(tt->P.w_down + l * D * F, &ly->w_down);
+        widen(tt->P.w_up + l * F * D, &ly->w_up);
+    }
+    model_free(&m);
+    return ST_OK;
+}
+
+/* The teachers' probabilities for a batch, averaged in teacher order (so
+ * the same bits whatever the threads): (BT, V). */
+static const float *teacher_targets(Trainer *tt, int n, const int *batch, float *avg) {
+    for (int k = 0; k < n; k++) tr_forward(&tt[k], batch, 0);
+    if (n == 1) return tt[0].logits;
+    size_t count = (size_t)tt[0].B * tt[0].T * tt[0].c.vocab_size;
+    for (size_t i = 0; i < count; i++) {
+        float sum = 0.0f;
+        for (int k = 0; k < n; k++) sum += tt[k].logits[i];
+        avg[i] = sum / (float)n;
+    }
+    return avg;
+}
+
 /* The running average of the weights (--ema): after each step
  * avg += (1 - d) (w - avg), with d growing as (1 + s) / (10 + s) up to the
  * decay, so the first steps are not averaged with the random start. An
@@ -516,6 +641,9 @@ int main(int argc, char **argv) {
     TrAdam ad = {0};
     FILE *log = NULL;
     float *ema = NULL;   /* (n_params) the average of the weights, with --ema */
+    Trainer teachers[MAX_TEACHERS];
+    memset(teachers, 0, sizeof teachers);
+    float *soft_avg = NULL;   /* (BT, V) with more than one teacher */
     int rc = 1;
     if (gguf_open(&tokg, a.tokenizer, &e) || tok_from_gguf(&tok, &tokg, &e)) {
         fprintf(stderr, "train: %s\n", e.msg);
@@ -538,6 +666,22 @@ int main(int argc, char **argv) {
                      .rope_base = 10000.0f, .rms_eps = 1e-5f};
     if (tr_init(&t, &c, a.tied, a.batch, a.ctx, a.seed, &e) || tr_adam_init(&ad, t.n_params, &e)) goto fail;
     t.dropout = a.dropout;
+    if (teachers_id(&a, &teaching.id, &e)) goto fail;
+    teaching.weight = a.n_teachers ? a.distill : 0.0f;
+    for (int k = 0; k < a.n_teachers; k++) {
+        if (load_teacher(&teachers[k], a.teacher[k], &c, a.batch, a.ctx, &e)) goto fail;
+        fprintf(stderr, "train: teacher %s: validation %.4f nats/char\n", a.teacher[k],
+                val_nats(&teachers[k], &d, bos) / d.val_chars);
+    }
+    if (a.n_teachers > 1) {
+        fprintf(stderr, "train: the %d teachers together (their probabilities averaged): validation "
+                "%.4f nats/char\n", a.n_teachers, val_nats_mean(teachers, a.n_teachers, &d, bos) / d.val_chars);
+        soft_avg = mem_alloc((size_t)a.batch * a.ctx * c.vocab_size * sizeof(float));
+        if (!soft_avg) { err_set(&e, ST_NOMEM, "out of memory for the teachers' targets"); goto fail; }
+    }
+    if (a.n_teachers)
+        fprintf(stderr, "train: distilling from %d teacher%s, weight %.2f\n", a.n_teachers,
+                a.n_teachers > 1 ? "s (their probabilities averaged)" : "", a.distill);
     if (a.ema > 0.0f) {
         ema = mem_alloc(t.n_params * sizeof(float));
         if (!ema) { err_set(&e, ST_NOMEM, "out of memory for the average of the weights"); goto fail; }
@@ -572,6 +716,10 @@ int main(int argc, char **argv) {
         long s = t.step;
         float lr = tr_lr_schedule(s, a.warmup, a.steps, a.lr, a.min_lr);
         fill_batch(batch, &d, a.batch, a.ctx, bos, a.seed, s);
+        if (a.n_teachers) {
+            t.soft = teacher_targets(teachers, a.n_teachers, batch, soft_avg);
+            t.soft_weight = a.distill;
+        }
         float loss = tr_forward(&t, batch, 1);
         tr_backward(&t);
         double norm = tr_clip_grads(&t, a.clip);
@@ -629,6 +777,8 @@ fail:
     if (rc) fprintf(stderr, "train: %s\n", e.msg);
     if (log) fclose(log);
     mem_free(ema);
+    mem_free(soft_avg);
+    for (int k = 0; k < MAX_TEACHERS; k++) tr_free(&teachers[k]);
     tr_adam_free(&ad);
     tr_free(&t);
     mem_free(d.train);
