@@ -10,7 +10,9 @@
 #     it too; a change to any kernel the trainer calls changes it. The plain
 #     loops (LLM_ISA=plain: libm's expf in softmax) write other bytes, but
 #     their validation curve agrees within 0.002 nats/char.
-#  5. Distillation from teachers: the same properties, and refusals.
+#  5. Distillation from teachers: a student's bytes are pinned too (written
+#     by the -O3 and ASan builds and the generic path on an AMD Zen 5), and
+#     a resume with other teachers or a teacher of another shape is refused.
 # Prints "N passed, N failed"; exits non-zero on any failure.
 TRAIN=${TRAIN:-build/asan/train}
 INFER=${INFER:-build/asan/infer}

@@ -3,9 +3,9 @@
 #
 #   make && gdb -q -x notes/gdb/runtime.gdb
 #
-# "ROMEO:" greedy, at most 12 tokens, with the stop string "ter, a". Greedy
-# would say "I'll not be a bitter, and"; the stop ends the text before
-# "ter, a". At
+# "ROMEO:" greedy, at most 12 tokens, with the stop string "ll thee, a".
+# Greedy would say "I'll tell thee, and I'll tell thee,"; the stop ends the
+# text before "ll thee, a". At
 # each call of emit it prints the new text and what was held back before it;
 # at each call of stream, the text the reader gets; then the end the stop
 # string asks the engine for. Strings are printed as C
@@ -53,4 +53,4 @@ commands
   continue
 end
 
-run --model data/shakespeare.gguf --prompt "ROMEO:" -n 12 --temperature 0 --stop "ter, a" --clock steps --threads 1 > /dev/null 2>&1
+run --model data/shakespeare.gguf --prompt "ROMEO:" -n 12 --temperature 0 --stop "ll thee, a" --clock steps --threads 1 > /dev/null 2>&1
