@@ -9,7 +9,7 @@
  *   x = embedding[token]                                 (T, D)
  *   for each layer:
  *       h = rmsnorm(x) * attn_norm
- *       q, k, v = h Wq^T, h Wk^T, h Wv^T                 one matmul each, all T rows
+ *       q, k, v = h Wq^T, h Wk^T, h Wv^T                 one matmul_group, all T rows
  *       rotate q and k by their position (RoPE)          Su et al. 2021
  *       append k, v to this layer's cache
  *       each query head attends to its KV head's cache   grouped-query attention,
@@ -648,12 +648,73 @@ static void attend_rows(Online *st, float *out, const float *q, const float *key
 }
 #endif
 
+/* The fast path beside attend_rows: the same online softmax, a chunk of
+ * ATT_CHUNK positions at a time: the chunk's scores (ops_scores), one
+ * rescale for the chunk's maximum where attend_rows may rescale at every
+ * key, their exponentials in one loop the compiler vectorizes (ops_exp is
+ * branch-free), then the weighted values (ops_add_weighted_rows). Per key
+ * attend_rows waits on a scalar exponential and a compare; here those run 16
+ * to a vector. Chunks start at multiples of ATT_CHUNK whatever the block
+ * size, a chunk read piece by piece from its blocks, so the bits do not
+ * depend on how the cache is cut into blocks (nor on the batch). The sums
+ * are the same terms as attend_rows' in another order: within float
+ * rounding of it, not the same bits. */
+#ifndef EXERCISE_ATTENTION
+enum { ATT_CHUNK = 32 };
+
+/* Position p's row of a layer's keys (or values), and in *len how many of
+ * the rows from it on lie in the same block, at most `want`. */
+static const float *kv_rows(const float *base, const int *table, int BS, int p, size_t kvd, int want, int *len) {
+    *len = BS - p % BS < want ? BS - p % BS : want;
+    return base + ((size_t)table[p / BS] * BS + p % BS) * kvd;
+}
+
+/* Folds positions [p0, p0 + c) (c <= ATT_CHUNK) into the running state. */
+static void attend_chunk(Online *st, float *out, const float *q, const float *kbase, const float *vbase,
+                         const int *table, int BS, int p0, int c, int S, size_t kvd, float scale) {
+    float w[ATT_CHUNK], max = st->max, sum = 0.0f;
+    for (int j = 0, len; j < c; j += len) {
+        const float *k = kv_rows(kbase, table, BS, p0 + j, kvd, c - j, &len);
+        ops_scores(w + j, q, k, len, S, kvd, scale);
+    }
+    for (int j = 0; j < c; j++) max = w[j] > max ? w[j] : max;
+    if (max > st->max) {   /* a new maximum in this chunk: rescale once */
+        float r = ops_exp(st->max - max);
+        st->sum *= r;
+        for (int i = 0; i < S; i++) out[i] *= r;
+        st->max = max;
+    }
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < c; j++) {
+        w[j] = ops_exp(w[j] - max);
+        sum += w[j];
+    }
+    st->sum += sum;
+    for (int j = 0, len; j < c; j += len) {
+        const float *v = kv_rows(vbase, table, BS, p0 + j, kvd, c - j, &len);
+        ops_add_weighted_rows(out, w + j, v, len, S, kvd);
+    }
+}
+#endif
+
 /* Paged attention of one query head (model.h). kbase/vbase: this layer's
- * (NB * BS, kvd) rows, offset to the query's KV head. */
+ * (NB * BS, kvd) rows, offset to the query's KV head. The plain path folds
+ * the keys in with attend_rows, block by block; the others a chunk at a time
+ * (attend_chunk). Built for the exercise, every path takes attend_rows, so
+ * the exercise's code is what runs. */
 void model_attend_paged(float *out, const float *q, const float *kbase, const float *vbase,
                         const int *table, int BS, int n, int S, size_t kvd, float scale) {
     Online st = {-INFINITY, 0.0f};
     for (int i = 0; i < S; i++) out[i] = 0.0f;
+#ifndef EXERCISE_ATTENTION
+    if (ops_isa() != OPS_PLAIN) {
+        for (int p = 0; p < n; p += ATT_CHUNK)
+            attend_chunk(&st, out, q, kbase, vbase, table, BS, p, n - p < ATT_CHUNK ? n - p : ATT_CHUNK, S, kvd,
+                         scale);
+        for (int i = 0; i < S; i++) out[i] /= st.sum;
+        return;
+    }
+#endif
     for (int p = 0; p < n; p += BS) {
         size_t row = (size_t)table[p / BS] * BS;
         int rows = n - p < BS ? n - p : BS;
@@ -661,6 +722,7 @@ void model_attend_paged(float *out, const float *q, const float *kbase, const fl
     }
     for (int i = 0; i < S; i++) out[i] /= st.sum;
 }
+
 
 /* Attention of token t's query head h over its sequence's cache, into its
  * row of att_out. Query head h reads KV head h / (H / Hkv): grouped-query
@@ -727,9 +789,8 @@ float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const
         for (int t = 0; t < T; t++)
             rmsnorm(s->xb + (size_t)t * D, s->x + (size_t)t * D, w->attn_norm, D, c->rms_eps);
         /* One product per weight for every token of every sequence in the batch. */
-        matmul(s->q, s->xb, &w->wq, T, s->scratch);
-        matmul(s->k, s->xb, &w->wk, T, s->scratch);
-        matmul(s->v, s->xb, &w->wv, T, s->scratch);
+        matmul_group((float *const[]){s->q, s->k, s->v}, s->xb, (const Mat *const[]){&w->wq, &w->wk, &w->wv},
+                     3, T, s->scratch);
         /* RoPE at each token's own position, then its K/V go to its slot, so
          * later tokens of the same sequence in this batch can see them. */
         for (int t = 0; t < T; t++) {
@@ -755,8 +816,8 @@ float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const
 
         for (int t = 0; t < T; t++)
             rmsnorm(s->xb + (size_t)t * D, s->x + (size_t)t * D, w->ffn_norm, D, c->rms_eps);
-        matmul(s->hb, s->xb, &w->w_gate, T, s->scratch);
-        matmul(s->hb2, s->xb, &w->w_up, T, s->scratch);
+        matmul_group((float *const[]){s->hb, s->hb2}, s->xb, (const Mat *const[]){&w->w_gate, &w->w_up}, 2, T,
+                     s->scratch);
         swiglu(s->hb, s->hb2, T * F);
         matmul(s->proj, s->hb, &w->w_down, T, s->scratch);
         for (size_t i = 0; i < (size_t)T * D; i++) s->x[i] += s->proj[i];

@@ -457,6 +457,36 @@ void softmax(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
+void ops_scores(float *s, const float *q, const float *rows, int n, int S, size_t stride, float scale) {
+#ifdef OPS_X86
+    if (ops_isa() == OPS_AVX512) {
+        scores_avx512(s, q, rows, n, S, stride, scale);
+        return;
+    }
+#endif
+    for (int j = 0; j < n; j++) {
+        const float *k = rows + (size_t)j * stride;
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int i = 0; i < S; i++) dot += q[i] * k[i];
+        s[j] = dot * scale;
+    }
+}
+
+void ops_add_weighted_rows(float *out, const float *w, const float *rows, int n, int S, size_t stride) {
+#ifdef OPS_X86
+    if (ops_isa() == OPS_AVX512) {
+        add_weighted_rows_avx512(out, w, rows, n, S, stride);
+        return;
+    }
+#endif
+    for (int j = 0; j < n; j++) {
+        const float *v = rows + (size_t)j * stride;
+#pragma omp simd
+        for (int i = 0; i < S; i++) out[i] += w[j] * v[i];
+    }
+}
+
 void rope(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin) {
     for (int h = 0; h < n_heads; h++) {
         float *v = x + h * head_dim;
@@ -481,19 +511,28 @@ void swiglu(float *h, const float *g, int n) {
 
 /* ---------------------------------------------------------- generic path */
 
-/* Runs fn over all rows, split between `team` threads. */
-static void ops_run_rows(RowsFn fn, const MatmulJob *job, int team) {
+/* Runs fn over all rows of n jobs (products with the same x: matmul_group),
+ * their rows counted end to end and split between `team` threads, so one
+ * team wakes once for all of them. */
+static void ops_run_jobs(RowsFn fn, const MatmulJob *jobs, int n, int team) {
     if (team <= 1) {
-        fn(job, 0, 0, job->W->N);
+        for (int i = 0; i < n; i++) fn(&jobs[i], 0, 0, jobs[i].W->N);
         return;
     }
+    int total = 0;
+    for (int i = 0; i < n; i++) total += jobs[i].W->N;
 #pragma omp parallel for schedule(static, 1) num_threads(team)
     for (int p = 0; p < team; p++) {
         int n0, n1;
-        ops_part_rows(job->W->N, team, p, &n0, &n1);
-        if (n0 < n1) fn(job, p, n0, n1);
+        ops_part_rows(total, team, p, &n0, &n1);
+        for (int i = 0, at = 0; i < n; at += jobs[i].W->N, i++) {   /* at: job i's first row */
+            int lo = n0 > at ? n0 - at : 0, hi = n1 - at < jobs[i].W->N ? n1 - at : jobs[i].W->N;
+            if (lo < hi) fn(&jobs[i], p, lo, hi);
+        }
     }
 }
+
+static void ops_run_rows(RowsFn fn, const MatmulJob *job, int team) { ops_run_jobs(fn, job, 1, team); }
 
 static int ops_team_size(const Mat *W, int T) {
     double traffic = (double)dtype_row_bytes(W->type, W->K) * W->N * T;
@@ -609,69 +648,60 @@ size_t matmul_scratch_bytes(DType type, int T, int K) {
  * 101 against 73, T = 40: 94 against 91. Prefill (T >= 64) stays on sgemm. */
 enum { SGEMM_MIN_T = 36 };
 
-/* One call's path: plain, the reference loops; otherwise by type and T, as
- * ops.h describes at matmul, the rows shared out by ops_run_rows. */
-void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, OpsIsa isa) {
-    int K = W->K;
-    assert(W->N >= 0 && K > 0 && T >= 0 && K % dtype_block(W->type) == 0);
-    isa = isa_on_this_cpu(isa);
-    if (isa == OPS_PLAIN) {   /* one thread, no scratch: the reference loops */
-        count_call(isa, 0);
-        matmul_ref(out, x, W, T);
-        return;
-    }
-    MatmulJob job = {.out = out, .x = x, .W = W, .T = T, .isa = isa};
-    int team = ops_team_size(W, T);
+/* The path of a product of x by a matrix of W's type and K (not plain):
+ * rounds x into the scratch where the path reads it rounded, fills in the
+ * job's path fields, and returns the rows function; *team is the threads it
+ * wants for `rows` rows. As ops.h describes at matmul. */
+static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch, int *team) {
+    const float *x = job->x;
+    int K = W->K, T = job->T;
+    OpsIsa isa = job->isa;
+    Mat all = *W;
+    all.N = rows;
+    *team = ops_team_size(&all, T);
     switch (W->type) {
     case DT_F32:
 #ifdef OPS_X86
         if (isa == OPS_AVX512 && T < SGEMM_MIN_T) {
             count_call(isa, 0);
-            ops_run_rows(f32_rows_avx512, &job, team);
-            return;
+            return f32_rows_avx512;
         }
 #endif
         count_call(isa, 1);
-        ops_run_rows(f32_rows_blas, &job, team);
-        return;
+        return f32_rows_blas;
     case DT_F16:
     case DT_BF16:   /* the same paths; the halves are widened by their own rule */
 #ifdef OPS_X86
         if (isa == OPS_AVX512 && T < SGEMM_MIN_T) {
             count_call(isa, 0);
-            ops_run_rows(W->type == DT_F16 ? f16_rows_avx512 : bf16_rows_avx512, &job, team);
-            return;
+            return W->type == DT_F16 ? f16_rows_avx512 : bf16_rows_avx512;
         }
 #endif
         if (T == 1) {
             count_call(isa, 0);
-            ops_run_rows(f16_rows_generic, &job, team);
-            return;
+            return f16_rows_generic;
         }
         /* the scratch holds F16_WIDE_ROWS rows, shared out between the threads */
-        if (team > F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART) team = F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART;
-        job.wide = (float *)scratch_base(scratch);
-        job.rows_per_part = F16_WIDE_ROWS / team;
+        if (*team > F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART) *team = F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART;
+        job->wide = (float *)scratch_base(scratch);
+        job->rows_per_part = F16_WIDE_ROWS / *team;
         count_call(isa, 1);
-        ops_run_rows(f16_rows_widened, &job, team);
-        return;
+        return f16_rows_widened;
     case DT_Q8_0:
-        job.act = scratch_base(scratch);
+        job->act = scratch_base(scratch);
         count_call(isa, 0);
 #ifdef OPS_X86
         if (isa == OPS_AVX512) {
             act_pack_avx512(scratch_base(scratch), x, T, K);
-            ops_run_rows(q8_0_rows_avx512, &job, team);
-            return;
+            return q8_0_rows_avx512;
         }
 #endif
         act_pack_ref(scratch_base(scratch), x, T, K);
-        ops_run_rows(q8_0_rows_generic, &job, team);
-        return;
+        return q8_0_rows_generic;
     default: {   /* the 4, 5 and 6-bit block formats: activations rounded once per call */
         assert(dtype_is_small_quant(W->type));
-        RowsFn rows = small_rows_generic;
-        job.act = scratch_base(scratch);
+        RowsFn fn = small_rows_generic;
+        job->act = scratch_base(scratch);
         count_call(isa, 0);
         if (dtype_is_k(W->type)) {
             small_act_pack_k(scratch_base(scratch), x, T, K);   /* Q8_K */
@@ -686,12 +716,52 @@ void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, 
         else
             act_pack_ref(scratch_base(scratch), x, T, K);       /* Q8_0 */
 #ifdef OPS_X86
-        if (isa == OPS_AVX512) rows = small_rows_avx512;
+        if (isa == OPS_AVX512) fn = small_rows_avx512;
 #endif
-        ops_run_rows(rows, &job, team);
+        return fn;
+    }
+    }
+}
+
+/* One call's path: plain, the reference loops; otherwise matmul_path's, the
+ * rows shared out by ops_run_rows. */
+void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, OpsIsa isa) {
+    assert(W->N >= 0 && W->K > 0 && T >= 0 && W->K % dtype_block(W->type) == 0);
+    isa = isa_on_this_cpu(isa);
+    if (isa == OPS_PLAIN) {   /* one thread, no scratch: the reference loops */
+        count_call(isa, 0);
+        matmul_ref(out, x, W, T);
         return;
     }
+    MatmulJob job = {.out = out, .x = x, .W = W, .T = T, .isa = isa};
+    int team;
+    RowsFn fn = matmul_path(&job, W, W->N, scratch, &team);
+    ops_run_rows(fn, &job, team);
+}
+
+void matmul_group(float *const out[], const float *x, const Mat *const W[], int n, int T, void *scratch) {
+    assert(n >= 1 && n <= MATMUL_GROUP_MAX);
+    OpsIsa isa = ops_isa();
+    int same = 1, rows = 0;
+    for (int i = 0; i < n; i++) {
+        same &= W[i]->type == W[0]->type && W[i]->K == W[0]->K;
+        rows += W[i]->N;
     }
+    if (!same || isa == OPS_PLAIN || n == 1) {   /* each on its own, as matmul */
+        for (int i = 0; i < n; i++) matmul(out[i], x, W[i], T, scratch);
+        return;
+    }
+    MatmulJob jobs[MATMUL_GROUP_MAX];
+    jobs[0] = (MatmulJob){.out = out[0], .x = x, .W = W[0], .T = T, .isa = isa};
+    int team;
+    RowsFn fn = matmul_path(&jobs[0], W[0], rows, scratch, &team);   /* x rounded once */
+    for (int i = 1; i < n; i++) {
+        count_call(isa, fn == f32_rows_blas || fn == f16_rows_widened);
+        jobs[i] = jobs[0];
+        jobs[i].out = out[i];
+        jobs[i].W = W[i];
+    }
+    ops_run_jobs(fn, jobs, n, team);
 }
 
 void matmul(float *out, const float *x, const Mat *W, int T, void *scratch) {

@@ -200,6 +200,12 @@ size_t matmul_scratch_bytes(DType type, int T, int K);
  * scratch must hold matmul_scratch_bytes(W->type, T, K) bytes, any alignment
  * (F32 needs none; the plain path reads none). */
 void matmul(float *out, const float *x, const Mat *W, int T, void *scratch);
+/* out[i] = x W[i]^T for n <= MATMUL_GROUP_MAX matrices that read the same x
+ * (a layer's q, k and v; its gate and up): as n calls of matmul, with the
+ * same bits (where OpenBLAS computes them, as matmul's), but where the matrices share a type and K, x is rounded once
+ * and one team of threads takes all their rows. */
+enum { MATMUL_GROUP_MAX = 4 };
+void matmul_group(float *const out[], const float *x, const Mat *const W[], int n, int T, void *scratch);
 /* matmul on a chosen path (AVX-512 on a CPU without it runs generic). */
 void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, OpsIsa isa);
 /* Plain loops, one thread, same arithmetic contract as matmul. Q8_0: the
@@ -261,6 +267,13 @@ static inline float ops_exp(float x) {
 void softmax(float *x, int n);
 /* The same with libm's expf and a double sum: the reference for tests. */
 void softmax_ref(float *x, int n);
+/* Attention's two products over n rows of S floats, `stride` floats apart
+ * (a block of the KV cache, one KV head): s[j] = scale * (q . row j), and
+ * out += sum_j w[j] * row j. AVX-512 where the CPU has it, else loops the
+ * compiler vectorizes; the plain path does not call them (its attention is
+ * model.c's attend_rows). */
+void ops_scores(float *s, const float *q, const float *rows, int n, int S, size_t stride, float scale);
+void ops_add_weighted_rows(float *out, const float *w, const float *rows, int n, int S, size_t stride);
 /* Rotate pairs (x[2i], x[2i+1]) of the first n_rot dims of each of n_heads heads
  * by angle pos * inv_freq[i]; cos_sin holds (cos, sin) for each i at this pos. */
 void rope(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin);

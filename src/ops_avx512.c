@@ -585,6 +585,56 @@ AVX512_FN void q32_act_pack_avx512(uint8_t *act, const float *x, int T, int K) {
     }
 }
 
+/* --- attention's products (ops_scores, ops_add_weighted_rows): a head of S
+ * floats, masked where S is not a multiple of 16.
+ *
+ * Scores: each row's products in two accumulators, then one horizontal sum.
+ * Written as a plain loop with `omp simd reduction`, GCC 12 ended each row's
+ * dot product with sixteen dependent scalar adds through the stack: with the
+ * exponentials, a third of decoding's attention time. */
+AVX512_INLINE __mmask16 tail_mask(int left) {   /* the first min(left, 16) lanes; none if left <= 0 */
+    return left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : (__mmask16)0;
+}
+
+AVX512_FN void scores_avx512(float *s, const float *q, const float *rows, int n, int S, size_t stride,
+                             float scale) {
+    for (int j = 0; j < n; j++) {
+        const float *k = rows + (size_t)j * stride;
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        int i = 0;
+        for (; i + 32 <= S; i += 32) {
+            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(k + i), a0);
+            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16), _mm512_loadu_ps(k + i + 16), a1);
+        }
+        for (; i < S; i += 16) {
+            __mmask16 m = tail_mask(S - i);
+            a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), _mm512_maskz_loadu_ps(m, k + i), a0);
+        }
+        s[j] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) * scale;
+    }
+}
+
+/* The output 64 floats at a time, in four registers across all n rows: one
+ * load and one store of each per call, where the loop form loaded, added and
+ * stored the whole output again for every row. */
+AVX512_FN void add_weighted_rows_avx512(float *out, const float *w, const float *rows, int n, int S,
+                                        size_t stride) {
+    for (int i0 = 0; i0 < S; i0 += 64) {
+        __mmask16 m[4];
+        __m512 acc[4];
+        for (int v = 0; v < 4; v++) {
+            m[v] = tail_mask(S - i0 - 16 * v);
+            acc[v] = _mm512_maskz_loadu_ps(m[v], out + i0 + 16 * v);
+        }
+        for (int j = 0; j < n; j++) {
+            const float *r = rows + (size_t)j * stride + i0;
+            __m512 wj = _mm512_set1_ps(w[j]);
+            for (int v = 0; v < 4; v++) acc[v] = _mm512_fmadd_ps(wj, _mm512_maskz_loadu_ps(m[v], r + 16 * v), acc[v]);
+        }
+        for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(out + i0 + 16 * v, m[v], acc[v]);
+    }
+}
+
 /* ops_read_sum: four lines per step, into four accumulators (one would tie
  * each add to the last), each line asked for 1 KiB ahead. */
 AVX512_FN uint64_t read_sum_avx512(const uint8_t *p, size_t bytes) {

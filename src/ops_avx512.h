@@ -164,6 +164,9 @@ void act_pack_avx512(uint8_t *act, const float *x, int T, int K);
 void f16_widen_avx512(float *out, const uint16_t *h, int K);
 /* T rows of x to the Q32Act layout. */
 void q32_act_pack_avx512(uint8_t *act, const float *x, int T, int K);
+/* ops_scores and ops_add_weighted_rows. */
+void scores_avx512(float *s, const float *q, const float *rows, int n, int S, size_t stride, float scale);
+void add_weighted_rows_avx512(float *out, const float *w, const float *rows, int n, int S, size_t stride);
 /* ops_read_sum's fast side: bytes a multiple of 256. */
 uint64_t read_sum_avx512(const uint8_t *p, size_t bytes);
 

@@ -202,13 +202,18 @@ static double relative_gap(const float *a, const float *b, size_t n) {
 /* Every prompt of the format's reference rows in greedy.tsv, on the default
  * path and then on the plain one: greedy generation (prefill, then one token
  * at a time) and one prefill of the whole generated sequence. The plain path
- * must give the same ids; with `bitwise` (Q8_0: the same activation rounding
- * and integer products, the same order of float sums) the same logits bit for
- * bit, elsewhere within float rounding. The counters must show the plain loops
- * ran, and nothing else; and the AVX-512 kernels on the default path where the
- * CPU has them. */
+ * must give the same ids, and logits within `bound` of the largest: float
+ * rounding (1e-4; measured about 1e-6) for the float formats. Q8_0's products
+ * give the same bits on every path (test_ops.c), but attention runs one key
+ * at a time on the plain path and a chunk of keys at a time on the others
+ * (model.c, attend_chunk): a last bit of difference there can move an
+ * activation's rounding to int8 by a step in the next layer, which moves the
+ * logits by about as much as Q8_0's own rounding does (measured 0.012; the
+ * dequantized reference is held to 0.02 below). The counters must show the
+ * plain loops ran, and nothing else; and the AVX-512 kernels on the default
+ * path where the CPU has them. */
 static void check_plain_path_equals_default(const char *model_rel, const char *tsv_rel,
-                                            const char *format, int bitwise) {
+                                            const char *format, double bound) {
     char path[512], tsv[512];
     if (!fixture(path, sizeof path, model_rel) || !fixture(tsv, sizeof tsv, tsv_rel)) return;
     Golden *g = calloc(64, sizeof(Golden));
@@ -244,15 +249,11 @@ static void check_plain_path_equals_default(const char *model_rel, const char *t
                         "(%d vs %d)\n", model_rel, checked, i, ids[1][i], ids[0][i]);
             fail();
         }
-        if (bitwise) {
-            assert_memory_equal(seen[1], seen[0], sizeof(float) * 64 * V);
-            assert_memory_equal(all[1], all[0], sizeof(float) * (size_t)n * V);
-        }
         double g1 = relative_gap(seen[1], seen[0], (size_t)64 * V);
         double g2 = relative_gap(all[1], all[0], (size_t)n * V);
         if (!(g1 <= worst)) worst = g1;   /* a NaN gap stays NaN and fails below */
         if (!(g2 <= worst)) worst = g2;
-        assert_true(worst < 1e-4);
+        assert_true(worst < bound);
         free(all[0]), free(all[1]);
         checked++;
     }
@@ -275,25 +276,25 @@ static void check_plain_path_equals_default(const char *model_rel, const char *t
 }
 
 static void tiny_f32_greedy_on_the_plain_path_equals_the_default_path(void **st) {
-    check_plain_path_equals_default("tiny/tiny-f32.gguf", "tiny/greedy.tsv", "f32", 0);
+    check_plain_path_equals_default("tiny/tiny-f32.gguf", "tiny/greedy.tsv", "f32", 1e-4);
 }
 static void tiny_llama2c_greedy_on_the_plain_path_equals_the_default_path(void **st) {
-    check_plain_path_equals_default("tiny/tiny.bin", "tiny/greedy.tsv", "f32", 0);
+    check_plain_path_equals_default("tiny/tiny.bin", "tiny/greedy.tsv", "f32", 1e-4);
 }
 static void tiny_f16_greedy_on_the_plain_path_equals_the_default_path(void **st) {
-    check_plain_path_equals_default("tiny/tiny-f16.gguf", "tiny/greedy.tsv", "f16", 0);
+    check_plain_path_equals_default("tiny/tiny-f16.gguf", "tiny/greedy.tsv", "f16", 1e-4);
 }
-static void tiny_q8_0_plain_path_gives_the_default_logits_bit_for_bit(void **st) {
-    check_plain_path_equals_default("tiny/tiny-q8_0.gguf", "tiny/greedy.tsv", "q8_0", 1);
+static void tiny_q8_0_greedy_on_the_plain_path_equals_the_default_path(void **st) {
+    check_plain_path_equals_default("tiny/tiny-q8_0.gguf", "tiny/greedy.tsv", "q8_0", 0.02);
 }
 static void rand_f32_greedy_on_the_plain_path_equals_the_default_path(void **st) {
-    check_plain_path_equals_default("rand/rand-f32.gguf", "rand/greedy.tsv", "f32", 0);
+    check_plain_path_equals_default("rand/rand-f32.gguf", "rand/greedy.tsv", "f32", 1e-4);
 }
 static void tiny_bf16_greedy_on_the_plain_path_equals_the_default_path(void **st) {
-    check_plain_path_equals_default("tiny/tiny-bf16.gguf", "tiny/greedy.tsv", "bf16", 0);
+    check_plain_path_equals_default("tiny/tiny-bf16.gguf", "tiny/greedy.tsv", "bf16", 1e-4);
 }
 static void rand_f16_greedy_on_the_plain_path_equals_the_default_path(void **st) {
-    check_plain_path_equals_default("rand/rand-f16.gguf", "rand/greedy.tsv", "f16", 0);
+    check_plain_path_equals_default("rand/rand-f16.gguf", "rand/greedy.tsv", "f16", 1e-4);
 }
 
 /* llama2.c's format with a separate classifier: a negative vocab_size in the
@@ -748,11 +749,17 @@ static void expect_attention(const float *q, const float *keys, const float *val
     static const int table[ANB] = {5, 1, 3, 0, 4, 2};
     float out[AS];
     double want[AS];
-    model_attend_paged(out, q, keys + AS, values + AS, table, ABS, n, AS, AKVD, scale);
     attend_reference(want, q, keys + AS, values + AS, table, n, scale);
-    for (int i = 0; i < AS; i++)
-        if (!(fabs(out[i] - want[i]) <= 1e-5 + 1e-5 * fabs(want[i])))
-            fail_msg("%s, %d positions: out[%d] = %.7g, want %.7g", what, n, i, out[i], want[i]);
+    const OpsIsa isas[] = {OPS_PLAIN, OPS_GENERIC, ops_best_isa()};   /* attend_rows, then attend_chunk */
+    for (int k = 0; k < 3; k++) {
+        ops_set_isa(isas[k]);
+        model_attend_paged(out, q, keys + AS, values + AS, table, ABS, n, AS, AKVD, scale);
+        ops_set_isa(OPS_BEST);
+        for (int i = 0; i < AS; i++)
+            if (!(fabs(out[i] - want[i]) <= 1e-5 + 1e-5 * fabs(want[i])))
+                fail_msg("%s, %s, %d positions: out[%d] = %.7g, want %.7g", ops_isa_name(isas[k]), what, n, i,
+                         out[i], want[i]);
+    }
 }
 
 static void attention_of_one_head_equals_a_two_pass_softmax(void **state) {
@@ -789,15 +796,75 @@ static void attention_weights_sum_to_one_when_the_maximum_keeps_changing(void **
             }
         }
         for (int n = 1; n <= ANB * ABS; n++) {
-            float out[AS];
-            model_attend_paged(out, q, keys + AS, values + AS, table, ABS, n, AS, AKVD, 1.0f);
-            for (int i = 0; i < AS; i++)
-                if (!(fabsf(out[i] - 0.25f * (float)(i + 1)) <= 1e-6f))
-                    fail_msg("scores %s, %d positions: out[%d] = %.7g, want %g (every value row "
-                             "is the same: the weights must sum to 1)", dir > 0 ? "rising" : "falling",
-                             n, i, out[i], 0.25 * (i + 1));
+            const OpsIsa isas[] = {OPS_PLAIN, OPS_GENERIC, ops_best_isa()};
+            for (int k = 0; k < 3; k++) {
+                float out[AS];
+                ops_set_isa(isas[k]);
+                model_attend_paged(out, q, keys + AS, values + AS, table, ABS, n, AS, AKVD, 1.0f);
+                ops_set_isa(OPS_BEST);
+                for (int i = 0; i < AS; i++)
+                    if (!(fabsf(out[i] - 0.25f * (float)(i + 1)) <= 1e-6f))
+                        fail_msg("%s, scores %s, %d positions: out[%d] = %.7g, want %g (every value row "
+                                 "is the same: the weights must sum to 1)", ops_isa_name(isas[k]),
+                                 dir > 0 ? "rising" : "falling", n, i, out[i], 0.25 * (i + 1));
+            }
         }
         expect_attention(q, keys, values, ANB * ABS, 1.0f, dir > 0 ? "rising" : "falling");
+    }
+}
+
+/* A head of 64 over up to 150 positions (several of attend_chunk's chunks
+ * of 32, the last one partial), its cache cut into blocks of 5, 16 and 40
+ * rows laid out in reverse order: every path within 1e-5 of the float64
+ * two-pass softmax, and each path the same bits whatever the block size
+ * (model.c promises it: chunks start at multiples of 32 positions, not at
+ * blocks). */
+static void long_attention_is_right_and_independent_of_the_block_size(void **state) {
+    enum { S = 64, KVD = 2 * S, MAXN = 150, ROWS = 160 };   /* ROWS: whole blocks of 5, 16 and 40 */
+    static float keys[MAXN * KVD], values[MAXN * KVD], kpaged[ROWS * KVD], vpaged[ROWS * KVD];
+    float q[S], out[S], first[S];
+    uint64_t rng = 11;
+    for (int i = 0; i < MAXN * KVD; i++) keys[i] = next_uniform(&rng), values[i] = next_uniform(&rng);
+    const int sizes[] = {5, 16, 40};
+    const OpsIsa isas[] = {OPS_PLAIN, OPS_GENERIC, ops_best_isa()};
+    for (int trial = 0; trial < 4; trial++) {
+        for (int i = 0; i < S; i++) q[i] = (1.0f + 2.0f * trial) * next_uniform(&rng);
+        for (int n = 1; n <= MAXN; n += 7) {
+            double score[MAXN], max = -INFINITY, sum = 0, want[S] = {0};
+            for (int p = 0; p < n; p++) {
+                double d = 0;
+                for (int i = 0; i < S; i++) d += (double)q[i] * keys[p * KVD + S + i];
+                score[p] = d * 0.125;
+                max = score[p] > max ? score[p] : max;
+            }
+            for (int p = 0; p < n; p++) {
+                double w = exp(score[p] - max);
+                sum += w;
+                for (int i = 0; i < S; i++) want[i] += w * values[p * KVD + S + i];
+            }
+            for (int k = 0; k < 3; k++) {
+                for (int b = 0; b < 3; b++) {
+                    int BS = sizes[b], NB = (MAXN + BS - 1) / BS, table[MAXN];
+                    for (int j = 0; j < NB; j++) table[j] = NB - 1 - j;   /* position block j in cache block NB-1-j */
+                    for (int p = 0; p < MAXN; p++) {
+                        size_t row = (size_t)table[p / BS] * BS + p % BS;
+                        memcpy(kpaged + row * KVD, keys + (size_t)p * KVD, sizeof(float) * KVD);
+                        memcpy(vpaged + row * KVD, values + (size_t)p * KVD, sizeof(float) * KVD);
+                    }
+                    ops_set_isa(isas[k]);
+                    model_attend_paged(out, q, kpaged + S, vpaged + S, table, BS, n, S, KVD, 0.125f);
+                    ops_set_isa(OPS_BEST);
+                    for (int i = 0; i < S; i++)
+                        if (!(fabs(out[i] - want[i] / sum) <= 1e-5 + 1e-5 * fabs(want[i] / sum)))
+                            fail_msg("%s, blocks of %d, %d positions: out[%d] = %.7g, want %.7g",
+                                     ops_isa_name(isas[k]), BS, n, i, out[i], want[i] / sum);
+                    if (b == 0) memcpy(first, out, sizeof out);
+                    else if (memcmp(first, out, sizeof out) != 0)
+                        fail_msg("%s, %d positions: blocks of %d give other bits than blocks of 5",
+                                 ops_isa_name(isas[k]), n, BS);
+                }
+            }
+        }
     }
 }
 
@@ -823,7 +890,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(tiny_f32_greedy_on_the_plain_path_equals_the_default_path),
         cmocka_unit_test(tiny_llama2c_greedy_on_the_plain_path_equals_the_default_path),
         cmocka_unit_test(tiny_f16_greedy_on_the_plain_path_equals_the_default_path),
-        cmocka_unit_test(tiny_q8_0_plain_path_gives_the_default_logits_bit_for_bit),
+        cmocka_unit_test(tiny_q8_0_greedy_on_the_plain_path_equals_the_default_path),
         cmocka_unit_test(rand_f32_greedy_on_the_plain_path_equals_the_default_path),
         cmocka_unit_test(rand_f16_greedy_on_the_plain_path_equals_the_default_path),
         cmocka_unit_test(quant_f32_logits_match_llama_cpp_teacher_forced),
@@ -845,6 +912,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(chunked_prefill_equals_one_prefill),
         cmocka_unit_test(attention_of_one_head_equals_a_two_pass_softmax),
         cmocka_unit_test(attention_weights_sum_to_one_when_the_maximum_keeps_changing),
+        cmocka_unit_test(long_attention_is_right_and_independent_of_the_block_size),
         cmocka_unit_test(model_load_survives_every_allocation_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -619,6 +619,128 @@ static void matmul_scratch_does_not_depend_on_threads(void **state) {
     ops_set_threads(saved);
 }
 
+/* matmul_group against one matmul per matrix: the same bits where our
+ * kernels compute (x rounded once or three times is rounded the same; a row's
+ * sum does not depend on which thread or range takes it), within the error
+ * bound where OpenBLAS does. Row counts that end mid-group, so the threads'
+ * ranges cross from one matrix into the next; a group of mixed types (each
+ * matrix on its own path) too. */
+static void matmul_group_gives_each_matmuls_results(void **state) {
+    (void)state;
+    const DType types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q5_1, DT_Q4_K, DT_Q6_K};
+    const int Ts[] = {1, 5, 40};
+    enum { K = 256, NM = 3 };
+    const int Ns[NM] = {531, 77, 205};
+    int saved = ops_threads();
+    for (size_t ty = 0; ty <= sizeof types / sizeof types[0]; ty++) {
+        int mixed = ty == sizeof types / sizeof types[0];   /* the last round: Q8_0, Q4_K, F16 */
+        Mat W[NM];
+        for (int i = 0; i < NM; i++) {
+            DType type = mixed ? (DType[]){DT_Q8_0, DT_Q4_K, DT_F16}[i] : types[ty];
+            W[i] = (Mat){type, Ns[i], K, make_weights(type, Ns[i], K, 500 + 10 * ty + i)};
+        }
+        for (size_t j = 0; j < sizeof Ts / sizeof Ts[0]; j++) {
+            int T = Ts[j];
+            float *x = make_activations(T, K, 77 + j), *got[NM], *want[NM];
+            size_t bytes = 1;
+            for (int i = 0; i < NM; i++) {
+                size_t b = matmul_scratch_bytes(W[i].type, T, K);
+                bytes = b > bytes ? b : bytes;
+                got[i] = malloc(sizeof(float) * (size_t)T * Ns[i]);
+                want[i] = malloc(sizeof(float) * (size_t)T * Ns[i]);
+                assert_non_null(got[i]);
+                assert_non_null(want[i]);
+            }
+            void *scratch = malloc(bytes);   /* exactly the largest promised size */
+            assert_non_null(scratch);
+            OpsIsa isas[] = {OPS_PLAIN, OPS_GENERIC, ops_best_isa()};
+            for (int s = 0; s < 3; s++) {
+                for (int threads = 1; threads <= 2; threads++) {
+                    ops_set_isa(isas[s]);
+                    ops_set_threads(threads);
+                    for (int i = 0; i < NM; i++) {
+                        matmul(want[i], x, &W[i], T, scratch);
+                        for (size_t e = 0; e < (size_t)T * Ns[i]; e++) got[i][e] = NAN;   /* unwritten: NaN */
+                    }
+                    matmul_group(got, x, (const Mat *const[]){&W[0], &W[1], &W[2]}, NM, T, scratch);
+                    for (int i = 0; i < NM; i++) {
+                        DType type = W[i].type;
+                        int ours = !(type == DT_F32 || type == DT_F16 || type == DT_BF16) ||
+                                   (isas[s] == OPS_AVX512 && T < 36) ||
+                                   ((type == DT_F16 || type == DT_BF16) && T == 1) || isas[s] == OPS_PLAIN;
+                        for (int t = 0; t < T; t++) {
+                            for (int n = 0; n < Ns[i]; n++) {
+                                float g = got[i][(size_t)t * Ns[i] + n], w = want[i][(size_t)t * Ns[i] + n];
+                                double exact, budget;
+                                exact_dot(&W[i], n, x + (size_t)t * K, &exact, &budget);
+                                if (ours ? float_to_bits(g) != float_to_bits(w) : !(fabs(g - w) <= 2 * budget)) {
+                                    print_error("%s %s %d threads T=%d matrix %d out[%d][%d]: group %.9g, "
+                                                "alone %.9g\n", dtype_name(type), ops_isa_name(isas[s]),
+                                                threads, T, i, t, n, g, w);
+                                    fail();
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            for (int i = 0; i < NM; i++) free(got[i]), free(want[i]);
+            free(scratch), free(x);
+        }
+        for (int i = 0; i < NM; i++) free((void *)W[i].data);
+    }
+    ops_set_isa(OPS_BEST);
+    ops_set_threads(saved);
+}
+
+/* ops_scores and ops_add_weighted_rows against double precision, rows at a
+ * stride wider than a head (as in the KV cache), for head sizes that are and
+ * are not multiples of 16 and 64. Each result is a sum of S (or n) products:
+ * within gamma of the sum of their magnitudes (see the top of this file). */
+static void attention_products_match_double_precision(void **state) {
+    (void)state;
+    enum { MAXS = 200, MAXN = 33, STRIDE = MAXS + 24 };
+    static float rows[MAXN * STRIDE];
+    float q[MAXS], s[MAXN], w[MAXN], out[MAXS], start[MAXS];
+    Rng r = {99};
+    for (int i = 0; i < MAXN * STRIDE; i++) rows[i] = rng_uniform(&r);
+    OpsIsa isas[] = {OPS_GENERIC, ops_best_isa()};
+    const int Ss[] = {1, 7, 16, 48, 64, 80, 128, 200};
+    for (int k = 0; k < 2; k++) {
+        ops_set_isa(isas[k]);
+        for (size_t a = 0; a < sizeof Ss / sizeof Ss[0]; a++) {
+            int S = Ss[a];
+            for (int n = 1; n <= MAXN; n += 4) {
+                for (int i = 0; i < S; i++) q[i] = 3.0f * rng_uniform(&r), out[i] = start[i] = rng_uniform(&r);
+                for (int j = 0; j < n; j++) w[j] = 0.5f + 0.5f * rng_uniform(&r);
+                ops_scores(s, q, rows + 5, n, S, STRIDE, 0.125f);
+                ops_add_weighted_rows(out, w, rows + 5, n, S, STRIDE);
+                for (int j = 0; j < n; j++) {
+                    double want = 0, mag = 0;
+                    for (int i = 0; i < S; i++) {
+                        want += (double)q[i] * rows[5 + j * STRIDE + i];
+                        mag += fabs((double)q[i] * rows[5 + j * STRIDE + i]);
+                    }
+                    if (!(fabs(s[j] - 0.125 * want) <= 0.125 * (1.01 * S * 0x1p-24 * mag) + 0x1p-24 * fabs(s[j])))
+                        fail_msg("%s S=%d n=%d: score %d = %.9g, want %.9g", ops_isa_name(isas[k]), S, n, j, s[j],
+                                 0.125 * want);
+                }
+                for (int i = 0; i < S; i++) {
+                    double want = start[i], mag = fabs(start[i]);
+                    for (int j = 0; j < n; j++) {
+                        want += (double)w[j] * rows[5 + j * STRIDE + i];
+                        mag += fabs((double)w[j] * rows[5 + j * STRIDE + i]);
+                    }
+                    if (!(fabs(out[i] - want) <= 1.01 * (n + 1) * 0x1p-24 * mag))
+                        fail_msg("%s S=%d n=%d: out[%d] = %.9g, want %.9g", ops_isa_name(isas[k]), S, n, i, out[i],
+                                 want);
+                }
+            }
+        }
+    }
+    ops_set_isa(OPS_BEST);
+}
+
 /* ------------------------------------------ the 4, 5 and 6-bit formats */
 
 static const DType SMALL_TYPES[] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
@@ -1313,6 +1435,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(q8_0_small_batches_equal_single_tokens_bitwise),
         cmocka_unit_test(matmul_gives_same_results_on_one_and_two_threads),
         cmocka_unit_test(matmul_scratch_does_not_depend_on_threads),
+        cmocka_unit_test(matmul_group_gives_each_matmuls_results),
+        cmocka_unit_test(attention_products_match_double_precision),
         cmocka_unit_test(small_formats_match_a_float64_loop_on_every_path),
         cmocka_unit_test(small_formats_give_the_same_bits_by_tokens_and_threads),
         cmocka_unit_test(small_formats_on_the_plain_path_are_the_dequantized_float_dot),
