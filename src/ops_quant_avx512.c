@@ -170,12 +170,20 @@ AVX512_INLINE Q32Quad q32_quad(const uint8_t *p, size_t bytes, int n, Q32Layout 
          * under a mask (nothing past the quad is read), then each field
          * gathered by one two-register word permute: three permutes where
          * single loads, inserts and moves through general registers took
-         * some 40 instructions per quad. Decoding only, and not for Q4_0:
-         * its old loads stream from memory about 5% faster on one Zen 5
-         * core (34.7 against 32.9 GB/s, kbench --shape 5632x2048), though
-         * the permutes win from cache (47 against 44). */
+         * some 40 instructions per quad. Decoding only: prefill tiles lost
+         * with them (Q5_0 T=128 258 -> 216 GFLOP/s).
+         * The empty asm keeps a and b in registers. vpermt2w overwrites its
+         * first table, and without it GCC 12 loaded `a` again for each
+         * permute: three loads of the same 64 bytes, nearly all straddling
+         * two cache lines. One Zen 5 core, kernel over read bandwidth from
+         * memory (kbench --shape 5632x2048, three alternating runs): Q5_0
+         * 0.86-0.89 -> 0.96-1.01, Q5_1 0.92-0.95 -> 0.96-0.99; Q4_0 and
+         * Q4_1 0.93-1.0 either way. With it Q4_0 takes this path too: from
+         * cache 41 -> 47 GB/s (with the triple loads it streamed from memory
+         * about 5% slower than its old loads, and kept them). */
         const __mmask32 rest = (__mmask32)((1u << (4 * bytes - 64) / 2) - 1);
         __m512i a = _mm512_loadu_si512(p), b = _mm512_maskz_loadu_epi16(rest, p + 64);
+        __asm__("" : "+v"(a), "+v"(b));
         z = _mm512_permutex2var_epi16(a, q32_idx_qs(bytes, L), b);
         __m512i dv = _mm512_permutex2var_epi16(a, q32_idx_d(bytes, L), b);
         __m512i hv = L.qh >= 0 ? _mm512_permutex2var_epi16(a, q32_idx_qh(bytes, L), b) : _mm512_setzero_si512();
@@ -236,7 +244,7 @@ AVX512_INLINE void q32_step(__m512 acc[4][4], const uint8_t *w, size_t bytes, si
     for (int r = 0; r < R; r++) {
         const uint8_t *p = w + (size_t)r * stride + (size_t)(4 * q) * bytes;
         prefetch_weights(p, (size_t)nblk * bytes, R, TT, stride);
-        wq[r] = q32_quad(p, bytes, nblk, L, R == 1 && TT == 1 && (L.qh >= 0 || L.m >= 0));
+        wq[r] = q32_quad(p, bytes, nblk, L, R == 1 && TT == 1);
     }
     for (int t = 0; t < TT; t++) {
         __m512i xlo = _mm512_loadu_si512(xr[t].qs + 128 * q), xhi = _mm512_loadu_si512(xr[t].qs + 128 * q + 64);
