@@ -39,6 +39,9 @@ typedef void (*RowsFn)(const MatmulJob *job, int part, int n0, int n1);
 enum { STREAM_AHEAD_BYTES = 12288 };
 
 #ifdef OPS_X86
+/* 32 words of a 512-bit register, for the index vectors of word permutes
+ * (vpermt2w), written as vector constants. */
+typedef short Words32 __attribute__((vector_size(64)));
 #include <xmmintrin.h>
 /* What a tile of R rows by TT tokens asks for while it reads `bytes` (at
  * least 1) of a row at p, a row being `stride` bytes: one row and one token

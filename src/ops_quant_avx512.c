@@ -145,7 +145,6 @@ AVX512_INLINE Q32Quad q32_fields(__m512i z, __m512i hv, __m128i dw, Q32Layout L)
  *   qs: block j's 8 words of nibbles in words 8j .. 8j+7 (lane j);
  *   qh: in every 128-bit lane the four blocks' qh words, h0 h1 h2 h3;
  *   d:  the first four words d0 m0 d1 m1 ... (the _1 kinds) or d0 d1 d2 d3. */
-typedef short Words32 __attribute__((vector_size(64)));
 AVX512_INLINE __m512i q32_idx_qs(size_t bytes, Q32Layout L) {
     const Words32 j = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
     const Words32 w = {0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7};
