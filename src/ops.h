@@ -101,6 +101,22 @@ static inline size_t dtype_row_bytes(DType type, int64_t n) {
 
 float fp16_to_fp32(uint16_t h);
 
+/* fp16_to_fp32 without a branch, for loops the compiler turns into vector
+ * code: the same bits for each of the 65536 halves (test_ops checks them
+ * all). Exponent and mantissa move into place together and the exponent is
+ * rebiased by 112 (127 - 15); infinities and NaNs (exponent 31) by 112 more,
+ * to 255; a subnormal half (exponent 0) is its mantissa times 2^-24, which a
+ * float holds exactly. The sign goes back on last, zeros included. */
+static inline float fp16_to_fp32_branchless(uint16_t h) {
+    uint32_t em = h & 0x7fffu, sign = (uint32_t)(h & 0x8000u) << 16;
+    union { uint32_t u; float f; } normal, tiny;
+    uint32_t special = em >= 0x7c00u, subnormal = 0u - (em < 0x400u);   /* 0 or 1; 0 or all ones */
+    normal.u = (em << 13) + (112u << 23) + special * (112u << 23);
+    tiny.f = (float)(int32_t)em * 0x1p-24f;
+    normal.u = (tiny.u & subnormal) | (normal.u & ~subnormal) | sign;
+    return normal.f;
+}
+
 /* BF16 is the top half of an IEEE float (sign, the 8-bit exponent, 7
  * mantissa bits): widening it is exact, a shift by 16. */
 static inline float bf16_to_fp32(uint16_t b) {

@@ -43,7 +43,7 @@
  * at -128 * (sum of the four activation values of each lane), computed once
  * per activation row. The integer sums are exact; each block then costs one
  * float multiply by d_w * d_x. ops.c's plain Q8_0 loops add the same lanes in
- * the same order (q8_0_block_into_lanes, q8_0_lanes_sum), so every path gives
+ * the same order (q8_0_block_into_lanes, lanes_sum), so every path gives
  * the same bits.
  *
  * Same bits from every tile. Every (row, token) result is computed by the

@@ -135,8 +135,8 @@ void q32_unpack(DType type, const void *blk, int8_t q[QK4], float *d, float *m) 
 /* A K super-block: q[256], d and dmin, and the scale (and min) of each
  * sub-block: 8 of 32 values for Q4_K and Q5_K, 16 of 16 for Q6_K (mn unused;
  * q keeps its +32). */
-void qk_unpack(DType type, const void *blk, uint8_t q[QK_K], int sc[16], int mn[16], float *d,
-               float *dmin) {
+static inline __attribute__((always_inline)) void qk_unpack_of(DType type, const void *blk, uint8_t q[QK_K],
+                                                                int sc[16], int mn[16], float *d, float *dmin) {
     if (type == DT_Q6_K) {
         const BlockQ6_K *b = blk;
         *d = fp16_to_fp32(b->d), *dmin = 0.0f;
@@ -173,6 +173,11 @@ void qk_unpack(DType type, const void *blk, uint8_t q[QK_K], int sc[16], int mn[
             q[64 * c + l] = (uint8_t)((qs[32 * c + l] & 0x0f) | h0 << 4);
             q[64 * c + 32 + l] = (uint8_t)((qs[32 * c + l] >> 4) | h1 << 4);
         }
+}
+
+void qk_unpack(DType type, const void *blk, uint8_t q[QK_K], int sc[16], int mn[16], float *d,
+               float *dmin) {
+    qk_unpack_of(type, blk, q, sc, mn, d, dmin);
 }
 
 /* One block (or super-block) widened to float. */
@@ -219,12 +224,15 @@ float small_dot_ref(const void *row, DType type, const float *x, int K) {
 static inline __attribute__((always_inline)) float q32_dot_int_of(const uint8_t *row, DType type, ActRow xr,
                                                                    int K) {
     /* The block's fields read in place (q32_unpack's layout, inlined with
-     * `type` a constant), the nibbles' products, the sum of the activations
-     * and the fifth bits' products in loops of their own, the offset paid
-     * once: the same integer as the sum of (q - offset) x. Through a call to
-     * q32_unpack per block this path read about 1 GB/s of weights on one Zen
-     * 5 core from cache (kbench --isa generic --shape 2048x2048 --pool-mib
-     * 0), now 1.4 to 1.8: per block it still ends two sums across vector
+     * `type` a constant), the offset taken off each nibble before its product
+     * (Q4_1 and Q5_1 also sum the activations, for the m term), the fifth
+     * bits' products in a loop of their own: the same integer as the sum of
+     * (q - offset) x, so the same bits as any other way of summing it. The
+     * 16 nibble pairs stay a loop (`unroll 1`): unrolled, GCC 12 left them as
+     * scalar code. On one Zen 5 core from cache (kbench --isa generic --shape
+     * 2048x2048 --pool-mib 0), through a call to q32_unpack per block this
+     * read about 1 GB/s of weights; inlined, 1.4 to 1.8; now Q4_0 4.9, Q4_1
+     * 4.0, Q5_0 3.9, Q5_1 3.2. Each block still ends its sums across vector
      * lanes, which is what the AVX-512 kernels avoid. */
     size_t bytes = dtype_row_bytes(type, QK4);
     int qs_at = type == DT_Q4_0 ? 2 : type == DT_Q4_1 ? 4 : type == DT_Q5_0 ? 6 : 8;
@@ -240,14 +248,15 @@ static inline __attribute__((always_inline)) float q32_dot_int_of(const uint8_t 
         if (with_m) memcpy(&mh, blk + 2, 2);
         if (five) memcpy(&high, blk + (with_m ? 4 : 2), 4);   /* little-endian, as every x86 file */
         int32_t dot = 0, xsum = 0, hsum = 0;
-        for (int i = 0; i < 16; i++) {   /* the nibbles: values i and i + 16 */
-            dot += (qs[i] & 0x0f) * x[i] + (qs[i] >> 4) * x[i + 16];
-            xsum += x[i] + x[i + 16];
+#pragma GCC unroll 1   /* kept a loop, so that it is vectorized whole rather than unrolled */
+        for (int i = 0; i < 16; i++) {   /* the nibbles, values i and i + 16, less the offset */
+            dot += ((qs[i] & 0x0f) - offset) * x[i] + ((qs[i] >> 4) - offset) * x[i + 16];
+            if (with_m) xsum += x[i] + x[i + 16];
         }
         if (five)   /* bit i of qh adds 16 to value i */
             for (int i = 0; i < QK4; i++) hsum += (int32_t)((high >> i) & 1) * x[i];
-        int32_t isum = dot + 16 * hsum - offset * xsum;   /* sum (q - offset) x, exactly */
-        float d = fp16_to_fp32(dh), m = with_m ? fp16_to_fp32(mh) : 0.0f;
+        int32_t isum = dot + 16 * hsum;   /* sum (q - offset) x, exactly */
+        float d = fp16_to_fp32_branchless(dh), m = with_m ? fp16_to_fp32_branchless(mh) : 0.0f;
         sum += d * xr.d[b] * (float)isum + m * xr.d[b] * (float)xsum;
     }
     return sum;
@@ -265,7 +274,8 @@ static float q32_dot_int(const void *row, DType type, ActRow xr, int K) {
 /* K formats against Q8_K activations: per super-block
  *     d_w d_x sum_j sc[j] sum_{i in j} q_w[i] q_x[i]  -  dmin d_x sum_j mn[j] sum_{i in j} q_x[i]
  * (Q6_K: q_w - 32 for q_w, no min term). The sums over j are exact integers. */
-static float qk_dot_int(const void *row, DType type, const BlockQ8_K *x, int K) {
+static inline __attribute__((always_inline)) float qk_dot_int_of(const uint8_t *row, DType type,
+                                                                  const BlockQ8_K *x, int K) {
     size_t bytes = dtype_row_bytes(type, QK_K);
     int G = type == DT_Q6_K ? 16 : 32;   /* values per sub-block */
     float sum = 0.0f;
@@ -273,18 +283,27 @@ static float qk_dot_int(const void *row, DType type, const BlockQ8_K *x, int K) 
         uint8_t q[QK_K];
         int sc[16], mn[16];
         float d, dmin;
-        qk_unpack(type, (const uint8_t *)row + b * bytes, q, sc, mn, &d, &dmin);
+        qk_unpack_of(type, row + b * bytes, q, sc, mn, &d, &dmin);
         int32_t isum = 0, msum = 0;
         for (int j = 0; j < QK_K / G; j++) {
             int32_t s = 0;
-            for (int i = j * G; i < (j + 1) * G; i++)
-                s += (type == DT_Q6_K ? q[i] - 32 : q[i]) * x[b].qs[i];
+#pragma GCC unroll 1   /* kept a loop, so that it is vectorized whole rather than unrolled */
+            for (int i = 0; i < G; i++)
+                s += (type == DT_Q6_K ? q[j * G + i] - 32 : q[j * G + i]) * x[b].qs[j * G + i];
             isum += sc[j] * s;
             if (type != DT_Q6_K) msum += mn[j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
         }
         sum += d * x[b].d * (float)isum - dmin * x[b].d * (float)msum;
     }
     return sum;
+}
+
+static float qk_dot_int(const void *row, DType type, const BlockQ8_K *x, int K) {
+    switch (type) {   /* one copy of the loop per type */
+    case DT_Q4_K: return qk_dot_int_of(row, DT_Q4_K, x, K);
+    case DT_Q5_K: return qk_dot_int_of(row, DT_Q5_K, x, K);
+    default: return qk_dot_int_of(row, DT_Q6_K, x, K);
+    }
 }
 
 size_t small_act_stride(DType type, int K) {

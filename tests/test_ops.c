@@ -225,6 +225,18 @@ static void fp16_widening_gives_the_documented_values(void **state) {
     assert_int_equal(float_to_bits(fp16_to_fp32(0x8000)), 0x80000000u);   /* -0 */
 }
 
+static void branchless_fp16_widening_equals_the_reference_for_every_half(void **state) {
+    (void)state;
+    /* the vector loops' conversion against fp16_to_fp32, bit for bit: zeros,
+     * subnormals, normals, infinities and NaN payloads of both signs */
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint32_t want = float_to_bits(fp16_to_fp32((uint16_t)h));
+        uint32_t got = float_to_bits(fp16_to_fp32_branchless((uint16_t)h));
+        if (got != want) print_error("half 0x%04x: 0x%08x, want 0x%08x\n", h, got, want);
+        assert_int_equal(got, want);
+    }
+}
+
 static void fp32_to_fp16_rounds_ties_to_even(void **state) {
     (void)state;
     /* One half ulp at 1.0 is 2^-11: 1 + 2^-11 lies exactly between 0x3c00 and
@@ -545,6 +557,34 @@ static void small_float_batches_equal_single_tokens_bitwise(void **state) {
     /* k-blocked: K = 1000 in several blocks, a short last one */
     check_batch_equals_single_tokens(DT_F32, 70, 1000, 17);
     check_batch_equals_single_tokens(DT_F16, 70, 1000, 35);
+}
+
+static void half_rows_of_one_token_give_the_same_bits_on_generic_and_avx512(void **state) {
+    (void)state;
+    /* F16 and BF16 at T = 1: the generic loop keeps the AVX-512 kernel's 16
+     * lanes and adds them in its order, so the two paths agree bit for bit;
+     * K = 200 ends in a short step, K = 2048 is a model's width */
+    if (ops_best_isa() != OPS_AVX512) {
+        print_message("skipped: this CPU has no AVX-512 to compare with\n");
+        return;
+    }
+    DType types[] = {DT_F16, DT_BF16};
+    int Ks[] = {200, 2048};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) {
+            int N = 70, K = Ks[j];
+            Mat W = {types[i], N, K, make_weights(types[i], N, K, 41 + i)};
+            float *x = make_activations(1, K, 42 + j), a[70], b[70];
+            run_matmul(a, x, &W, 1, OPS_GENERIC);
+            run_matmul(b, x, &W, 1, OPS_AVX512);
+            for (int n = 0; n < N; n++) {
+                if (float_to_bits(a[n]) != float_to_bits(b[n]))
+                    print_error("%s K=%d row %d: generic %.9g, avx512 %.9g\n", dtype_name(types[i]), K, n, a[n],
+                                b[n]);
+                assert_int_equal(float_to_bits(a[n]), float_to_bits(b[n]));
+            }
+            free(x), free((void *)W.data);
+        }
 }
 
 static void q8_0_small_batches_equal_single_tokens_bitwise(void **state) {
@@ -1413,6 +1453,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(softmax_matches_the_libm_reference),
         cmocka_unit_test(fp16_round_trips_all_65536_halves_and_keeps_nan_class),
         cmocka_unit_test(fp16_widening_gives_the_documented_values),
+        cmocka_unit_test(branchless_fp16_widening_equals_the_reference_for_every_half),
         cmocka_unit_test(fp32_to_fp16_rounds_ties_to_even),
         cmocka_unit_test(fp32_to_fp16_rounds_subnormals_ties_to_even),
         cmocka_unit_test(fp32_to_fp16_overflows_to_infinity_from_65520),
@@ -1432,6 +1473,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(q8_0_every_path_gives_the_reference_bits),
         cmocka_unit_test(q8_0_prefill_rows_equal_decode_rows_bitwise),
         cmocka_unit_test(small_float_batches_equal_single_tokens_bitwise),
+        cmocka_unit_test(half_rows_of_one_token_give_the_same_bits_on_generic_and_avx512),
         cmocka_unit_test(q8_0_small_batches_equal_single_tokens_bitwise),
         cmocka_unit_test(matmul_gives_same_results_on_one_and_two_threads),
         cmocka_unit_test(matmul_scratch_does_not_depend_on_threads),
