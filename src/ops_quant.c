@@ -273,36 +273,47 @@ static float q32_dot_int(const void *row, DType type, ActRow xr, int K) {
 
 /* K formats against Q8_K activations: per super-block
  *     d_w d_x sum_j sc[j] sum_{i in j} q_w[i] q_x[i]  -  dmin d_x sum_j mn[j] sum_{i in j} q_x[i]
- * (Q6_K: q_w - 32 for q_w, no min term). The sums over j are exact integers. */
-static inline __attribute__((always_inline)) float qk_dot_int_of(const uint8_t *row, DType type,
-                                                                  const BlockQ8_K *x, int K) {
+ * (Q6_K: q_w - 32 for q_w, no min term). The sums over j are exact integers.
+ * One row against nt tokens (x[t] the Q8_K row of token t, nt <= QK_TOKENS):
+ * each super-block is unpacked once for all of them, and each token's sum
+ * runs over the super-blocks in order, as it would alone, so a token's result
+ * does not depend on how many others came with it. */
+enum { QK_TOKENS = 8 };
+
+static inline __attribute__((always_inline)) void qk_dot_int_of(float *out, size_t out_stride, const uint8_t *row,
+                                                                 DType type, const BlockQ8_K *const x[], int nt,
+                                                                 int K) {
     size_t bytes = dtype_row_bytes(type, QK_K);
     int G = type == DT_Q6_K ? 16 : 32;   /* values per sub-block */
-    float sum = 0.0f;
+    float sum[QK_TOKENS] = {0};
     for (int b = 0; b < K / QK_K; b++) {
         uint8_t q[QK_K];
         int sc[16], mn[16];
         float d, dmin;
         qk_unpack_of(type, row + b * bytes, q, sc, mn, &d, &dmin);
-        int32_t isum = 0, msum = 0;
-        for (int j = 0; j < QK_K / G; j++) {
-            int32_t s = 0;
+        for (int t = 0; t < nt; t++) {
+            const BlockQ8_K *xb = &x[t][b];
+            int32_t isum = 0, msum = 0;
+            for (int j = 0; j < QK_K / G; j++) {
+                int32_t s = 0;
 #pragma GCC unroll 1   /* kept a loop, so that it is vectorized whole rather than unrolled */
-            for (int i = 0; i < G; i++)
-                s += (type == DT_Q6_K ? q[j * G + i] - 32 : q[j * G + i]) * x[b].qs[j * G + i];
-            isum += sc[j] * s;
-            if (type != DT_Q6_K) msum += mn[j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+                for (int i = 0; i < G; i++)
+                    s += (type == DT_Q6_K ? q[j * G + i] - 32 : q[j * G + i]) * xb->qs[j * G + i];
+                isum += sc[j] * s;
+                if (type != DT_Q6_K) msum += mn[j] * (xb->bsums[2 * j] + xb->bsums[2 * j + 1]);
+            }
+            sum[t] += d * xb->d * (float)isum - dmin * xb->d * (float)msum;
         }
-        sum += d * x[b].d * (float)isum - dmin * x[b].d * (float)msum;
     }
-    return sum;
+    for (int t = 0; t < nt; t++) out[t * out_stride] = sum[t];
 }
 
-static float qk_dot_int(const void *row, DType type, const BlockQ8_K *x, int K) {
+static void qk_dot_int(float *out, size_t out_stride, const void *row, DType type, const BlockQ8_K *const x[],
+                       int nt, int K) {
     switch (type) {   /* one copy of the loop per type */
-    case DT_Q4_K: return qk_dot_int_of(row, DT_Q4_K, x, K);
-    case DT_Q5_K: return qk_dot_int_of(row, DT_Q5_K, x, K);
-    default: return qk_dot_int_of(row, DT_Q6_K, x, K);
+    case DT_Q4_K: qk_dot_int_of(out, out_stride, row, DT_Q4_K, x, nt, K); break;
+    case DT_Q5_K: qk_dot_int_of(out, out_stride, row, DT_Q5_K, x, nt, K); break;
+    default: qk_dot_int_of(out, out_stride, row, DT_Q6_K, x, nt, K); break;
     }
 }
 
@@ -319,16 +330,20 @@ void small_act_pack_k(uint8_t *act, const float *x, int T, int K) {
 void small_rows_generic(const MatmulJob *job, int part, int n0, int n1) {
     DType type = job->W->type;
     int N = job->W->N, K = job->W->K;
-    for (int t = 0; t < job->T; t++)
-        for (int n = n0; n < n1; n++) {
-            const uint8_t *row = row_ptr(job->W, n);
-            float v;
-            if (dtype_is_k(type))
-                v = qk_dot_int(row, type, (const BlockQ8_K *)(job->act + (size_t)t * small_act_stride(type, K)), K);
-            else
-                v = q32_dot_int(row, type, act_row(job->act, K, t), K);
-            job->out[(size_t)t * N + n] = v;
+    if (dtype_is_k(type)) {
+        for (int t0 = 0; t0 < job->T; t0 += QK_TOKENS) {
+            int nt = job->T - t0 < QK_TOKENS ? job->T - t0 : QK_TOKENS;
+            const BlockQ8_K *x[QK_TOKENS];
+            for (int t = 0; t < nt; t++)
+                x[t] = (const BlockQ8_K *)(job->act + (size_t)(t0 + t) * small_act_stride(type, K));
+            for (int n = n0; n < n1; n++)
+                qk_dot_int(job->out + (size_t)t0 * N + n, (size_t)N, row_ptr(job->W, n), type, x, nt, K);
         }
+        return;
+    }
+    for (int t = 0; t < job->T; t++)
+        for (int n = n0; n < n1; n++)
+            job->out[(size_t)t * N + n] = q32_dot_int(row_ptr(job->W, n), type, act_row(job->act, K, t), K);
 }
 
 /* ------------------------------------------------------------ quantizers

@@ -526,13 +526,12 @@ static void q8_0_every_path_gives_the_reference_bits(void **state) {
  * That holds for Q8_0 at any T, and for F32 and F16 below 36 tokens, where
  * our tiles run instead of sgemm (batched decoding of a few sequences),
  * k-blocked from 16 tokens on. */
-static void check_batch_equals_single_tokens(DType type, int N, int K, int T) {
+static void check_batch_equals_single_tokens_on(DType type, int N, int K, int T, OpsIsa isa) {
     Mat W = {type, N, K, make_weights(type, N, K, 21)};
     float *x = make_activations(T, K, 22);
     float *all = malloc(sizeof(float) * (size_t)T * N), *one = malloc(sizeof(float) * (size_t)N);
     assert_non_null(all);
     assert_non_null(one);
-    OpsIsa isa = ops_best_isa();
     run_matmul(all, x, &W, T, isa);
     for (int t = 0; t < T; t++) {
         run_matmul(one, x + (size_t)t * K, &W, 1, isa);
@@ -543,6 +542,10 @@ static void check_batch_equals_single_tokens(DType type, int N, int K, int T) {
         }
     }
     free(all), free(one), free(x), free((void *)W.data);
+}
+
+static void check_batch_equals_single_tokens(DType type, int N, int K, int T) {
+    check_batch_equals_single_tokens_on(type, N, K, T, ops_best_isa());
 }
 
 static void q8_0_prefill_rows_equal_decode_rows_bitwise(void **state) {
@@ -918,6 +921,8 @@ static void small_formats_give_the_same_bits_by_tokens_and_threads(void **state)
     int saved = ops_threads();
     for (int i = 0; i < N_SMALL; i++) {
         check_batch_equals_single_tokens(SMALL_TYPES[i], 70, 512, 5);
+        /* the generic K loops take 8 tokens at a time: 11 is a group and a rest */
+        check_batch_equals_single_tokens_on(SMALL_TYPES[i], 70, 512, 11, OPS_GENERIC);
         if (!dtype_is_k(SMALL_TYPES[i])) {   /* rows ending in 1, 2, 3 blocks past a group of four */
             check_batch_equals_single_tokens(SMALL_TYPES[i], 70, 288, 5);
             check_batch_equals_single_tokens(SMALL_TYPES[i], 70, 320, 5);
