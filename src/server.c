@@ -181,7 +181,7 @@ static int get_int(const cJSON *o, const char *key, double lo, double hi, long l
     const cJSON *f = field(o, key);
     if (!f) return 0;
     double v = f->valuedouble;
-    if (!cJSON_IsNumber(f) || v != (double)(long long)v || v < lo || v > hi)
+    if (!cJSON_IsNumber(f) || !(v >= lo && v <= hi) || v != (double)(long long)v)
         return fail(err, 400, key, "%s must be an integer in %.0f..%.0f", key, lo, hi);
     *out = (long long)v;
     return 1;

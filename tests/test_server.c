@@ -78,6 +78,11 @@ static void defaults_are_openai_s(void **st) {
 static void each_bad_field_is_refused_by_name(void **st) {
     refused("{\"prompt\": \"a\", \"max_tokens\": 0}", 0, 400, "max_tokens");
     refused("{\"prompt\": \"a\", \"max_tokens\": 2.5}", 0, 400, "max_tokens");
+    /* Out of long long's range: refused before any conversion (the cast would be undefined). */
+    refused("{\"prompt\": \"a\", \"max_tokens\": 1e400}", 0, 400, "max_tokens");
+    refused("{\"prompt\": \"a\", \"top_k\": -1e300}", 0, 400, "top_k");
+    refused("{\"prompt\": \"a\", \"seed\": 1e30}", 0, 400, "seed");
+    refused("{\"prompt\": \"a\", \"n\": -1e300}", 0, 400, "n");
     refused("{\"prompt\": \"a\", \"max_completion_tokens\": \"9\"}", 0, 400, "max_completion_tokens");
     refused("{\"prompt\": \"a\", \"temperature\": -1}", 0, 400, "temperature");
     refused("{\"prompt\": \"a\", \"temperature\": \"hot\"}", 0, 400, "temperature");
