@@ -38,9 +38,9 @@ LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lpcre2-8 -lcjson -lm
 FIXTURES ?= ../shared/fixtures
 
 PROG_SRC := src/infer.c src/serve.c
-LIB_SRC  := $(filter-out $(PROG_SRC),$(wildcard src/*.c))
+LIB_SRC  := $(filter-out $(PROG_SRC),$(wildcard src/*.c src/kernels/*.c))
 TOOL_SRC := $(wildcard tools/*.c)
-TOOL_H   := $(wildcard tools/*.h) src/*.h
+TOOL_H   := $(wildcard tools/*.h) src/*.h src/kernels/*.h
 TEST_SRC := $(wildcard tests/test_*.c)
 
 # Flavours: objects never mix between them. The debug build starts on the
@@ -52,12 +52,12 @@ DEBUG_FLAGS := $(BASE) -O0 -g3 -DOPS_DEFAULT_ISA=OPS_PLAIN
 FAST_FLAGS  := $(BASE) -O3 -march=native -g -DNDEBUG
 ASAN_FLAGS  := $(BASE) -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=undefined,float-cast-overflow
 
-.PHONY: all fast test run bench train clean deps fuzz fuzz-build fuzz-deps soak exercise exercise-check
+.PHONY: all fast cuda cuda-compile test run bench train clean deps fuzz fuzz-build fuzz-deps soak exercise exercise-check
 all: build/infer build/serve $(patsubst tools/%.c,build/%,$(TOOL_SRC))
 fast: build/fast/infer build/fast/serve $(patsubst tools/%.c,build/fast/%,$(TOOL_SRC))
 
 # --- debug ---------------------------------------------------------------
-build/obj/%.o: src/%.c src/*.h | deps
+build/obj/%.o: src/%.c src/*.h src/kernels/*.h | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(DEBUG_FLAGS) -c $< -o $@
 build/libengine.a: $(patsubst src/%.c,build/obj/%.o,$(LIB_SRC))
@@ -68,7 +68,7 @@ build/%: tools/%.c build/libengine.a $(TOOL_H)
 	$(CC) $(DEBUG_FLAGS) $(filter-out %.h,$^) -o $@ $(LIBS)
 
 # --- fast ----------------------------------------------------------------
-build/fast/obj/%.o: src/%.c src/*.h | deps
+build/fast/obj/%.o: src/%.c src/*.h src/kernels/*.h | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(FAST_FLAGS) -c $< -o $@
 build/fast/libengine.a: $(patsubst src/%.c,build/fast/obj/%.o,$(LIB_SRC))
@@ -78,11 +78,56 @@ build/fast/infer build/fast/serve: build/fast/%: src/%.c build/fast/libengine.a
 build/fast/%: tools/%.c build/fast/libengine.a $(TOOL_H)
 	$(CC) $(FAST_FLAGS) $(filter-out %.h,$^) -o $@ $(LIBS)
 
+# --- cuda ----------------------------------------------------------------
+# make cuda: the same programs with the forward pass on an NVIDIA GPU
+# (--device cuda; notes/cuda.md), in build/cuda/, plus kcheck, which runs
+# every CUDA kernel against its C reference. Builds where nvcc is (CUDA 13,
+# Hopper: sm_90); runs where a GPU is. The C objects are built for any
+# x86-64-v3 CPU, since a GPU machine's CPU need not be this one; -fmad=false
+# keeps nvcc from fusing what the source does not fuse (as -ffp-contract=off).
+CUDA_HOME ?= /usr/local/cuda
+NVCC       := $(CUDA_HOME)/bin/nvcc
+NVFLAGS    := -arch=sm_90 -std=c++20 -O3 -fmad=false -lineinfo -Werror all-warnings \
+              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -Isrc -Isrc/kernels
+CUDA_CFLAGS := $(BASE) -O3 -g -DNDEBUG -march=x86-64-v3
+CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+CUDA_SRC   := $(wildcard src/kernels/*.cu)
+CUDA_DEPS  := $(wildcard src/kernels/*.cuh src/kernels/*.h) src/ops.h src/err.h
+CUDA_OBJ   := $(patsubst src/kernels/%.cu,build/cuda/cu/%.o,$(CUDA_SRC))
+CUDA_TOOLS := bench bench_batch mkmodel gpucheck
+cuda: build/cuda/infer build/cuda/serve build/cuda/kcheck $(patsubst %,build/cuda/%,$(CUDA_TOOLS))
+build/cuda/cu/%.o: src/kernels/%.cu $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+build/cuda/obj/%.o: src/%.c src/*.h src/kernels/*.h | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CUDA_CFLAGS) -c $< -o $@
+# every library object but gpu_none.o: the kernels stand in its place
+build/cuda/libengine.a: $(patsubst src/%.c,build/cuda/obj/%.o,$(filter-out src/kernels/gpu_none.c,$(LIB_SRC)))
+	ar rcs $@ $^
+build/cuda/infer build/cuda/serve: build/cuda/%: src/%.c $(CUDA_OBJ) build/cuda/libengine.a
+	$(CC) $(CUDA_CFLAGS) $^ -o $@ $(LIBS) $(CUDA_LIBS)
+$(patsubst %,build/cuda/%,$(CUDA_TOOLS)): build/cuda/%: tools/%.c $(CUDA_OBJ) build/cuda/libengine.a $(TOOL_H)
+	$(CC) $(CUDA_CFLAGS) $(filter-out %.h,$^) -o $@ $(LIBS) $(CUDA_LIBS)
+build/cuda/tools/kcheck.o: tools/kcheck.cu $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+build/cuda/kcheck: build/cuda/tools/kcheck.o $(CUDA_OBJ) build/cuda/libengine.a
+	$(CC) $(CUDA_CFLAGS) $^ -o $@ $(LIBS) $(CUDA_LIBS)
+
+# make test's CUDA suite (tests/cuda.sh): every CUDA source compiled (-Werror)
+# and infer and kcheck linked against the test build's library. Nothing runs
+# on a GPU; where nvcc is missing the suite says it skipped.
+cuda-compile: $(CUDA_OBJ) build/cuda/tools/kcheck.o build/asan/libengine.a
+	$(CC) $(ASAN_FLAGS) src/infer.c $(CUDA_OBJ) build/asan/libengine.a -o build/cuda/infer-asan $(LIBS) $(CUDA_LIBS)
+	$(CC) $(ASAN_FLAGS) build/cuda/tools/kcheck.o $(CUDA_OBJ) build/asan/libengine.a -o build/cuda/kcheck-asan \
+	    $(LIBS) $(CUDA_LIBS)
+
 # rans_bench compares the codec with zstd: it alone links libzstd.
 build/rans_bench build/fast/rans_bench build/asan/rans_bench: LIBS += -lzstd
 
 # --- tests (sanitizers on) -----------------------------------------------
-build/asan/obj/%.o: src/%.c src/*.h | deps
+build/asan/obj/%.o: src/%.c src/*.h src/kernels/*.h | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN_FLAGS) -c $< -o $@
 build/asan/libengine.a: $(patsubst src/%.c,build/asan/obj/%.o,$(LIB_SRC))
@@ -95,7 +140,7 @@ build/asan/%: tools/%.c build/asan/libengine.a $(TOOL_H)
 # with its own version of one library object (tools/exercise.sh).
 TEST_OBJ := $(patsubst tests/%.c,build/asan/tobj/%.o,$(TEST_SRC))
 .SECONDARY: $(TEST_OBJ)
-build/asan/tobj/test_%.o: tests/test_%.c tests/testutil.h src/*.h | deps
+build/asan/tobj/test_%.o: tests/test_%.c tests/testutil.h src/*.h src/kernels/*.h | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN_FLAGS) -Itests -c $< -o $@
 build/asan/test_%: build/asan/tobj/test_%.o build/asan/libengine.a

@@ -34,6 +34,8 @@ void cli_engine_usage(FILE *f) {
         "                       memory: each layer is decoded just before it is needed\n"
         "  --isa I              kernels: plain (the reference loops, one thread: for gdb),\n"
         "                       generic, avx512 or best (default; LLM_ISA sets it too)\n"
+        "  --device D           cpu (default) or cuda: the forward pass on an NVIDIA GPU, the\n"
+        "                       KV pool in its memory (a build of make cuda: build/cuda/...)\n"
         "  --trace              lifecycle of every request and a summary of every step on\n"
         "                       stderr; --trace=verbose adds every token, block tables and\n"
         "                       a map of the KV pool at every step; both end with a memory report\n"
@@ -77,7 +79,7 @@ static int takes_value(const char *a) {
     static const char *const opts[] = {
         "--model", "--tokenizer", "--threads", "--trace-json", "--trace-svg", "--kv-map",
         "--max-seqs", "--token-budget", "--chunk", "--aging", "--policy", "--clock",
-        "--block-size", "--kv-blocks", "--kv-mem", "--isa", NULL};
+        "--block-size", "--kv-blocks", "--kv-mem", "--isa", "--device", NULL};
     for (int k = 0; opts[k]; k++)
         if (!strcmp(a, opts[k])) return 1;
     return 0;
@@ -126,6 +128,10 @@ int cli_engine_option(CliEngine *o, int argc, char **argv, int *i, Err *e) {
         if (!strcmp(v, "wall")) o->ec.clock = CLOCK_WALL;
         else if (!strcmp(v, "steps")) o->ec.clock = CLOCK_STEPS;
         else return err_set(e, ST_ARG, "--clock: '%s' is not wall or steps", v);
+    } else if (!strcmp(a, "--device")) {
+        if (!strcmp(v, "cpu")) o->mo.device = DEVICE_CPU;
+        else if (!strcmp(v, "cuda")) o->mo.device = DEVICE_CUDA;
+        else return err_set(e, ST_ARG, "--device: '%s' is not cpu or cuda", v);
     } else if (!strcmp(a, "--isa")) {
         OpsIsa isa;
         Err why;

@@ -103,8 +103,13 @@ const int *exec_run(Executor *x, const StepPlan *p) {
 
     const float *logits = NULL;
     if (T > 0) {
+        /* the pool's copy-on-write copies since the last step go with the
+         * batch: a model whose cache lives elsewhere (a GPU) makes them too */
+        const int *copies;
+        int n_copies = kv_take_copies(x->pool, &copies);
         Batch b = {.T = T, .token = x->token, .pos = x->pos, .seq = x->seq, .slot = x->slot,
-                   .table = x->table, .n_logits = n_logits, .logit_row = x->logit_row};
+                   .table = x->table, .n_logits = n_logits, .logit_row = x->logit_row,
+                   .n_copies = n_copies, .copies = copies};
         KvStore kv = {pool->key, pool->value, pool->NB, pool->BS};
         logits = model_forward_batch(x->model, &x->rs, &kv, &b);
     }

@@ -70,13 +70,14 @@ int kv_pool_init(KvPool *p, int L, int kvd, int block_size, int n_blocks, Err *e
     while (n_buckets < 2 * n_blocks) n_buckets *= 2;
 
     enum { KEY, VALUE, REFCOUNT, HASH, GEN, PARENT, PARENT_GEN, TOKENS, REGISTERED,
-           FREE_STACK, LRU_PREV, LRU_NEXT, BUCKET, CHAIN, N_PIECES };
+           FREE_STACK, LRU_PREV, LRU_NEXT, BUCKET, CHAIN, COPY_LOG, N_PIECES };
     const size_t size[N_PIECES] = {
         [KEY] = kv * sizeof(float), [VALUE] = kv * sizeof(float), [REFCOUNT] = NB * sizeof(int),
         [HASH] = NB * sizeof(uint64_t), [GEN] = NB * sizeof(uint32_t), [PARENT] = NB * sizeof(int),
         [PARENT_GEN] = NB * sizeof(uint32_t), [TOKENS] = rows * sizeof(int), [REGISTERED] = NB,
         [FREE_STACK] = NB * sizeof(int), [LRU_PREV] = NB * sizeof(int), [LRU_NEXT] = NB * sizeof(int),
-        [BUCKET] = (size_t)n_buckets * sizeof(int), [CHAIN] = NB * sizeof(int)};
+        [BUCKET] = (size_t)n_buckets * sizeof(int), [CHAIN] = NB * sizeof(int),
+        [COPY_LOG] = 2 * NB * 3 * sizeof(int)};
     size_t total = 64;   /* room to align the start */
     for (int i = 0; i < N_PIECES; i++) total += round64(size[i]);
     char *block = mem_alloc(total);
@@ -101,6 +102,8 @@ int kv_pool_init(KvPool *p, int L, int kvd, int block_size, int n_blocks, Err *e
     p->lru_next = (int *)piece[LRU_NEXT];
     p->bucket = (int *)piece[BUCKET];
     p->chain = (int *)piece[CHAIN];
+    p->copy_log = (int *)piece[COPY_LOG];
+    p->cap_copies = 2 * n_blocks;
     p->block_ = block;
     p->bytes = total;
     p->L = L;
@@ -306,7 +309,14 @@ int kv_seq_reserve(KvPool *p, KvSeq *s, int n) {
         int old = s->table[i];
         if (p->refcount[old] <= 1) continue;
         int b = take_block(p), rows = s->n_tokens - i * BS;
-        copy_rows(p, b, old, rows < 0 ? 0 : rows > BS ? BS : rows);
+        rows = rows < 0 ? 0 : rows > BS ? BS : rows;
+        copy_rows(p, b, old, rows);
+        if (p->n_copies < p->cap_copies) {
+            int *c = p->copy_log + 3 * p->n_copies++;
+            c[0] = old, c[1] = b, c[2] = rows;
+        } else {
+            p->copies_lost++;
+        }
         p->refcount[old]--;   /* still >= 1: the other holders keep it */
         s->table[i] = b;
         p->cow_copies++;
@@ -315,6 +325,13 @@ int kv_seq_reserve(KvPool *p, KvSeq *s, int n) {
     if (end > s->n_blocks) s->n_blocks = end;
     note_held(p);
     return ST_OK;
+}
+
+int kv_take_copies(KvPool *p, const int **log) {
+    int n = p->copies_lost ? -1 : p->n_copies;
+    *log = p->copy_log;
+    p->n_copies = p->copies_lost = 0;
+    return n;
 }
 
 int kv_seq_slot(const KvSeq *s, int BS, int pos) {

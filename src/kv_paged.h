@@ -50,6 +50,13 @@ typedef struct {
     long cow_copies;         /* blocks copied on write */
     long evictions;          /* cached blocks reused for new content */
     int peak_held;           /* most blocks held at once */
+    /* Copy-on-write copies since the last kv_take_copies, (src, dst, rows)
+     * each: the pool copies the host rows itself, and a KV cache kept
+     * elsewhere (a GPU's) makes the same copies from this log before the
+     * step that writes them, as vLLM's blocks_to_copy does. */
+    int *copy_log;           /* (cap_copies, 3) */
+    int n_copies, cap_copies;
+    int copies_lost;         /* copies that found the log full since the last take */
     void *block_;            /* the one allocation behind everything above */
     size_t bytes;
 } KvPool;
@@ -115,6 +122,11 @@ int kv_seq_slot(const KvSeq *s, int BS, int pos);
  * freed, not cached, when released) and the twin becomes the chain block. */
 void kv_seq_commit(KvPool *p, KvSeq *s, const int *tokens, int n);
 
+/* The copy-on-write log: *log gets its (src, dst, rows) triples, oldest
+ * first, and the log is emptied. Returns how many, or -1 when some were
+ * lost to a full log (2 NB entries: only a caller that never takes them
+ * fills it). */
+int kv_take_copies(KvPool *p, const int **log);
 /* Let go of every block (refcount - 1 each; a block nobody holds goes to the
  * cache if registered, else to the free list). Returns the blocks released;
  * the KvSeq is empty afterwards and can be reused. */

@@ -31,6 +31,7 @@
 #include "clock.h"
 #include "fileio.h"
 #include "mem.h"
+#include "kernels/gpu.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -479,6 +480,24 @@ int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e) {
     return model_load_opts(m, path, tokenizer_path, NULL, e);
 }
 
+/* --device cuda: every weight to the GPU (kernels/gpu.h), told as plain data. */
+static int gpu_upload(Model *m, const ModelOpts *o, Err *e) {
+    if (o->low_mem)
+        return err_set(e, ST_ARG, "--low-mem with --device cuda: the GPU keeps every weight decoded; choose one");
+    const ModelConfig *c = &m->cfg;
+    GpuLayer *ls = mem_alloc((size_t)c->n_layers * sizeof *ls);
+    if (!ls) return err_set(e, ST_NOMEM, "gpu: out of memory describing %d layers", c->n_layers);
+    for (int l = 0; l < c->n_layers; l++) {
+        const Layer *w = &m->layers[l];
+        ls[l] = (GpuLayer){w->attn_norm, w->ffn_norm, w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
+    }
+    GpuModelDesc d = {c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size,
+                      c->seq_len, c->n_rot, c->rms_eps, m->tok_embd, m->output, m->out_norm, ls};
+    int st = gpu_model_create(&m->gpu, &d, e);
+    mem_free(ls);
+    return st;
+}
+
 int model_load_opts(Model *m, const char *path, const char *tokenizer_path, const ModelOpts *o, Err *e) {
     static const ModelOpts defaults = {0};
     if (!o) o = &defaults;
@@ -513,11 +532,13 @@ int model_load_opts(Model *m, const char *path, const char *tokenizer_path, cons
     if (st == ST_OK && tok_n_vocab(m->tok) != m->cfg.vocab_size)
         st = err_set(e, ST_FORMAT, "%s: the tokenizer has %d tokens but the model's vocabulary is %d",
                      path, tok_n_vocab(m->tok), m->cfg.vocab_size);
+    if (st == ST_OK && o->device == DEVICE_CUDA) st = gpu_upload(m, o, e);
     if (st) model_free(m);
     return st;
 }
 
 void model_free(Model *m) {
+    gpu_model_free(m->gpu);
     lm_free(m->lowmem);   /* first: its helper thread may be decoding from the mapping */
     tok_free(m->tok);
     gguf_close(&m->gguf);
@@ -757,7 +778,21 @@ static int lowmem_layer(const Model *m, int l, Layer *out) {
     return ST_OK;
 }
 
+/* The batch on the GPU (kernels/gpu_model.cu mirrors the loop below). The
+ * KV pool there stands for the host pool whose key pointer names it. */
+static float *forward_gpu(const Model *m, RunState *s, const KvStore *kv, const Batch *b) {
+    GpuBatch g = {b->T, b->token, b->pos, b->seq, b->slot, b->table, b->n_logits, b->logit_row, kv->NB, kv->BS,
+                  kv->key, s->rope_cs, s->max_T, s->max_logits, b->n_copies, b->copies};
+    if (b->n_copies < 0) {
+        err_set(&s->err, ST_ARG, "gpu: copy-on-write copies were lost (the pool's log overflowed)");
+        return nan_logits(s, m->cfg.vocab_size, b->n_logits);
+    }
+    if (gpu_forward(m->gpu, &g, s->logits, &s->err)) return nan_logits(s, m->cfg.vocab_size, b->n_logits);
+    return s->logits;
+}
+
 float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const Batch *b) {
+    if (m->gpu) return forward_gpu(m, s, kv, b);
     const ModelConfig *c = &m->cfg;
     int D = c->dim, F = c->hidden_dim, S = c->head_dim, H = c->n_heads, Hkv = c->n_kv_heads;
     int half = c->n_rot / 2, T = b->T, BS = kv->BS, V = c->vocab_size;

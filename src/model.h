@@ -75,12 +75,18 @@ typedef struct {
     size_t decoded_bytes;
     double decode_load_s;     /* seconds decoding at load (low_mem: verifying) */
     LowMem *lowmem;
+    struct GpuModel *gpu;     /* --device cuda: the weights on the GPU (kernels/gpu.h); NULL on the CPU */
     const WcTensor *embd_coded, *head_coded;   /* low_mem: rows decoded on demand */
     int head_rows, head_pieces;
 } Model;
 
+/* Where the forward pass runs. */
+typedef enum { DEVICE_CPU = 0, DEVICE_CUDA = 1 } Device;
+
 typedef struct {
     int low_mem;              /* keep coded matrices coded (see Model) */
+    Device device;            /* DEVICE_CUDA: weights uploaded at load, every forward pass
+                                 on the GPU (build/cuda only; notes/cuda.md) */
     int serial;               /* low_mem without the helper thread: decode when asked */
 } ModelOpts;
 
@@ -117,6 +123,7 @@ typedef struct {
     void *scratch;        /* quantized activations, widened weight rows */
     void *block_;         /* the one allocation all of the above are carved from */
     size_t bytes;         /* total allocated */
+    Err err;              /* --device cuda: why the last forward pass gave NaN logits */
 } RunState;
 
 /* For model_forward: activations for max_T tokens and a contiguous cache. */
@@ -151,6 +158,11 @@ typedef struct {
     const int *const *table;                  /* (sequences) block tables */
     int n_logits;                             /* rows whose logits are wanted */
     const int *logit_row;                     /* (n_logits) ascending rows */
+    /* Copy-on-write copies the pool made for this step (kv_take_copies):
+     * (src block, dst block, rows) each, already done in the host pool; a
+     * GPU's pool makes them before the step. -1: some were lost. */
+    int n_copies;
+    const int *copies;
 } Batch;
 
 /* Run a batch: one matrix product per weight for all T rows, paged attention

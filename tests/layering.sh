@@ -29,6 +29,8 @@ plant lowmem.c '#include "model.h"' "lowmem.c includes model.h"
 plant runtime.c '#include "infer.c"' "a .c file is never included"
 plant runtime.c '#include "server.h"' "runtime.c includes server.h"
 plant engine.h '#include "cli_opts.h"' "engine.h includes cli_opts.h"
+plant kernels/gpu_model.cu '#include "model.h"' "kernels/gpu_model.cu includes model.h"
+plant kernels/gpu.h '#include "kv_paged.h"' "kernels/gpu.h includes kv_paged.h"
 # a circle between two modules no other rule names
 rm -rf "$tmp/src"; cp -r src "$tmp/src"
 echo '#include "tokenizer.h"' >>"$tmp/src/sampler.h"

@@ -133,6 +133,7 @@ typedef struct {
     int n_conc;
     int prompt, decode, block, runs;
     int low_mem;          /* --low-mem 1: compressed models stay compressed (model.h) */
+    int device;           /* --device cuda: the forward pass on the GPU (model.h) */
     char **models;
     int n_models;
 } Args;
@@ -500,7 +501,7 @@ static void print_prompt_col(const RunResult *r) {
  * low-mem" when it stays compressed). low_mem: --low-mem's helper decodes
  * with the kernels' thread count at load, so the most asked for is set first. */
 static int load_model(Model *m, const char *path, const Args *a, int low_mem, char *label, size_t cap, Err *e) {
-    ModelOpts mo = {.low_mem = low_mem};
+    ModelOpts mo = {.low_mem = low_mem, .device = (Device)a->device};
     int most = 1;
     for (int i = 0; i < a->n_threads; i++)
         if (a->threads[i] > most) most = a->threads[i];
@@ -802,6 +803,10 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
             if (parse_int(flag, val, 1, MAX_RUNS, &a->runs, e)) return ST_ARG;
         } else if (strcmp(flag, "--low-mem") == 0) {
             if (parse_int(flag, val, 0, 1, &a->low_mem, e)) return ST_ARG;
+        } else if (strcmp(flag, "--device") == 0) {
+            if (strcmp(val, "cpu") && strcmp(val, "cuda"))
+                return err_set(e, ST_ARG, "--device: '%s' is not cpu or cuda", val);
+            a->device = strcmp(val, "cuda") == 0 ? DEVICE_CUDA : DEVICE_CPU;
         } else {
             return err_set(e, ST_ARG, "unknown option %s", flag);
         }
@@ -817,7 +822,7 @@ int main(int argc, char **argv) {
     Err e = {{0}};
     if (argc == 1) {
         printf("usage: bench_batch [--threads 2] [--concurrency 1,4,16,64] [--prompt 32] [--decode 32] "
-               "[--block 16] [--runs 1] [--low-mem 0|1] MODEL.gguf ...\n");
+               "[--block 16] [--runs 1] [--low-mem 0|1] [--device cpu|cuda] MODEL.gguf ...\n");
         return 0;
     }
     if (parse_args(argc, argv, &a, &e)) {

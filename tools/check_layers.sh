@@ -46,6 +46,10 @@ forbid "rans.c rans.h wcodec.c wcodec.h lowmem.c lowmem.h" \
 # server or the command-line options (only the programs do).
 forbid "$(cd "$dir" && ls *.c *.h 2>/dev/null | grep -v -x -e server.c -e server.h -e cli_opts.c -e cli_opts.h -e infer.c -e serve.c)" \
     "server.h cli_opts.h" "the front ends are on top: no stage includes them"
+# The kernel wing (src/kernels/: the CUDA kernels and their C face, gpu.h)
+# is told plain data by model.c: it includes no stage, trace or front end.
+forbid "$(cd "$dir" && ls kernels/*.c kernels/*.h kernels/*.cu kernels/*.cuh 2>/dev/null)" \
+    "$STAGES trace.h server.h cli_opts.h" "a wing is told plain data; it never reaches up into a stage"
 # kv_paged includes only mem.h and err.h
 for f in kv_paged.c kv_paged.h; do
     [ -f "$dir/$f" ] || continue

@@ -58,9 +58,9 @@ build() {
     dir=build/ex/$name/$(basename "$variant" .c)
     mkdir -p "$dir"
     others=""
-    for f in src/*.c; do
-        b=$(basename "$f" .c)
-        case "$b" in infer|serve|"$base") ;; *) others="$others build/asan/obj/$b.o" ;; esac   # programs have a main
+    for f in src/*.c src/kernels/*.c; do
+        b=$(basename "$f" .c); rel=${f#src/}
+        case "$b" in infer|serve|"$base") ;; *) others="$others build/asan/obj/${rel%.c}.o" ;; esac   # programs have a main
     done
     {
         $CC $EX_FLAGS "-DEXERCISE_$up=\"$PWD/$variant\"" -c "$src" -o "$dir/$base.o" || exit 1

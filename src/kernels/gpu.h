@@ -1,0 +1,84 @@
+/* gpu.h - the forward pass on an NVIDIA GPU: what model.c hands the CUDA wing.
+ *
+ * model.c owns the model; this wing is told its shapes and weights once
+ * (gpu_model_create, which uploads every matrix) and then one batch at a
+ * time (gpu_forward), in plain data: it includes no stage header. The CPU
+ * code around it is unchanged: the runtime, engine, scheduler, the KV pool's
+ * block tables, the executor and the sampler run on the host, and the batch
+ * that model_forward_batch would compute arrives here with the same block
+ * tables and slots, addressing a KV pool that lives in GPU memory.
+ *
+ * Builds: `make cuda` links the kernels (gpu_*.cu beside this file); every
+ * other build links gpu_none.c, whose gpu_model_create says that this build
+ * has no CUDA. notes/cuda.md draws the kernels and their mappings. */
+#ifndef GPU_H
+#define GPU_H
+#include "err.h"
+#include "ops.h"
+
+typedef struct GpuModel GpuModel;
+
+/* One layer's weights, host pointers (the mapping); as model.h's Layer. */
+typedef struct {
+    const float *attn_norm, *ffn_norm;      /* (D) */
+    Mat wq, wk, wv, wo, w_gate, w_up, w_down;
+} GpuLayer;
+
+typedef struct {
+    int D, F, L, H, Hkv, S, V, P;           /* model.h's names */
+    int n_rot;
+    float eps;
+    Mat tok_embd, output;
+    const float *out_norm;
+    const GpuLayer *layers;                 /* (L) */
+} GpuModelDesc;
+
+/* One step: model.h's Batch, with its KV geometry, the rope table of the
+ * RunState, and the copy-on-write copies to make before it runs. */
+typedef struct {
+    int T;
+    const int *token, *pos, *seq, *slot;    /* (T) */
+    const int *const *table;                /* per sequence: block ids */
+    int n_logits;
+    const int *logit_row;                   /* (n_logits) */
+    int NB, BS;                             /* the pool: NB blocks of BS rows */
+    const void *pool_id;                    /* the host pool it stands for: a new one is a new GPU pool */
+    const float *rope_cs;                   /* (P, n_rot/2, 2) the RunState's table */
+    int max_T, max_logits;                  /* the RunState's sizes */
+    int n_copies;                           /* blocks to copy first (kv_paged.h, copy-on-write): */
+    const int *copies;                      /* (n_copies, 3) src block, dst block, rows */
+} GpuBatch;
+
+/* What one GpuModel did, for the benchmarks and the trace. */
+typedef struct {
+    char device[96];                        /* "NVIDIA H100 80GB HBM3, 132 SMs" */
+    long steps, graph_steps;                /* forward calls; of them replayed from a CUDA graph */
+    long kernels;                           /* kernels launched (replayed graphs count theirs) */
+    long gemm_calls;                        /* products handed to cuBLAS */
+    size_t weight_bytes;                    /* bytes of weights on the GPU */
+    size_t kv_bytes;                        /* bytes of the KV pool on the GPU */
+    int last_kernels;                       /* kernels of the last step */
+} GpuStats;
+
+/* Upload the weights. ST_UNSUPPORTED where this build or machine has no
+ * CUDA GPU; ST_NOMEM where the weights do not fit. */
+int gpu_model_create(GpuModel **out, const GpuModelDesc *d, Err *e);
+/* Run one batch; logits (n_logits, V) land in `logits` (host). On failure
+ * (a CUDA error) the message is in e and the logits are not written. */
+int gpu_forward(GpuModel *g, const GpuBatch *b, float *logits, Err *e);
+GpuStats gpu_stats(const GpuModel *g);
+void gpu_model_free(GpuModel *g);           /* accepts NULL */
+
+/* The ceilings a decode step is measured against, on a buffer of `bytes`
+ * (far beyond the L2), medians of `reps` timed runs: a device-to-device
+ * copy (GB/s counting the bytes read and the bytes written, as CUDA's
+ * bandwidthTest does) and the fastest read we know how to write (16-byte
+ * loads, four in flight per thread, every SM busy; GB/s read). The larger
+ * is the ceiling. */
+typedef struct {
+    double copy_gbs, read_gbs;
+    char device[96];
+} GpuBandwidth;
+int gpu_bandwidth(GpuBandwidth *out, size_t bytes, int reps, Err *e);
+
+#endif

@@ -1,0 +1,91 @@
+/* gpu_kernels.cuh - the CUDA kernels' launchers, for gpu_model.cu and the
+ * checker (tools/kcheck.cu). Each launcher names the C reference it
+ * mirrors; the kernel files open with the mapping of work to threads.
+ *
+ * Every pointer here is a device pointer. Launchers return the number of
+ * kernels they launched (the figure "kernels per token" counts them). */
+#ifndef GPU_KERNELS_CUH
+#define GPU_KERNELS_CUH
+#include <cuda_runtime.h>
+#include <stdint.h>
+extern "C" {
+#include "ops.h"
+}
+
+/* A weight matrix on the GPU: F32, F16, BF16 or Q8_0 rows, as in the file
+ * (ops.h's Mat, with a device pointer). */
+typedef struct {
+    DType type;
+    int N, K;
+    const void *w;
+} DevMat;
+
+/* What a product does to its input before the weights see it: nothing, the
+ * RMSNorm of the row (ops.c rmsnorm), or SwiGLU of its two halves (ops.c
+ * swiglu; x2 the up half). Fusing them into the product saves a kernel and
+ * a round trip through memory per sublayer. */
+enum { PRE_NONE = 0, PRE_NORM = 1, PRE_SWIGLU = 2, PRE_READY = 3 };
+
+typedef struct {
+    float *out;              /* (T, ldo) */
+    int ldo;
+    int accumulate;          /* out += product (the residual add), else out = product */
+    const float *x;          /* input rows, ldx apart */
+    int ldx;
+    const int *rows;         /* token t reads row rows[t] of x; NULL: row t */
+    int pre;                 /* PRE_* (PRE_READY: x is gpu_prepare's output) */
+    const float *norm;       /* PRE_NORM: (K) weights */
+    float eps;
+    const float *x2;         /* PRE_SWIGLU: the up half, ldx apart like x */
+    int T;
+} MvArgs;
+
+/* out = pre(x) @ W^T as matmul_ref (ops.c), one token tile of up to 8 rows per
+ * thread block. Each (row, token) sum is added in the same order whatever T
+ * is: a batch gives every sequence the bits it would get alone. Q8_0 rounds
+ * the activations to Q8_0 blocks first, as quantize_row_q8_0 does. */
+int gpu_matvec(const DevMat *W, const MvArgs *a, cudaStream_t st);
+/* The prologue of gpu_matvec done once for all T rows, into `ready` (for
+ * float weights T rows of Kp = K rounded up to 8 floats; for Q8_0 T rows of
+ * K int8 values, then at ready_q8_scales the T rows of K / 32 scales),
+ * which a gpu_matvec with pre = PRE_READY and x = ready then reads: the
+ * same bits as the fused prologue, which a block of 32 rows would otherwise
+ * compute again for its tokens (the bulk of the work at T = 64 or 512).
+ * ready holds gpu_ready_bytes(W, T) bytes. */
+int gpu_prepare(void *ready, const DevMat *W, const MvArgs *a, cudaStream_t st);
+size_t gpu_ready_bytes(const DevMat *W, int T);
+
+/* pre(x) written out as (T, K) floats: the input of a cuBLAS product. */
+int gpu_prologue(float *out, const DevMat *W, const MvArgs *a, cudaStream_t st);
+/* W widened to (N, K) floats (ops.c dequantize_row, every row). */
+int gpu_dequantize(float *out, const DevMat *W, cudaStream_t st);
+/* x[t] = row token[t] of the embedding, widened (model.c's first loop). */
+int gpu_embed(float *x, const DevMat *E, const int *token, int T, cudaStream_t st);
+
+/* RoPE on q and k of each row (ops.c rope, with the RunState's table), then
+ * k and v stored at the row's slot of this layer's cache (model.c's loop
+ * after the q/k/v product). qkv rows: q (H*S) | k (Hkv*S) | v (Hkv*S). */
+typedef struct {
+    float *qkv;
+    int ld;                  /* floats per qkv row */
+    float *kc, *vc;          /* this layer's (NB * BS, Hkv * S) rows */
+    const int *pos, *slot, *seq;
+    const int *tables;       /* (sequences, tstride) block ids */
+    int tstride, BS;
+    const float *rope_cs;    /* (P, n_rot / 2, 2) */
+    int H, Hkv, S, n_rot, T;
+} AttnArgs;
+int gpu_rope_store(const AttnArgs *a, cudaStream_t st);
+
+/* Paged attention of every (row, query head) (model.c model_attend_paged)
+ * into out (T, H*S). nsplit > 1 cuts each row's positions into nsplit
+ * ranges, each folded by its own thread block into a partial (max, sum,
+ * output) in `part`, then merged (Flash-Decoding). part holds
+ * gpu_attention_part_floats(T, H, S, nsplit) floats. */
+int gpu_attention(float *out, const AttnArgs *a, int nsplit, float *part, cudaStream_t st);
+size_t gpu_attention_part_floats(int T, int H, int S, int nsplit);
+
+/* GPU error to an Err line: "cuda: <what>: <cuda's words>". */
+#define GPU_MAX_TT 8
+
+#endif

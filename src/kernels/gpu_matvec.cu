@@ -1,0 +1,429 @@
+/* gpu_matvec.cu - weights times activations on the GPU, and the embedding.
+ *
+ * C reference: matmul_ref in src/ops.c (out[t][n] = sum_k W[n][k] x[t][k]),
+ * with its input first passed through rmsnorm or swiglu (src/ops.c) where
+ * the forward pass does that right before the product, and, for Q8_0
+ * weights, rounded to Q8_0 blocks as quantize_row_q8_0_ref does. tools/kcheck.cu
+ * runs every type and prologue against those references.
+ *
+ * Decoding reads every weight once per step and does two flops per weight
+ * read: the product is a race to stream W from memory. The mapping:
+ *
+ *   grid  (ceil(N / 8), ceil(T / TT))       block: 256 threads = 8 warps
+ *
+ *        tokens t0 .. t0+TT-1 (TT <= 8)
+ *        +--------------------------+
+ *   smem | pre(x) of the TT tokens  |  written once per block (the prologue:
+ *        +--------------------------+  RMSNorm / SwiGLU, Q8_0 rounding fused in)
+ *   warp 0 -> row n0     lane l reads 16 bytes of the row at a time:
+ *   warp 1 -> row n0+1     chunks l, l+32, l+64, ... (coalesced: the warp
+ *   ...                    reads 512 contiguous bytes per step), each chunk
+ *   warp 7 -> row n0+7     multiplied into TT running sums
+ *                        then the 32 lanes' sums are added by shuffles.
+ *
+ * The sum of (row n, token t) is added in an order fixed by K alone: lane
+ * l's chunks in sequence, then the same butterfly. So a token gets the same
+ * bits whether it runs alone or in a batch of 64, whatever TT is.
+ *
+ * Q8_0 (34-byte blocks, 2-byte aligned): lane l takes blocks l, l+32, ...;
+ * its eight words of int8 weights are dotted with the activations' words by
+ * __dp4a (four int8 products and a sum, exact), one float multiply-add per
+ * block by d_w * d_x, as the CPU kernels do. */
+#include "gpu_kernels.cuh"
+#include "gpu_util.cuh"
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+enum { MV_WARPS = 8, MV_THREADS = MV_WARPS * 32, MV_ROWS = 4 };
+/* Shared memory a block may use for its tokens' activations. */
+enum { MV_SMEM = 96 * 1024 };
+
+/* ------------------------------------------------------------ prologue */
+
+/* The sum of one float per thread over the block (blockDim.x a multiple of
+ * 32, at most 1024); red holds 32 floats. Every thread gets the sum. */
+__device__ static float block_sum(float v, float *red) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < nw; i++) s += red[i];
+    return s;
+}
+
+/* rmsnorm's scale for a row (ops.c: 1 / sqrt(mean(x^2) + eps)). */
+__device__ static float norm_scale(const float *x, int K, float eps, float *red) {
+    float ss = 0.0f;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) ss += x[k] * x[k];
+    ss = block_sum(ss, red);
+    return 1.0f / sqrtf(ss / K + eps);
+}
+
+/* Value k of pre(x) for a row (x, x2 already offset to the row). */
+__device__ static inline float pre_value(const MvArgs &a, const float *x, const float *x2, int k, float scale) {
+    float v = x[k];
+    if (a.pre == PRE_NORM) return v * scale * a.norm[k];          /* rmsnorm: x * scale * w */
+    if (a.pre == PRE_SWIGLU) return v / (1.0f + dev_exp(-v)) * x2[k];   /* swiglu: silu(h) * g */
+    return v;
+}
+
+/* The block's tokens into shared memory: as floats (af, rows Kp apart), or
+ * rounded to Q8_0 (aq: K int8 per token; ad: K/32 scales per token). One
+ * warp rounds one block of 32 values, a value per lane. */
+template <bool Q8>
+__device__ static void load_tokens(const MvArgs &a, int K, int Kp, int t0, int TT, float *af, int8_t *aq,
+                                   float *ad, float *red) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int j = 0; j < TT; j++) {
+        int r = a.rows ? a.rows[t0 + j] : t0 + j;
+        const float *x = a.x + (size_t)r * a.ldx;
+        const float *x2 = a.x2 ? a.x2 + (size_t)r * a.ldx : nullptr;
+        float scale = a.pre == PRE_NORM ? norm_scale(x, K, a.eps, red) : 1.0f;
+        for (int c = warp; c * 32 < K; c += MV_WARPS) {
+            int k = c * 32 + lane;
+            float v = k < K ? pre_value(a, x, x2, k, scale) : 0.0f;
+            if (!Q8) {
+                if (k < K) af[(size_t)j * Kp + k] = v;
+                continue;
+            }
+            /* quantize_row_q8_0_ref: d = max|x| / 127 as fp16, q = round(x * 127 / max) */
+            float amax = warp_max(fabsf(v));
+            int finite = __all_sync(0xffffffffu, isfinite(v));
+            float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            if (isinf(id)) id = 0.0f;
+            aq[(size_t)j * K + k] = finite ? (int8_t)__float2int_rn(v * id) : 0;
+            if (lane == 0)
+                ad[(size_t)j * (K / 32) + c] = finite ? __half2float(__float2half_rn(amax / 127.0f)) : __int_as_float(0x7fc00000);
+        }
+    }
+    /* rows Kp apart: zero the padding so a vector read past K adds nothing */
+    if (!Q8)
+        for (int j = 0; j < TT; j++)
+            for (int k = K + threadIdx.x; k < Kp; k += blockDim.x) af[(size_t)j * Kp + k] = 0.0f;
+}
+
+/* Where gpu_prepare puts the Q8_0 scales of T rows: after the values,
+ * 16-byte aligned. */
+__host__ __device__ static inline size_t ready_q8_scales(int T, int K) { return ((size_t)T * K + 15) / 16 * 16; }
+
+/* PRE_READY: the block's TT rows copied from gpu_prepare's output, 16 bytes
+ * a thread at a time (each region is contiguous for consecutive tokens). */
+template <bool Q8>
+__device__ static void copy_ready(const MvArgs &a, int K, int Kp, int t0, int TT, float *af, int8_t *aq, float *ad) {
+    const char *base = (const char *)a.x;
+    const char *src[2] = {Q8 ? base + (size_t)t0 * K : base + (size_t)t0 * Kp * 4,
+                          base + ready_q8_scales(a.T, K) + (size_t)t0 * (K / 32) * 4};
+    char *dst[2] = {Q8 ? (char *)aq : (char *)af, (char *)ad};
+    size_t n[2] = {Q8 ? (size_t)TT * K : (size_t)TT * Kp * 4, Q8 ? (size_t)TT * (K / 32) * 4 : 0};
+    for (int r = 0; r < 2; r++) {
+        bool vec = n[r] % 16 == 0 && (uintptr_t)src[r] % 16 == 0;
+        if (vec)
+            for (size_t i = threadIdx.x; i < n[r] / 16; i += blockDim.x) ((uint4 *)dst[r])[i] = ((const uint4 *)src[r])[i];
+        else
+            for (size_t i = threadIdx.x; i < n[r] / 4; i += blockDim.x) ((int *)dst[r])[i] = ((const int *)src[r])[i];
+    }
+}
+
+/* ------------------------------------------------------------ row dots */
+
+__device__ static inline void widen8(uint4 w, DType type, float f[8]) {
+    const uint16_t *h = (const uint16_t *)&w;
+    for (int i = 0; i < 8; i++)
+        f[i] = type == DT_F16 ? __half2float(__ushort_as_half(h[i])) : __uint_as_float((uint32_t)h[i] << 16);
+}
+
+__device__ static inline float weight_at(const void *row, DType type, int k) {
+    if (type == DT_F32) return ((const float *)row)[k];
+    uint16_t h = ((const uint16_t *)row)[k];
+    return type == DT_F16 ? __half2float(__ushort_as_half(h)) : __uint_as_float((uint32_t)h << 16);
+}
+
+/* acc[r][j] += row r . token j, for the float types, MV_ROWS rows at once
+ * (each chunk of activations read from shared memory once for all of them,
+ * and MV_ROWS 16-byte loads in flight per lane). Vector reads where every
+ * row is 16-byte aligned (F16/BF16: K % 8 == 0; F32: K % 4 == 0). */
+template <DType TYPE, int TTC>
+__device__ static void dot_float(const char *const row[MV_ROWS], int K, int kb, int ke, const float *af, int Kp,
+                                 int TT, float acc[MV_ROWS][TTC]) {
+    int lane = threadIdx.x % 32;
+    if (TYPE != DT_F32 && K % 8 == 0) {
+#pragma unroll 2
+        for (int c = kb / 8 + lane; c < ke / 8; c += 32) {
+            float w[MV_ROWS][8];
+            uint4 raw[MV_ROWS];
+#pragma unroll
+            for (int r = 0; r < MV_ROWS; r++) raw[r] = __ldg((const uint4 *)row[r] + c);
+#pragma unroll
+            for (int r = 0; r < MV_ROWS; r++) widen8(raw[r], TYPE, w[r]);
+#pragma unroll
+            for (int j = 0; j < TTC; j++) {
+                if (j >= TT) break;
+                const float4 *ap = (const float4 *)(af + (size_t)j * Kp + 8 * c);
+                float4 a0 = ap[0], a1 = ap[1];
+#pragma unroll
+                for (int r = 0; r < MV_ROWS; r++) {
+                    float s = acc[r][j];
+                    s = fmaf(w[r][0], a0.x, s); s = fmaf(w[r][1], a0.y, s);
+                    s = fmaf(w[r][2], a0.z, s); s = fmaf(w[r][3], a0.w, s);
+                    s = fmaf(w[r][4], a1.x, s); s = fmaf(w[r][5], a1.y, s);
+                    s = fmaf(w[r][6], a1.z, s); s = fmaf(w[r][7], a1.w, s);
+                    acc[r][j] = s;
+                }
+            }
+        }
+    } else if (TYPE == DT_F32 && K % 4 == 0) {
+#pragma unroll 2
+        for (int c = kb / 4 + lane; c < ke / 4; c += 32) {
+            float4 w[MV_ROWS];
+#pragma unroll
+            for (int r = 0; r < MV_ROWS; r++) w[r] = __ldg((const float4 *)row[r] + c);
+#pragma unroll
+            for (int j = 0; j < TTC; j++) {
+                if (j >= TT) break;
+                float4 a0 = *(const float4 *)(af + (size_t)j * Kp + 4 * c);
+#pragma unroll
+                for (int r = 0; r < MV_ROWS; r++) {
+                    float s = acc[r][j];
+                    s = fmaf(w[r].x, a0.x, s); s = fmaf(w[r].y, a0.y, s);
+                    s = fmaf(w[r].z, a0.z, s); s = fmaf(w[r].w, a0.w, s);
+                    acc[r][j] = s;
+                }
+            }
+        }
+    } else {   /* odd widths (test shapes): one value per lane per step */
+        for (int k = kb + lane; k < ke; k += 32)
+#pragma unroll
+            for (int r = 0; r < MV_ROWS; r++) {
+                float w = weight_at(row[r], TYPE, k);
+#pragma unroll
+                for (int j = 0; j < TTC; j++) {
+                    if (j >= TT) break;
+                    acc[r][j] = fmaf(w, af[(size_t)j * Kp + k], acc[r][j]);
+                }
+            }
+    }
+}
+
+/* acc[r][j] += row r . token j for Q8_0, as llama.cpp's mmvq maps it: four
+ * lanes to a 34-byte block (lane l takes values 8 (l % 4) .. + 7 of block
+ * l / 4 of each group of 8), so one load instruction of the warp touches
+ * 272 contiguous bytes. Per lane and block: an exact int8 sum of 8
+ * products (two __dp4a), then one float multiply-add by d_w * d_x. */
+template <int TTC>
+__device__ static void dot_q8_0(const char *const row[MV_ROWS], int K, int kb, int ke, const int8_t *aq,
+                                const float *ad, int TT, float acc[MV_ROWS][TTC]) {
+    int lane = threadIdx.x % 32, nb = K / 32, bi = lane / 4, q = lane % 4;
+#pragma unroll 2
+    for (int b = kb / 32 + bi; b < ke / 32; b += 8) {
+        float dw[MV_ROWS];
+        int w0[MV_ROWS], w1[MV_ROWS];
+#pragma unroll
+        for (int r = 0; r < MV_ROWS; r++) {
+            const uint16_t *p = (const uint16_t *)row[r] + 17 * b;
+            dw[r] = __half2float(__ushort_as_half(__ldg(p)));
+            w0[r] = (int)((uint32_t)__ldg(p + 1 + 4 * q) | ((uint32_t)__ldg(p + 2 + 4 * q) << 16));
+            w1[r] = (int)((uint32_t)__ldg(p + 3 + 4 * q) | ((uint32_t)__ldg(p + 4 + 4 * q) << 16));
+        }
+#pragma unroll
+        for (int j = 0; j < TTC; j++) {
+            if (j >= TT) break;
+            const int *xq = (const int *)(aq + (size_t)j * K + 32 * b + 8 * q);
+            int x0 = xq[0], x1 = xq[1];
+            float dx = ad[(size_t)j * nb + b];
+#pragma unroll
+            for (int r = 0; r < MV_ROWS; r++) {
+                int s = __dp4a(w0[r], x0, 0);
+                s = __dp4a(w1[r], x1, s);
+                acc[r][j] = fmaf((float)s, dw[r] * dx, acc[r][j]);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------ the kernel */
+
+template <DType TYPE, int TTC>
+__global__ void __launch_bounds__(MV_THREADS) mv_kernel(DevMat W, MvArgs a, int TTmax, int Kp, int ks) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ float red[32];
+    __shared__ float part[MV_WARPS][MV_ROWS][TTC];
+    const bool q8 = TYPE == DT_Q8_0;
+    int K = W.K, t0 = blockIdx.y * TTmax, TT = min(TTmax, a.T - t0);
+    float *af = (float *)smem;
+    int8_t *aq = (int8_t *)smem;
+    float *ad = (float *)(smem + (size_t)TTmax * K);
+    if (a.pre == PRE_READY) copy_ready<q8>(a, K, Kp, t0, TT, af, aq, ad);
+    else load_tokens<q8>(a, K, Kp, t0, TT, af, aq, ad, red);
+    __syncthreads();
+
+    /* ks warps share a group of MV_ROWS rows, warp sl taking the slice
+     * [kb, ke) of K (a whole number of 256 values) */
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = warp / ks, sl = warp % ks;
+    int n0 = (blockIdx.x * (MV_WARPS / ks) + g) * MV_ROWS;
+    int per = (K / ks + 255) / 256 * 256, kb = min(K, sl * per), ke = min(K, kb + per);
+    /* rows past N read row 0 (no branch in the loop); their sums are dropped */
+    const char *row[MV_ROWS];
+    size_t rb = dev_row_bytes(TYPE, K);
+#pragma unroll
+    for (int r = 0; r < MV_ROWS; r++) row[r] = (const char *)W.w + (size_t)(n0 + r < W.N ? n0 + r : 0) * rb;
+    float acc[MV_ROWS][TTC];
+#pragma unroll
+    for (int r = 0; r < MV_ROWS; r++)
+#pragma unroll
+        for (int j = 0; j < TTC; j++) acc[r][j] = 0.0f;
+    if (q8) dot_q8_0<TTC>(row, K, kb, ke, aq, ad, TT, acc);
+    else dot_float<TYPE, TTC>(row, K, kb, ke, af, Kp, TT, acc);
+#pragma unroll
+    for (int r = 0; r < MV_ROWS; r++)
+#pragma unroll
+        for (int j = 0; j < TTC; j++) {
+            if (j >= TT) break;
+            acc[r][j] = warp_sum(acc[r][j]);
+            if (ks > 1 && lane == 0) part[warp][r][j] = acc[r][j];
+        }
+    if (ks > 1) __syncthreads();
+    if (lane != 0 || sl != 0) return;
+#pragma unroll
+    for (int r = 0; r < MV_ROWS; r++)
+#pragma unroll
+        for (int j = 0; j < TTC; j++) {
+            if (j >= TT || n0 + r >= W.N) break;
+            float s = acc[r][j];
+            for (int i = 1; i < ks; i++) s += part[warp + i][r][j];   /* the slices in order */
+            float *o = a.out + (size_t)(t0 + j) * a.ldo + n0 + r;
+            *o = a.accumulate ? *o + s : s;
+        }
+}
+
+/* Tokens per block: as many as fit MV_SMEM, at most GPU_MAX_TT. */
+static int tile_tokens(const DevMat *W, int T, int *Kp, size_t *smem) {
+    int K = W->K;
+    *Kp = (K + 7) / 8 * 8;
+    size_t per = W->type == DT_Q8_0 ? (size_t)K + (size_t)K / 32 * 4 : (size_t)*Kp * 4;
+    int tt = (int)(MV_SMEM / per);
+    tt = tt < 1 ? 1 : tt > GPU_MAX_TT ? GPU_MAX_TT : tt;
+    if (tt > T) tt = T;
+    *smem = per * tt + 16;
+    return tt;
+}
+
+/* Warps per group of rows (1, 2, 4 or 8): a matrix of few rows would give
+ * too few thread blocks to keep every SM streaming (TinyLlama's wo: 2048
+ * rows, 64 blocks of 32 rows for 132 SMs), so its rows' K is cut into
+ * slices, one warp each, the slices' sums added in order. The choice
+ * depends on N, K and the GPU, never on T: a batch still gives each token
+ * its bits alone. */
+static int k_split(int N, int K) {
+    static int sms = 0;
+    if (!sms && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) sms = 132;
+    int ks = 1;
+    while (ks < MV_WARPS && (N + MV_WARPS / ks * MV_ROWS - 1) / (MV_WARPS / ks * MV_ROWS) < 3 * sms && K / (2 * ks) >= 256)
+        ks *= 2;
+    return ks;
+}
+
+/* A single token has its own instantiation: a tile of 8 would hold 8 times
+ * the accumulators in registers for nothing. */
+template <DType TYPE>
+static void launch_mv(const DevMat *W, const MvArgs *a, cudaStream_t st) {
+    static bool raised = false;   /* the opt-in above 48 KB, once per instantiation */
+    if (!raised) {
+        cudaFuncSetAttribute(mv_kernel<TYPE, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, MV_SMEM + 16);
+        cudaFuncSetAttribute(mv_kernel<TYPE, GPU_MAX_TT>, cudaFuncAttributeMaxDynamicSharedMemorySize, MV_SMEM + 16);
+        raised = true;
+    }
+    int Kp, ks = k_split(W->N, W->K);
+    size_t smem;
+    int tt = tile_tokens(W, a->T, &Kp, &smem), rows = MV_WARPS / ks * MV_ROWS;
+    dim3 grid((W->N + rows - 1) / rows, (a->T + tt - 1) / tt);
+    if (tt == 1) mv_kernel<TYPE, 1><<<grid, MV_THREADS, smem, st>>>(*W, *a, tt, Kp, ks);
+    else mv_kernel<TYPE, GPU_MAX_TT><<<grid, MV_THREADS, smem, st>>>(*W, *a, tt, Kp, ks);
+}
+
+int gpu_matvec(const DevMat *W, const MvArgs *a, cudaStream_t st) {
+    switch (W->type) {
+    case DT_F32: launch_mv<DT_F32>(W, a, st); break;
+    case DT_F16: launch_mv<DT_F16>(W, a, st); break;
+    case DT_BF16: launch_mv<DT_BF16>(W, a, st); break;
+    case DT_Q8_0: launch_mv<DT_Q8_0>(W, a, st); break;
+    default: return 0;
+    }
+    return 1;
+}
+
+/* grid (T), block MV_THREADS: row t's prologue, by the code and the thread
+ * count of the fused one (so the same bits), into the layout copy_ready reads. */
+template <bool Q8>
+__global__ void __launch_bounds__(MV_THREADS) prepare_kernel(char *ready, MvArgs a, int K, int Kp) {
+    __shared__ float red[32];
+    int t = blockIdx.x;
+    float *af = (float *)ready + (size_t)t * Kp;
+    int8_t *aq = (int8_t *)ready + (size_t)t * K;
+    float *ad = (float *)(ready + ready_q8_scales(a.T, K)) + (size_t)t * (K / 32);
+    load_tokens<Q8>(a, K, Kp, t, 1, af, aq, ad, red);
+}
+
+size_t gpu_ready_bytes(const DevMat *W, int T) {
+    int Kp = (W->K + 7) / 8 * 8;
+    return W->type == DT_Q8_0 ? ready_q8_scales(T, W->K) + (size_t)T * (W->K / 32) * 4 : (size_t)T * Kp * 4;
+}
+
+int gpu_prepare(void *ready, const DevMat *W, const MvArgs *a, cudaStream_t st) {
+    int Kp = (W->K + 7) / 8 * 8;
+    if (W->type == DT_Q8_0) prepare_kernel<true><<<a->T, MV_THREADS, 0, st>>>((char *)ready, *a, W->K, Kp);
+    else prepare_kernel<false><<<a->T, MV_THREADS, 0, st>>>((char *)ready, *a, W->K, Kp);
+    return 1;
+}
+
+/* ------------------------------------------------------------ for cuBLAS */
+
+/* grid (T), block 256: row t of pre(x), as floats. */
+__global__ void prologue_kernel(float *out, int K, MvArgs a) {
+    __shared__ float red[32];
+    int t = blockIdx.x, r = a.rows ? a.rows[t] : t;
+    const float *x = a.x + (size_t)r * a.ldx;
+    const float *x2 = a.x2 ? a.x2 + (size_t)r * a.ldx : nullptr;
+    float scale = a.pre == PRE_NORM ? norm_scale(x, K, a.eps, red) : 1.0f;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) out[(size_t)t * K + k] = pre_value(a, x, x2, k, scale);
+}
+
+int gpu_prologue(float *out, const DevMat *W, const MvArgs *a, cudaStream_t st) {
+    prologue_kernel<<<a->T, 256, 0, st>>>(out, W->K, *a);
+    return 1;
+}
+
+/* dequantize_row (ops.c) for one value i of a row. */
+__device__ static inline float dequant_at(const char *row, DType type, int i) {
+    if (type == DT_Q8_0) {
+        const uint16_t *p = (const uint16_t *)row + 17 * (i / 32);
+        return __half2float(__ushort_as_half(p[0])) * (float)((const int8_t *)(p + 1))[i % 32];
+    }
+    return weight_at(row, type, i);
+}
+
+/* grid (ceil(K / 256), N), block 256: one value per thread. */
+__global__ void dequant_kernel(float *out, DevMat W) {
+    int n = blockIdx.y, k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= W.K) return;
+    const char *row = (const char *)W.w + (size_t)n * dev_row_bytes(W.type, W.K);
+    out[(size_t)n * W.K + k] = dequant_at(row, W.type, k);
+}
+
+int gpu_dequantize(float *out, const DevMat *W, cudaStream_t st) {
+    dequant_kernel<<<dim3((W->K + 255) / 256, W->N), 256, 0, st>>>(out, *W);
+    return 1;
+}
+
+/* grid (T), block 256: x[t] = embedding row token[t], widened. */
+__global__ void embed_kernel(float *x, DevMat E, const int *token) {
+    int t = blockIdx.x;
+    const char *row = (const char *)E.w + (size_t)token[t] * dev_row_bytes(E.type, E.K);
+    for (int k = threadIdx.x; k < E.K; k += blockDim.x) x[(size_t)t * E.K + k] = dequant_at(row, E.type, k);
+}
+
+int gpu_embed(float *x, const DevMat *E, const int *token, int T, cudaStream_t st) {
+    embed_kernel<<<T, 256, 0, st>>>(x, *E, token);
+    return 1;
+}

@@ -1,0 +1,502 @@
+/* gpu_model.cu - model_forward_batch on the GPU: weights uploaded once, a KV
+ * pool in GPU memory under the host's block tables, one step a stream of
+ * kernels (replayed from a CUDA graph when the step's shape repeats).
+ *
+ * C reference: model_forward_batch (src/model.c), line for line:
+ *
+ *   x = embedding[token]                          gpu_embed
+ *   for each layer:
+ *     qkv = rmsnorm(x) Wqkv^T                     one product, the norm fused in
+ *     rope q, k; k, v -> their slots              gpu_rope_store
+ *     att = paged attention                       gpu_attention (+ a merge when split)
+ *     x += att Wo^T                               one product, the residual add fused
+ *     gu = rmsnorm(x) [Wgate; Wup]^T              one product, the norm fused
+ *     x += swiglu(gu) Wdown^T                     one product, SwiGLU and the add fused
+ *   logits = rmsnorm(x[logit rows]) Wout^T        one product, the gather and norm fused
+ *
+ * Six kernels a layer (seven when attention is split) and two more per step:
+ * on TinyLlama's 22 layers, 134 to 156 per decoded token. A step of 4 rows or
+ * more runs each product's prologue as a kernel of its own (gpu_prepare).
+ *
+ * Weights: q, k and v are stored as one matrix of H*S + 2*Hkv*S rows, gate
+ * and up as one of 2F rows, so each pair of products is one launch. F32,
+ * F16, BF16 and Q8_0 stay as the file has them; the 4, 5 and 6-bit formats
+ * are widened to F32 at upload (dequantize_row), which computes what the CPU's
+ * plain path computes for them, at four bytes a weight.
+ *
+ * Prefill: from LLM_CUDA_GEMM_T rows on (default 64), each product of float
+ * weights (F32, F16, BF16, and the formats widened at upload) is cuBLAS's
+ * sgemm on the weights widened to float in a scratch matrix (fp32 throughout,
+ * no tensor-float rounding); below it, and for Q8_0 at every T, the kernels
+ * of gpu_matvec.cu, whose sums do not depend on the batch. cuBLAS is opened at run time (dlopen):
+ * without it every product takes the kernels. */
+#include "gpu_kernels.cuh"
+#include "gpu_util.cuh"
+#include <cublas_v2.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+extern "C" {
+#include "gpu.h"
+}
+
+/* From READY_T rows on, a product's prologue (the RMSNorm or SwiGLU of its
+ * input, the Q8_0 rounding) runs once, as its own kernel, before it. */
+enum { MAX_GRAPHS = 64, MAX_ALLOCS = 16, READY_T = 4 };
+
+typedef struct {
+    float *attn_norm, *ffn_norm;
+    DevMat qkv, wo, gu, down;
+} DevLayer;
+
+typedef struct {
+    int T, nl, nsplit;
+    int seen;                 /* times this shape ran uncaptured */
+    int kernels;
+    cudaGraphExec_t exec;
+    long used;                /* step number of last use (the oldest goes first) */
+} GraphSlot;
+
+struct GpuModel {
+    GpuModelDesc d;
+    cudaStream_t st;
+    int sms;
+    GpuStats stats;
+    /* weights: every allocation in one list */
+    void *alloc[MAX_ALLOCS + 8];
+    int n_alloc;
+    void **lalloc;            /* (L * 6) per-layer allocations */
+    DevMat embd, output;
+    float *out_norm;
+    DevLayer *layers;
+    /* activations, for cap_T rows and cap_nl logit rows */
+    int cap_T, cap_nl, tstride;
+    float *x, *qkv, *att, *gu, *logits, *part, *rope_cs, *ascratch, *wscratch;
+    size_t wscratch_floats;
+    int *meta, *meta_h;       /* device, pinned host: token | pos | seq | slot | logit_row | tables */
+    size_t meta_ints;
+    /* the KV pool */
+    const void *pool_id;
+    int NB, BS;
+    float *kc, *vc;
+    /* graphs */
+    GraphSlot graphs[MAX_GRAPHS];
+    int use_graphs;
+    /* cuBLAS, opened at run time */
+    void *blas_lib;
+    cublasHandle_t blas;
+    decltype(&cublasSgemm_v2) sgemm;
+    int gemm_T;
+};
+
+#define CK(call)                                                                                  \
+    do {                                                                                          \
+        cudaError_t ck_ = (call);                                                                 \
+        if (ck_ != cudaSuccess)                                                                   \
+            return err_set(e, ST_IO, "cuda: %s: %s", #call, cudaGetErrorString(ck_));             \
+    } while (0)
+
+/* ------------------------------------------------------------ weights */
+
+static int dev_type(DType t) { return t == DT_F32 || t == DT_F16 || t == DT_BF16 || t == DT_Q8_0; }
+
+/* Rows of m into dst on the device as type `as` (m's own type, or F32 for a
+ * type the kernels do not read: widened on the host a piece at a time). */
+static int put_rows(char *dst, const Mat *m, DType as, Err *e) {
+    if (as == m->type) {
+        CK(cudaMemcpy(dst, m->data, dtype_row_bytes(m->type, m->K) * m->N, cudaMemcpyHostToDevice));
+        return ST_OK;
+    }
+    size_t in_row = dtype_row_bytes(m->type, m->K), out_row = (size_t)m->K * 4;
+    int rows = (int)((1u << 22) / out_row) + 1;
+    float *buf = (float *)malloc(out_row * rows);
+    if (!buf) return err_set(e, ST_NOMEM, "gpu: cannot allocate %zu bytes to widen weights", out_row * rows);
+    for (int r0 = 0; r0 < m->N; r0 += rows) {
+        int n = m->N - r0 < rows ? m->N - r0 : rows;
+        for (int r = 0; r < n; r++)
+            dequantize_row(buf + (size_t)r * m->K, (const char *)m->data + (size_t)(r0 + r) * in_row, m->type, m->K);
+        cudaError_t ce = cudaMemcpy(dst + (size_t)r0 * out_row, buf, out_row * n, cudaMemcpyHostToDevice);
+        if (ce != cudaSuccess) {
+            free(buf);
+            return err_set(e, ST_IO, "cuda: copying weights: %s", cudaGetErrorString(ce));
+        }
+    }
+    free(buf);
+    return ST_OK;
+}
+
+/* Matrices m[0..n) (same K) stacked into one device matrix, in the type
+ * they share, or all widened to F32 when they do not share one the kernels read. */
+static int upload_stack(GpuModel *g, void **slot, DevMat *out, const Mat *const *m, int n, Err *e) {
+    DType as = m[0]->type;
+    int N = 0;
+    for (int i = 0; i < n; i++) {
+        if (m[i]->type != as || !dev_type(m[i]->type)) as = DT_F32;
+        if (m[i]->K != m[0]->K) return err_set(e, ST_UNSUPPORTED, "gpu: stacked matrices differ in width");
+        N += m[i]->N;
+    }
+    size_t bytes = dev_row_bytes(as, m[0]->K) * N;
+    char *p;
+    cudaError_t ce = cudaMalloc((void **)&p, bytes);
+    if (ce != cudaSuccess)
+        return err_set(e, ST_NOMEM, "gpu: cannot allocate %zu bytes of weights: %s", bytes, cudaGetErrorString(ce));
+    *slot = p;
+    g->stats.weight_bytes += bytes;
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        int st = put_rows(p + at, m[i], as, e);
+        if (st) return st;
+        at += dev_row_bytes(as, m[i]->K) * m[i]->N;
+    }
+    *out = (DevMat){as, N, m[0]->K, p};
+    return ST_OK;
+}
+
+static int upload_floats(GpuModel *g, void **slot, float **out, const float *h, int n, Err *e) {
+    CK(cudaMalloc((void **)out, (size_t)n * 4));
+    *slot = *out;
+    g->stats.weight_bytes += (size_t)n * 4;
+    CK(cudaMemcpy(*out, h, (size_t)n * 4, cudaMemcpyHostToDevice));
+    return ST_OK;
+}
+
+static void open_blas(GpuModel *g) {
+    const char *env = getenv("LLM_CUDA_GEMM_T");
+    g->gemm_T = env && *env ? atoi(env) : 64;
+    if (g->gemm_T <= 0) return;
+    const char *names[] = {"libcublas.so.13", "libcublas.so"};
+    for (int i = 0; i < 2 && !g->blas_lib; i++) g->blas_lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!g->blas_lib) return;
+    auto create = (decltype(&cublasCreate_v2))dlsym(g->blas_lib, "cublasCreate_v2");
+    auto set_stream = (decltype(&cublasSetStream_v2))dlsym(g->blas_lib, "cublasSetStream_v2");
+    g->sgemm = (decltype(&cublasSgemm_v2))dlsym(g->blas_lib, "cublasSgemm_v2");
+    if (!create || !set_stream || !g->sgemm || create(&g->blas) != CUBLAS_STATUS_SUCCESS) {
+        g->blas = NULL;
+        return;
+    }
+    set_stream(g->blas, g->st);
+}
+
+extern "C" int gpu_model_create(GpuModel **out, const GpuModelDesc *d, Err *e) {
+    *out = NULL;
+    int n_dev = 0;
+    cudaError_t ce = cudaGetDeviceCount(&n_dev);
+    if (ce != cudaSuccess || n_dev == 0)
+        return err_set(e, ST_UNSUPPORTED, "--device cuda: no CUDA GPU here (%s)",
+                       ce != cudaSuccess ? cudaGetErrorString(ce) : "none found");
+    if (d->S > 256 || d->S % 2)
+        return err_set(e, ST_UNSUPPORTED, "--device cuda: head size %d (the kernels take even sizes up to 256)", d->S);
+    GpuModel *g = (GpuModel *)calloc(1, sizeof *g);
+    if (!g) return err_set(e, ST_NOMEM, "gpu: out of host memory");
+    g->d = *d;
+    g->d.layers = NULL;
+    cudaDeviceProp prop;
+    int st = ST_OK;
+    if ((ce = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess || (ce = cudaStreamCreate(&g->st)) != cudaSuccess) {
+        free(g);
+        return err_set(e, ST_IO, "cuda: %s", cudaGetErrorString(ce));
+    }
+    g->sms = prop.multiProcessorCount;
+    snprintf(g->stats.device, sizeof g->stats.device, "%.80s, %d SMs", prop.name, g->sms);
+    const char *env = getenv("LLM_CUDA_GRAPHS");
+    g->use_graphs = !(env && !strcmp(env, "0"));
+    open_blas(g);
+
+    g->layers = (DevLayer *)calloc(d->L, sizeof *g->layers);
+    g->lalloc = (void **)calloc((size_t)d->L * 6, sizeof(void *));
+    if (!g->layers || !g->lalloc) st = err_set(e, ST_NOMEM, "gpu: out of host memory");
+    for (int l = 0; !st && l < d->L; l++) {
+        const GpuLayer *w = &d->layers[l];
+        DevLayer *o = &g->layers[l];
+        void **a = g->lalloc + (size_t)l * 6;
+        const Mat *qkv[] = {&w->wq, &w->wk, &w->wv}, *gu[] = {&w->w_gate, &w->w_up};
+        const Mat *wo[] = {&w->wo}, *down[] = {&w->w_down};
+        if (!st) st = upload_stack(g, &a[0], &o->qkv, qkv, 3, e);
+        if (!st) st = upload_stack(g, &a[1], &o->wo, wo, 1, e);
+        if (!st) st = upload_stack(g, &a[2], &o->gu, gu, 2, e);
+        if (!st) st = upload_stack(g, &a[3], &o->down, down, 1, e);
+        if (!st) st = upload_floats(g, &a[4], &o->attn_norm, w->attn_norm, d->D, e);
+        if (!st) st = upload_floats(g, &a[5], &o->ffn_norm, w->ffn_norm, d->D, e);
+    }
+    const Mat *em[] = {&d->tok_embd}, *om[] = {&d->output};
+    if (!st) st = upload_stack(g, &g->alloc[g->n_alloc++], &g->embd, em, 1, e);
+    if (!st) {
+        if (d->output.data == d->tok_embd.data && d->output.type == d->tok_embd.type)
+            g->output = g->embd;   /* a classifier shared with the embedding (llama2.c) */
+        else st = upload_stack(g, &g->alloc[g->n_alloc++], &g->output, om, 1, e);
+    }
+    if (!st) st = upload_floats(g, &g->alloc[g->n_alloc++], &g->out_norm, d->out_norm, d->D, e);
+    if (st) {
+        gpu_model_free(g);
+        return st;
+    }
+    *out = g;
+    return ST_OK;
+}
+
+/* ------------------------------------------------------------ buffers */
+
+static void drop_graphs(GpuModel *g) {
+    for (int i = 0; i < MAX_GRAPHS; i++) {
+        if (g->graphs[i].exec) cudaGraphExecDestroy(g->graphs[i].exec);
+        memset(&g->graphs[i], 0, sizeof g->graphs[i]);
+    }
+}
+
+static void free_acts(GpuModel *g) {
+    float **f[] = {&g->x, &g->qkv, &g->att, &g->gu, &g->logits, &g->part, &g->ascratch, &g->wscratch};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        cudaFree(*f[i]);
+        *f[i] = NULL;
+    }
+    cudaFree(g->meta);
+    cudaFreeHost(g->meta_h);
+    g->meta = g->meta_h = NULL;
+    g->cap_T = g->cap_nl = 0;
+}
+
+static int max_split(const GpuModel *g) { return 32; }
+
+/* Activations for T rows and nl logit rows (grown, never shrunk). */
+static int ensure_acts(GpuModel *g, int T, int nl, int tstride, const float *rope_cs, Err *e) {
+    const GpuModelDesc *d = &g->d;
+    if (!g->rope_cs) {
+        size_t n = (size_t)d->P * (d->n_rot / 2) * 2;
+        CK(cudaMalloc((void **)&g->rope_cs, n * 4));
+        CK(cudaMemcpy(g->rope_cs, rope_cs, n * 4, cudaMemcpyHostToDevice));
+    }
+    if (T <= g->cap_T && nl <= g->cap_nl && tstride == g->tstride) return ST_OK;
+    drop_graphs(g);
+    free_acts(g);
+    size_t qd = (size_t)d->H * d->S, kvd = (size_t)d->Hkv * d->S, D = d->D, F = d->F;
+    size_t Kmax = D > F ? D : F;
+    size_t wmax = 0;
+    for (int l = 0; l < 1 && d->L > 0; l++) {
+        const DevLayer *w = &g->layers[0];
+        const DevMat *m[] = {&w->qkv, &w->wo, &w->gu, &w->down, &g->output};
+        for (int i = 0; i < 5; i++)
+            if ((size_t)m[i]->N * m[i]->K > wmax) wmax = (size_t)m[i]->N * m[i]->K;
+    }
+    struct { float **p; size_t n; } b[] = {
+        {&g->x, T * D}, {&g->qkv, T * (qd + 2 * kvd)}, {&g->att, T * qd}, {&g->gu, T * 2 * F},
+        {&g->logits, (size_t)nl * d->V}, {&g->part, gpu_attention_part_floats(T, d->H, d->S, max_split(g)) + 1},
+        {&g->ascratch, T * (Kmax + 8) + 16}, {&g->wscratch, g->blas ? wmax : 1}};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
+        cudaError_t ce = cudaMalloc((void **)b[i].p, b[i].n * 4);
+        if (ce != cudaSuccess)
+            return err_set(e, ST_NOMEM, "gpu: cannot allocate %zu bytes of activations: %s", b[i].n * 4,
+                           cudaGetErrorString(ce));
+    }
+    g->meta_ints = (size_t)4 * T + nl + (size_t)T * tstride;
+    CK(cudaMalloc((void **)&g->meta, g->meta_ints * 4));
+    CK(cudaMallocHost((void **)&g->meta_h, g->meta_ints * 4));
+    g->cap_T = T;
+    g->cap_nl = nl;
+    g->tstride = tstride;
+    return ST_OK;
+}
+
+/* The KV pool for this batch's host pool: a new pool, a new GPU pool. */
+static int ensure_pool(GpuModel *g, const GpuBatch *b, Err *e) {
+    if (g->kc && g->pool_id == b->pool_id && g->NB == b->NB && g->BS == b->BS) return ST_OK;
+    drop_graphs(g);
+    cudaFree(g->kc);
+    cudaFree(g->vc);
+    g->kc = g->vc = NULL;
+    const GpuModelDesc *d = &g->d;
+    size_t n = (size_t)d->L * b->NB * b->BS * d->Hkv * d->S;
+    cudaError_t ce = cudaMalloc((void **)&g->kc, n * 4);
+    if (ce == cudaSuccess) ce = cudaMalloc((void **)&g->vc, n * 4);
+    if (ce != cudaSuccess)
+        return err_set(e, ST_NOMEM, "gpu: cannot allocate a KV pool of %d blocks of %d rows (%zu bytes): %s", b->NB,
+                       b->BS, 2 * n * 4, cudaGetErrorString(ce));
+    CK(cudaMemset(g->kc, 0, n * 4));
+    CK(cudaMemset(g->vc, 0, n * 4));
+    g->pool_id = b->pool_id;
+    g->NB = b->NB;
+    g->BS = b->BS;
+    g->stats.kv_bytes = 2 * n * 4;
+    return ST_OK;
+}
+
+/* ------------------------------------------------------------ one step */
+
+/* One product: the kernels, or cuBLAS from gemm_T rows on. Q8_0 always
+ * takes the kernels: they round the activations to int8 blocks as the CPU
+ * does, at any T, where an sgemm would keep them in float. */
+static int product(GpuModel *g, const DevMat *W, MvArgs a) {
+    if (!g->blas || a.T < g->gemm_T || W->type == DT_Q8_0) {
+        if (a.T < READY_T) return gpu_matvec(W, &a, g->st);
+        /* the prologue once for every row, not once per block of rows */
+        int k = gpu_prepare(g->ascratch, W, &a, g->st);
+        MvArgs r = {a.out, a.ldo, a.accumulate, g->ascratch, 0, NULL, PRE_READY, NULL, 0.0f, NULL, a.T};
+        return k + gpu_matvec(W, &r, g->st);
+    }
+    int k = gpu_prologue(g->ascratch, W, &a, g->st);
+    const float *w = (const float *)W->w;
+    if (W->type != DT_F32) {
+        k += gpu_dequantize(g->wscratch, W, g->st);
+        w = g->wscratch;
+    }
+    /* row-major out (T, N) = act (T, K) W^T is column-major out^T = W act^T */
+    float one = 1.0f, beta = a.accumulate ? 1.0f : 0.0f;
+    g->sgemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, W->N, a.T, W->K, &one, w, W->K, g->ascratch, W->K, &beta, a.out, a.ldo);
+    g->stats.gemm_calls++;
+    return k + 1;
+}
+
+/* Every kernel of the step for T rows and nl logit rows; returns their count. */
+static int record(GpuModel *g, int T, int nl, int nsplit) {
+    const GpuModelDesc *d = &g->d;
+    int D = d->D, F = d->F, qd = d->H * d->S, kvd = d->Hkv * d->S, k = 0;
+    const int *token = g->meta, *pos = token + g->cap_T, *seq = pos + g->cap_T, *slot = seq + g->cap_T;
+    const int *logit_row = slot + g->cap_T, *tables = logit_row + g->cap_nl;
+    size_t layer = (size_t)g->NB * g->BS * kvd;
+    k += gpu_embed(g->x, &g->embd, token, T, g->st);
+    for (int l = 0; l < d->L; l++) {
+        const DevLayer *w = &g->layers[l];
+        MvArgs a = {g->qkv, qd + 2 * kvd, 0, g->x, D, NULL, PRE_NORM, w->attn_norm, d->eps, NULL, T};
+        k += product(g, &w->qkv, a);
+        AttnArgs at = {g->qkv, qd + 2 * kvd, g->kc + l * layer, g->vc + l * layer, pos, slot, seq, tables,
+                       g->tstride, g->BS, g->rope_cs, d->H, d->Hkv, d->S, d->n_rot, T};
+        k += gpu_rope_store(&at, g->st);
+        k += gpu_attention(g->att, &at, nsplit, g->part, g->st);
+        a = (MvArgs){g->x, D, 1, g->att, qd, NULL, PRE_NONE, NULL, 0.0f, NULL, T};
+        k += product(g, &w->wo, a);
+        a = (MvArgs){g->gu, 2 * F, 0, g->x, D, NULL, PRE_NORM, w->ffn_norm, d->eps, NULL, T};
+        k += product(g, &w->gu, a);
+        a = (MvArgs){g->x, D, 1, g->gu, 2 * F, NULL, PRE_SWIGLU, NULL, 0.0f, g->gu + F, T};
+        k += product(g, &w->down, a);
+    }
+    MvArgs a = {g->logits, d->V, 0, g->x, D, logit_row, PRE_NORM, g->out_norm, d->eps, NULL, nl};
+    k += product(g, &g->output, a);
+    return k;
+}
+
+/* Splits of attention: enough thread blocks for two per SM, but no split
+ * shorter than 4 chunks of 32 positions (below that the merge costs more
+ * than the blocks it fills gain). maxpos: the batch's last position. */
+static int choose_split(const GpuModel *g, int T, int maxpos) {
+    int blocks = T * g->d.H, s = (2 * g->sms + blocks - 1) / blocks, chunks = maxpos / 32 + 1;
+    if (s > chunks / 4) s = chunks / 4;
+    return s < 1 ? 1 : s > max_split(g) ? max_split(g) : s;
+}
+
+static GraphSlot *find_graph(GpuModel *g, int T, int nl, int nsplit) {
+    GraphSlot *free_slot = NULL, *oldest = &g->graphs[0];
+    for (int i = 0; i < MAX_GRAPHS; i++) {
+        GraphSlot *s = &g->graphs[i];
+        if (s->T == T && s->nl == nl && s->nsplit == nsplit) return s;
+        if (!s->T && !free_slot) free_slot = s;
+        if (s->used < oldest->used) oldest = s;
+    }
+    GraphSlot *s = free_slot ? free_slot : oldest;
+    if (s->exec) cudaGraphExecDestroy(s->exec);
+    *s = (GraphSlot){T, nl, nsplit, 0, 0, NULL, 0};
+    return s;
+}
+
+/* The step's kernels: from a graph when this shape was seen before (the
+ * second sighting captures it), else launched one by one. */
+static int run_step(GpuModel *g, int T, int nl, int maxpos, Err *e) {
+    int nsplit = choose_split(g, T, maxpos);
+    if (!g->use_graphs || (g->blas && T >= g->gemm_T)) {
+        g->stats.last_kernels = record(g, T, nl, nsplit);
+        return ST_OK;
+    }
+    GraphSlot *s = find_graph(g, T, nl, nsplit);
+    s->used = g->stats.steps;
+    if (!s->exec && s->seen++ >= 1) {
+        cudaGraph_t graph;
+        CK(cudaStreamBeginCapture(g->st, cudaStreamCaptureModeThreadLocal));
+        s->kernels = record(g, T, nl, nsplit);
+        CK(cudaStreamEndCapture(g->st, &graph));
+        cudaError_t ce = cudaGraphInstantiate(&s->exec, graph, 0);
+        cudaGraphDestroy(graph);
+        if (ce != cudaSuccess) return err_set(e, ST_IO, "cuda: graph instantiate: %s", cudaGetErrorString(ce));
+    }
+    if (s->exec) {
+        CK(cudaGraphLaunch(s->exec, g->st));
+        g->stats.graph_steps++;
+        g->stats.last_kernels = s->kernels;
+    } else {
+        g->stats.last_kernels = record(g, T, nl, nsplit);
+    }
+    return ST_OK;
+}
+
+extern "C" int gpu_forward(GpuModel *g, const GpuBatch *b, float *logits, Err *e) {
+    const GpuModelDesc *d = &g->d;
+    int T = b->T, nl = b->n_logits, tstride = (d->P + b->BS - 1) / b->BS;
+    int st = ensure_pool(g, b, e);
+    if (!st) st = ensure_acts(g, b->max_T > T ? b->max_T : T, b->max_logits > nl ? b->max_logits : nl, tstride,
+                              b->rope_cs, e);
+    if (st) return st;
+    /* copy-on-write copies first: a block shared by a fork, about to be written */
+    size_t kvd = (size_t)d->Hkv * d->S, blk = (size_t)b->BS * kvd;
+    for (int i = 0; i < b->n_copies; i++)
+        for (int l = 0; l < d->L; l++) {
+            const int *c = b->copies + 3 * i;
+            size_t src = ((size_t)l * g->NB + c[0]) * blk, dst = ((size_t)l * g->NB + c[1]) * blk;
+            size_t n = (size_t)c[2] * kvd * 4;
+            CK(cudaMemcpyAsync(g->kc + dst, g->kc + src, n, cudaMemcpyDeviceToDevice, g->st));
+            CK(cudaMemcpyAsync(g->vc + dst, g->vc + src, n, cudaMemcpyDeviceToDevice, g->st));
+        }
+    /* the batch, in one upload */
+    int *m = g->meta_h, cap = g->cap_T, n_seqs = 0, maxpos = 0;
+    memcpy(m, b->token, T * 4);
+    memcpy(m + cap, b->pos, T * 4);
+    memcpy(m + 2 * cap, b->seq, T * 4);
+    memcpy(m + 3 * cap, b->slot, T * 4);
+    memcpy(m + 4 * cap, b->logit_row, nl * 4);
+    int *tables = m + 4 * cap + g->cap_nl;
+    for (int t = 0; t < T; t++) {
+        n_seqs = b->seq[t] + 1 > n_seqs ? b->seq[t] + 1 : n_seqs;
+        maxpos = b->pos[t] > maxpos ? b->pos[t] : maxpos;
+    }
+    for (int s = 0; s < n_seqs; s++) {
+        int last = -1;
+        for (int t = 0; t < T; t++)
+            if (b->seq[t] == s && b->pos[t] > last) last = b->pos[t];
+        if (last >= 0) memcpy(tables + (size_t)s * tstride, b->table[s], (size_t)(last / b->BS + 1) * 4);
+    }
+    size_t used = 4 * (size_t)cap + g->cap_nl + (size_t)n_seqs * tstride;
+    CK(cudaMemcpyAsync(g->meta, m, used * 4, cudaMemcpyHostToDevice, g->st));
+    st = run_step(g, T, nl, maxpos, e);
+    if (st) return st;
+    CK(cudaGetLastError());
+    CK(cudaMemcpyAsync(logits, g->logits, (size_t)nl * d->V * 4, cudaMemcpyDeviceToHost, g->st));
+    CK(cudaStreamSynchronize(g->st));
+    g->stats.steps++;
+    g->stats.kernels += g->stats.last_kernels;
+    return ST_OK;
+}
+
+extern "C" GpuStats gpu_stats(const GpuModel *g) {
+    GpuStats s;
+    memset(&s, 0, sizeof s);
+    return g ? g->stats : s;
+}
+
+extern "C" void gpu_model_free(GpuModel *g) {
+    if (!g) return;
+    cudaStreamSynchronize(g->st);
+    drop_graphs(g);
+    free_acts(g);
+    cudaFree(g->rope_cs);
+    cudaFree(g->kc);
+    cudaFree(g->vc);
+    for (int i = 0; i < g->n_alloc; i++) cudaFree(g->alloc[i]);
+    if (g->lalloc)
+        for (int i = 0; i < g->d.L * 6; i++) cudaFree(g->lalloc[i]);
+    free(g->lalloc);
+    free(g->layers);
+    if (g->blas) {
+        auto destroy = (decltype(&cublasDestroy_v2))dlsym(g->blas_lib, "cublasDestroy_v2");
+        if (destroy) destroy(g->blas);
+    }
+    if (g->blas_lib) dlclose(g->blas_lib);
+    cudaStreamDestroy(g->st);
+    free(g);
+}

@@ -1,0 +1,152 @@
+#!/bin/sh
+# cuda_check.sh - the whole GPU verification in one command, on a machine with
+# an NVIDIA GPU (Hopper, CUDA 13 driver), after `make cuda`:
+#
+#   tools/cuda_check.sh [quick]
+#
+#   1. kcheck: every kernel against its C reference (random inputs, several shapes)
+#   2. compute-sanitizer memcheck over kcheck --quick and one model check
+#   3. gpucheck --model on the fixtures: prefill and 64 teacher-forced steps,
+#      GPU logits against the CPU's, argmax disagreements certified as near
+#      ties or failed; again with every product through cuBLAS (LLM_CUDA_GEMM_T=1)
+#   4. greedy text through `infer --device cuda` against `--device cpu`
+#   5. a batched workload (8 requests, chunked prefill) against each request
+#      alone, and forked samples (n: 3) against each sample alone, on the GPU
+#   6. benchmarks: TinyLlama-shaped F16 and Q8_0 (made by mkmodel): decode of
+#      one sequence as a share of the copy bandwidth, prefill of 512 tokens,
+#      kernels per token; batched decode at 1, 16 and 64 sequences
+#      ("quick" skips this part)
+#
+# Environment: BIN (default build/cuda), FIXTURES (../shared/fixtures), OUT
+# (a folder for the log and the models; default a temporary one). Prints
+# "cuda_check: N passed, N failed" last; exits non-zero on any failure.
+BIN=${BIN:-build/cuda}
+FIXTURES=${FIXTURES:-../shared/fixtures}
+OUT=${OUT:-$(mktemp -d)}
+MODELS=${MODELS:-/tmp/cuda-check-models}
+mkdir -p "$OUT" "$MODELS"
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); echo "ok: $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+step() { echo; echo "== $* ($(date +%T))"; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+step "device"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv 2>&1 | head -3
+grep -m1 "model name" /proc/cpuinfo
+
+step "1. kernels against their C references"
+if timeout 300 "$BIN/kcheck"; then ok "kcheck"; else bad "kcheck"; fi
+
+step "2. compute-sanitizer memcheck"
+if command -v compute-sanitizer >/dev/null; then
+    if timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/kcheck" --quick > "$tmp/ms1" 2>&1; then
+        ok "memcheck kcheck --quick: $(tail -1 "$tmp/ms1")"
+    else bad "memcheck kcheck --quick"; tail -20 "$tmp/ms1"; fi
+    if timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/gpucheck" --model "$FIXTURES/tiny/tiny-q8_0.gguf" \
+        --steps 8 > "$tmp/ms2" 2>&1; then ok "memcheck gpucheck tiny-q8_0: $(tail -1 "$tmp/ms2")"
+    else bad "memcheck gpucheck"; tail -20 "$tmp/ms2"; fi
+else bad "compute-sanitizer is not installed"; fi
+
+step "3. logits on the GPU against the CPU's, teacher-forced"
+FIX="tiny/tiny-f32.gguf tiny/tiny-f16.gguf tiny/tiny-bf16.gguf tiny/tiny-q8_0.gguf tiny/tiny.bin rand/rand-f32.gguf
+rand/rand-f16.gguf quant/quant-q4_0.gguf quant/quant-q4_k_m.gguf quant/quant-q6_k.gguf llama3/llama3-q8_0.gguf"
+for f in $FIX; do
+    [ -f "$FIXTURES/$f" ] || { bad "$f: missing fixture"; continue; }
+    if timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 64; then ok "$f"; else bad "$f"; fi
+done
+for f in tiny/tiny-f16.gguf tiny/tiny-q8_0.gguf rand/rand-f32.gguf; do
+    if LLM_CUDA_GEMM_T=1 timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 16; then
+        ok "$f, every product through cuBLAS"; else bad "$f, every product through cuBLAS"; fi
+done
+
+# Texts in $tmp/cpu.txt and $tmp/cuda.txt: equal, or apart from a token where
+# gpucheck, teacher-forced along the CPU's choices, certifies every argmax
+# disagreement as a near tie (the two devices' sums round differently there).
+same_or_tie() {
+    if [ -s "$tmp/cuda.txt" ] && cmp -s "$tmp/cpu.txt" "$tmp/cuda.txt"; then ok "$1: the same $2 tokens"; return; fi
+    where=$(cmp "$tmp/cpu.txt" "$tmp/cuda.txt" 2>&1 | head -1)
+    if timeout 120 "$BIN/gpucheck" --model "$1" --prompt "ROMEO:" --steps "$2" > "$tmp/tie" 2>&1 && grep -q "certified near ties" "$tmp/tie" \
+        && ! grep -q "(0 certified" "$tmp/tie"; then
+        ok "$1: text parts at a certified near tie ($where): $(grep -m1 'a near tie' "$tmp/tie")"
+    else bad "$1: text differs ($where) and no near tie explains it"; cat "$tmp/tie"; fi
+}
+
+step "4. greedy text: --device cuda against --device cpu"
+for f in tiny/tiny-f32.gguf tiny/tiny-f16.gguf tiny/tiny-bf16.gguf tiny/tiny-q8_0.gguf rand/rand-f32.gguf \
+         quant/quant-q4_k_m.gguf; do
+    for d in cpu cuda; do
+        timeout 60 "$BIN/infer" --model "$FIXTURES/$f" --prompt "ROMEO:" -n 64 --temperature 0 --isa plain --device $d \
+            > "$tmp/$d.txt" 2> "$tmp/$d.err" || echo "(infer --device $d failed: $(tail -1 "$tmp/$d.err"))"
+    done
+    same_or_tie "$FIXTURES/$f" 64
+done
+M=data/shakespeare.gguf
+for d in cpu cuda; do
+    timeout 60 "$BIN/infer" --model $M --prompt "ROMEO:" -n 300 --temperature 0 --isa plain --device $d > "$tmp/$d.txt" 2>/dev/null
+done
+same_or_tie $M 300
+
+step "5. a batch against each request alone, on the GPU"
+i=0
+: > "$tmp/w.jsonl"
+for p in "ROMEO:" "JULIET:" "First Citizen:" "KING RICHARD III:" "Now is the winter" "To be, or not" "MENENIUS:" "O Romeo"; do
+    echo "{\"prompt\": \"$p\", \"max_tokens\": 40, \"arrival_ms\": $((i * 3))}" >> "$tmp/w.jsonl"
+    timeout 60 "$BIN/infer" --model $M --prompt "$p" -n 40 --temperature 0 --device cuda > "$tmp/alone$i" 2>/dev/null
+    i=$((i + 1))
+done
+mkdir -p "$tmp/b"
+if timeout 120 "$BIN/infer" --model $M --workload "$tmp/w.jsonl" --device cuda --max-seqs 8 --chunk 8 --token-budget 48 \
+    --out-dir "$tmp/b" > /dev/null 2> "$tmp/b.err"; then
+    i=0; same=0
+    for p in "ROMEO:" "JULIET:" "First Citizen:" "KING RICHARD III:" "Now is the winter" "To be, or not" "MENENIUS:" "O Romeo"; do
+        plen=$(printf '%s' "$p" | wc -c)
+        tail -c +$((plen + 1)) "$tmp/alone$i" > "$tmp/ref$i"   # the text after the prompt's echo
+        if cmp -s "$tmp/b/$i.txt" "$tmp/ref$i"; then same=$((same + 1)); else diff "$tmp/b/$i.txt" "$tmp/ref$i" | head -4; fi
+        i=$((i + 1))
+    done
+    [ $same -eq 8 ] && ok "8 batched requests equal each alone" || bad "$same of 8 batched requests equal each alone"
+else bad "batched workload failed: $(tail -2 "$tmp/b.err")"; fi
+echo '{"prompt": "ROMEO:", "max_tokens": 30, "temperature": 0.8, "seed": 5, "n": 3}' > "$tmp/n.jsonl"
+timeout 60 "$BIN/infer" --model $M --workload "$tmp/n.jsonl" --device cuda --trace > "$tmp/nout" 2> "$tmp/nerr"
+grep -q 'copy-on-write: position' "$tmp/nerr" || echo "(no copy-on-write in the trace of n = 3)"
+same=0
+for s in 0 1 2; do
+    timeout 60 "$BIN/infer" --model $M --prompt "ROMEO:" -n 30 --temperature 0.8 --top-p 1 --seed $((5 + s)) \
+        --device cuda 2>/dev/null | tail -c +7 | head -c -1 | awk 1 > "$tmp/nref"
+    grep "^\[$s\] " "$tmp/nout" | sed "s/^\[$s\] //" > "$tmp/ngot"
+    if cmp -s "$tmp/ngot" "$tmp/nref"; then same=$((same + 1)); else diff "$tmp/ngot" "$tmp/nref" | head -4; fi
+done
+[ $same -eq 3 ] && ok "3 forked samples (copy-on-write on the GPU) equal each alone" || bad "$same of 3 forked samples equal each alone"
+# preempted and resumed (recomputed) against the same workload in a pool that never preempts
+# (each request's text compared: stdout interleaves them in the order they stream)
+for pool in 10 1000; do
+    mkdir -p "$tmp/pre$pool"
+    timeout 120 "$BIN/infer" --model $M --workload data/workload-preempt.jsonl --policy priority --kv-blocks $pool \
+        --max-seqs 4 --clock steps --trace --device cuda --out-dir "$tmp/pre$pool" > /dev/null 2> "$tmp/pre$pool.err"
+done
+if grep -q "preempted: the pool ran out" "$tmp/pre10.err" && ! grep -q "preempted: the pool ran out" "$tmp/pre1000.err" &&
+   [ -s "$tmp/pre10/0.txt" ] && diff -r "$tmp/pre10" "$tmp/pre1000" > /dev/null; then
+    ok "preemption and resume on the GPU: every request's text as without preemption"
+else bad "preempting workload on the GPU: text differs from the run without preemption, or it did not preempt"
+     diff -r "$tmp/pre10" "$tmp/pre1000" | head -6; fi
+
+[ "$1" = quick ] && { echo "cuda_check: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit; }
+
+step "6. benchmarks"
+for t in f16 q8_0; do
+    "$BIN/mkmodel" --preset tinyllama --type $t "$MODELS/tinyllama-$t.gguf" > /dev/null || bad "mkmodel $t"
+done
+for t in f16 q8_0; do
+    timeout 200 "$BIN/gpucheck" --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 512 --decode 128 --runs 5 || bad "bench $t"
+done
+LLM_CUDA_GEMM_T=0 timeout 100 "$BIN/gpucheck" --bench "$MODELS/tinyllama-f16.gguf" --prompt-len 512 --decode 16 --runs 3 \
+    | grep -e "^| /" | sed 's/^/prefill without cuBLAS: /'
+LLM_CUDA_GRAPHS=0 timeout 100 "$BIN/gpucheck" --bench "$MODELS/tinyllama-f16.gguf" --prompt-len 512 --decode 128 --runs 3 \
+    | grep -e "^| /" -e "graphs" | sed 's/^/without CUDA graphs: /'
+for t in f16 q8_0; do
+    timeout 200 "$BIN/bench_batch" --device cuda --threads 1 --concurrency 1,16,64 --prompt 32 --decode 64 \
+        "$MODELS/tinyllama-$t.gguf" || bad "bench_batch $t"
+done
+echo "cuda_check: $pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,348 @@
+/* kcheck.cu - every CUDA kernel against its C reference, on random inputs.
+ *
+ *   build/cuda/kcheck [--seed N]
+ *
+ * For each kernel of src/kernels/ (gpu_kernels.cuh) and several shapes
+ * (odd widths, tails of a token tile, TinyLlama's sizes): fresh random
+ * inputs, the output poisoned with NaN before the launch, the GPU's answer
+ * and the C reference's (src/ops.c, src/model.c, computed on the CPU's plain
+ * path) compared by max |gpu - ref| / max |ref|. One line per check with the
+ * error, its limit, and for the products the GB/s of weights the kernel
+ * streamed (median of 20 launches). Exit 1 if any check fails. --quick leaves
+ * out TinyLlama's sizes and the timing (for compute-sanitizer).
+ *
+ * Limits: 2e-6, or 1e-6 sqrt(K / 128) for long rows, where the GPU adds the
+ * same terms in another order (float rounding of a sum of K products grows
+ * like sqrt(K) ulps); 0 where the
+ * arithmetic is the same operation by operation (RoPE, the embedding);
+ * Q8_0 products after a fused RMSNorm or SwiGLU 2e-3, since a value that the
+ * two normalisations put an ulp apart can round to the neighbouring int8. */
+#include "gpu_kernels.cuh"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+#include <vector>
+extern "C" {
+#include "ops.h"
+/* model.h's prototype (that header is C, not C++): the reference attention. */
+void model_attend_paged(float *out, const float *q, const float *kbase, const float *vbase, const int *table, int BS,
+                        int n, int S, size_t kvd, float scale);
+}
+
+static int failures = 0;
+static uint64_t rng = 88172645463325252ull;
+
+static uint64_t next_u64(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static float uniform(void) { return (float)((next_u64() >> 11) * 0x1.0p-53) * 2.0f - 1.0f; }
+
+#define CK(call)                                                                                        \
+    do {                                                                                                \
+        cudaError_t ck_ = (call);                                                                       \
+        if (ck_ != cudaSuccess) {                                                                       \
+            fprintf(stderr, "kcheck: %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(ck_)); \
+            exit(1);                                                                                    \
+        }                                                                                               \
+    } while (0)
+
+template <typename T> static T *to_dev(const T *h, size_t n) {
+    T *d;
+    CK(cudaMalloc((void **)&d, n * sizeof(T) + 16));
+    CK(cudaMemcpy(d, h, n * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+template <typename T> static std::vector<T> to_host(const T *d, size_t n) {
+    std::vector<T> h(n);
+    CK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+static void poison(float *d, size_t n) { CK(cudaMemset(d, 0xff, n * sizeof(float))); }   /* NaN */
+
+/* max |a - b| / max |b|; any NaN in a makes it infinite. */
+static double rel_err(const float *a, const float *b, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        num = std::max(num, (double)fabsf(a[i] - b[i]));
+        den = std::max(den, (double)fabsf(b[i]));
+    }
+    return den > 0 ? num / den : num;
+}
+
+static void report(const char *what, double err, double limit, double gbs) {
+    int ok = err <= limit;
+    failures += !ok;
+    printf("%-58s err %.2e (limit %.0e)%s", what, err, limit, ok ? "" : "  FAIL");
+    if (gbs > 0) printf("  %7.1f GB/s", gbs);
+    printf("\n");
+}
+
+/* Random weights of type t, N x K, as the file would hold them. */
+static std::vector<uint8_t> random_weights(DType t, int N, int K) {
+    size_t row = dtype_row_bytes(t, K);
+    std::vector<uint8_t> w(row * N);
+    std::vector<float> f(K);
+    float s = 1.0f / sqrtf((float)K);
+    for (int n = 0; n < N; n++) {
+        for (int k = 0; k < K; k++) f[k] = uniform() * s;
+        uint8_t *r = w.data() + row * n;
+        if (t == DT_F32) memcpy(r, f.data(), row);
+        else if (t == DT_F16)
+            for (int k = 0; k < K; k++) ((uint16_t *)r)[k] = fp32_to_fp16(f[k]);
+        else if (t == DT_BF16)
+            for (int k = 0; k < K; k++) ((uint16_t *)r)[k] = fp32_to_bf16(f[k]);
+        else quantize_row_q8_0_ref((BlockQ8_0 *)r, f.data(), K);
+    }
+    return w;
+}
+
+static float median_ms(std::vector<float> t) {
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+/* ------------------------------------------------------------ products */
+
+static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, int time_it) {
+    Mat Wh;
+    std::vector<uint8_t> w = random_weights(t, N, K);
+    Wh = (Mat){t, N, K, w.data()};
+    int ldx = pre == PRE_SWIGLU ? 2 * K : K;
+    std::vector<float> x((size_t)T * ldx), norm(K), out0((size_t)T * N), act((size_t)T * K), ref((size_t)T * N);
+    for (auto &v : x) v = uniform() * 3.0f;
+    for (auto &v : norm) v = 0.5f + uniform() * 0.5f;
+    for (auto &v : out0) v = uniform();
+    /* the reference: pre() on the CPU, then matmul_ref */
+    for (int r = 0; r < T; r++) {
+        float *a = act.data() + (size_t)r * K;
+        const float *xr = x.data() + (size_t)r * ldx;
+        if (pre == PRE_NORM) rmsnorm(a, xr, norm.data(), K, 1e-5f);
+        else if (pre == PRE_SWIGLU) {
+            memcpy(a, xr, K * 4);
+            swiglu(a, xr + K, K);
+        } else memcpy(a, xr, K * 4);
+    }
+    matmul_ref(ref.data(), act.data(), &Wh, T);
+    if (accumulate)
+        for (size_t i = 0; i < ref.size(); i++) ref[i] = out0[i] + ref[i];
+
+    uint8_t *dw = to_dev(w.data(), w.size());
+    float *dx = to_dev(x.data(), x.size()), *dn = to_dev(norm.data(), norm.size());
+    float *dout = to_dev(out0.data(), out0.size());
+    DevMat W = {t, N, K, dw};
+    MvArgs a = {dout, N, accumulate, dx, ldx, NULL, pre, dn, 1e-5f, pre == PRE_SWIGLU ? dx + K : NULL, T};
+    if (!accumulate) poison(dout, out0.size());
+    gpu_matvec(&W, &a, 0);
+    CK(cudaGetLastError());
+    std::vector<float> got = to_host(dout, out0.size());
+    /* the prologue done apart (gpu_prepare): the very same bits */
+    char *ready;
+    CK(cudaMalloc((void **)&ready, gpu_ready_bytes(&W, T)));
+    CK(cudaMemcpy(dout, out0.data(), out0.size() * 4, cudaMemcpyHostToDevice));
+    if (!accumulate) poison(dout, out0.size());
+    gpu_prepare(ready, &W, &a, 0);
+    MvArgs ra = {dout, N, accumulate, (const float *)ready, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T};
+    gpu_matvec(&W, &ra, 0);
+    CK(cudaGetLastError());
+    std::vector<float> got2 = to_host(dout, out0.size());
+    cudaFree(ready);
+    double gbs = 0.0;
+    if (time_it) {
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        std::vector<float> ms;
+        a.accumulate = 0;
+        for (int i = 0; i < 23; i++) {
+            CK(cudaEventRecord(e0));
+            gpu_matvec(&W, &a, 0);
+            CK(cudaEventRecord(e1));
+            CK(cudaEventSynchronize(e1));
+            float m;
+            CK(cudaEventElapsedTime(&m, e0, e1));
+            if (i >= 3) ms.push_back(m);
+        }
+        gbs = (double)w.size() / (median_ms(ms) * 1e-3) / 1e9;
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+    }
+    const char *pname[] = {"", " +rmsnorm", " +swiglu"};
+    char what[128];
+    snprintf(what, sizeof what, "matvec %-4s N %5d K %5d T %2d%s%s", dtype_name(t), N, K, T, pname[pre],
+             accumulate ? " +=" : "");
+    /* float sums of K terms in two orders: about sqrt(K) ulps apart */
+    double limit = t == DT_Q8_0 && pre != PRE_NONE ? 2e-3 : std::max(2e-6, 1e-6 * sqrt(K / 128.0));
+    report(what, rel_err(got.data(), ref.data(), ref.size()), limit, gbs);
+    int same = memcmp(got.data(), got2.data(), got.size() * 4) == 0;
+    failures += !same;
+    if (!same) printf("%-58s FAIL: the prologue apart gives other bits\n", what);
+    cudaFree(dw);
+    cudaFree(dx);
+    cudaFree(dn);
+    cudaFree(dout);
+}
+
+static void check_dequant_embed(DType t, int N, int K) {
+    std::vector<uint8_t> w = random_weights(t, N, K);
+    size_t row = dtype_row_bytes(t, K);
+    std::vector<float> ref((size_t)N * K);
+    for (int n = 0; n < N; n++) dequantize_row(ref.data() + (size_t)n * K, w.data() + row * n, t, K);
+    uint8_t *dw = to_dev(w.data(), w.size());
+    float *dout;
+    CK(cudaMalloc((void **)&dout, ref.size() * 4));
+    poison(dout, ref.size());
+    DevMat W = {t, N, K, dw};
+    gpu_dequantize(dout, &W, 0);
+    CK(cudaGetLastError());
+    std::vector<float> got = to_host(dout, ref.size());
+    char what[128];
+    snprintf(what, sizeof what, "dequantize %-4s N %5d K %5d", dtype_name(t), N, K);
+    report(what, rel_err(got.data(), ref.data(), ref.size()), 0.0, 0);
+    /* embedding: rows in a shuffled order */
+    int T = 7;
+    std::vector<int> tok(T);
+    std::vector<float> eref((size_t)T * K);
+    for (int i = 0; i < T; i++) {
+        tok[i] = (int)(next_u64() % N);
+        memcpy(eref.data() + (size_t)i * K, ref.data() + (size_t)tok[i] * K, K * 4);
+    }
+    int *dt = to_dev(tok.data(), T);
+    poison(dout, eref.size());
+    gpu_embed(dout, &W, dt, T, 0);
+    CK(cudaGetLastError());
+    got = to_host(dout, eref.size());
+    snprintf(what, sizeof what, "embed %-4s V %5d D %5d T %d", dtype_name(t), N, K, T);
+    report(what, rel_err(got.data(), eref.data(), eref.size()), 0.0, 0);
+    cudaFree(dw);
+    cudaFree(dout);
+    cudaFree(dt);
+}
+
+/* ------------------------------------------------------------ attention */
+
+/* A pool of NB blocks of BS rows; R sequences with random block tables; T
+ * rows at random positions (a prefill run of the last sequence included). */
+static void check_attention(int H, int Hkv, int S, int BS, int maxlen, int nsplit) {
+    int NB = 0, R = 3, qd = H * S, kvd = Hkv * S, n_rot = S, P = maxlen;
+    int tstride = (P + BS - 1) / BS;
+    NB = R * tstride + 5;
+    std::vector<int> perm(NB);
+    for (int i = 0; i < NB; i++) perm[i] = i;
+    for (int i = NB - 1; i > 0; i--) std::swap(perm[i], perm[next_u64() % (i + 1)]);
+    std::vector<int> tables((size_t)R * tstride);
+    for (int i = 0; i < R * tstride; i++) tables[i] = perm[i];
+    /* rows: sequence s at position p */
+    std::vector<int> seq, pos;
+    for (int s = 0; s < R - 1; s++) {
+        seq.push_back(s);
+        pos.push_back((int)(next_u64() % maxlen));
+    }
+    int start = (int)(next_u64() % (maxlen / 2));
+    for (int p = start; p < start + 5 && p < maxlen; p++) {   /* a chunk of the last sequence */
+        seq.push_back(R - 1);
+        pos.push_back(p);
+    }
+    int T = (int)seq.size();
+    std::vector<int> slot(T);
+    for (int t = 0; t < T; t++) slot[t] = tables[(size_t)seq[t] * tstride + pos[t] / BS] * BS + pos[t] % BS;
+    size_t rows = (size_t)NB * BS;
+    std::vector<float> kc(rows * kvd), vc(rows * kvd), qkv((size_t)T * (qd + 2 * kvd)), cs((size_t)P * S);
+    for (auto &v : kc) v = uniform() * 2.0f;
+    for (auto &v : vc) v = uniform();
+    for (auto &v : qkv) v = uniform() * 2.0f;
+    for (int p = 0; p < P; p++)
+        for (int i = 0; i < n_rot / 2; i++) {
+            double a = p * pow(10000.0, -2.0 * i / n_rot);
+            cs[((size_t)p * (n_rot / 2) + i) * 2] = (float)cos(a);
+            cs[((size_t)p * (n_rot / 2) + i) * 2 + 1] = (float)sin(a);
+        }
+    /* the reference, as model_forward_batch: rope, store every row, then attend */
+    std::vector<float> rq = qkv, rkc = kc, rvc = vc, ref((size_t)T * qd);
+    int ld = qd + 2 * kvd;
+    for (int t = 0; t < T; t++) {
+        float *q = rq.data() + (size_t)t * ld;
+        const float *c = cs.data() + (size_t)pos[t] * (n_rot / 2) * 2;
+        rope(q, H, S, n_rot, c);
+        rope(q + qd, Hkv, S, n_rot, c);
+        memcpy(rkc.data() + (size_t)slot[t] * kvd, q + qd, kvd * 4);
+        memcpy(rvc.data() + (size_t)slot[t] * kvd, q + qd + kvd, kvd * 4);
+    }
+    OpsIsa was = ops_isa();
+    ops_set_isa(OPS_PLAIN);   /* attend_rows, the reference loop */
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            size_t off = (size_t)(h / (H / Hkv)) * S;
+            model_attend_paged(ref.data() + (size_t)t * qd + (size_t)h * S, rq.data() + (size_t)t * ld + (size_t)h * S,
+                               rkc.data() + off, rvc.data() + off, tables.data() + (size_t)seq[t] * tstride, BS,
+                               pos[t] + 1, S, kvd, 1.0f / sqrtf((float)S));
+        }
+    ops_set_isa(was);
+
+    float *dqkv = to_dev(qkv.data(), qkv.size()), *dkc = to_dev(kc.data(), kc.size()), *dvc = to_dev(vc.data(), vc.size());
+    float *dcs = to_dev(cs.data(), cs.size()), *dout, *dpart;
+    int *dpos = to_dev(pos.data(), T), *dslot = to_dev(slot.data(), T), *dseq = to_dev(seq.data(), T);
+    int *dtab = to_dev(tables.data(), tables.size());
+    CK(cudaMalloc((void **)&dout, (size_t)T * qd * 4));
+    CK(cudaMalloc((void **)&dpart, gpu_attention_part_floats(T, H, S, nsplit) * 4 + 4));
+    poison(dout, (size_t)T * qd);
+    AttnArgs a = {dqkv, ld, dkc, dvc, dpos, dslot, dseq, dtab, tstride, BS, dcs, H, Hkv, S, n_rot, T};
+    gpu_rope_store(&a, 0);
+    CK(cudaGetLastError());
+    std::vector<float> gq = to_host(dqkv, qkv.size()), gk = to_host(dkc, kc.size()), gv = to_host(dvc, vc.size());
+    char what[128];
+    snprintf(what, sizeof what, "rope+store H %d Hkv %d S %d BS %d T %d", H, Hkv, S, BS, T);
+    double e = std::max(rel_err(gq.data(), rq.data(), gq.size()),
+                        std::max(rel_err(gk.data(), rkc.data(), gk.size()), rel_err(gv.data(), rvc.data(), gv.size())));
+    report(what, e, 0.0, 0);
+    gpu_attention(dout, &a, nsplit, dpart, 0);
+    CK(cudaGetLastError());
+    std::vector<float> got = to_host(dout, (size_t)T * qd);
+    snprintf(what, sizeof what, "attention H %d Hkv %d S %d BS %d len<=%d split %d", H, Hkv, S, BS, maxlen, nsplit);
+    report(what, rel_err(got.data(), ref.data(), ref.size()), 2e-6, 0);
+    cudaFree(dqkv); cudaFree(dkc); cudaFree(dvc); cudaFree(dcs); cudaFree(dout); cudaFree(dpart);
+    cudaFree(dpos); cudaFree(dslot); cudaFree(dseq); cudaFree(dtab);
+}
+
+int main(int argc, char **argv) {
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) rng = strtoull(argv[++i], NULL, 10) * 2654435761u + 1;
+        else {
+            printf("usage: kcheck [--quick] [--seed N]\n");
+            return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
+        }
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs, %.0f MiB\n", prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1048576.0);
+    ops_set_isa(OPS_PLAIN);
+    const DType types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0};
+    for (DType t : types) {
+        int odd = t == DT_Q8_0 ? 352 : 200;   /* not a multiple of 8 (Q8_0: of 32 only) */
+        check_matvec(t, 37, odd, 1, PRE_NONE, 0, 0);
+        check_matvec(t, 64, 96, 3, PRE_NORM, 0, 0);
+        check_matvec(t, 130, 352, 9, PRE_SWIGLU, 1, 0);
+        check_matvec(t, 96, 128, 17, PRE_NONE, 1, 0);
+        check_dequant_embed(t, 300, t == DT_Q8_0 ? 256 : 200);
+        if (quick) continue;   /* for compute-sanitizer, which runs each kernel far slower */
+        check_matvec(t, 2560, 2048, 1, PRE_NORM, 0, 1);     /* TinyLlama q|k|v */
+        check_matvec(t, 2048, 5632, 1, PRE_SWIGLU, 1, 1);   /* down, + the residual */
+        check_matvec(t, 11264, 2048, 1, PRE_NORM, 0, 1);    /* gate|up */
+        check_matvec(t, 11264, 2048, 16, PRE_NORM, 0, 1);
+    }
+    check_attention(8, 2, 16, 16, 256, 1);     /* the tiny fixture's shape */
+    check_attention(4, 1, 24, 16, 128, 3);     /* rand: multi-query, head size 24 */
+    if (!quick) check_attention(32, 4, 64, 16, 700, 1);    /* TinyLlama */
+    check_attention(32, 4, 64, 16, 700, 5);
+    check_attention(32, 4, 64, 7, 300, 13);    /* a block size that is not a power of two */
+    check_attention(8, 8, 128, 32, 400, 4);
+    printf("kcheck: %s (%d failed)\n", failures ? "FAIL" : "all kernels match their references", failures);
+    return failures ? 1 : 0;
+}
