@@ -34,7 +34,7 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
-enum { MV_WARPS = 8, MV_THREADS = MV_WARPS * 32, MV_ROWS = 4 };
+enum { MV_WARPS = 8, MV_THREADS = MV_WARPS * 32, MV_ROWS = 4, PRO_LOADS = 8 };
 /* Shared memory a block may use for its tokens' activations. */
 enum { MV_SMEM = 96 * 1024 };
 
@@ -56,16 +56,27 @@ __device__ static float block_sum(float v, float *red) {
 /* rmsnorm's scale for a row (ops.c: 1 / sqrt(mean(x^2) + eps)). */
 __device__ static float norm_scale(const float *x, int K, float eps, float *red) {
     float ss = 0.0f;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) ss += x[k] * x[k];
+    /* PRO_LOADS loads in flight before the first is used (a loop that waited
+     * for each in turn made the prologue, not the weights, the cost of a product) */
+    for (int k0 = threadIdx.x; k0 < K; k0 += PRO_LOADS * blockDim.x) {
+        float v[PRO_LOADS];
+#pragma unroll
+        for (int u = 0; u < PRO_LOADS; u++) {
+            int k = k0 + u * blockDim.x;
+            v[u] = k < K ? __ldg(x + k) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < PRO_LOADS; u++) ss += v[u] * v[u];   /* k ascending, as before */
+    }
     ss = block_sum(ss, red);
     return 1.0f / sqrtf(ss / K + eps);
 }
 
-/* Value k of pre(x) for a row (x, x2 already offset to the row). */
-__device__ static inline float pre_value(const MvArgs &a, const float *x, const float *x2, int k, float scale) {
-    float v = x[k];
-    if (a.pre == PRE_NORM) return v * scale * a.norm[k];          /* rmsnorm: x * scale * w */
-    if (a.pre == PRE_SWIGLU) return v / (1.0f + dev_exp(-v)) * x2[k];   /* swiglu: silu(h) * g */
+/* pre(x) of one value v, given its partner p (the norm weight, or the up
+ * value for SwiGLU). */
+__device__ static inline float pre_value(int pre, float v, float p, float scale) {
+    if (pre == PRE_NORM) return v * scale * p;                  /* rmsnorm: x * scale * w */
+    if (pre == PRE_SWIGLU) return v / (1.0f + dev_exp(-v)) * p;  /* swiglu: silu(h) * g */
     return v;
 }
 
@@ -81,21 +92,34 @@ __device__ static void load_tokens(const MvArgs &a, int K, int Kp, int t0, int T
         const float *x = a.x + (size_t)r * a.ldx;
         const float *x2 = a.x2 ? a.x2 + (size_t)r * a.ldx : nullptr;
         float scale = a.pre == PRE_NORM ? norm_scale(x, K, a.eps, red) : 1.0f;
-        for (int c = warp; c * 32 < K; c += MV_WARPS) {
-            int k = c * 32 + lane;
-            float v = k < K ? pre_value(a, x, x2, k, scale) : 0.0f;
-            if (!Q8) {
-                if (k < K) af[(size_t)j * Kp + k] = v;
-                continue;
+        const float *partner = a.pre == PRE_NORM ? a.norm : x2;
+        for (int c0 = warp; c0 * 32 < K; c0 += PRO_LOADS * MV_WARPS) {
+            float v[PRO_LOADS], pv[PRO_LOADS];   /* every load first, then the arithmetic */
+#pragma unroll
+            for (int u = 0; u < PRO_LOADS; u++) {
+                int k = (c0 + u * MV_WARPS) * 32 + lane;
+                v[u] = k < K ? __ldg(x + k) : 0.0f;
+                pv[u] = k < K && partner ? __ldg(partner + k) : 0.0f;
             }
-            /* quantize_row_q8_0_ref: d = max|x| / 127 as fp16, q = round(x * 127 / max) */
-            float amax = warp_max(fabsf(v));
-            int finite = __all_sync(0xffffffffu, isfinite(v));
-            float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-            if (isinf(id)) id = 0.0f;
-            aq[(size_t)j * K + k] = finite ? (int8_t)__float2int_rn(v * id) : 0;
-            if (lane == 0)
-                ad[(size_t)j * (K / 32) + c] = finite ? __half2float(__float2half_rn(amax / 127.0f)) : __int_as_float(0x7fc00000);
+#pragma unroll
+            for (int u = 0; u < PRO_LOADS; u++) {
+                int c = c0 + u * MV_WARPS, k = c * 32 + lane;
+                if (c * 32 >= K) break;   /* the same for the whole warp */
+                float val = k < K ? pre_value(a.pre, v[u], pv[u], scale) : 0.0f;
+                if (!Q8) {
+                    if (k < K) af[(size_t)j * Kp + k] = val;
+                    continue;
+                }
+                /* quantize_row_q8_0_ref: d = max|x| / 127 as fp16, q = round(x * 127 / max) */
+                float amax = warp_max(fabsf(val));
+                int finite = __all_sync(0xffffffffu, isfinite(val));
+                float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+                if (isinf(id)) id = 0.0f;
+                aq[(size_t)j * K + k] = finite ? (int8_t)__float2int_rn(val * id) : 0;
+                if (lane == 0)
+                    ad[(size_t)j * (K / 32) + c] =
+                        finite ? __half2float(__float2half_rn(amax / 127.0f)) : __int_as_float(0x7fc00000);
+            }
         }
     }
     /* rows Kp apart: zero the padding so a vector read past K adds nothing */
@@ -386,7 +410,9 @@ __global__ void prologue_kernel(float *out, int K, MvArgs a) {
     const float *x = a.x + (size_t)r * a.ldx;
     const float *x2 = a.x2 ? a.x2 + (size_t)r * a.ldx : nullptr;
     float scale = a.pre == PRE_NORM ? norm_scale(x, K, a.eps, red) : 1.0f;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) out[(size_t)t * K + k] = pre_value(a, x, x2, k, scale);
+    const float *partner = a.pre == PRE_NORM ? a.norm : x2;
+    for (int k = threadIdx.x; k < K; k += blockDim.x)
+        out[(size_t)t * K + k] = pre_value(a.pre, x[k], partner ? partner[k] : 0.0f, scale);
 }
 
 int gpu_prologue(float *out, const DevMat *W, const MvArgs *a, cudaStream_t st) {
