@@ -102,6 +102,19 @@ static std::vector<uint8_t> random_weights(DType t, int N, int K) {
     return w;
 }
 
+/* Weights as the GPU holds them (Q8_0 in two planes), on the device. */
+static DevMat upload_mat(DType t, int N, int K, const std::vector<uint8_t> &w) {
+    if (t != DT_Q8_0) return (DevMat){t, N, K, to_dev(w.data(), w.size()), NULL};
+    std::vector<int8_t> qs((size_t)N * K);
+    std::vector<uint16_t> d((size_t)N * (K / 32));
+    gpu_pack_q8_0(qs.data(), d.data(), w.data(), N, K);
+    return (DevMat){t, N, K, to_dev(qs.data(), qs.size()), to_dev(d.data(), d.size())};
+}
+static void free_mat(DevMat *W) {
+    cudaFree((void *)W->w);
+    cudaFree((void *)W->d);
+}
+
 static float median_ms(std::vector<float> t) {
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
@@ -132,10 +145,9 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
     if (accumulate)
         for (size_t i = 0; i < ref.size(); i++) ref[i] = out0[i] + ref[i];
 
-    uint8_t *dw = to_dev(w.data(), w.size());
+    DevMat W = upload_mat(t, N, K, w);
     float *dx = to_dev(x.data(), x.size()), *dn = to_dev(norm.data(), norm.size());
     float *dout = to_dev(out0.data(), out0.size());
-    DevMat W = {t, N, K, dw};
     MvArgs a = {dout, N, accumulate, dx, ldx, NULL, pre, dn, 1e-5f, pre == PRE_SWIGLU ? dx + K : NULL, T};
     if (!accumulate) poison(dout, out0.size());
     gpu_matvec(&W, &a, 0);
@@ -176,7 +188,7 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
             CK(cudaEventElapsedTime(&m, e0, e1));
             if (i >= 3) ms.push_back(m);
         }
-        gbs = (double)w.size() / (median_ms(ms) * 1e-3) / 1e9;
+        gbs = (double)w.size() / (median_ms(ms) * 1e-3) / 1e9;   /* the file's bytes: the same count in two planes */
         cudaFree(rb);
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);
@@ -191,7 +203,7 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
     int same = memcmp(got.data(), got2.data(), got.size() * 4) == 0;
     failures += !same;
     if (!same) printf("%-58s FAIL: the prologue apart gives other bits\n", what);
-    cudaFree(dw);
+    free_mat(&W);
     cudaFree(dx);
     cudaFree(dn);
     cudaFree(dout);
@@ -202,11 +214,10 @@ static void check_dequant_embed(DType t, int N, int K) {
     size_t row = dtype_row_bytes(t, K);
     std::vector<float> ref((size_t)N * K);
     for (int n = 0; n < N; n++) dequantize_row(ref.data() + (size_t)n * K, w.data() + row * n, t, K);
-    uint8_t *dw = to_dev(w.data(), w.size());
+    DevMat W = upload_mat(t, N, K, w);
     float *dout;
     CK(cudaMalloc((void **)&dout, ref.size() * 4));
     poison(dout, ref.size());
-    DevMat W = {t, N, K, dw};
     gpu_dequantize(dout, &W, 0);
     CK(cudaGetLastError());
     std::vector<float> got = to_host(dout, ref.size());
@@ -228,7 +239,7 @@ static void check_dequant_embed(DType t, int N, int K) {
     got = to_host(dout, eref.size());
     snprintf(what, sizeof what, "embed %-4s V %5d D %5d T %d", dtype_name(t), N, K, T);
     report(what, rel_err(got.data(), eref.data(), eref.size()), 0.0, 0);
-    cudaFree(dw);
+    free_mat(&W);
     cudaFree(dout);
     cudaFree(dt);
 }

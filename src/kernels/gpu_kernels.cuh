@@ -12,13 +12,21 @@ extern "C" {
 #include "ops.h"
 }
 
-/* A weight matrix on the GPU: F32, F16, BF16 or Q8_0 rows, as in the file
- * (ops.h's Mat, with a device pointer). */
+/* A weight matrix on the GPU: F32, F16 or BF16 rows as in the file (ops.h's
+ * Mat, with a device pointer). Q8_0 is split at upload (gpu_pack_q8_0): w
+ * holds the int8 values, N rows of K bytes (16-byte aligned, so a lane reads
+ * 16 of them in one load), and d the fp16 scales, N rows of K / 32; the same
+ * numbers as the file's 34-byte blocks, in two planes. */
 typedef struct {
     DType type;
     int N, K;
     const void *w;
+    const uint16_t *d;       /* Q8_0: (N, K / 32) scales; else NULL */
 } DevMat;
+
+/* Q8_0 rows as the file lays them out (N rows of K / 32 blocks) into the two
+ * planes of a DevMat, on the host. */
+void gpu_pack_q8_0(int8_t *qs, uint16_t *d, const void *rows, int N, int K);
 
 /* What a product does to its input before the weights see it: nothing, the
  * RMSNorm of the row (ops.c rmsnorm), or SwiGLU of its two halves (ops.c

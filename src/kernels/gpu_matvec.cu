@@ -9,30 +9,35 @@
  * Decoding reads every weight once per step and does two flops per weight
  * read: the product is a race to stream W from memory. The mapping:
  *
- *   grid  (ceil(N / 8), ceil(T / TT))       block: 256 threads = 8 warps
+ *   grid  (ceil(N / rows per block), ceil(T / TT))    block: 256 threads = 8 warps
  *
  *        tokens t0 .. t0+TT-1 (TT <= 8)
  *        +--------------------------+
  *   smem | pre(x) of the TT tokens  |  written once per block (the prologue:
  *        +--------------------------+  RMSNorm / SwiGLU, Q8_0 rounding fused in)
- *   warp 0 -> row n0     lane l reads 16 bytes of the row at a time:
- *   warp 1 -> row n0+1     chunks l, l+32, l+64, ... (coalesced: the warp
- *   ...                    reads 512 contiguous bytes per step), each chunk
- *   warp 7 -> row n0+7     multiplied into TT running sums
- *                        then the 32 lanes' sums are added by shuffles.
+ *   warp 0 -> rows n0..n0+3   lane l reads 16 bytes of each of its 4 rows
+ *   warp 1 -> rows n0+4..+7     at a time: chunks l, l+32, l+64, ... (the warp
+ *   ...                         reads 512 contiguous bytes of a row per load),
+ *   warp 7 -> rows n0+28..+31   each multiplied into 4 x TT running sums;
+ *                             then the 32 lanes' sums are added by shuffles.
  *
- * The sum of (row n, token t) is added in an order fixed by K alone: lane
- * l's chunks in sequence, then the same butterfly. So a token gets the same
- * bits whether it runs alone or in a batch of 64, whatever TT is.
+ * Few rows (N / 32 blocks would leave SMs idle): ks warps (2, 4 or 8) share
+ * 4 rows, each taking a slice of K, the slices' sums added in order.
  *
- * Q8_0 (34-byte blocks, 2-byte aligned): lane l takes blocks l, l+32, ...;
- * its eight words of int8 weights are dotted with the activations' words by
- * __dp4a (four int8 products and a sum, exact), one float multiply-add per
- * block by d_w * d_x, as the CPU kernels do. */
+ * The sum of (row n, token t) is added in an order fixed by K and ks (chosen
+ * from N, K and the GPU, never T): lane l's chunks in sequence, then the
+ * butterfly, then the slices. So a token gets the same bits whether it runs
+ * alone or in a batch of 64, whatever TT is.
+ *
+ * Q8_0 is held in two planes (gpu_pack_q8_0: int8 values, fp16 scales), so a
+ * lane reads 16 weights in one load like the other types; four __dp4a (four
+ * int8 products and a sum each, exact) give the sum of a half block, and
+ * one float multiply-add by d_w * d_x adds it, as the CPU kernels do. */
 #include "gpu_kernels.cuh"
 #include "gpu_util.cuh"
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <string.h>
 
 enum { MV_WARPS = 8, MV_THREADS = MV_WARPS * 32, MV_ROWS = 4, PRO_LOADS = 8 };
 /* Shared memory a block may use for its tokens' activations. */
@@ -230,39 +235,46 @@ __device__ static void dot_float(const char *const row[MV_ROWS], int K, int kb, 
     }
 }
 
-/* acc[r][j] += row r . token j for Q8_0, as llama.cpp's mmvq maps it: four
- * lanes to a 34-byte block (lane l takes values 8 (l % 4) .. + 7 of block
- * l / 4 of each group of 8), so one load instruction of the warp touches
- * 272 contiguous bytes. Per lane and block: an exact int8 sum of 8
- * products (two __dp4a), then one float multiply-add by d_w * d_x. */
+/* acc[r][j] += row r . token j for Q8_0 (the planes of gpu_pack_q8_0): lane
+ * l reads 16 int8 weights in one load, half a block, chunks l, l+32, ... as
+ * the float types do; four __dp4a give their exact int8 sum with the
+ * activations', and one float multiply-add by d_w * d_x adds it. */
 template <int TTC>
-__device__ static void dot_q8_0(const char *const row[MV_ROWS], int K, int kb, int ke, const int8_t *aq,
-                                const float *ad, int TT, float acc[MV_ROWS][TTC]) {
-    int lane = threadIdx.x % 32, nb = K / 32, bi = lane / 4, q = lane % 4;
+__device__ static void dot_q8_0(const char *const row[MV_ROWS], const uint16_t *const drow[MV_ROWS], int K, int kb,
+                                int ke, const int8_t *aq, const float *ad, int TT, float acc[MV_ROWS][TTC]) {
+    int lane = threadIdx.x % 32, nb = K / 32;
 #pragma unroll 2
-    for (int b = kb / 32 + bi; b < ke / 32; b += 8) {
+    for (int c = kb / 16 + lane; c < ke / 16; c += 32) {
+        int b = c / 2;
+        int4 w[MV_ROWS];
         float dw[MV_ROWS];
-        int w0[MV_ROWS], w1[MV_ROWS];
 #pragma unroll
         for (int r = 0; r < MV_ROWS; r++) {
-            const uint16_t *p = (const uint16_t *)row[r] + 17 * b;
-            dw[r] = __half2float(__ushort_as_half(__ldg(p)));
-            w0[r] = (int)((uint32_t)__ldg(p + 1 + 4 * q) | ((uint32_t)__ldg(p + 2 + 4 * q) << 16));
-            w1[r] = (int)((uint32_t)__ldg(p + 3 + 4 * q) | ((uint32_t)__ldg(p + 4 + 4 * q) << 16));
+            w[r] = __ldg((const int4 *)row[r] + c);
+            dw[r] = __half2float(__ushort_as_half(__ldg(drow[r] + b)));
         }
 #pragma unroll
         for (int j = 0; j < TTC; j++) {
             if (j >= TT) break;
-            const int *xq = (const int *)(aq + (size_t)j * K + 32 * b + 8 * q);
-            int x0 = xq[0], x1 = xq[1];
+            int4 x = *(const int4 *)(aq + (size_t)j * K + 16 * c);
             float dx = ad[(size_t)j * nb + b];
 #pragma unroll
             for (int r = 0; r < MV_ROWS; r++) {
-                int s = __dp4a(w0[r], x0, 0);
-                s = __dp4a(w1[r], x1, s);
+                int s = __dp4a(w[r].x, x.x, 0);
+                s = __dp4a(w[r].y, x.y, s);
+                s = __dp4a(w[r].z, x.z, s);
+                s = __dp4a(w[r].w, x.w, s);
                 acc[r][j] = fmaf((float)s, dw[r] * dx, acc[r][j]);
             }
         }
+    }
+}
+
+void gpu_pack_q8_0(int8_t *qs, uint16_t *d, const void *rows, int N, int K) {
+    const BlockQ8_0 *blk = (const BlockQ8_0 *)rows;
+    for (size_t i = 0; i < (size_t)N * (K / 32); i++) {
+        d[i] = blk[i].d;
+        memcpy(qs + i * 32, blk[i].qs, 32);
     }
 }
 
@@ -290,14 +302,19 @@ __global__ void __launch_bounds__(MV_THREADS) mv_kernel(DevMat W, MvArgs a, int 
     /* rows past N read row 0 (no branch in the loop); their sums are dropped */
     const char *row[MV_ROWS];
     size_t rb = dev_row_bytes(TYPE, K);
+    const uint16_t *drow[MV_ROWS];
 #pragma unroll
-    for (int r = 0; r < MV_ROWS; r++) row[r] = (const char *)W.w + (size_t)(n0 + r < W.N ? n0 + r : 0) * rb;
+    for (int r = 0; r < MV_ROWS; r++) {
+        size_t n = n0 + r < W.N ? n0 + r : 0;
+        row[r] = (const char *)W.w + n * rb;
+        drow[r] = q8 ? W.d + n * (K / 32) : nullptr;
+    }
     float acc[MV_ROWS][TTC];
 #pragma unroll
     for (int r = 0; r < MV_ROWS; r++)
 #pragma unroll
         for (int j = 0; j < TTC; j++) acc[r][j] = 0.0f;
-    if (q8) dot_q8_0<TTC>(row, K, kb, ke, aq, ad, TT, acc);
+    if (q8) dot_q8_0<TTC>(row, drow, K, kb, ke, aq, ad, TT, acc);
     else dot_float<TYPE, TTC>(row, K, kb, ke, af, Kp, TT, acc);
 #pragma unroll
     for (int r = 0; r < MV_ROWS; r++)
@@ -420,21 +437,19 @@ int gpu_prologue(float *out, const DevMat *W, const MvArgs *a, cudaStream_t st) 
     return 1;
 }
 
-/* dequantize_row (ops.c) for one value i of a row. */
-__device__ static inline float dequant_at(const char *row, DType type, int i) {
-    if (type == DT_Q8_0) {
-        const uint16_t *p = (const uint16_t *)row + 17 * (i / 32);
-        return __half2float(__ushort_as_half(p[0])) * (float)((const int8_t *)(p + 1))[i % 32];
-    }
-    return weight_at(row, type, i);
+/* dequantize_row (ops.c) for value k of row n. */
+__device__ static inline float dequant_at(const DevMat &W, size_t n, int k) {
+    const char *row = (const char *)W.w + n * dev_row_bytes(W.type, W.K);
+    if (W.type == DT_Q8_0)
+        return __half2float(__ushort_as_half(W.d[n * (W.K / 32) + k / 32])) * (float)((const int8_t *)row)[k];
+    return weight_at(row, W.type, k);
 }
 
 /* grid (ceil(K / 256), N), block 256: one value per thread. */
 __global__ void dequant_kernel(float *out, DevMat W) {
     int n = blockIdx.y, k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= W.K) return;
-    const char *row = (const char *)W.w + (size_t)n * dev_row_bytes(W.type, W.K);
-    out[(size_t)n * W.K + k] = dequant_at(row, W.type, k);
+    out[(size_t)n * W.K + k] = dequant_at(W, n, k);
 }
 
 int gpu_dequantize(float *out, const DevMat *W, cudaStream_t st) {
@@ -445,8 +460,7 @@ int gpu_dequantize(float *out, const DevMat *W, cudaStream_t st) {
 /* grid (T), block 256: x[t] = embedding row token[t], widened. */
 __global__ void embed_kernel(float *x, DevMat E, const int *token) {
     int t = blockIdx.x;
-    const char *row = (const char *)E.w + (size_t)token[t] * dev_row_bytes(E.type, E.K);
-    for (int k = threadIdx.x; k < E.K; k += blockDim.x) x[(size_t)t * E.K + k] = dequant_at(row, E.type, k);
+    for (int k = threadIdx.x; k < E.K; k += blockDim.x) x[(size_t)t * E.K + k] = dequant_at(E, token[t], k);
 }
 
 int gpu_embed(float *x, const DevMat *E, const int *token, int T, cudaStream_t st) {

@@ -104,6 +104,7 @@ static int dev_type(DType t) { return t == DT_F32 || t == DT_F16 || t == DT_BF16
 /* Rows of m into dst on the device as type `as` (m's own type, or F32 for a
  * type the kernels do not read: widened on the host a piece at a time). */
 static int put_rows(char *dst, const Mat *m, DType as, Err *e) {
+    if (as == DT_Q8_0) return ST_OK;   /* upload_stack packs these */
     if (as == m->type) {
         CK(cudaMemcpy(dst, m->data, dtype_row_bytes(m->type, m->K) * m->N, cudaMemcpyHostToDevice));
         return ST_OK;
@@ -126,6 +127,26 @@ static int put_rows(char *dst, const Mat *m, DType as, Err *e) {
     return ST_OK;
 }
 
+/* Q8_0 rows of m into the two planes (gpu_pack_q8_0), a piece at a time. */
+static int put_q8_0(char *qs, uint16_t *d, const Mat *m, Err *e) {
+    int K = m->K, rows = (int)((1u << 22) / K) + 1;
+    size_t in_row = dtype_row_bytes(DT_Q8_0, K);
+    int8_t *bq = (int8_t *)malloc((size_t)rows * K);
+    uint16_t *bd = (uint16_t *)malloc((size_t)rows * (K / 32) * 2);
+    int st = bq && bd ? ST_OK : err_set(e, ST_NOMEM, "gpu: cannot allocate a buffer to pack Q8_0 weights");
+    for (int r0 = 0; !st && r0 < m->N; r0 += rows) {
+        int n = m->N - r0 < rows ? m->N - r0 : rows;
+        gpu_pack_q8_0(bq, bd, (const char *)m->data + (size_t)r0 * in_row, n, K);
+        cudaError_t ce = cudaMemcpy(qs + (size_t)r0 * K, bq, (size_t)n * K, cudaMemcpyHostToDevice);
+        if (ce == cudaSuccess)
+            ce = cudaMemcpy(d + (size_t)r0 * (K / 32), bd, (size_t)n * (K / 32) * 2, cudaMemcpyHostToDevice);
+        if (ce != cudaSuccess) st = err_set(e, ST_IO, "cuda: copying weights: %s", cudaGetErrorString(ce));
+    }
+    free(bq);
+    free(bd);
+    return st;
+}
+
 /* Matrices m[0..n) (same K) stacked into one device matrix, in the type
  * they share, or all widened to F32 when they do not share one the kernels read. */
 static int upload_stack(GpuModel *g, void **slot, DevMat *out, const Mat *const *m, int n, Err *e) {
@@ -136,20 +157,24 @@ static int upload_stack(GpuModel *g, void **slot, DevMat *out, const Mat *const 
         if (m[i]->K != m[0]->K) return err_set(e, ST_UNSUPPORTED, "gpu: stacked matrices differ in width");
         N += m[i]->N;
     }
-    size_t bytes = dev_row_bytes(as, m[0]->K) * N;
+    int K = m[0]->K;
+    size_t plane = (dev_row_bytes(as, K) * N + 15) / 16 * 16;   /* Q8_0: the scales' plane follows */
+    size_t bytes = plane + (as == DT_Q8_0 ? (size_t)N * (K / 32) * 2 : 0);
     char *p;
     cudaError_t ce = cudaMalloc((void **)&p, bytes);
     if (ce != cudaSuccess)
         return err_set(e, ST_NOMEM, "gpu: cannot allocate %zu bytes of weights: %s", bytes, cudaGetErrorString(ce));
     *slot = p;
     g->stats.weight_bytes += bytes;
-    size_t at = 0;
+    size_t at = 0, row0 = 0;
     for (int i = 0; i < n; i++) {
-        int st = put_rows(p + at, m[i], as, e);
+        int st = as == DT_Q8_0 ? put_q8_0(p + row0 * K, (uint16_t *)(p + plane) + row0 * (K / 32), m[i], e)
+                               : put_rows(p + at, m[i], as, e);
         if (st) return st;
-        at += dev_row_bytes(as, m[i]->K) * m[i]->N;
+        at += dev_row_bytes(as, K) * m[i]->N;
+        row0 += m[i]->N;
     }
-    *out = (DevMat){as, N, m[0]->K, p};
+    *out = (DevMat){as, N, K, p, as == DT_Q8_0 ? (const uint16_t *)(p + plane) : NULL};
     return ST_OK;
 }
 

@@ -34,10 +34,10 @@ __device__ static inline float dev_exp(float x) {
     return p * __uint_as_float((uint32_t)((int32_t)k + 127) << 23);
 }
 
-/* dtype_row_bytes (ops.h) for the types that live on the GPU, callable
- * from device code. */
+/* Bytes of one row of w on the GPU (for Q8_0 its int8 plane; the scales
+ * are apart, in d), callable from device code. */
 __host__ __device__ static inline size_t dev_row_bytes(DType type, int K) {
-    return type == DT_F32 ? (size_t)K * 4 : type == DT_Q8_0 ? (size_t)K / 32 * 34 : (size_t)K * 2;
+    return type == DT_F32 ? (size_t)K * 4 : type == DT_Q8_0 ? (size_t)K : (size_t)K * 2;
 }
 
 #endif
