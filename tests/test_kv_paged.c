@@ -331,6 +331,36 @@ static void kv_fork_shares_blocks_until_the_first_write_into_a_partial_one(void 
     fix_done(&f);
 }
 
+/* A cache kept elsewhere (a GPU's) must make the same copies: every copy
+ * is logged as (src, dst, rows), taken once, and a log nobody takes says
+ * so (-1) rather than dropping copies silently. */
+static void kv_copy_on_write_is_logged_for_a_cache_kept_elsewhere(void **st) {
+    Fix f;
+    fix_init(&f, 2, 3, 4, 8, 2, 4);
+    KvPool *p = &f.p;
+    KvSeq *a = &f.s[0], *b = &f.s[1];
+    int ta[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    const int *log;
+    grow(p, a, ta, 10, 1);
+    assert_int_equal(kv_take_copies(p, &log), 0);            /* no fork yet: nothing copied */
+    assert_int_equal(kv_seq_fork(p, b, a), ST_OK);
+    int shared = a->table[2];
+    assert_int_equal(kv_seq_reserve(p, b, 1), ST_OK);
+    assert_int_equal(kv_take_copies(p, &log), 1);
+    assert_int_equal(log[0], shared);                        /* from the shared block */
+    assert_int_equal(log[1], b->table[2]);                   /* to b's own copy */
+    assert_int_equal(log[2], 2);                             /* its two written rows (8, 9) */
+    assert_int_equal(kv_take_copies(p, &log), 0);            /* taken: the log is empty */
+    /* a log that fills up loses copies: the next take says so, once */
+    p->n_copies = p->cap_copies;
+    kv_seq_release(p, b);
+    assert_int_equal(kv_seq_fork(p, b, a), ST_OK);
+    assert_int_equal(kv_seq_reserve(p, b, 1), ST_OK);
+    assert_int_equal(kv_take_copies(p, &log), -1);
+    assert_int_equal(kv_take_copies(p, &log), 0);
+    fix_done(&f);
+}
+
 /* The header's rule ("the block the first position lands in") generalised:
  * a fork taken after reserving ahead shares blocks nobody has written yet;
  * the first writer must still get its own. */
@@ -765,6 +795,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(kv_hit_needs_the_whole_prefix_equal_not_only_the_block),
         cmocka_unit_test(kv_a_hash_collision_is_a_miss_not_wrong_output),
         cmocka_unit_test(kv_fork_shares_blocks_until_the_first_write_into_a_partial_one),
+        cmocka_unit_test(kv_copy_on_write_is_logged_for_a_cache_kept_elsewhere),
         cmocka_unit_test(kv_fork_after_reserving_ahead_does_not_share_the_unwritten_block),
         cmocka_unit_test(kv_fork_refuses_a_busy_or_small_destination),
         cmocka_unit_test(kv_cached_blocks_are_evicted_least_recently_released_first),
