@@ -259,7 +259,12 @@ void rmsnorm(float *out, const float *x, const float *w, int n, float eps);
  * its Taylor polynomial of degree 7, 2^k built directly in the exponent bits.
  * libm's expf is exact to 1 ulp but is a call the compiler cannot vectorize,
  * and softmax over attention rows and vocabularies calls it millions of times. */
-static inline float ops_exp(float x) {
+#ifdef __CUDACC__   /* the CUDA kernels call this very function (src/kernels/) */
+#define OPS_HOST_DEVICE __host__ __device__
+#else
+#define OPS_HOST_DEVICE
+#endif
+static inline OPS_HOST_DEVICE float ops_exp(float x) {
     x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
     const float magic = 12582912.0f;                /* 1.5 * 2^23: adding it rounds to an integer */
     float k = (x * 1.44269504088896341f + magic) - magic;

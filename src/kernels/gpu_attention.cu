@@ -107,13 +107,13 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attn_kernel(float *out, AttnAr
         }
         float cm = warp_max(score);
         if (cm > m) {   /* a new maximum in this chunk: rescale once (attend_chunk) */
-            float r = dev_exp(m - cm);
+            float r = ops_exp(m - cm);
             l *= r;
 #pragma unroll
             for (int i = 0; i < ATT_DIMS; i++) o[i] *= r;
             m = cm;
         }
-        float w = p < n ? dev_exp(score - m) : 0.0f;
+        float w = p < n ? ops_exp(score - m) : 0.0f;
         l += warp_sum(w);
         /* each position's weight and row from the lane that holds it; eight
          * positions' value loads in flight at once */
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attn_kernel(float *out, AttnAr
     float M = -INFINITY, L = 0.0f, f[ATT_WARPS];
     for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, wm[w]);
     for (int w = 0; w < ATT_WARPS; w++) {
-        f[w] = wm[w] == -INFINITY ? 0.0f : dev_exp(wm[w] - M);
+        f[w] = wm[w] == -INFINITY ? 0.0f : ops_exp(wm[w] - M);
         L += wl[w] * f[w];
     }
     for (int i = threadIdx.x; i < S; i += blockDim.x) {
@@ -168,13 +168,13 @@ __global__ void attn_reduce_kernel(float *out, const float *part, int H, int S, 
     for (int s = 0; s < nsplit; s++) M = fmaxf(M, pp[s * (S + 2)]);
     for (int s = 0; s < nsplit; s++) {
         float ms = pp[s * (S + 2)];
-        if (ms != -INFINITY) L += pp[s * (S + 2) + 1] * dev_exp(ms - M);
+        if (ms != -INFINITY) L += pp[s * (S + 2) + 1] * ops_exp(ms - M);
     }
     for (int i = threadIdx.x; i < S; i += blockDim.x) {
         float acc = 0.0f;
         for (int s = 0; s < nsplit; s++) {
             float ms = pp[s * (S + 2)];
-            if (ms != -INFINITY) acc += pp[s * (S + 2) + 2 + i] * dev_exp(ms - M);
+            if (ms != -INFINITY) acc += pp[s * (S + 2) + 2 + i] * ops_exp(ms - M);
         }
         out[(size_t)t * H * S + (size_t)h * S + i] = acc / L;
     }

@@ -81,7 +81,7 @@ __device__ static float norm_scale(const float *x, int K, float eps, float *red)
  * value for SwiGLU). */
 __device__ static inline float pre_value(int pre, float v, float p, float scale) {
     if (pre == PRE_NORM) return v * scale * p;                  /* rmsnorm: x * scale * w */
-    if (pre == PRE_SWIGLU) return v / (1.0f + dev_exp(-v)) * p;  /* swiglu: silu(h) * g */
+    if (pre == PRE_SWIGLU) return v / (1.0f + ops_exp(-v)) * p;  /* swiglu: silu(h) * g */
     return v;
 }
 
