@@ -148,6 +148,23 @@ static void to_stdout(int id, const char *text, int len, void *user) {
 }
 
 /* The finish reasons as this CLI has always named them. */
+/* "; ..." when the machine had more runnable work than cores (the load
+ * average over the last minute, which counts this run's own threads): the
+ * kernels' threads then wait at every barrier for one that another process
+ * holds, and decode can run many times slower than on one thread. Else "". */
+static void load_hint(int threads, char *out, size_t cap) {
+    out[0] = 0;
+    double load;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (!f) return;
+    int got = fscanf(f, "%lf", &load);
+    fclose(f);
+    if (got == 1 && threads > 1 && load > cores + 0.5)
+        snprintf(out, cap, "; the load average was %.1f on %ld cores, so the %d threads waited for each other: "
+                 "--threads 1 may be faster", load, cores, threads);
+}
+
 static const char *why_name(FinishReason f) {
     switch (f) {
     case FIN_LENGTH: return "max-tokens";
@@ -193,11 +210,13 @@ static int run_prompt(const Options *o, const Model *m, Runtime *rt) {
         return 0;
     }
     double prefill = t->first_token - t->first_scheduled, decode = t->finished - t->first_token;
+    char hint[192];
+    load_hint(o->en.threads, hint, sizeof hint);
     fprintf(stderr, "infer: %s %s, prompt %d tokens, generated %d (%s); prefill %.1f tok/s, "
-            "decode %.1f tok/s, %d thread%s\n", m->format, dtype_name(m->wtype), q->n_prompt,
+            "decode %.1f tok/s, %d thread%s%s\n", m->format, dtype_name(m->wtype), q->n_prompt,
             q->n_out, why_name(q->finish), prefill > 0 ? q->n_prompt / prefill : 0.0,
             q->n_out > 1 && decode > 0 ? (q->n_out - 1) / decode : 0.0, o->en.threads,
-            o->en.threads == 1 ? "" : "s");
+            o->en.threads == 1 ? "" : "s", hint);
     return 0;
 }
 
@@ -306,6 +325,19 @@ static void summary(const Runtime *rt, Sink *sinks, int n, double seconds) {
         if (ttft && t->ttft >= 0) ttft[n_ttft++] = t->ttft * 1e3;
         if (tpot && k->n_out > 1) tpot[n_tpot++] = t->tpot * 1e3;
     }
+    /* "n" makes several requests of one line: say how many lines they came from */
+    int lines = 0;
+    for (int i = 0; i < n; i++) {
+        if (!sinks[i].used || sinks[i].refused) continue;
+        int first = 1;
+        for (int j = 0; j < i && first; j++)
+            first = !(sinks[j].used && !sinks[j].refused && sinks[j].line == sinks[i].line);
+        lines += first;
+    }
+    char from[96] = "";
+    if (lines != served)
+        snprintf(from, sizeof from, " (from %d workload line%s: \"n\" made the other %d)", lines,
+                 lines == 1 ? "" : "s", served - lines);
     if (ttft) qsort(ttft, (size_t)n_ttft, sizeof *ttft, cmp_double);
     if (tpot) qsort(tpot, (size_t)n_tpot, sizeof *tpot, cmp_double);
     char rate[160];   /* per second on the wall clock; per step on the step clock */
@@ -315,9 +347,9 @@ static void summary(const Runtime *rt, Sink *sinks, int n, double seconds) {
     else
         snprintf(rate, sizeof rate, "in %.2f s: %.2f requests/s, %ld output tokens, %.1f output tok/s",
                  seconds, served / seconds, out, out / seconds);
-    fprintf(stderr, "totals: %d requests served, %d refused, %s; TTFT p50 %.1f ms, p99 %.1f ms; "
+    fprintf(stderr, "totals: %d requests served%s, %d refused, %s; TTFT p50 %.1f ms, p99 %.1f ms; "
             "TPOT p50 %.2f ms, p99 %.2f ms; %ld steps, %ld preemptions, KV pool %d blocks of %d "
-            "tokens (peak %d held)\n", served, refused, rate,
+            "tokens (peak %d held)\n", served, from, refused, rate,
             ttft ? percentile(ttft, n_ttft, 50) : 0.0, ttft ? percentile(ttft, n_ttft, 99) : 0.0,
             tpot ? percentile(tpot, n_tpot, 50) : 0.0, tpot ? percentile(tpot, n_tpot, 99) : 0.0,
             rt->en.steps, rt->en.sched.n_preemptions, rt->en.pool.NB, rt->en.pool.BS,

@@ -7,6 +7,7 @@
  * than top_p and the nucleus is among them. Only the survivors are sorted. */
 #include "sampler.h"
 #include "mem.h"
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -137,7 +138,13 @@ int sampler_sample(Sampler *s, float *logits) {
         return V - 1;   /* rounding left cdf just below 1 */
     }
     qsort(c, (size_t)n, sizeof(Cand), by_prob_desc);
-    int last = nucleus_size(c, n, s->p.top_p) - 1;
+    int kept = nucleus_size(c, n, s->p.top_p);
+    /* The nucleus is never empty (the candidate that crosses top_p is in
+     * it): an empty one is a bug in nucleus_size, said here rather than
+     * read as c[-1]. Without asserts (NDEBUG) it keeps the best candidate. */
+    assert(kept >= 1 && kept <= n && "nucleus_size returned an empty nucleus (or more than n)");
+    kept = kept < 1 ? 1 : kept > n ? n : kept;
+    int last = kept - 1;
     double total = 0.0;
     for (int i = 0; i <= last; i++) total += c[i].prob;
     double r = sampler_uniform(s) * total, cdf = 0.0;

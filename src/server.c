@@ -649,12 +649,17 @@ static void note(Server *s, const char *fmt, ...) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Each line is stamped when it is printed, so the trace's times never go
+ * back; a line that waited for the engine thread says when it happened. */
 static void print_events(Server *s, SrvEvent *ev) {
     const Clock *c = &s->rt->en.clock;
     while (ev) {
         SrvEvent *next = ev->next;
-        double at = c->kind == CLOCK_WALL ? ev->at - c->t0 : clock_now(c);
-        trace_note(s->rt->trace, at, "%s", ev->line);
+        double now = clock_now(c), at = ev->at - c->t0;
+        if (c->kind == CLOCK_WALL && now - at >= 0.0001)
+            trace_note(s->rt->trace, now, "%s (at %.1f ms)", ev->line, at * 1e3);
+        else
+            trace_note(s->rt->trace, now, "%s", ev->line);
         free(ev);
         ev = next;
     }

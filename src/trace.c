@@ -123,13 +123,13 @@ static void json_name(Trace *t, const char *what, int pid, int tid, const char *
 
 /* ---- phases: each change closes the open span ---- */
 
-static void record(Trace *t, int id, int phase, double t0, double t1) {
+static void record(Trace *t, int id, int phase, double t0, double t1, int prompt, int cached) {
     if (!t->spans) return;
     if (t->n_spans == t->cap_spans) {
         t->dropped++;
         return;
     }
-    t->spans[t->n_spans++] = (TraceSpan){id, phase, t0, t1};
+    t->spans[t->n_spans++] = (TraceSpan){id, phase, t0, t1, prompt, cached};
 }
 
 static void enter(Trace *t, TraceReq *r, int phase, double now) {
@@ -139,7 +139,7 @@ static void enter(Trace *t, TraceReq *r, int phase, double now) {
             snprintf(args, sizeof args, "\"request\": %d", r->id);
             json_span(t, PHASE_NAMES[r->phase], 2, r->id + 1, r->since, now, args);
         }
-        record(t, r->id, r->phase, r->since, now);
+        record(t, r->id, r->phase, r->since, now, r->prompt, r->phase == PH_PREFILL ? r->cached : 0);
     }
     r->phase = phase;
     r->since = now;
@@ -147,7 +147,7 @@ static void enter(Trace *t, TraceReq *r, int phase, double now) {
 
 static void mark(Trace *t, int id, const char *name, int kind, double now, const char *args) {
     if (t->json) json_instant(t, name, id + 1, now, args);
-    if (kind) record(t, id, kind, now, now);
+    if (kind) record(t, id, kind, now, now, 0, 0);
 }
 
 /* ---- text ---- */
@@ -230,7 +230,7 @@ int trace_arrived(Trace *t, double now, const TraceArrival *a) {
         t->cap_reqs = cap;
     }
     TraceReq *r = &t->reqs[t->n_reqs++];
-    *r = (TraceReq){.id = a->id, .phase = PH_NONE, .arrival = now};
+    *r = (TraceReq){.id = a->id, .phase = PH_NONE, .arrival = now, .prompt = a->prompt_tokens};
     event(t);
     if (a->id > t->max_req) t->max_req = a->id;
     say(t, now, "#%d arrived: %d prompt tokens, priority %s, max %d new, temperature %g, top-k %d, "
@@ -274,6 +274,7 @@ void trace_admitted(Trace *t, double now, long step, int id, int slot, int hit_t
                     int n_preempted) {
     event(t);
     TraceReq *r = req(t, id);
+    r->cached = hit_tokens;
     char hit[64] = "", args[128];
     if (hit_tokens > 0) snprintf(hit, sizeof hit, "; prefix cache hit: %d tokens reused", hit_tokens);
     if (n_preempted > 0) {
@@ -434,6 +435,8 @@ void trace_finish(Trace *t) {
 
 /* ---- pictures ---- */
 
+#define CACHED_COLOUR "#60b060"
+
 int trace_write_svg(const Trace *t, FILE *f) {
     int rows = t->max_req + 1;
     double end = 0;
@@ -455,7 +458,10 @@ int trace_write_svg(const Trace *t, FILE *f) {
         fprintf(f, "<rect x=\"%d\" y=\"10\" width=\"14\" height=\"10\" fill=\"%s\"/>"
                 "<text x=\"%d\" y=\"19\">%s</text>\n", x, colour[ph], x + 18, PHASE_NAMES[ph]);
     }
-    fprintf(f, "<text x=\"%d\" y=\"19\">| first token   &#9660; preempted</text>\n", left + 3 * 110);
+    fprintf(f, "<rect x=\"%d\" y=\"10\" width=\"14\" height=\"10\" fill=\"%s\"/>"
+            "<text x=\"%d\" y=\"19\">prompt from the prefix cache</text>\n", left + 3 * 110, CACHED_COLOUR,
+            left + 3 * 110 + 18);
+    fprintf(f, "<text x=\"%d\" y=\"19\">| first token   &#9660; preempted</text>\n", left + 3 * 110 + 220);
     /* time axis: 10 ticks */
     for (int k = 0; k <= 10; k++) {
         double x = left + width * k / 10.0;
@@ -470,7 +476,16 @@ int trace_write_svg(const Trace *t, FILE *f) {
     for (int i = 0; i < t->n_spans; i++) {
         const TraceSpan *s = &t->spans[i];
         double x = left + s->t0 * scale, y = top + s->req * row_h + 2;
-        if (s->phase >= PH_QUEUED && s->phase <= PH_DECODE) {
+        if (s->phase == PH_PREFILL && s->cached > 0 && s->prompt > 0) {
+            /* the prefix cache's share of the prompt drawn apart, in green:
+             * those tokens were not computed, whatever the bar's length */
+            double w = (s->t1 - s->t0) * scale, h = row_h - 4, hc = h * s->cached / s->prompt;
+            fprintf(f, "<g><title>#%d prefill %.1f-%.1f ms: %d of %d prompt tokens from the prefix cache, "
+                    "%d computed</title><rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" "
+                    "fill=\"%s\"/><rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"/></g>\n",
+                    s->req, ms(s->t0), ms(s->t1), s->cached, s->prompt, s->prompt - s->cached, x, y,
+                    w < 0.5 ? 0.5 : w, hc, CACHED_COLOUR, x, y + hc, w < 0.5 ? 0.5 : w, h - hc, colour[s->phase]);
+        } else if (s->phase >= PH_QUEUED && s->phase <= PH_DECODE) {
             double w = (s->t1 - s->t0) * scale;
             fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"%s\">"
                     "<title>#%d %s %.1f-%.1f ms</title></rect>\n", x, y, w < 0.5 ? 0.5 : w, row_h - 4,

@@ -41,6 +41,7 @@ typedef struct {
     int req;                 /* request id */
     int phase;               /* PH_* for a span; for a mark: 'f' first token, 'p' preempted */
     double t0, t1;           /* seconds since engine start (t1 = t0 for a mark) */
+    int prompt, cached;      /* a prefill span: its prompt tokens, and how many the prefix cache gave */
 } TraceSpan;
 
 /* What the trace remembers of a request between its events. */
@@ -48,6 +49,7 @@ typedef struct {
     int id, phase;
     double since;            /* when the current phase began */
     double arrival;
+    int prompt, cached;      /* prompt tokens; of them found in the prefix cache at admission */
 } TraceReq;
 
 /* A request as it arrives. */

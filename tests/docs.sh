@@ -26,5 +26,26 @@ else bad "the failed check did not name the file: $(cat "$tmp/out")"; fi
 sed 's/^What happened, step by step/What happened, one step at a time/' notes/scheduler.md > "$tmp/prose.md"
 sh tools/doc_excerpts.sh --check "$tmp/prose.md" > "$tmp/out" 2>&1 && ok || bad "an edit to prose failed the check: $(cat "$tmp/out")"
 
+# The README's excerpts come from the README's own command: change the
+# command (another seed) and its excerpts no longer match.
+sed 's/--seed 42 --clock steps --isa plain/--seed 43 --clock steps --isa plain/' README.md > "$tmp/readme.md"
+if cmp -s README.md "$tmp/readme.md"; then bad "could not change the README's command"
+elif sh tools/doc_excerpts.sh --check "$tmp/readme.md" > "$tmp/out" 2>&1; then bad "the excerpts matched another command"
+else ok; fi
+
+# The plain path gives the same bits in every build flavour (notes/model.md):
+# 300 greedy tokens of the default model from each build that is there (make
+# test builds the debug one and this one; make run and make fast add build/fast).
+n=0
+for b in build/infer build/fast/infer "$INFER"; do
+    [ -x "$b" ] || continue
+    n=$((n + 1))
+    "$b" --model data/shakespeare.gguf --prompt "ROMEO:" -n 300 --temperature 0 --isa plain > "$tmp/flavour$n" 2>/dev/null
+    if [ $n -gt 1 ]; then
+        cmp -s "$tmp/flavour1" "$tmp/flavour$n" && ok || bad "the plain path's text differs between build/infer and $b"
+    fi
+done
+[ $n -ge 2 ] || bad "fewer than two build flavours to compare"
+
 echo "docs: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -175,6 +175,12 @@ grep -q 'conn [0-9]*: client disconnected before the end, cancelling cmpl-' "$tm
     grep -q 'conn [0-9]*: cancelling #0' "$tmp/one.err" && grep -q 'conn [0-9]*: opened from 127.0.0.1:' "$tmp/one.err" &&
     grep -q 'conn [0-9]*: first byte of the stream sent' "$tmp/one.err" && ok ||
     bad "the trace does not show the connection's life: $(grep conn "$tmp/one.err" | head -8)"
+# the trace's times never go back, HTTP lines (printed by the engine thread) included
+for f in one main; do
+    sed -n 's/^\[ *\([0-9.]*\) ms\].*/\1/p' "$tmp/$f.err" > "$tmp/times"
+    [ -s "$tmp/times" ] && awk 'NR > 1 && $1 + 0 < prev + 0 { bad = 1 } { prev = $1 } END { exit bad }' "$tmp/times" && ok ||
+        bad "the serve trace's times go back ($f): $(awk 'NR > 1 && $1 + 0 < prev + 0 { print prev " then " $1; exit } { prev = $1 }' "$tmp/times")"
+done
 
 # 7. the soak through HTTP, short (make soak runs 10,000)
 SOAK_BIN=$BIN sh tools/soak_serve.sh 400 > "$tmp/soak" 2>&1 && ok || bad "tools/soak_serve.sh: $(cat "$tmp/soak")"

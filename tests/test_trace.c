@@ -355,6 +355,13 @@ static void svg_timeline_is_well_formed_with_one_row_per_request(void **state) {
         if (rows < 0) fail_msg("%s: SVG not well-formed: %s", paths[k], why);
         assert_int_equal(rows, rec.n_req);
         assert_non_null(strstr(out.svg, "<svg xmlns=\"http://www.w3.org/2000/svg\""));
+        if (k == 1) {   /* each prefix hit drawn apart in its prefill bar, with its count */
+            int hits = 0, drawn = 0;
+            for (int i = 0; i < rec.n_req; i++) hits += rec.prefix_hit[i] > 0;
+            for (const char *p = out.svg; (p = strstr(p, " prompt tokens from the prefix cache, ")); p++) drawn++;
+            assert_true(hits > 0);
+            assert_int_equal(drawn, hits);
+        }
         free_outputs(&out);
     }
 }

@@ -15,6 +15,19 @@
 #include <string.h>
 #include <unistd.h>
 
+/* cmocka's integer asserts print both sides in hexadecimal ("0x1 != 0");
+ * these print them in decimal, with the expressions, where the test failed. */
+#undef assert_int_equal
+#undef assert_int_not_equal
+#define assert_int_equal(a, b) int_check_((long long)(a), (long long)(b), 1, #a, #b, __FILE__, __LINE__)
+#define assert_int_not_equal(a, b) int_check_((long long)(a), (long long)(b), 0, #a, #b, __FILE__, __LINE__)
+static inline void int_check_(long long a, long long b, int equal, const char *ea, const char *eb, const char *file,
+                              int line) {
+    if ((a == b) == equal) return;
+    print_error("ERROR: %lld %s %lld: %s %s %s\n", a, equal ? "!=" : "==", b, ea, equal ? "==" : "!=", eb);
+    _fail(file, line);
+}
+
 /* Every test binary runs all its tests, or, given an argument, only those it
  * names (cmocka's filter: '*' and '?' match anything):
  *     build/asan/test_kv_paged 'kv_prefix_*'

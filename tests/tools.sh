@@ -13,6 +13,17 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # run TOOL ARGS...: stdout, stderr and status in $tmp/out, $tmp/err, $rc
 run() { timeout 20 "$BIN/$@" > "$tmp/out" 2> "$tmp/err"; rc=$?; }
 
+# --help and -h alone on every program (the rest of this file holds the
+# tools whose whole command line is checked)
+for t in infer serve bench_serve bench_batch gpucheck ../rans_bench; do
+    if [ ! -x "$BIN/$t" ]; then bad "$BIN/$t is not built"; continue; fi
+    for h in --help -h; do
+        run $t $h
+        [ $rc -eq 0 ] && grep -q "usage" "$tmp/out" && ok \
+            || bad "$t $h -> rc $rc, stdout: $(head -c 200 "$tmp/out"), stderr: $(head -c 300 "$tmp/err")"
+    done
+done
+
 for t in mkmodel bench kbench train bpe_train soak mkcorpus compress; do
     if [ ! -x "$BIN/$t" ]; then bad "$BIN/$t is not built"; continue; fi
     for h in --help -h; do

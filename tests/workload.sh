@@ -98,6 +98,8 @@ head -c 40 "$tmp/t.json" | grep -q '"traceEvents"' && tail -c 4 "$tmp/t.json" | 
 # "n": samples of one prompt fork from the first; each is the request alone with seed + i
 printf '%s\n' '{"prompt": "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?", "max_tokens": 12, "n": 3, "temperature": 0.8, "seed": 5}' > "$tmp/n.jsonl"
 "$INFER" --model $MODEL --workload "$tmp/n.jsonl" --trace > "$tmp/nout" 2> "$tmp/nerr"
+grep -q '^totals: 3 requests served (from 1 workload line: "n" made the other 2), 0 refused' "$tmp/nerr" && ok \
+    || bad "the totals do not say what n expanded to: $(grep totals "$tmp/nerr")"
 [ "$(grep -c 'forked from #0' "$tmp/nerr")" -eq 2 ] && grep -q 'copy-on-write: position' "$tmp/nerr" && ok \
     || bad "no forks in the trace of n = 3: $(grep -E 'forked|copy' "$tmp/nerr")"
 for i in 0 1 2; do

@@ -820,7 +820,7 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
 int main(int argc, char **argv) {
     Args a;
     Err e = {{0}};
-    if (argc == 1) {
+    if (argc == 1 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         printf("usage: bench_batch [--threads 2] [--concurrency 1,4,16,64] [--prompt 32] [--decode 32] "
                "[--block 16] [--runs 1] [--low-mem 0|1] [--device cpu|cuda] MODEL.gguf ...\n");
         return 0;

@@ -17,6 +17,9 @@ fi
 [ -f /usr/include/microhttpd.h ] || need="$need libmicrohttpd-dev"   # the HTTP server (src/server.c)
 command -v curl >/dev/null 2>&1 || need="$need curl"   # tests/server.sh drives the server with it
 command -v jq >/dev/null 2>&1 || need="$need jq"       # ... and reads its JSON answers with jq
+command -v gdb >/dev/null 2>&1 || need="$need gdb"     # tests/gdb.sh: the walkthroughs of notes/gdb
+command -v node >/dev/null 2>&1 || need="$need nodejs" # tests/openai.sh: OpenAI's own Node client,
+command -v npm >/dev/null 2>&1 || need="$need npm"     # fetched by npm ci
 [ -z "$need" ] && exit 0
 if [ "$(id -u)" = 0 ]; then
     echo "deps: installing$need" >&2

@@ -52,6 +52,17 @@ run() {
     "$INFER" --model $MODEL --clock steps --threads 1 "$@" > "$runs/$name.out" 2> "$runs/$name.err" ||
         { echo "doc_excerpts: run $name failed: $(tail -1 "$runs/$name.err")" >&2; exit 2; }
 }
+# readme_run NAME: the command README.md (or the file checked) shows in the sh block after
+# "<!-- command: NAME -->", run as written, except $INFER for build/fast/infer
+# (on the plain path every build gives the same bits) and this run's files
+# for the two it writes in /tmp.
+readme_run() {
+    cmd=$(awk -v m="<!-- command: $1 -->" '$0 == m { on = 1; next } on && /^```sh/ { in_ = 1; next }
+          in_ && /^```/ { exit } in_ { sub(/\\$/, ""); printf "%s ", $0 }' "$(grep -l "<!-- command: $1 -->" $files README.md | head -1)")
+    [ -n "$cmd" ] || { echo "doc_excerpts: README.md shows no command named $1" >&2; exit 2; }
+    cmd=$(printf '%s' "$cmd" | sed "s#build/fast/infer#$INFER#; s#2> */tmp/trace.txt#2> $runs/$1.err#; s#> */tmp/text.txt#> $runs/$1.out#")
+    sh -c "$cmd" || { echo "doc_excerpts: the README's command $1 failed: $(tail -1 "$runs/$1.err")" >&2; exit 2; }
+}
 # gdb_run NAME: notes/gdb/NAME.gdb in gdb; keeps the lines it printed itself
 gdb_run() {
     ${GDB:-gdb} -q -batch -nx -x "notes/gdb/$1.gdb" > "$runs/$1.all" 2>&1 ||
@@ -72,7 +83,7 @@ else
     # only the runs the files show
     needed=$(cat $files 2>/dev/null | sed -n 's/^<!-- excerpt: *\([A-Za-z0-9_-]*\)\..*/\1/p' | sort -u)
     wants() { echo "$needed" | grep -qx "$1"; }
-    wants romeo && run romeo --prompt "ROMEO:" -n 250 --temperature 0.8 --seed 42 --trace
+    wants romeo && readme_run romeo
     wants preempt &&
         run preempt --workload data/workload-preempt.jsonl --policy priority --kv-blocks 10 --max-seqs 4 --trace
     wants shared && run shared --workload data/workload-shared-prefix.jsonl --trace

@@ -334,9 +334,12 @@ static void sweep(const uint8_t *src, size_t n, const Options *o) {
 
 /* ------------------------------------------------------------ main */
 
-static void usage(void) {
-    fprintf(stderr, "usage: rans_bench [--mib M] [--row R] [--file PATH] [--gguf PATH] [--bits B] [--states N]\n"
-                    "                  [--chunk BYTES] [--runs R] [--threads T] [--sweep] [--no-zstd]\n");
+static void usage_to(FILE *f) {
+    fprintf(f, "usage: rans_bench [--mib M] [--row R] [--file PATH] [--gguf PATH] [--bits B] [--states N]\n"
+               "                  [--chunk BYTES] [--runs R] [--threads T] [--sweep] [--no-zstd]\n");
+}
+static void usage(void) {   /* a bad command line */
+    usage_to(stderr);
     exit(2);
 }
 
@@ -346,6 +349,10 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int iv = 0, ok = ST_OK;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage_to(stdout);
+            return 0;
+        }
         if (!strcmp(a, "--sweep")) { o.sweep = 1; continue; }
         if (!strcmp(a, "--no-zstd")) { o.zstd = 0; continue; }
         if (!v) usage();
