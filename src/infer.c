@@ -102,6 +102,7 @@ static int own_option(void *ctx, const char *a, const char *v, Err *e) {
         o->sp.seed = s;
     } else if (!strcmp(a, "--stop")) {
         if (o->n_stop == RT_MAX_STOP) return err_set(e, ST_ARG, "--stop: at most %d stop strings", RT_MAX_STOP);
+        if (!*v) return err_set(e, ST_ARG, "--stop: an empty stop string would end every text before it began");
         o->stop[o->n_stop++] = v;
     } else if (!strcmp(a, "--workload")) o->workload = v;
     else if (!strcmp(a, "--out-dir")) o->out_dir = v;
@@ -382,8 +383,11 @@ static int run_workload(const Options *o, Runtime *rt) {
     double start = rt_now(rt);
     int next = 0;
     while (next < w.n || !rt_idle(rt)) {
-        double now_ms = (rt_now(rt) - start) * 1e3;
-        for (; next < w.n && w.items[next].arrival_ms <= now_ms; next++) {
+        /* arrival times in seconds, computed as rt_wait_until is given them:
+         * a time in ms made from seconds can fall an ulp short of the
+         * arrival it waited for, and the loop would wait for it forever */
+        double now = rt_now(rt);
+        for (; next < w.n && start + w.items[next].arrival_ms * 1e-3 <= now; next++) {
             WorkItem *it = &w.items[next];
             Sink *k = &sinks[used];
             it->params.on_text = to_sink;
@@ -467,11 +471,12 @@ int main(int argc, char **argv) {
     }
     SchedConfig *sc = &o.en.ec.sched;
     if (sc->max_seqs > sc->token_budget) sc->token_budget = sc->max_seqs;
-    if (rt_init(&rt, &m, &o.en.ec, &e)) {
+    st = rt_init(&rt, &m, &o.en.ec, &e);
+    if (st) {   /* ST_ARG: the options asked for what cannot be (a pool past int slots...) */
         fprintf(stderr, "infer: %s\n", e.msg);
         rt_free(&rt);
         model_free(&m);
-        return 1;
+        return st == ST_ARG ? 2 : 1;
     }
     if (o.en.trace_json && !(json = open_output("--trace-json ", o.en.trace_json))) goto out;
     if (o.en.trace || json || o.en.trace_svg) {

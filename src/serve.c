@@ -122,11 +122,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "serve: %s\n", e.msg);
         return 1;
     }
-    if (rt_init(&rt, &m, &o.en.ec, &e)) {
+    int init = rt_init(&rt, &m, &o.en.ec, &e);
+    if (init) {   /* ST_ARG: the options asked for what cannot be */
         fprintf(stderr, "serve: %s\n", e.msg);
         rt_free(&rt);
         model_free(&m);
-        return 1;
+        return init == ST_ARG ? 2 : 1;
     }
     if (o.en.trace) {
         if (trace_init(&trace, o.en.trace, stderr, NULL, 0, o.en.ec.clock == CLOCK_STEPS, &e) ||

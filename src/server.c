@@ -24,6 +24,7 @@
  * metrics; Job.mu guards a job's text and state. Neither is held while the
  * engine steps, except a job's, briefly, inside the callbacks. */
 #include "server.h"
+#include "json_nul.h"
 #include "clock.h"
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -356,10 +357,18 @@ int srv_parse_request(const char *body, size_t len, int chat, const SrvLimits *l
                       SrvError *err) {
     memset(r, 0, sizeof *r);
     r->chat = chat;
-    cJSON *j = cJSON_ParseWithLength(body, len);
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     int st;
+    char key[64];
+    size_t rest = j && end ? (size_t)(body + len - end) : 0;
+    while (rest && (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n')) end++, rest--;
     if (!j) st = fail(err, 400, "", "the body is not valid JSON");
     else if (!cJSON_IsObject(j)) st = fail(err, 400, "", "the body must be a JSON object");
+    else if (rest) st = fail(err, 400, "", "the body has text after its JSON object (at byte %zu)", len - rest);
+    else if (json_escaped_nul(body, len, key, sizeof key))
+        st = fail(err, 400, key, "field \"%s\" holds \\u0000 (a NUL character), which would cut the text short",
+                  key);
     else st = parse_fields(j, chat, lim, r, err);
     cJSON_Delete(j);
     if (st) srv_request_free(r);

@@ -5,6 +5,7 @@
  * message; the runtime checks the values again when the request is submitted
  * (a workload is one way in, not the only one). */
 #include "workload.h"
+#include "json_nul.h"
 #include "fileio.h"
 #include "mem.h"
 #include <cjson/cJSON.h>
@@ -34,36 +35,6 @@ static int number(const cJSON *f, const char *where, double lo, double hi, int i
     return ST_OK;
 }
 
-/* cJSON decodes the escape \u0000 to a NUL, and its strings are C strings
- * that end there: "a\u0000b" would reach the runtime as the prompt "a",
- * without a word. So look for the escape in the raw text of the line (valid
- * JSON: cJSON has just parsed it). Returns 0 if there is none, 1 if a value
- * holds one (*key is then the top-level field it belongs to), 2 if a key
- * holds one. */
-static int find_escaped_nul(const char *text, char *key, size_t cap) {
-    int depth = 0;
-    snprintf(key, cap, "?");
-    for (const char *p = text; *p; p++) {
-        if (*p == '{' || *p == '[') depth++;
-        else if (*p == '}' || *p == ']') depth--;
-        if (*p != '"') continue;
-        const char *s = ++p;   /* a string: find its end, noting a \u0000 */
-        int nul = 0;
-        while (*p && *p != '"') {
-            if (*p != '\\') { p++; continue; }
-            if (p[1] == 'u' && strncmp(p + 2, "0000", 4) == 0) nul = 1;
-            p += p[1] ? 2 : 1;   /* past the backslash and its letter; hex digits are plain */
-        }
-        const char *after = p + 1;
-        while (*after == ' ' || *after == '\t' || *after == '\r' || *after == '\n') after++;
-        int is_key = *after == ':';
-        if (is_key && depth == 1) snprintf(key, cap, "%.*s", (int)(p - s), s);
-        if (nul) return is_key ? 2 : 1;
-        if (!*p) break;
-    }
-    return 0;
-}
-
 static int parse_line(Workload *w, WorkItem *it, const char *text, const char *where, Err *e) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
@@ -74,7 +45,7 @@ static int parse_line(Workload *w, WorkItem *it, const char *text, const char *w
     }
     int st = ST_OK;
     char key[64];
-    int nul = find_escaped_nul(text, key, sizeof key);
+    int nul = json_escaped_nul(text, strlen(text), key, sizeof key);
     if (!cJSON_IsObject(root)) st = err_set(e, ST_FORMAT, "%s: expected a JSON object", where);
     else if (nul == 2)
         st = err_set(e, ST_FORMAT, "%s: a field name contains \\u0000 (a NUL character), which "

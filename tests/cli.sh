@@ -54,6 +54,12 @@ expect_error() {
     else bad "infer $* -> rc $rc, stderr: $(cat "$tmp/err")"; fi
 }
 expect_error "model FILE is required"
+# bad values of the command line exit 2, like every other bad option
+for args in "--stop ''" "--kv-mem 16000000"; do
+    eval "timeout 20 \"\$INFER\" --model data/shakespeare.gguf --prompt a -n 2 $args" > /dev/null 2> "$tmp/err"
+    rc=$?
+    [ $rc -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] && ok || bad "infer $args -> rc $rc (want 2), $(cat "$tmp/err")"
+done
 expect_error "unknown option" --model x --frobnicate 1
 expect_error "not an integer" --model x -n abc
 expect_error "not an integer" --model x -n 0

@@ -78,6 +78,12 @@ static void defaults_are_openai_s(void **st) {
 static void each_bad_field_is_refused_by_name(void **st) {
     refused("{\"prompt\": \"a\", \"max_tokens\": 0}", 0, 400, "max_tokens");
     refused("{\"prompt\": \"a\", \"max_tokens\": 2.5}", 0, 400, "max_tokens");
+    /* \u0000 would end the C string there: the text would be cut without a word */
+    refused("{\"prompt\": \"ROMEO:\\u0000 and the rest\"}", 0, 400, "prompt");
+    refused("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\\u0000there\"}]}", 1, 400, "messages");
+    /* text after the object is not part of a valid body */
+    refused("{\"prompt\": \"a\"} {\"prompt\": \"b\"}", 0, 400, "");
+    refused("{\"prompt\": \"a\"}x", 0, 400, "");
     /* Out of long long's range: refused before any conversion (the cast would be undefined). */
     refused("{\"prompt\": \"a\", \"max_tokens\": 1e400}", 0, 400, "max_tokens");
     refused("{\"prompt\": \"a\", \"top_k\": -1e300}", 0, 400, "top_k");

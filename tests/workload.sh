@@ -95,6 +95,15 @@ head -c 40 "$tmp/t.json" | grep -q '"traceEvents"' && tail -c 4 "$tmp/t.json" | 
 [ $? -ne 0 ] && [ "$(wc -l < "$tmp/e")" -eq 1 ] && grep -q "trace-json /nonexistent/dir/t.json: cannot create" "$tmp/e" && ok \
     || bad "unwritable --trace-json: $(cat "$tmp/e")"
 
+# An arrival the step clock reaches exactly (4007 ms: 4.007 s times 1e3 is an
+# ulp short of 4007) is served, not waited for forever.
+printf '%s\n' '{"prompt": "ROMEO:", "max_tokens": 2, "arrival_ms": 4007}' '{"prompt": "a", "max_tokens": 1, "arrival_ms": 9013}' \
+    > "$tmp/r12.jsonl"
+timeout 30 "$INFER" --model $MODEL --workload "$tmp/r12.jsonl" --clock steps > /dev/null 2> "$tmp/r12.err"
+rc=$?
+[ $rc -eq 0 ] && grep -q "^totals: 2 requests served" "$tmp/r12.err" && ok \
+    || bad "a workload arriving at 4007 ms on the step clock: exit $rc (124: it hung)"
+
 # "n": samples of one prompt fork from the first; each is the request alone with seed + i
 printf '%s\n' '{"prompt": "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?", "max_tokens": 12, "n": 3, "temperature": 0.8, "seed": 5}' > "$tmp/n.jsonl"
 "$INFER" --model $MODEL --workload "$tmp/n.jsonl" --trace > "$tmp/nout" 2> "$tmp/nerr"
