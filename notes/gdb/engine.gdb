@@ -17,7 +17,13 @@ set print address off
 break engine.c:append
 commands
   silent
-  printf "| step %ld  #%d  token %4d  out %d of %d  tokens %d of cap %d  eos? %s\n", en->steps, q->id, token, q->n_out + 1, q->max_tokens, q->n_tokens + 1, q->cap, token == q->eos ? "yes" : "no"
+  # (an if, not ?: on two strings: gdb would have to put the strings in the
+  # program's memory, calling into it, which some CPUs' register state stops)
+  if token == q->eos
+    printf "| step %ld  #%d  token %4d  out %d of %d  tokens %d of cap %d  eos? yes\n", en->steps, q->id, token, q->n_out + 1, q->max_tokens, q->n_tokens + 1, q->cap
+  else
+    printf "| step %ld  #%d  token %4d  out %d of %d  tokens %d of cap %d  eos? no\n", en->steps, q->id, token, q->n_out + 1, q->max_tokens, q->n_tokens + 1, q->cap
+  end
   continue
 end
 

@@ -40,7 +40,12 @@ commands
       set $same = p->tokens[$b * p->BS + $i] == tokens[$i]
       set $i = $i + 1
     end
-    printf "|     block %d: hash %016lx, parent %d (gen %u): %s\n", $b, p->hash[$b], p->parent[$b], p->parent_gen[$b], $same ? "the same block, a hit" : "another block"
+    # (an if, not ?: on two strings, which gdb would put in the program's memory)
+    if $same
+      printf "|     block %d: hash %016lx, parent %d (gen %u): the same block, a hit\n", $b, p->hash[$b], p->parent[$b], p->parent_gen[$b]
+    else
+      printf "|     block %d: hash %016lx, parent %d (gen %u): another block\n", $b, p->hash[$b], p->parent[$b], p->parent_gen[$b]
+    end
     set $b = p->chain[$b]
   end
   continue
