@@ -50,7 +50,12 @@ static int own_option(void *ctx, const char *a, const char *v, Err *e) {
     Options *o = ctx;
     long n = 0;
     if (!strcmp(a, "--host")) o->host = v;
-    else if (!strcmp(a, "--model-name")) o->model_name = v;
+    else if (!strcmp(a, "--model-name")) {
+        /* the id is kept in 256 bytes: a longer one would be cut, and no client could name it */
+        if (!*v || strlen(v) > 255)
+            return err_set(e, ST_ARG, "--model-name: %zu bytes (want 1..255)", strlen(v));
+        o->model_name = v;
+    }
     else if (!strcmp(a, "--max-body")) return cli_parse_long(a, v, 1, 1L << 30, &o->max_body, e);
     else if (!strcmp(a, "--port")) {
         if (cli_parse_long(a, v, 0, 65535, &n, e)) return ST_ARG;

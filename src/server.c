@@ -650,6 +650,10 @@ static void note(Server *s, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(ev->line, sizeof ev->line, fmt, ap);
     va_end(ap);
+    /* a client's bytes (a URL with %0A, a field with \n) must not start a
+     * line of their own in the trace: control characters become '?' */
+    for (char *c = ev->line; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
     pthread_mutex_lock(&s->mu);
     if (s->events_tail) s->events_tail->next = ev;
     else s->events = ev;

@@ -69,6 +69,8 @@ check "unknown option" "$(cli --model $MODEL --bogus 1)" "2 serve: unknown optio
 check "no model" "$(cli --port 1)" "2 serve: --model FILE is required (see --help)"
 check "bad port" "$(cli --model $MODEL --port 70000)" "2 serve: --port: '70000' is not an integer in 0..65535"
 check "trace-json" "$(cli --model $MODEL --trace-json x.json | cut -c1-37)" "2 serve: --trace-json and --trace-svg"
+long=$(printf '%0300d' 0)
+check "a model name past 255 bytes" "$(cli --model $MODEL --model-name $long)" "2 serve: --model-name: 300 bytes (want 1..255)"
 check "an address not of this machine" "$(cli --model $MODEL --host 192.0.2.1)" \
     "1 serve: cannot listen on 192.0.2.1:8000 (in use, or not an address of this machine)"
 
@@ -175,6 +177,12 @@ grep -q 'conn [0-9]*: client disconnected before the end, cancelling cmpl-' "$tm
     grep -q 'conn [0-9]*: cancelling #0' "$tmp/one.err" && grep -q 'conn [0-9]*: opened from 127.0.0.1:' "$tmp/one.err" &&
     grep -q 'conn [0-9]*: first byte of the stream sent' "$tmp/one.err" && ok ||
     bad "the trace does not show the connection's life: $(grep conn "$tmp/one.err" | head -8)"
+# a client's bytes cannot start a line of their own in the trace (%0A in the URL)
+curl -s -o /dev/null "$URL/v1/nothing%0A%5B%20%20%20%20%20%200.0%20ms%5D%20forged" 2>/dev/null
+sleep 0.3
+if grep -q '^\[ *0.0 ms\] forged' "$tmp/main.err" "$tmp/one.err"; then bad "a URL with %0A forged a trace line"
+elif grep -q '/v1/nothing?\[' "$tmp/main.err" "$tmp/one.err"; then ok
+else bad "the request with %0A in its URL is not in the trace: $(grep nothing "$tmp/main.err" "$tmp/one.err")"; fi
 # the trace's times never go back, HTTP lines (printed by the engine thread) included
 for f in one main; do
     sed -n 's/^\[ *\([0-9.]*\) ms\].*/\1/p' "$tmp/$f.err" > "$tmp/times"
