@@ -302,7 +302,7 @@ static double percentile(const double *v, int n, double pct) {
     return v[k < 1 ? 0 : k - 1];
 }
 
-static void summary(const Runtime *rt, Sink *sinks, int n, double seconds) {
+static void summary(const Runtime *rt, Sink *sinks, int n, int lines, double seconds) {
     fprintf(stderr, "\n%4s %5s %-6s %6s %5s %-7s %9s %9s %9s %9s %7s %6s\n", "id", "line", "prio",
             "prompt", "out", "finish", "queue ms", "TTFT ms", "TPOT ms", "e2e ms", "preempt", "hit");
     double *ttft = mem_alloc((size_t)n * sizeof(double)), *tpot = mem_alloc((size_t)n * sizeof(double));
@@ -327,14 +327,6 @@ static void summary(const Runtime *rt, Sink *sinks, int n, double seconds) {
         if (tpot && k->n_out > 1) tpot[n_tpot++] = t->tpot * 1e3;
     }
     /* "n" makes several requests of one line: say how many lines they came from */
-    int lines = 0;
-    for (int i = 0; i < n; i++) {
-        if (!sinks[i].used || sinks[i].refused) continue;
-        int first = 1;
-        for (int j = 0; j < i && first; j++)
-            first = !(sinks[j].used && !sinks[j].refused && sinks[j].line == sinks[i].line);
-        lines += first;
-    }
     char from[96] = "";
     if (lines != served)
         snprintf(from, sizeof from, " (from %d workload line%s: \"n\" made the other %d)", lines,
@@ -381,7 +373,7 @@ static int run_workload(const Options *o, Runtime *rt) {
      * its arrival_ms (on the step clock a step lasts 1 ms: see clock.h). */
     rt->release_finished = 1;   /* each request's row is kept in its Sink */
     double start = rt_now(rt);
-    int next = 0;
+    int next = 0, lines = 0;
     while (next < w.n || !rt_idle(rt)) {
         /* arrival times in seconds, computed as rt_wait_until is given them:
          * a time in ms made from seconds can fall an ulp short of the
@@ -401,6 +393,7 @@ static int run_workload(const Options *o, Runtime *rt) {
                 used++;
                 continue;
             }
+            lines++;   /* a line served: its n requests follow */
             for (int j = 0; j < it->params.n; j++, used++) {
                 k = &sinks[used];
                 k->id = id + j;
@@ -420,7 +413,7 @@ static int run_workload(const Options *o, Runtime *rt) {
         rt_step(rt);
     }
     if (rt->trace) trace_finish(rt->trace);
-    summary(rt, sinks, used, rt_now(rt) - start);
+    summary(rt, sinks, used, lines, rt_now(rt) - start);
     rc = 0;
     for (int i = 0; i < used; i++)
         if (sinks[i].done && sinks[i].error[0]) {

@@ -43,7 +43,7 @@ extern "C" {
 
 /* From READY_T rows on, a product's prologue (the RMSNorm or SwiGLU of its
  * input, the Q8_0 rounding) runs once, as its own kernel, before it. */
-enum { MAX_GRAPHS = 64, MAX_ALLOCS = 16, READY_T = 4 };
+enum { MAX_GRAPHS = 64, MAX_ALLOCS = 16, READY_T = 4, MAX_SPLIT = 32 };
 
 typedef struct {
     float *attn_norm, *ffn_norm;
@@ -281,8 +281,6 @@ static void free_acts(GpuModel *g) {
     g->cap_T = g->cap_nl = 0;
 }
 
-static int max_split(const GpuModel *g) { return 32; }
-
 /* Activations for T rows and nl logit rows (grown, never shrunk). */
 static int ensure_acts(GpuModel *g, int T, int nl, int tstride, const float *rope_cs, Err *e) {
     const GpuModelDesc *d = &g->d;
@@ -296,16 +294,14 @@ static int ensure_acts(GpuModel *g, int T, int nl, int tstride, const float *rop
     free_acts(g);
     size_t qd = (size_t)d->H * d->S, kvd = (size_t)d->Hkv * d->S, D = d->D, F = d->F;
     size_t Kmax = D > F ? D : F;
-    size_t wmax = 0;
-    for (int l = 0; l < 1 && d->L > 0; l++) {
-        const DevLayer *w = &g->layers[0];
-        const DevMat *m[] = {&w->qkv, &w->wo, &w->gu, &w->down, &g->output};
-        for (int i = 0; i < 5; i++)
-            if ((size_t)m[i]->N * m[i]->K > wmax) wmax = (size_t)m[i]->N * m[i]->K;
-    }
+    size_t wmax = 0;   /* the largest matrix cuBLAS may be handed (every layer has layer 0's shapes) */
+    const DevLayer *w = &g->layers[0];
+    const DevMat *m[] = {&w->qkv, &w->wo, &w->gu, &w->down, &g->output};
+    for (int i = 0; i < 5; i++)
+        if ((size_t)m[i]->N * m[i]->K > wmax) wmax = (size_t)m[i]->N * m[i]->K;
     struct { float **p; size_t n; } b[] = {
         {&g->x, T * D}, {&g->qkv, T * (qd + 2 * kvd)}, {&g->att, T * qd}, {&g->gu, T * 2 * F},
-        {&g->logits, (size_t)nl * d->V}, {&g->part, gpu_attention_part_floats(T, d->H, d->S, max_split(g)) + 1},
+        {&g->logits, (size_t)nl * d->V}, {&g->part, gpu_attention_part_floats(T, d->H, d->S, MAX_SPLIT) + 1},
         {&g->ascratch, T * (Kmax + 8) + 16}, {&g->wscratch, g->blas ? wmax : 1}};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
         cudaError_t ce = cudaMalloc((void **)b[i].p, b[i].n * 4);
@@ -405,7 +401,7 @@ static int record(GpuModel *g, int T, int nl, int nsplit) {
 static int choose_split(const GpuModel *g, int T, int maxpos) {
     int blocks = T * g->d.H, s = (2 * g->sms + blocks - 1) / blocks, chunks = maxpos / 32 + 1;
     if (s > chunks / 4) s = chunks / 4;
-    return s < 1 ? 1 : s > max_split(g) ? max_split(g) : s;
+    return s < 1 ? 1 : s > MAX_SPLIT ? MAX_SPLIT : s;
 }
 
 static GraphSlot *find_graph(GpuModel *g, int T, int nl, int nsplit) {
