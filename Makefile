@@ -18,15 +18,15 @@
 #   make train    reproduces the default model data/shakespeare.gguf
 #   make clean
 #
-# Layout: src/*.c is the engine (a static library); src/infer.c is the CLI's
-# main, src/serve.c the HTTP server's; tools/*.c are programs; tests/test_*.c are cmocka suites;
+# Layout: src/ is the engine (a static library): the seven stages on top, each other job in a folder of its own (notes/stages.md); src/front/infer.c is the CLI's
+# main, src/front/serve.c the HTTP server's; tools/*.c are programs; tests/test_*.c are cmocka suites;
 # tests/fuzz/fuzz_*.c are fuzz targets, with their corpora beside them.
 
 CC      ?= gcc
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wvla-larger-than=65536
 # OpenBLAS's OpenMP build, named explicitly: it shares libgomp's thread pool
 # with our own kernels. The default pthread build keeps a second pool of
-# spinning threads that fights OpenMP's for the same cores (see src/ops.c).
+# spinning threads that fights OpenMP's for the same cores (see src/kernels/ops.c).
 BLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
 # -ffp-contract=off: the compiler never fuses a multiply and an add on its
 # own (GCC's default for GNU C does, and how depends on -march and -mtune):
@@ -37,14 +37,15 @@ BASE    := -std=gnu11 -D_GNU_SOURCE -ffp-contract=off -fopenmp -I/usr/include/x8
 LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lpcre2-8 -lcjson -lmicrohttpd -lm -lpthread
 FIXTURES ?= ../shared/fixtures
 
-PROG_SRC := src/infer.c src/serve.c
-LIB_SRC  := $(filter-out $(PROG_SRC),$(wildcard src/*.c src/kernels/*.c))
+PROG_SRC := src/front/infer.c src/front/serve.c
+LIB_SRC  := $(filter-out $(PROG_SRC),$(wildcard src/*.c src/*/*.c))
+SRC_H    := $(wildcard src/*.h src/*/*.h)
 TOOL_SRC := $(wildcard tools/*.c)
-TOOL_H   := $(wildcard tools/*.h) src/*.h src/kernels/*.h
+TOOL_H   := $(wildcard tools/*.h) $(SRC_H)
 TEST_SRC := $(wildcard tests/test_*.c)
 
 # Flavours: objects never mix between them. The debug build starts on the
-# plain-loop kernels (src/ops.h, OPS_PLAIN), so that gdb steps from the forward
+# plain-loop kernels (src/kernels/ops.h, OPS_PLAIN), so that gdb steps from the forward
 # pass into the loops that compute; a program that calls ops_isa_from_env takes
 # LLM_ISA=best (or avx512, generic) instead. The others start at the best the
 # CPU has.
@@ -57,23 +58,23 @@ all: build/infer build/serve $(patsubst tools/%.c,build/%,$(TOOL_SRC))
 fast: build/fast/infer build/fast/serve $(patsubst tools/%.c,build/fast/%,$(TOOL_SRC))
 
 # --- debug ---------------------------------------------------------------
-build/obj/%.o: src/%.c src/*.h src/kernels/*.h | deps
+build/obj/%.o: src/%.c $(SRC_H) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(DEBUG_FLAGS) -c $< -o $@
 build/libengine.a: $(patsubst src/%.c,build/obj/%.o,$(LIB_SRC))
 	ar rcs $@ $^
-build/infer build/serve: build/%: src/%.c build/libengine.a
+build/infer build/serve: build/%: src/front/%.c build/libengine.a
 	$(CC) $(DEBUG_FLAGS) $^ -o $@ $(LIBS)
 build/%: tools/%.c build/libengine.a $(TOOL_H)
 	$(CC) $(DEBUG_FLAGS) $(filter-out %.h,$^) -o $@ $(LIBS)
 
 # --- fast ----------------------------------------------------------------
-build/fast/obj/%.o: src/%.c src/*.h src/kernels/*.h | deps
+build/fast/obj/%.o: src/%.c $(SRC_H) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(FAST_FLAGS) -c $< -o $@
 build/fast/libengine.a: $(patsubst src/%.c,build/fast/obj/%.o,$(LIB_SRC))
 	ar rcs $@ $^
-build/fast/infer build/fast/serve: build/fast/%: src/%.c build/fast/libengine.a
+build/fast/infer build/fast/serve: build/fast/%: src/front/%.c build/fast/libengine.a
 	$(CC) $(FAST_FLAGS) $^ -o $@ $(LIBS)
 build/fast/%: tools/%.c build/fast/libengine.a $(TOOL_H)
 	$(CC) $(FAST_FLAGS) $(filter-out %.h,$^) -o $@ $(LIBS)
@@ -88,24 +89,24 @@ build/fast/%: tools/%.c build/fast/libengine.a $(TOOL_H)
 CUDA_HOME ?= /usr/local/cuda
 NVCC       := $(CUDA_HOME)/bin/nvcc
 NVFLAGS    := -arch=sm_90 -std=c++20 -O3 -fmad=false -lineinfo -Werror all-warnings \
-              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -Isrc -Isrc/kernels
+              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -Isrc
 CUDA_CFLAGS := $(BASE) -O3 -g -DNDEBUG -march=x86-64-v3
 CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 CUDA_SRC   := $(wildcard src/kernels/*.cu)
-CUDA_DEPS  := $(wildcard src/kernels/*.cuh src/kernels/*.h) src/ops.h src/err.h
+CUDA_DEPS  := $(wildcard src/kernels/*.cuh src/kernels/*.h) src/base/err.h
 CUDA_OBJ   := $(patsubst src/kernels/%.cu,build/cuda/cu/%.o,$(CUDA_SRC))
 CUDA_TOOLS := bench bench_batch mkmodel gpucheck
 cuda: build/cuda/infer build/cuda/serve build/cuda/kcheck $(patsubst %,build/cuda/%,$(CUDA_TOOLS))
 build/cuda/cu/%.o: src/kernels/%.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
-build/cuda/obj/%.o: src/%.c src/*.h src/kernels/*.h | deps
+build/cuda/obj/%.o: src/%.c $(SRC_H) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CUDA_CFLAGS) -c $< -o $@
 # every library object but gpu_none.o: the kernels stand in its place
 build/cuda/libengine.a: $(patsubst src/%.c,build/cuda/obj/%.o,$(filter-out src/kernels/gpu_none.c,$(LIB_SRC)))
 	ar rcs $@ $^
-build/cuda/infer build/cuda/serve: build/cuda/%: src/%.c $(CUDA_OBJ) build/cuda/libengine.a
+build/cuda/infer build/cuda/serve: build/cuda/%: src/front/%.c $(CUDA_OBJ) build/cuda/libengine.a
 	$(CC) $(CUDA_CFLAGS) $^ -o $@ $(LIBS) $(CUDA_LIBS)
 $(patsubst %,build/cuda/%,$(CUDA_TOOLS)): build/cuda/%: tools/%.c $(CUDA_OBJ) build/cuda/libengine.a $(TOOL_H)
 	$(CC) $(CUDA_CFLAGS) $(filter-out %.h,$^) -o $@ $(LIBS) $(CUDA_LIBS)
@@ -119,7 +120,7 @@ build/cuda/kcheck: build/cuda/tools/kcheck.o $(CUDA_OBJ) build/cuda/libengine.a
 # and infer and kcheck linked against the test build's library. Nothing runs
 # on a GPU; where nvcc is missing the suite says it skipped.
 cuda-compile: $(CUDA_OBJ) build/cuda/tools/kcheck.o build/asan/libengine.a
-	$(CC) $(ASAN_FLAGS) src/infer.c $(CUDA_OBJ) build/asan/libengine.a -o build/cuda/infer-asan $(LIBS) $(CUDA_LIBS)
+	$(CC) $(ASAN_FLAGS) src/front/infer.c $(CUDA_OBJ) build/asan/libengine.a -o build/cuda/infer-asan $(LIBS) $(CUDA_LIBS)
 	$(CC) $(ASAN_FLAGS) build/cuda/tools/kcheck.o $(CUDA_OBJ) build/asan/libengine.a -o build/cuda/kcheck-asan \
 	    $(LIBS) $(CUDA_LIBS)
 
@@ -127,12 +128,12 @@ cuda-compile: $(CUDA_OBJ) build/cuda/tools/kcheck.o build/asan/libengine.a
 build/rans_bench build/fast/rans_bench build/asan/rans_bench: LIBS += -lzstd
 
 # --- tests (sanitizers on) -----------------------------------------------
-build/asan/obj/%.o: src/%.c src/*.h src/kernels/*.h | deps
+build/asan/obj/%.o: src/%.c $(SRC_H) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN_FLAGS) -c $< -o $@
 build/asan/libengine.a: $(patsubst src/%.c,build/asan/obj/%.o,$(LIB_SRC))
 	ar rcs $@ $^
-build/asan/infer build/asan/serve: build/asan/%: src/%.c build/asan/libengine.a
+build/asan/infer build/asan/serve: build/asan/%: src/front/%.c build/asan/libengine.a
 	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LIBS)
 build/asan/%: tools/%.c build/asan/libengine.a $(TOOL_H)
 	$(CC) $(ASAN_FLAGS) $(filter-out %.h,$^) -o $@ $(LIBS)
@@ -140,7 +141,7 @@ build/asan/%: tools/%.c build/asan/libengine.a $(TOOL_H)
 # with its own version of one library object (tools/exercise.sh).
 TEST_OBJ := $(patsubst tests/%.c,build/asan/tobj/%.o,$(TEST_SRC))
 .SECONDARY: $(TEST_OBJ)
-build/asan/tobj/test_%.o: tests/test_%.c tests/testutil.h src/*.h src/kernels/*.h | deps
+build/asan/tobj/test_%.o: tests/test_%.c tests/testutil.h $(SRC_H) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN_FLAGS) -Itests -c $< -o $@
 build/asan/test_%: build/asan/tobj/test_%.o build/asan/libengine.a
@@ -228,12 +229,12 @@ FUZZ_FLAGS   := -std=gnu11 -D_GNU_SOURCE -I/usr/include/x86_64-linux-gnu/openbla
                 -Wall -Wextra -Wshadow -Wno-unused-parameter -Wno-source-uses-openmp \
                 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN)
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRC))
-build/fuzz/obj/%.o: src/%.c src/*.h | fuzz-deps
+build/fuzz/obj/%.o: src/%.c $(SRC_H) | fuzz-deps
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 # clang 14 cannot compile ops.c's check for "f16c": see tests/fuzz/cpu_supports.h.
-build/fuzz/obj/ops.o: FUZZ_FLAGS += -include tests/fuzz/cpu_supports.h
-build/fuzz/obj/ops.o: tests/fuzz/cpu_supports.h
+build/fuzz/obj/kernels/ops.o: FUZZ_FLAGS += -include tests/fuzz/cpu_supports.h
+build/fuzz/obj/kernels/ops.o: tests/fuzz/cpu_supports.h
 build/fuzz/libengine.a: $(patsubst src/%.c,build/fuzz/obj/%.o,$(LIB_SRC))
 	ar rcs $@ $^
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h build/fuzz/libengine.a

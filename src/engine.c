@@ -20,7 +20,7 @@
  * StepReport, and tells the engine what only it can know (a stop string in
  * the text, a cancel) through engine_finish. */
 #include "engine.h"
-#include "mem.h"
+#include "base/mem.h"
 #include <stdio.h>
 #include <string.h>
 

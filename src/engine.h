@@ -9,8 +9,8 @@
  * by side: there is no global state. See notes/engine.md. */
 #ifndef ENGINE_H
 #define ENGINE_H
-#include "clock.h"
-#include "err.h"
+#include "base/clock.h"
+#include "base/err.h"
 #include "executor.h"
 #include "kv_paged.h"
 #include "model.h"

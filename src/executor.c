@@ -12,8 +12,8 @@
  * request samples with its own parameters and its own random stream, so its
  * output does not depend on who else shared the batch. */
 #include "executor.h"
-#include "clock.h"
-#include "mem.h"
+#include "base/clock.h"
+#include "base/mem.h"
 #include <string.h>
 
 /* 1 if every logit is finite. x * 0 is 0 for a finite x and NaN for NaN or

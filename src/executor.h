@@ -7,7 +7,7 @@
  * notes/executor.md. Everything is allocated by exec_init. */
 #ifndef EXECUTOR_H
 #define EXECUTOR_H
-#include "err.h"
+#include "base/err.h"
 #include "kv_paged.h"
 #include "model.h"
 #include "sequence.h"

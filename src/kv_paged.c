@@ -24,7 +24,7 @@
  * others hold (after a fork) first copies it (copy-on-write). Full committed
  * blocks are never written again, so only the block being filled is copied. */
 #include "kv_paged.h"
-#include "mem.h"
+#include "base/mem.h"
 #include <assert.h>
 #include <limits.h>
 #include <stdint.h>

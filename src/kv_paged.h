@@ -15,7 +15,7 @@
  * evicted (least recently released first) only when the free list is empty. */
 #ifndef KV_PAGED_H
 #define KV_PAGED_H
-#include "err.h"
+#include "base/err.h"
 #include <stddef.h>
 #include <stdint.h>
 

@@ -28,9 +28,9 @@
  * mapping of the file, in whatever type the file stores (F32, F16, Q8_0), and
  * the kernels in ops.c read that type directly. */
 #include "model.h"
-#include "clock.h"
-#include "fileio.h"
-#include "mem.h"
+#include "base/clock.h"
+#include "base/fileio.h"
+#include "base/mem.h"
 #include "kernels/gpu.h"
 #include <math.h>
 #include <stdio.h>

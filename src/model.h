@@ -5,12 +5,12 @@
  * (D / H), V vocabulary, L layers, P context length (seq_len). */
 #ifndef MODEL_H
 #define MODEL_H
-#include "err.h"
-#include "gguf.h"
-#include "lowmem.h"
-#include "ops.h"
-#include "tokenizer.h"
-#include "wcodec.h"
+#include "base/err.h"
+#include "load/gguf.h"
+#include "codec/lowmem.h"
+#include "kernels/ops.h"
+#include "text/tokenizer.h"
+#include "codec/wcodec.h"
 
 typedef struct {
     int dim;          /* D */

@@ -86,8 +86,8 @@
  * bytes, the encoder, opening a stream, the plain decoder, the AVX-512
  * decoder, the chunk and whole-stream entry points. */
 #include "rans.h"
-#include "le.h"
-#include "mem.h"
+#include "base/le.h"
+#include "base/mem.h"
 #include <assert.h>
 #include <math.h>
 #include <string.h>

@@ -19,7 +19,7 @@
  * The layout of a stream, byte by byte, is in rans.c and notes/rans.md. */
 #ifndef RANS_H
 #define RANS_H
-#include "err.h"
+#include "base/err.h"
 #include <stddef.h>
 #include <stdint.h>
 

@@ -28,7 +28,7 @@
  * text, tells the engine about any stop string it found (engine_finish), and
  * tells the trace everything. The engine never calls back up. */
 #include "runtime.h"
-#include "clock.h"
+#include "base/clock.h"
 #include <math.h>
 #include <stddef.h>
 #include <string.h>

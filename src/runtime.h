@@ -11,12 +11,12 @@
 #ifndef RUNTIME_H
 #define RUNTIME_H
 #include "engine.h"
-#include "err.h"
-#include "mem.h"
-#include "sampler.h"
+#include "base/err.h"
+#include "base/mem.h"
+#include "text/sampler.h"
 #include "sequence.h"
-#include "tokenizer.h"
-#include "trace.h"
+#include "text/tokenizer.h"
+#include "trace/trace.h"
 #include <stdint.h>
 
 typedef struct Request Request;   /* private to runtime.c */

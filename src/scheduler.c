@@ -31,7 +31,7 @@
  * 2 * aging_steps steps it ties with a fresh high request and, being older,
  * goes first. Ties go to the older request. */
 #include "scheduler.h"
-#include "mem.h"
+#include "base/mem.h"
 #include <string.h>
 
 int sched_init(Scheduler *s, const SchedConfig *cfg, KvPool *pool, Err *e) {

@@ -7,7 +7,7 @@
  * (its block table, n_computed). See notes/scheduler.md. */
 #ifndef SCHEDULER_H
 #define SCHEDULER_H
-#include "err.h"
+#include "base/err.h"
 #include "kv_paged.h"
 #include "sequence.h"
 

@@ -20,7 +20,7 @@
 #ifndef SEQUENCE_H
 #define SEQUENCE_H
 #include "kv_paged.h"
-#include "sampler.h"
+#include "text/sampler.h"
 
 typedef enum { PRIO_LOW = 0, PRIO_NORMAL = 1, PRIO_HIGH = 2 } Priority;
 

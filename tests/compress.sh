@@ -1,6 +1,6 @@
 #!/bin/sh
-# compress.sh - compressed model files end to end (tools/compress.c, src/wcodec.c,
-# src/lowmem.c), on the default model and the fixture models:
+# compress.sh - compressed model files end to end (tools/compress.c, src/codec/wcodec.c,
+# src/codec/lowmem.c), on the default model and the fixture models:
 #  1. compress, then compress --decode: the original file, byte for byte.
 #  2. infer on the compressed file, and with --low-mem: the greedy text of the
 #     original, token for token (both kernel paths for the default model).

@@ -1,4 +1,4 @@
-/* test_bpe_train.c - the BPE trainer (src/bpe.c) against slower, independent
+/* test_bpe_train.c - the BPE trainer (src/train/bpe_learn.c) against slower, independent
  * answers, and against the engine's own tokenizer.
  *
  *  - A naive trainer written here, which recounts every pair of every word
@@ -14,10 +14,10 @@
  * stay fast under the sanitizers; without it those tests are skipped, and
  * under CI (CI=true) they fail. */
 #include "testutil.h"
-#include "bpe.h"
-#include "gguf.h"
-#include "mem.h"
-#include "tokenizer.h"
+#include "train/bpe_learn.h"
+#include "load/gguf.h"
+#include "base/mem.h"
+#include "text/tokenizer.h"
 #include <ctype.h>
 
 /* ---- helpers --------------------------------------------------------------- */

@@ -11,8 +11,8 @@
  * Model: data/shakespeare.gguf, the project's own default model (in the
  * repository, so these tests never skip). */
 #include "runtime.h"
-#include "gguf.h"
-#include "mem.h"
+#include "load/gguf.h"
+#include "base/mem.h"
 #include <math.h>
 #include "testutil.h"
 

@@ -1,4 +1,4 @@
-/* test_gemm.c - the fixed-order matrix products of src/gemm.c.
+/* test_gemm.c - the fixed-order matrix products of src/train/gemm.c.
  *
  * What gemm.h promises, checked: the AVX-512 tiles give the plain loops'
  * bits for every shape, transpose, stride, alpha and beta (not "close":
@@ -6,8 +6,8 @@
  * plain loops are a correct product, against a float64 reference within
  * the bound of K float roundings. */
 #include "testutil.h"
-#include "gemm.h"
-#include "mem.h"
+#include "train/gemm.h"
+#include "base/mem.h"
 #include <math.h>
 
 /* A small deterministic generator: values in [-1, 1) with every mantissa bit used. */

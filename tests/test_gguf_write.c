@@ -7,10 +7,10 @@
  * failure paths: bad descriptions, an unwritable path, a failing callback,
  * failed allocations, and a written file cut short at every possible length. */
 #include "testutil.h"
-#include "gguf.h"
-#include "gguf_write.h"
-#include "mem.h"
-#include "ops.h"
+#include "load/gguf.h"
+#include "train/gguf_write.h"
+#include "base/mem.h"
+#include "kernels/ops.h"
 #include <math.h>
 
 /* A fresh, unused path in /tmp (the writer creates the file itself). */

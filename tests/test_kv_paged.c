@@ -8,7 +8,7 @@
  * wrong count. Every test ends by releasing everything and checking that the
  * pool is sound, every block is back, and nothing leaked. */
 #include "kv_paged.h"
-#include "mem.h"
+#include "base/mem.h"
 #include "testutil.h"
 #include <limits.h>
 

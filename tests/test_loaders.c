@@ -4,13 +4,13 @@
  * (truncate it, change the magic, give a tensor an unknown type, point a
  * tensor past the end, make a dimension absurd) and checks that loading fails
  * with a format error whose message names the file and the problem. */
-#include "gguf.h"
-#include "mem.h"
+#include "load/gguf.h"
+#include "base/mem.h"
 #include "model.h"
 #include "testutil.h"
-#include "tokenizer.h"
-#include "wcodec.h"
-#include "workload.h"
+#include "text/tokenizer.h"
+#include "codec/wcodec.h"
+#include "front/workload.h"
 #include <signal.h>
 #include <sys/stat.h>
 

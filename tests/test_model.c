@@ -4,9 +4,9 @@
  * and Q8_0 forms, a random model (rand) with multi-query attention, a separate
  * classifier and RoPE base 500000, greedy outputs of llama2.c, llama.cpp and a
  * float64 reference, and the reference's logits at every position. */
-#include "mem.h"
+#include "base/mem.h"
 #include "model.h"
-#include "sampler.h"
+#include "text/sampler.h"
 #include "testutil.h"
 #include <math.h>
 

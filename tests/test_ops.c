@@ -26,7 +26,7 @@
  * changes the result by about one block's share of that sum, orders of
  * magnitude above the bound. */
 #include "testutil.h"
-#include "ops.h"
+#include "kernels/ops.h"
 #include <float.h>
 #include <math.h>
 #if defined(__x86_64__)

@@ -5,7 +5,7 @@
  * output buffer is exactly as long as the output, so AddressSanitizer stops
  * the first byte read or written past either end. Inputs come from a seeded
  * generator: a failure names its seed and parameters and repeats. */
-#include "mem.h"
+#include "base/mem.h"
 #include "rans.h"
 #include "testutil.h"
 #include <math.h>

@@ -4,8 +4,8 @@
  * probabilities computed independently here in double precision; the bounds
  * are several standard deviations wide, so they fail for a wrong sampler, not
  * for an unlucky seed (and the seed is fixed, so a run repeats exactly). */
-#include "mem.h"
-#include "sampler.h"
+#include "base/mem.h"
+#include "text/sampler.h"
 #include "testutil.h"
 #include <math.h>
 

@@ -3,7 +3,7 @@
  * templates recognised and rendered, responses and SSE chunks shaped as
  * OpenAI's, the Prometheus text. tests/server.sh drives the live server
  * over HTTP. */
-#include "server.h"
+#include "front/server.h"
 #include "testutil.h"
 #include <cjson/cJSON.h>
 

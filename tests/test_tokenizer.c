@@ -10,9 +10,9 @@
  * Small hand-made vocabularies check the merge rules on cases worked out by
  * hand, and corrupt files check that loading fails with a useful message. */
 #include "testutil.h"
-#include "gguf.h"
-#include "mem.h"
-#include "tokenizer.h"
+#include "load/gguf.h"
+#include "base/mem.h"
+#include "text/tokenizer.h"
 #include <math.h>
 #include <time.h>
 

@@ -9,11 +9,11 @@
  * Workloads: the two examples shipped in data/ (the pool and policy their
  * header comments name), on the step clock (one millisecond per step, the
  * rule of clock.h) so the run repeats exactly. */
-#include "mem.h"
+#include "base/mem.h"
 #include "runtime.h"
 #include "testutil.h"
-#include "trace.h"
-#include "workload.h"
+#include "trace/trace.h"
+#include "front/workload.h"
 #include <cjson/cJSON.h>
 
 static Model M;

@@ -6,9 +6,9 @@
  * (h = 1e-5, truncation error ~h^2) are exact to about 1e-9, so what the
  * comparison measures is the float rounding of the trainer's analytic
  * gradient: we allow 1e-3 relative plus a small absolute floor. */
-#include "mem.h"
+#include "base/mem.h"
 #include "model.h"
-#include "trainer.h"
+#include "train/trainer.h"
 #include "testutil.h"
 #include <math.h>
 

@@ -1,16 +1,16 @@
-/* test_wcodec.c - coded weight tensors (src/wcodec.c) and the low-memory
- * decode pipeline (src/lowmem.c).
+/* test_wcodec.c - coded weight tensors (src/codec/wcodec.c) and the low-memory
+ * decode pipeline (src/codec/lowmem.c).
  *
  * The fields a float is split into are checked against an independent
  * extraction written here from the IEEE layouts (not the codec's own split),
  * round trips cover every type, odd shapes and group sizes, both decoders and
  * threads; ranges, damaged blobs, and the pipeline's buffers under the order
  * the forward pass asks in and under orders it does not. */
-#include "lowmem.h"
-#include "mem.h"
-#include "ops.h"
+#include "codec/lowmem.h"
+#include "base/mem.h"
+#include "kernels/ops.h"
 #include "testutil.h"
-#include "wcodec.h"
+#include "codec/wcodec.h"
 #include <math.h>
 
 static uint64_t next_random(uint64_t *s) {   /* splitmix64 */

@@ -43,11 +43,11 @@
  * Weights that fit in the last-level cache can be read faster than DRAM
  * allows; such rows are marked and their "% of ceiling" can exceed 100. */
 #include "bench_util.h"
-#include "clock.h"
-#include "err.h"
-#include "mem.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/mem.h"
 #include "model.h"
-#include "ops.h"
+#include "kernels/ops.h"
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>

@@ -100,11 +100,11 @@
 #include "runtime.h"
 #include "bench_util.h"
 #include <sys/resource.h>
-#include "clock.h"
-#include "err.h"
-#include "mem.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/mem.h"
 #include "model.h"
-#include "ops.h"
+#include "kernels/ops.h"
 #include <cblas.h>
 #include <stdint.h>
 #include <stdio.h>

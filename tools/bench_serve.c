@@ -28,7 +28,7 @@
  * disconnected, not failed. Exit status: 0 if every request that was not
  * cut on purpose completed with status 200 and [DONE]. */
 #include "bench_util.h"
-#include "clock.h"
+#include "base/clock.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>

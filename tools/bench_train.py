@@ -7,7 +7,7 @@ with tools/train.c on the same shape, batch and optimizer (see notes/bench.md).
 
 (Debian's python3-torch is in the system Python, /usr/bin/python3.)
 
-The model is written here from the equations, in the layout src/trainer.c uses:
+The model is written here from the equations, in the layout src/train/trainer.c uses:
 
     D = 128 model width      L = 4 layers       H = 8 query heads   Hkv = 2 KV heads
     S = 16 head size         F = 352 FFN width  V = 512 vocabulary  T = 256 context

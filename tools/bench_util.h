@@ -1,9 +1,9 @@
 /* bench_util.h - small helpers that bench.c and bench_batch.c share: the
  * CPU's name, a model's label, strict integer options, a comparison for
- * qsort. (Timing uses the engine's own clock, src/clock.h.) */
+ * qsort. (Timing uses the engine's own clock, src/base/clock.h.) */
 #ifndef BENCH_UTIL_H
 #define BENCH_UTIL_H
-#include "err.h"
+#include "base/err.h"
 #include "model.h"
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  *             --vocab 1024 --out tok.gguf
  *
  * The first floor(fraction * size) bytes of the file are the training split;
- * the trainer (src/bpe.c) sees nothing else. The rest is the validation split.
+ * the trainer (src/train/bpe_learn.c) sees nothing else. The rest is the validation split.
  * The result is a GGUF file with a vocabulary and no tensors, which the
  * engine's tokenizer loads like any GPT-2 style model file: 256 byte tokens,
  * vocab - 257 merged tokens, and <|endoftext|> as BOS and EOS.
@@ -19,12 +19,12 @@
  *
  * Exit status: 0 done; 1 training, writing or the check failed; 2 bad
  * arguments or unreadable input. */
-#include "bpe.h"
-#include "err.h"
-#include "fileio.h"
-#include "gguf.h"
-#include "mem.h"
-#include "tokenizer.h"
+#include "train/bpe_learn.h"
+#include "base/err.h"
+#include "base/fileio.h"
+#include "load/gguf.h"
+#include "base/mem.h"
+#include "text/tokenizer.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

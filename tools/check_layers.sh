@@ -28,44 +28,77 @@ forbid() {
     done
 }
 
-STAGES="runtime.h engine.h scheduler.h executor.h model.h kv_paged.h sequence.h rans.h wcodec.h lowmem.h"
+# Every source file, as a path under dir: the stages on top, the wings one
+# folder down (notes/stages.md, "The house").
+all_files=$(cd "$dir" && ls *.c *.h */*.c */*.h */*.cu */*.cuh 2>/dev/null)
+in_wing() { (cd "$dir" && ls "$1"/*.c "$1"/*.h "$1"/*.cu "$1"/*.cuh 2>/dev/null); }
+
+STAGES="runtime.h engine.h scheduler.h executor.h model.h kv_paged.h sequence.h rans.h"
 forbid "model.c model.h" "runtime.h engine.h scheduler.h executor.h" \
     "the model knows nothing of serving"
 forbid "scheduler.c scheduler.h" "model.h executor.h runtime.h engine.h" \
     "the scheduler decides and never runs the model"
 forbid "executor.c executor.h" "scheduler.h runtime.h engine.h" \
     "the executor gets everything in the step's plan"
-forbid "engine.c engine.h" "runtime.h trace.h" "the engine reports upward, it never calls up"
-forbid "sequence.h" "runtime.h engine.h scheduler.h executor.h model.h trace.h" \
+forbid "engine.c engine.h" "runtime.h trace/trace.h" "the engine reports upward, it never calls up"
+forbid "sequence.h" "runtime.h engine.h scheduler.h executor.h model.h trace/trace.h" \
     "sequence.h is a leaf of plain data"
-forbid "trace.c trace.h" "$STAGES" "the trace is told, it never reaches into a stage"
-forbid "rans.c rans.h wcodec.c wcodec.h lowmem.c lowmem.h" \
-    "model.h runtime.h engine.h scheduler.h executor.h kv_paged.h sequence.h trace.h" \
+forbid "rans.c rans.h" "$(in_wing codec) model.h runtime.h engine.h scheduler.h executor.h kv_paged.h sequence.h trace/trace.h" \
     "the codec is told which bytes to decode; it knows no model"
-# The front ends sit above everything: no library module includes the
-# server or the command-line options (only the programs do).
-forbid "$(cd "$dir" && ls *.c *.h 2>/dev/null | grep -v -x -e server.c -e server.h -e cli_opts.c -e cli_opts.h -e infer.c -e serve.c)" \
-    "server.h cli_opts.h" "the front ends are on top: no stage includes them"
-# The kernel wing (src/kernels/: the CUDA kernels and their C face, gpu.h)
-# is told plain data by model.c: it includes no stage, trace or front end.
-forbid "$(cd "$dir" && ls kernels/*.c kernels/*.h kernels/*.cu kernels/*.cuh 2>/dev/null)" \
-    "$STAGES trace.h server.h cli_opts.h" "a wing is told plain data; it never reaches up into a stage"
-# kv_paged includes only mem.h and err.h
+# The front ends and the trainer sit above everything: no stage, and no
+# wing but their own, includes them.
+forbid "$(cd "$dir" && ls *.c *.h 2>/dev/null) $(in_wing base) $(in_wing kernels) $(in_wing text) $(in_wing trace) $(in_wing codec) $(in_wing load)" \
+    "$(in_wing front) $(in_wing train)" "the front ends are on top: no stage includes them"
+
+# The wings: a file in a folder includes only headers of the folders (and
+# the stages) that folder may see. A wing is told plain data by the stage
+# that calls it; it never reaches up into a stage.
+#   folder   may include
+sees() {
+    case "$1" in
+        base)    echo "base" ;;
+        kernels) echo "base kernels" ;;
+        text)    echo "base text load/gguf.h" ;;
+        trace)   echo "base trace" ;;
+        codec)   echo "base kernels codec rans.h" ;;
+        load)    echo "base kernels codec text load model.h rans.h" ;;
+        train)   echo "base kernels codec text train load model.h rans.h" ;;
+        *)       echo "*" ;;
+    esac
+}
+for f in $all_files; do
+    case "$f" in */*) ;; *) continue ;; esac
+    wing=${f%%/*}
+    allowed=$(sees "$wing")
+    [ "$allowed" = "*" ] && continue
+    for h in $(includes "$dir/$f"); do
+        ok=0
+        for a in $allowed; do
+            case "$h" in "$a"/*|"$a") ok=1 ;; esac
+        done
+        case "$h" in */*) ;; *) [ -f "$dir/$h" ] || ok=1 ;; esac   # a system header
+        if [ $ok = 0 ]; then
+            echo "check_layers: $dir/$f includes $h: a wing is told plain data; $wing/ sees only: $allowed"
+            fails=$((fails + 1))
+        fi
+    done
+done
+# kv_paged includes only base/mem.h and base/err.h
 for f in kv_paged.c kv_paged.h; do
     [ -f "$dir/$f" ] || continue
     for h in $(includes "$dir/$f"); do
         case "$h" in
-            kv_paged.h|mem.h|err.h) ;;
-            *) echo "check_layers: $dir/$f includes $h: kv_paged includes only mem.h and err.h"
+            kv_paged.h|base/mem.h|base/err.h) ;;
+            *) echo "check_layers: $dir/$f includes $h: kv_paged includes only base/mem.h and base/err.h"
                fails=$((fails + 1)) ;;
         esac
     done
 done
 # nothing includes a .c file (infer.c above all: it is a program, not a module)
-for f in "$dir"/*.c "$dir"/*.h; do
-    for h in $(includes "$f"); do
+for f in $all_files; do
+    for h in $(includes "$dir/$f"); do
         case "$h" in
-            *.c) echo "check_layers: $f includes $h: a .c file is never included"
+            *.c) echo "check_layers: $dir/$f includes $h: a .c file is never included"
                  fails=$((fails + 1)) ;;
         esac
     done
@@ -75,9 +108,9 @@ done
 # includes y.h. Walk the graph depth-first from every module; meeting a
 # module already on the path is a circle. A module's fast half in a file of
 # its own (ops_avx512.c beside ops.c) is part of that module.
-edges=$(for f in "$dir"/*.c "$dir"/*.h; do
-    m=$(basename "$f"); m=${m%.*}; m=${m%_avx512}
-    for h in $(includes "$f"); do
+edges=$(for f in $all_files; do
+    m=${f%.*}; m=${m%_avx512}
+    for h in $(includes "$dir/$f"); do
         t=${h%.h}; t=${t%_avx512}
         [ "$t" != "$m" ] && [ -f "$dir/$h" ] && echo "$m $t"
     done

@@ -23,13 +23,13 @@
  * at its offset, zeros between, and checks the CRC before it renames the file
  * into place. Compressing refuses an original whose padding is not zeros,
  * since that could not be restored. */
-#include "err.h"
-#include "gguf.h"
-#include "gguf_write.h"
-#include "mem.h"
-#include "ops.h"
+#include "base/err.h"
+#include "load/gguf.h"
+#include "train/gguf_write.h"
+#include "base/mem.h"
+#include "kernels/ops.h"
 #include "rans.h"
-#include "wcodec.h"
+#include "codec/wcodec.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

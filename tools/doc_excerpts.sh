@@ -13,7 +13,7 @@
 # filter after "|" is a shell pipeline (optional) that picks the lines. Only
 # the runs the files name are made.
 # Lines longer than 150 characters are cut there and end with " ...". Every
-# run uses the step clock (1 ms per engine step, see src/clock.h), one
+# run uses the step clock (1 ms per engine step, see src/base/clock.h), one
 # thread and the plain-loop kernels, so what it prints is the same on every
 # machine and every time.
 #

@@ -43,9 +43,9 @@ tests_of() { sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "exercises/$1/tests.txt"; }
 # The source file that holds exercise $1's function.
 source_of() {
     up=$(echo "$1" | tr 'a-z' 'A-Z')
-    n=$(grep -l "^#ifdef EXERCISE_$up\$" src/*.c | wc -l)
+    n=$(grep -l "^#ifdef EXERCISE_$up\$" src/*.c src/*/*.c | wc -l)
     [ "$n" -eq 1 ] || die "$n files in src/ hold '#ifdef EXERCISE_$up' (want 1)"
-    grep -l "^#ifdef EXERCISE_$up\$" src/*.c
+    grep -l "^#ifdef EXERCISE_$up\$" src/*.c src/*/*.c
 }
 
 # build NAME VARIANT_FILE: compile the hollowed source with the variant in its
@@ -58,9 +58,9 @@ build() {
     dir=build/ex/$name/$(basename "$variant" .c)
     mkdir -p "$dir"
     others=""
-    for f in src/*.c src/kernels/*.c; do
-        b=$(basename "$f" .c); rel=${f#src/}
-        case "$b" in infer|serve|"$base") ;; *) others="$others build/asan/obj/${rel%.c}.o" ;; esac   # programs have a main
+    for f in src/*.c src/*/*.c; do
+        rel=${f#src/}
+        case "$f" in src/front/infer.c|src/front/serve.c|"$src") ;; *) others="$others build/asan/obj/${rel%.c}.o" ;; esac   # programs have a main
     done
     {
         $CC $EX_FLAGS "-DEXERCISE_$up=\"$PWD/$variant\"" -c "$src" -o "$dir/$base.o" || exit 1

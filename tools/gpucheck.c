@@ -27,12 +27,12 @@
  * median and range of --runs runs) with the bytes of weights one token
  * reads and that rate as GB/s and as a share of the ceiling; prefill of
  * --prompt-len tokens (one model_forward call); kernels per decoded token. */
-#include "clock.h"
-#include "err.h"
+#include "base/clock.h"
+#include "base/err.h"
 #include "kernels/gpu.h"
-#include "mem.h"
+#include "base/mem.h"
 #include "model.h"
-#include "ops.h"
+#include "kernels/ops.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * For each kernel of src/kernels/ (gpu_kernels.cuh) and several shapes
  * (odd widths, tails of a token tile, TinyLlama's sizes): fresh random
  * inputs, the output poisoned with NaN before the launch, the GPU's answer
- * and the C reference's (src/ops.c, src/model.c, computed on the CPU's plain
+ * and the C reference's (src/kernels/ops.c, src/model.c, computed on the CPU's plain
  * path) compared by max |gpu - ref| / max |ref|. One line per check with the
  * error, its limit, and for the products the GB/s of weights the kernel
  * streamed (median of 20 launches). Exit 1 if any check fails. --quick leaves
@@ -17,7 +17,7 @@
  * arithmetic is the same operation by operation (RoPE, the embedding);
  * Q8_0 products after a fused RMSNorm or SwiGLU 2e-3, since a value that the
  * two normalisations put an ulp apart can round to the neighbouring int8. */
-#include "gpu_kernels.cuh"
+#include "kernels/gpu_kernels.cuh"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +25,7 @@
 #include <algorithm>
 #include <vector>
 extern "C" {
-#include "ops.h"
+#include "kernels/ops.h"
 /* model.h's prototype (that header is C, not C++): the reference attention. */
 void model_attend_paged(float *out, const float *q, const float *kbase, const float *vbase, const int *table, int BS,
                         int n, int S, size_t kvd, float scale);

@@ -21,11 +21,11 @@
  * bytes choosing the parameters), so the seeds are streams the encoder
  * wrote: empty, one symbol repeated, text, every byte value, over several
  * probability bits, state counts and chunk sizes. */
-#include "err.h"
-#include "mem.h"
-#include "ops.h"
+#include "base/err.h"
+#include "base/mem.h"
+#include "kernels/ops.h"
 #include "rans.h"
-#include "wcodec.h"
+#include "codec/wcodec.h"
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>

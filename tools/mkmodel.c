@@ -36,10 +36,10 @@
  * <s>, </s>, the 256 byte pieces <0x00>..<0xFF>, the printable ASCII characters
  * and U+2581 (sentencepiece's space), then unique filler pieces up to the
  * vocabulary size. Text therefore encodes one character per token. */
-#include "err.h"
-#include "gguf_write.h"
-#include "mem.h"
-#include "ops.h"
+#include "base/err.h"
+#include "train/gguf_write.h"
+#include "base/mem.h"
+#include "kernels/ops.h"
 #include <assert.h>
 #include <errno.h>
 #include <math.h>

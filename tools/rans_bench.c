@@ -22,10 +22,10 @@
  *   build/fast/rans_bench [--mib M] [--row R] [--file PATH] [--gguf PATH]
  *       [--bits B] [--states N] [--chunk BYTES] [--runs R] [--threads T] [--sweep] [--no-zstd] */
 #include "bench_util.h"
-#include "clock.h"
-#include "gguf.h"
-#include "mem.h"
-#include "ops.h"
+#include "base/clock.h"
+#include "load/gguf.h"
+#include "base/mem.h"
+#include "kernels/ops.h"
 #include "rans.h"
 #include <math.h>
 #include <zstd.h>

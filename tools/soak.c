@@ -50,10 +50,10 @@
  * tests/soak.sh runs 300 under ASan. See notes/reliability.md. */
 #include "runtime.h"
 #include "bench_util.h"
-#include "fileio.h"
-#include "mem.h"
+#include "base/fileio.h"
+#include "base/mem.h"
 #include "model.h"
-#include "ops.h"
+#include "kernels/ops.h"
 #include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>

@@ -7,7 +7,7 @@
  * tokenizer, loaded from the vocabulary file tools/bpe_train.c wrote.
  *
  * Each step draws B windows of T tokens at random positions of the training
- * tokens, each preceded by BOS, runs forward and backward (src/trainer.c),
+ * tokens, each preceded by BOS, runs forward and backward (src/train/trainer.c),
  * clips the gradient norm and takes one AdamW step on a warm-up + cosine
  * schedule. Which windows a step draws depends only on (seed, step), and
  * dropout masks likewise, so a run resumed from a checkpoint continues
@@ -24,12 +24,12 @@
  * tokens in its second half (the first window scores all), so every token is
  * scored once with at least T/2 tokens of context; the sum of -ln p over all
  * validation tokens is divided by the number of validation characters. */
-#include "fileio.h"
-#include "gguf_write.h"
-#include "mem.h"
+#include "base/fileio.h"
+#include "train/gguf_write.h"
+#include "base/mem.h"
 #include "model.h"
-#include "ops.h"
-#include "trainer.h"
+#include "kernels/ops.h"
+#include "train/trainer.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -548,7 +548,7 @@ static void widen(float *dst, const Mat *w) {
 }
 
 /* A model file's weights, widened to float, in a Trainer of the student's
- * shape: its forward pass (the trainer's own, src/gemm.c's products: the
+ * shape: its forward pass (the trainer's own, src/train/gemm.c's products: the
  * same bits on every CPU) gives the distillation targets. */
 static int load_teacher(Trainer *tt, const char *path, const ModelConfig *c, int B, int T, Err *e) {
     Model m;
@@ -697,7 +697,7 @@ int main(int argc, char **argv) {
             t.n_params, a.dim, a.hidden, a.layers, a.heads, a.kv_heads, c.vocab_size, a.ctx,
             a.tied ? "tied" : "untied", a.batch, a.ctx, a.steps, a.threads, t.bytes / 1e6);
     /* The file's bytes depend on the thread count and on whether the plain
-     * loops run, on nothing else: src/gemm.c fixes the order of every sum
+     * loops run, on nothing else: src/train/gemm.c fixes the order of every sum
      * (notes/training.md, "Determinism"). */
     fprintf(stderr, "train: kernels: %s (%s)\n", ops_isa_name(ops_isa()),
             ops_isa() != OPS_PLAIN ? "the same bytes on every x86-64 CPU, for this thread count"

@@ -2,7 +2,7 @@
  *
  * Copy this file to mine.c and write the function there; `make exercise
  * EX=sampler_nucleus` compiles your mine.c in the place of the solution,
- * inside src/sampler.c, where Cand (a candidate: prob, id) is.
+ * inside src/text/sampler.c, where Cand (a candidate: prob, id) is.
  *
  * The contract: c holds n >= 1 candidates sorted by probability, highest
  * first. Their probabilities may sum to less than 1, since top-k (or the

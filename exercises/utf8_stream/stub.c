@@ -2,7 +2,7 @@
  *
  * Copy this file to mine.c and write the function there; `make exercise
  * EX=utf8_stream` compiles your mine.c in the place of the solution, inside
- * src/tokenizer.c, where utf8_seq_len, utf8_valid_prefix and REPLACEMENT
+ * src/text/tokenizer.c, where utf8_seq_len, utf8_valid_prefix and REPLACEMENT
  * (U+FFFD in UTF-8, 3 bytes) are.
  *
  * The contract: buf[0..n) is the bytes not yet written: the pending bytes of

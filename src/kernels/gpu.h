@@ -13,8 +13,8 @@
  * has no CUDA. notes/cuda.md draws the kernels and their mappings. */
 #ifndef GPU_H
 #define GPU_H
-#include "err.h"
-#include "ops.h"
+#include "base/err.h"
+#include "kernels/ops.h"
 
 typedef struct GpuModel GpuModel;
 

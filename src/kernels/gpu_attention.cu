@@ -1,7 +1,7 @@
 /* gpu_attention.cu - RoPE with the K/V store into paged slots, and paged
  * attention, on the GPU.
  *
- * C references: rope (src/ops.c) and the memcpy of k and v to b->slot[t] in
+ * C references: rope (src/kernels/ops.c) and the memcpy of k and v to b->slot[t] in
  * model_forward_batch (src/model.c); model_attend_paged and attend_rows
  * (src/model.c) for attention: softmax(q . k * scale) over positions
  * 0 .. pos[t] of the row's sequence, read through its block table, applied
@@ -29,8 +29,8 @@
  * Flash-Decoding and vLLM's v2 kernel do. The split count is fixed per
  * launch and the ranges follow from the row's length on the device, so a
  * captured CUDA graph stays right as sequences grow. */
-#include "gpu_kernels.cuh"
-#include "gpu_util.cuh"
+#include "kernels/gpu_kernels.cuh"
+#include "kernels/gpu_util.cuh"
 
 enum { ATT_WARPS = 4, ATT_MAX_S = 256, ATT_DIMS = ATT_MAX_S / 32 };
 

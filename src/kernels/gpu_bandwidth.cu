@@ -4,13 +4,13 @@
  * The read: a grid of 4 blocks of 512 threads per SM walks the buffer in
  * 16-byte loads, each thread with four loads in flight per step, and sums
  * them (the sum is written, so the loads cannot be dropped). */
-#include "gpu_kernels.cuh"
+#include "kernels/gpu_kernels.cuh"
 #include <algorithm>
 #include <stdio.h>
 #include <string.h>
 #include <vector>
 extern "C" {
-#include "gpu.h"
+#include "kernels/gpu.h"
 }
 
 __global__ void read_kernel(const uint4 *p, size_t n, unsigned *sink) {

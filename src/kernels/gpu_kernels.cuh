@@ -9,7 +9,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 extern "C" {
-#include "ops.h"
+#include "kernels/ops.h"
 }
 
 /* A weight matrix on the GPU: F32, F16 or BF16 rows as in the file (ops.h's

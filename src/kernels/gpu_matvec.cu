@@ -1,7 +1,7 @@
 /* gpu_matvec.cu - weights times activations on the GPU, and the embedding.
  *
- * C reference: matmul_ref in src/ops.c (out[t][n] = sum_k W[n][k] x[t][k]),
- * with its input first passed through rmsnorm or swiglu (src/ops.c) where
+ * C reference: matmul_ref in src/kernels/ops.c (out[t][n] = sum_k W[n][k] x[t][k]),
+ * with its input first passed through rmsnorm or swiglu (src/kernels/ops.c) where
  * the forward pass does that right before the product, and, for Q8_0
  * weights, rounded to Q8_0 blocks as quantize_row_q8_0_ref does. tools/kcheck.cu
  * runs every type and prologue against those references.
@@ -33,8 +33,8 @@
  * lane reads 16 weights in one load like the other types; four __dp4a (four
  * int8 products and a sum each, exact) give the sum of a half block, and
  * one float multiply-add by d_w * d_x adds it, as the CPU kernels do. */
-#include "gpu_kernels.cuh"
-#include "gpu_util.cuh"
+#include "kernels/gpu_kernels.cuh"
+#include "kernels/gpu_util.cuh"
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <string.h>

@@ -30,15 +30,15 @@
  * no tensor-float rounding); below it, and for Q8_0 at every T, the kernels
  * of gpu_matvec.cu, whose sums do not depend on the batch. cuBLAS is opened at run time (dlopen):
  * without it every product takes the kernels. */
-#include "gpu_kernels.cuh"
-#include "gpu_util.cuh"
+#include "kernels/gpu_kernels.cuh"
+#include "kernels/gpu_util.cuh"
 #include <cublas_v2.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 extern "C" {
-#include "gpu.h"
+#include "kernels/gpu.h"
 }
 
 /* From READY_T rows on, a product's prologue (the RMSNorm or SwiGLU of its

@@ -1,6 +1,6 @@
 /* gpu_none.c - gpu.h in every build but `make cuda`: there is no GPU code,
  * and asking for it says so. */
-#include "gpu.h"
+#include "kernels/gpu.h"
 #include <string.h>
 
 int gpu_model_create(GpuModel **out, const GpuModelDesc *d, Err *e) {

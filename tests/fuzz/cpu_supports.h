@@ -1,4 +1,4 @@
-/* cpu_supports.h - __builtin_cpu_supports for the fuzz build of src/ops.c.
+/* cpu_supports.h - __builtin_cpu_supports for the fuzz build of src/kernels/ops.c.
  *
  * clang 14 does not know the feature name "f16c" (gcc does), so ops.c's
  * check for its AVX-512 kernels does not compile with clang. The fuzz build

@@ -20,7 +20,7 @@
 #ifndef FUZZ_H
 #define FUZZ_H
 #include "model.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -199,7 +199,7 @@ static inline void fuzz_use_tokenizer(const Tokenizer *t, const uint8_t *data, s
  * beyond these limits a run would cost more time than it could find bugs.
  *
  * And, while fuzzing, only when every weight is finite and at most
- * FUZZ_MAX_WEIGHT in magnitude. A NaN weight once made ops_exp (src/ops.h)
+ * FUZZ_MAX_WEIGHT in magnitude. A NaN weight once made ops_exp (src/kernels/ops.h)
  * convert NaN to an integer (undefined behaviour; fixed, and its inputs are
  * in the corpora as nan-weight*); skipping such models keeps the fuzzer on
  * the loaders. FUZZ_ALL_WEIGHTS=1 in the environment runs every model that

@@ -18,9 +18,9 @@
  * vocabulary from tools/bpe_train), and a vocabulary-only file; see
  * tests/fuzz/seeds.sh. */
 #include "fuzz.h"
-#include "gguf.h"
+#include "load/gguf.h"
 #include "model.h"
-#include "ops.h"
+#include "kernels/ops.h"
 
 static MemFile file;
 

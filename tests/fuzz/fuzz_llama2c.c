@@ -19,7 +19,7 @@
  * tools/mkcorpus. */
 #include "fuzz.h"
 #include "model.h"
-#include "ops.h"
+#include "kernels/ops.h"
 
 static MemFile ckpt, tokf;
 

@@ -21,7 +21,7 @@
  * Seeds (tests/fuzz/fuzz_rans/): streams made by the encoder (empty, one
  * symbol, text, every byte value; several parameters), from tools/mkcorpus. */
 #include "fuzz.h"
-#include "mem.h"
+#include "base/mem.h"
 #include "rans.h"
 
 #define MAX_DECODED (1u << 20)

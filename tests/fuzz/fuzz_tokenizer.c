@@ -20,7 +20,7 @@
  * Seeds (tests/fuzz/fuzz_tokenizer/): the test strings of llama.cpp's
  * tokenizer tests, lines of the corpus, and invalid UTF-8. */
 #include "fuzz.h"
-#include "gguf.h"
+#include "load/gguf.h"
 #include <stdlib.h>
 
 #define MAX_TEXT 4096          /* bytes of one input used (libFuzzer's default -max_len) */

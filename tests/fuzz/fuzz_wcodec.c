@@ -1,4 +1,4 @@
-/* fuzz_wcodec.c - coded weight tensors (src/wcodec.c) from any bytes.
+/* fuzz_wcodec.c - coded weight tensors (src/codec/wcodec.c) from any bytes.
  *
  * Two things happen to every input:
  *   1. The input as a blob: wc_open, then (when the tensor is at most 1 MiB)
@@ -15,10 +15,10 @@
  *      bytes, with both decoders.
  * Seeds (tests/fuzz/fuzz_wcodec/): blobs of each layout, from tools/mkcorpus. */
 #include "fuzz.h"
-#include "mem.h"
-#include "ops.h"
+#include "base/mem.h"
+#include "kernels/ops.h"
 #include "rans.h"
-#include "wcodec.h"
+#include "codec/wcodec.h"
 
 #define MAX_DECODED (1u << 20)
 

@@ -11,7 +11,7 @@
  * Seeds (tests/fuzz/fuzz_workload/): the example workloads in data/ and
  * lines with every field, escapes, comments and errors. */
 #include "fuzz.h"
-#include "workload.h"
+#include "front/workload.h"
 
 static MemFile file;
 

@@ -18,7 +18,7 @@
  * and README* are skipped. Prints one line per failure and a closing
  * "<target>: N inputs, N passed, N failed"; exits 1 if any failed. */
 #include "fuzz.h"
-#include "mem.h"
+#include "base/mem.h"
 #include <dirent.h>
 #include <errno.h>
 #include <sys/stat.h>

@@ -1,0 +1,27 @@
+/* fileio.h - opening input files safely.
+ *
+ * Every reader of a model, tokenizer, workload or corpus file opens it here,
+ * so all of them refuse the same things the same way: a directory (ftell on
+ * one says LONG_MAX, and a reader that trusts it asks for 2^63 bytes), and a
+ * FIFO, socket or device (open() on a FIFO waits for a writer forever).
+ * The check happens before any byte is read, with one line naming the path. */
+#ifndef FILEIO_H
+#define FILEIO_H
+#include "base/err.h"
+#include <stddef.h>
+#include <stdio.h>
+
+/* Open path for reading, refusing anything but a regular file without ever
+ * blocking: "PATH: is a directory", "PATH: not a regular file (a FIFO)".
+ * On success *fd is a blocking descriptor (the caller closes it) and *size
+ * the file's size. ST_IO on failure, with *fd = -1. */
+int fio_open(const char *path, int *fd, size_t *size, Err *e);
+
+/* The same, as a stdio stream opened "rb" (the caller fcloses it). */
+int fio_fopen(const char *path, FILE **f, size_t *size, Err *e);
+
+/* The whole file in memory from mem_alloc, with a NUL after its *size bytes
+ * (the caller mem_frees *data). ST_IO, ST_NOMEM. */
+int fio_slurp(const char *path, unsigned char **data, size_t *size, Err *e);
+
+#endif

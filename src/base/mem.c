@@ -1,0 +1,79 @@
+/* mem.c - counting allocator (see mem.h).
+ *
+ * Each block carries a 16-byte header holding its size, so mem_free can keep
+ * live_bytes exact without the caller passing the size back. */
+#include "base/mem.h"
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef struct { size_t size; size_t pad; } Header;   /* 16 bytes keeps malloc's alignment */
+
+static MemStats g_stats;
+static long g_fail_countdown;   /* > 0: fail when it reaches 0 */
+
+static int should_fail(void) {
+    if (g_fail_countdown <= 0) return 0;
+    return --g_fail_countdown == 0;
+}
+
+void *mem_alloc(size_t bytes) {
+    if (should_fail() || bytes > (size_t)-1 - sizeof(Header)) return NULL;
+    Header *h = calloc(1, sizeof(Header) + bytes);
+    if (!h) return NULL;
+    h->size = bytes;
+    g_stats.live_bytes += bytes;
+    g_stats.live_count++;
+    g_stats.total_count++;
+    if (g_stats.live_bytes > g_stats.peak_bytes) g_stats.peak_bytes = g_stats.live_bytes;
+    return h + 1;
+}
+
+void *mem_realloc(void *p, size_t bytes) {
+    if (!p) return mem_alloc(bytes);
+    if (should_fail() || bytes > (size_t)-1 - sizeof(Header)) return NULL;
+    Header *old = (Header *)p - 1;
+    size_t old_size = old->size;
+    Header *h = realloc(old, sizeof(Header) + bytes);
+    if (!h) return NULL;
+    h->size = bytes;
+    g_stats.live_bytes = g_stats.live_bytes - old_size + bytes;
+    g_stats.total_count++;
+    if (g_stats.live_bytes > g_stats.peak_bytes) g_stats.peak_bytes = g_stats.live_bytes;
+    return h + 1;
+}
+
+void mem_free(void *p) {
+    if (!p) return;
+    Header *h = (Header *)p - 1;
+    g_stats.live_bytes -= h->size;
+    g_stats.live_count--;
+    free(h);
+}
+
+char *mem_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = mem_alloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+MemStats mem_stats(void) { return g_stats; }
+
+void mem_fail_after(long n) { g_fail_countdown = n; }
+
+size_t mem_resident_bytes(const void *p, size_t n) {
+    if (!p || n == 0) return 0;
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)p & ~(uintptr_t)(page - 1);
+    size_t len = (uintptr_t)p + n - start, pages = (len + page - 1) / page, resident = 0;
+    unsigned char vec[4096];
+    for (size_t i = 0; i < pages; i += sizeof vec) {
+        size_t k = pages - i < sizeof vec ? pages - i : sizeof vec;
+        if (mincore((void *)(start + i * page), k * page, vec)) return 0;
+        for (size_t j = 0; j < k; j++) resident += vec[j] & 1;
+    }
+    return resident * page;
+}

@@ -1,0 +1,177 @@
+/* serve.c - the HTTP server's program: load a model, answer OpenAI-style
+ * requests until SIGINT or SIGTERM.
+ *
+ *   build/fast/serve --model FILE [--host A] [--port P] [engine options]
+ *
+ * The engine options are infer's (cli_opts.c). This thread becomes the
+ * engine thread (srv_run); libmicrohttpd's threads answer the sockets. The
+ * line "serve: listening on http://HOST:PORT ..." goes to stderr once the
+ * socket is bound (with --port 0 it names the port chosen), then the trace
+ * if asked. See notes/server.md. */
+#include "front/cli_opts.h"
+#include "front/server.h"
+#include "trace/trace.h"
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    CliEngine en;
+    const char *host, *model_name;
+    int port, max_queue;
+    long max_body;
+} Options;
+
+static volatile sig_atomic_t stop_asked;
+static void on_signal(int sig) { stop_asked = sig; }
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: serve --model FILE [options]\n"
+        "  --host A             address to listen on (default 127.0.0.1)\n"
+        "  --port P             port, 0 = any free one (default 8000)\n"
+        "  --model-name NAME    the model's id in the API (default: the file's name\n"
+        "                       without its extension)\n"
+        "  --max-queue N        requests waiting beyond --max-seqs running; more get\n"
+        "                       503 (default 256)\n"
+        "  --max-body BYTES     largest request body; larger gets 413 (default 1048576)\n"
+        "engine:\n");
+    cli_engine_usage(f);
+    fprintf(f, "  -h, --help           this text\n");
+}
+
+static const char *const OWN[] = {"--host", "--port", "--max-queue", "--max-body", "--model-name", NULL};
+
+/* One of serve's own options and its value; ST_ARG with a line in e. */
+static int own_option(void *ctx, const char *a, const char *v, Err *e) {
+    Options *o = ctx;
+    long n = 0;
+    if (!strcmp(a, "--host")) o->host = v;
+    else if (!strcmp(a, "--model-name")) {
+        /* the id is kept in 256 bytes: a longer one would be cut, and no client could name it */
+        if (!*v || strlen(v) > 255)
+            return err_set(e, ST_ARG, "--model-name: %zu bytes (want 1..255)", strlen(v));
+        o->model_name = v;
+    }
+    else if (!strcmp(a, "--max-body")) return cli_parse_long(a, v, 1, 1L << 30, &o->max_body, e);
+    else if (!strcmp(a, "--port")) {
+        if (cli_parse_long(a, v, 0, 65535, &n, e)) return ST_ARG;
+        o->port = (int)n;
+    } else {
+        if (cli_parse_long(a, v, 0, 1 << 20, &n, e)) return ST_ARG;
+        o->max_queue = (int)n;
+    }
+    return ST_OK;
+}
+
+static int parse_args(int argc, char **argv, Options *o) {
+    *o = (Options){.host = "127.0.0.1", .port = 8000, .max_queue = 256, .max_body = 1 << 20};
+    Err e;
+    CliProgram prog = {.own = OWN, .take = own_option, .ctx = o, .usage = usage};
+    int st = cli_parse(argc, argv, &o->en, &prog, &e);
+    if (st) {
+        if (st != CLI_HELP) fprintf(stderr, "serve: %s\n", e.msg);
+        return st;
+    }
+    if (o->en.trace_json || o->en.trace_svg) {
+        fprintf(stderr, "serve: --trace-json and --trace-svg are infer's (a server never ends a run); "
+                "use --trace\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* The model's id: --model-name, else the file's name without directory or extension. */
+static void model_id(const Options *o, char *out, size_t cap) {
+    if (o->model_name) {
+        snprintf(out, cap, "%s", o->model_name);
+        return;
+    }
+    const char *base = strrchr(o->en.model, '/');
+    snprintf(out, cap, "%s", base ? base + 1 : o->en.model);
+    char *dot = strrchr(out, '.');
+    if (dot && dot != out) *dot = 0;
+}
+
+/* The chat template the model's file names (tokenizer.chat_template), recognised. */
+static ChatTemplate model_template(const Model *m) {
+    if (strcmp(m->format, "gguf")) return TMPL_PLAIN;
+    GgufStr t;
+    Err e;
+    if (gguf_get_str(&m->gguf, "tokenizer.chat_template", &t, &e)) return TMPL_PLAIN;
+    return srv_template_detect(t.s, (size_t)t.len);
+}
+
+int main(int argc, char **argv) {
+    Options o;
+    Err e = {{0}};
+    if (ops_isa_from_env(&e)) {   /* LLM_ISA; --isa overrides it */
+        fprintf(stderr, "serve: %s\n", e.msg);
+        return 2;
+    }
+    int st = parse_args(argc, argv, &o);
+    if (st) return st == CLI_HELP ? 0 : 2;
+    ops_set_threads(o.en.threads);
+    SchedConfig *sc = &o.en.ec.sched;
+    if (sc->max_seqs > sc->token_budget) sc->token_budget = sc->max_seqs;
+
+    Model m;
+    Runtime rt;
+    Trace trace = {0};
+    Server srv = {0};
+    int rc = 1;
+    if (model_load_opts(&m, o.en.model, o.en.tokenizer, &o.en.mo, &e)) {
+        fprintf(stderr, "serve: %s\n", e.msg);
+        return 1;
+    }
+    int init = rt_init(&rt, &m, &o.en.ec, &e);
+    if (init) {   /* ST_ARG: the options asked for what cannot be */
+        fprintf(stderr, "serve: %s\n", e.msg);
+        rt_free(&rt);
+        model_free(&m);
+        return init == ST_ARG ? 2 : 1;
+    }
+    if (o.en.trace) {
+        if (trace_init(&trace, o.en.trace, stderr, NULL, 0, o.en.ec.clock == CLOCK_STEPS, &e) ||
+            rt_set_trace(&rt, &trace, &e)) {
+            fprintf(stderr, "serve: %s\n", e.msg);
+            goto out;
+        }
+        trace.kv_map_every = o.en.kv_map;
+    }
+    char id[256];
+    model_id(&o, id, sizeof id);
+    SrvConfig cfg = {.host = o.host, .port = o.port, .model_id = id, .max_queue = o.max_queue,
+                     .max_body = (size_t)o.max_body};
+    ChatTemplate tmpl = model_template(&m);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    MemStats ready = mem_stats();
+    if (srv_init(&srv, &rt, &cfg, tmpl, &e)) {
+        fprintf(stderr, "serve: %s\n", e.msg);
+        goto out;
+    }
+    fprintf(stderr, "serve: listening on http://%s:%d (model %s, chat template %s, %d sequences, "
+            "KV pool %d blocks of %d tokens)\n", o.host, srv.port, id, srv_template_name(tmpl),
+            sc->max_seqs, rt.en.pool.NB, rt.en.pool.BS);
+    fflush(stderr);
+    rc = srv_run(&srv, &stop_asked, &e) ? 1 : 0;
+    if (rc) fprintf(stderr, "serve: %s\n", e.msg);
+    srv_free(&srv);
+    fprintf(stderr, "serve: stopped (%s)\n", stop_asked == SIGTERM ? "SIGTERM" : "SIGINT");
+    if (o.en.trace) {
+        trace_finish(&trace);
+        TraceMemory mem = rt_memory(&rt, ready);
+        trace_memory_report(&trace, stderr, &mem);
+    }
+out:
+    trace_free(&trace);
+    rt_free(&rt);
+    model_free(&m);
+    return rc;
+}

@@ -1,0 +1,304 @@
+/* ops.h - numeric kernels of the forward pass.
+ *
+ * Every kernel has a plain-loop reference (suffix _ref) written to be read, and
+ * the public entry point that model.c calls, which may take a fast path
+ * (OpenBLAS, AVX-512, VNNI). tests/test_ops.c checks that the two agree. One
+ * process-wide choice (ops_set_isa) sends every entry point to its reference
+ * instead, for stepping through in a debugger.
+ *
+ * Names of dimensions: T tokens (rows of activations), N output features
+ * (rows of a weight matrix), K input features (columns). */
+#ifndef OPS_H
+#define OPS_H
+#include <stddef.h>
+#include <stdint.h>
+#include "base/err.h"
+
+/* Weight storage types, numbered as GGUF numbers them (ggml_type). */
+typedef enum {
+    DT_F32 = 0, DT_F16 = 1, DT_Q4_0 = 2, DT_Q4_1 = 3, DT_Q5_0 = 6, DT_Q5_1 = 7, DT_Q8_0 = 8,
+    DT_Q4_K = 12, DT_Q5_K = 13, DT_Q6_K = 14, DT_BF16 = 30
+} DType;
+
+/* Q8_0: blocks of 32 values sharing one scale: value = d * qs[i].
+ * 34 bytes, packed, exactly as in GGUF files (d is IEEE half precision). */
+#define QK8_0 32
+typedef struct {
+    uint16_t d;          /* scale, fp16 bits */
+    int8_t qs[QK8_0];    /* quantized values */
+} BlockQ8_0;
+
+/* The smaller block formats, packed exactly as ggml writes them (notes/formats.md
+ * draws each one byte by byte). Blocks of 32 with an fp16 scale d (and an
+ * fp16 offset m for the _1 kinds): value = d * q + m, or d * (q - 8) for
+ * Q4_0, d * (q - 16) for Q5_0. A byte of qs holds value i in its low nibble
+ * and value i + 16 in its high one; bit i of qh is the fifth bit of value i. */
+#define QK4 32
+typedef struct { uint16_t d; uint8_t qs[16]; } BlockQ4_0;                  /* 18 bytes */
+typedef struct { uint16_t d, m; uint8_t qs[16]; } BlockQ4_1;               /* 20 */
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } BlockQ5_0;   /* 22 */
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } BlockQ5_1;/* 24 */
+
+/* K formats: super-blocks of 256 values. Q4_K and Q5_K cut one into 8
+ * sub-blocks of 32, each with a 6-bit scale and a 6-bit min packed into 12
+ * bytes: value = d * sc[j] * q - dmin * mn[j]. Q6_K cuts it into 16 groups of
+ * 16 with signed 8-bit scales: value = d * sc[g] * (q - 32), q of 6 bits. */
+#define QK_K 256
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } BlockQ4_K;   /* 144 */
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[32];      /* fifth bits */
+    uint8_t qs[128];     /* low four bits */
+} BlockQ5_K;                                                                           /* 176 */
+typedef struct {
+    uint8_t ql[128];     /* low four bits */
+    uint8_t qh[64];      /* high two bits */
+    int8_t scales[16];
+    uint16_t d;          /* last, unlike the others */
+} BlockQ6_K;                                                                           /* 210 */
+
+/* What the K formats' fast kernels round activations to (as llama.cpp does):
+ * one float scale per 256 values, d = max / -127 where max is the value of
+ * largest magnitude (its sign kept), q = round(x / d) to nearest even, and the
+ * sums of each 16 values, which the offsets of Q4_K, Q5_K and Q6_K need. */
+typedef struct {
+    float d;
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16];
+} BlockQ8_K;                                                                           /* 292 */
+
+const char *dtype_name(int type);        /* "F32", "Q4_K", ... as ggml names them, or "unknown" */
+int dtype_known(int type);               /* 1 for the types of DType */
+/* Values per block of a type (1 for the float types). */
+int dtype_block(DType type);
+/* 1 for the block formats whose fast kernels round activations to Q8_K
+ * (the K formats), 0 for those that round them to Q8_0 or keep floats. */
+static inline int dtype_is_k(DType type) { return type == DT_Q4_K || type == DT_Q5_K || type == DT_Q6_K; }
+/* 1 for the formats with 4, 5 or 6-bit values (every block format but Q8_0). */
+static inline int dtype_is_small_quant(DType type) {
+    return type == DT_Q4_0 || type == DT_Q4_1 || type == DT_Q5_0 || type == DT_Q5_1 || dtype_is_k(type);
+}
+/* Bytes of one row of n values; 0 if n is not a whole number of blocks.
+ * Inline: the AVX-512 tiles ask for it at every tile. */
+static inline size_t dtype_row_bytes(DType type, int64_t n) {
+    if (n <= 0) return 0;
+    switch (type) {
+    case DT_F32: return (size_t)n * 4;
+    case DT_F16: return (size_t)n * 2;
+    case DT_BF16: return (size_t)n * 2;
+    case DT_Q8_0: return n % QK8_0 ? 0 : (size_t)(n / QK8_0) * sizeof(BlockQ8_0);
+    case DT_Q4_0: return n % QK4 ? 0 : (size_t)(n / QK4) * sizeof(BlockQ4_0);
+    case DT_Q4_1: return n % QK4 ? 0 : (size_t)(n / QK4) * sizeof(BlockQ4_1);
+    case DT_Q5_0: return n % QK4 ? 0 : (size_t)(n / QK4) * sizeof(BlockQ5_0);
+    case DT_Q5_1: return n % QK4 ? 0 : (size_t)(n / QK4) * sizeof(BlockQ5_1);
+    case DT_Q4_K: return n % QK_K ? 0 : (size_t)(n / QK_K) * sizeof(BlockQ4_K);
+    case DT_Q5_K: return n % QK_K ? 0 : (size_t)(n / QK_K) * sizeof(BlockQ5_K);
+    case DT_Q6_K: return n % QK_K ? 0 : (size_t)(n / QK_K) * sizeof(BlockQ6_K);
+    }
+    return 0;
+}
+
+float fp16_to_fp32(uint16_t h);
+
+/* fp16_to_fp32 without a branch, for loops the compiler turns into vector
+ * code: the same bits for each of the 65536 halves (test_ops checks them
+ * all). Exponent and mantissa move into place together and the exponent is
+ * rebiased by 112 (127 - 15); infinities and NaNs (exponent 31) by 112 more,
+ * to 255; a subnormal half (exponent 0) is its mantissa times 2^-24, which a
+ * float holds exactly. The sign goes back on last, zeros included. */
+static inline float fp16_to_fp32_branchless(uint16_t h) {
+    uint32_t em = h & 0x7fffu, sign = (uint32_t)(h & 0x8000u) << 16;
+    union { uint32_t u; float f; } normal, tiny;
+    uint32_t special = em >= 0x7c00u, subnormal = 0u - (em < 0x400u);   /* 0 or 1; 0 or all ones */
+    normal.u = (em << 13) + (112u << 23) + special * (112u << 23);
+    tiny.f = (float)(int32_t)em * 0x1p-24f;
+    normal.u = (tiny.u & subnormal) | (normal.u & ~subnormal) | sign;
+    return normal.f;
+}
+
+/* BF16 is the top half of an IEEE float (sign, the 8-bit exponent, 7
+ * mantissa bits): widening it is exact, a shift by 16. */
+static inline float bf16_to_fp32(uint16_t b) {
+    union { uint32_t u; float f; } v = {.u = (uint32_t)b << 16};
+    return v.f;
+}
+uint16_t fp32_to_fp16(float f);          /* round to nearest even */
+uint16_t fp32_to_bf16(float f);          /* round to nearest even; a NaN stays a NaN */
+
+/* A weight matrix W of N rows by K columns, row-major, as stored in the file.
+ * out = x @ W^T, the convention of every linear layer here. */
+typedef struct {
+    DType type;
+    int N, K;
+    const void *data;    /* usually points into the memory-mapped file */
+} Mat;
+
+/* Threads the kernels use (1 .. cores); OpenBLAS runs single-threaded inside
+ * them when OpenMP is on, so that one pool of threads owns the cores. */
+void ops_set_threads(int n);
+int ops_threads(void);
+
+/* Instruction sets: which path matmul() and the kernels around it take.
+ *   OPS_PLAIN    the plain-loop references on one thread: no OpenMP, no
+ *                OpenBLAS, no intrinsics (matmul is matmul_ref, softmax is
+ *                softmax_ref, attention a plain loop). For the debugger; the
+ *                default of the debug build.
+ *   OPS_GENERIC  no intrinsics of ours: OpenBLAS for F32 and F16, threaded
+ *                plain loops for Q8_0. The fast path without AVX-512.
+ *   OPS_AVX512   AVX-512 and VNNI tiles (ops_avx512.c), OpenBLAS from 36 tokens.
+ *   OPS_BEST     the best of the last two that the CPU has (the default of
+ *                the fast and test builds).
+ * Q8_0 gives the same bits on every path; F32 and F16 differ by float
+ * rounding only (sums in another order). The 4, 5 and 6-bit block formats
+ * round activations on the generic and AVX-512 paths (the same integer sums,
+ * float sums in another order) and not on the plain one (notes/formats.md). */
+typedef enum { OPS_BEST = -1, OPS_PLAIN = 0, OPS_AVX512 = 1, OPS_GENERIC = 2 } OpsIsa;
+OpsIsa ops_best_isa(void);               /* AVX-512 (F, BW, VL, VNNI, F16C, FMA) or generic */
+const char *ops_isa_name(OpsIsa isa);    /* "plain", "generic", "avx512" or "best" */
+
+/* The process-wide choice. The build sets the start (OPS_DEFAULT_ISA: plain
+ * for `make`, best otherwise); ops_isa() is the path it runs on this CPU,
+ * never OPS_BEST (AVX-512 asked for on a CPU without it runs generic). */
+void ops_set_isa(OpsIsa isa);
+OpsIsa ops_isa(void);
+/* "plain", "generic", "avx512" or "best" into *out. ST_ARG for any other
+ * string, ST_UNSUPPORTED for "avx512" on a CPU without it; e gets one line. */
+int ops_parse_isa(const char *s, OpsIsa *out, Err *e);
+/* At start-up: the environment variable LLM_ISA, when set and not empty, is
+ * parsed as above and set; a bad value leaves the choice as it was and
+ * returns the error, its message starting "LLM_ISA: ". */
+int ops_isa_from_env(Err *e);
+
+/* The read that the matrix kernels are measured against (tools/bench,
+ * tools/kbench): bytes p[0 .. bytes) summed as 64-bit words (a tail of
+ * fewer than 8 bytes is left out), on the calling thread, as fast as this
+ * file knows how to read memory: on AVX-512, 64-byte loads into four
+ * accumulators and a software prefetch 1 KiB ahead, the technique the T == 1
+ * kernels use; otherwise a plain loop. The sum is returned so that the read
+ * cannot be optimised away. */
+uint64_t ops_read_sum(const void *p, size_t bytes);
+
+/* matmul calls so far, by the path they ran on (each call counts once in
+ * plain, generic or avx512), and how many of them handed their products to
+ * OpenBLAS (sgemm or sgemv). Process-wide, counted from one calling thread. */
+typedef struct {
+    uint64_t plain, generic, avx512;
+    uint64_t sgemm;
+} OpsStats;
+OpsStats ops_stats(void);
+
+/* Scratch bytes that matmul needs for T rows of K inputs against type. */
+size_t matmul_scratch_bytes(DType type, int T, int K);
+
+/* out (T, N) = x (T, K) @ W^T, on the path ops_isa() names. On AVX-512:
+ * F32: T < 16 AVX-512 register tiles of 4 rows x 4 tokens (T == 1 is
+ *      matrix-vector, memory-bound); 16 <= T < 36 the same tiles over blocks
+ *      of K that stay in L1; T >= 36, or no AVX-512, OpenBLAS (sgemv at
+ *      T == 1, sgemm otherwise).
+ * F16: the same tiles, halves widened in registers (or once per block of K);
+ *      T >= 36 a few rows at a time widened to float into scratch, then
+ *      sgemm on them.
+ * Q8_0: each row of x is rounded to Q8_0 blocks first (as llama.cpp does) and
+ *       the products are int8 x int8 (VNNI) with one float multiply per block,
+ *       in tiles of 4 rows x 4 tokens at any T.
+ * Q4_0, Q4_1, Q5_0, Q5_1: the same rounding of x to Q8_0; weights stay packed
+ *       and are unpacked to bytes in registers, two blocks per VNNI product.
+ * Q4_K, Q5_K, Q6_K: x rounded to Q8_K super-blocks of 256 (as llama.cpp
+ *       does); integer sums per sub-block times the 6 or 8-bit sub-block
+ *       scales, one float multiply per super-block.
+ * On the generic path the small block formats take plain integer loops with
+ * the same rounding of x (the same integer sums; float sums in another order).
+ * Rows are split between ops_threads() threads; each (row, token) result is
+ * the same whatever the thread count or T, except where OpenBLAS computes it.
+ * The plain path is matmul_ref; the generic one OpenBLAS for F32 and F16 and
+ * threaded loops for Q8_0 (and F16 at T == 1).
+ * scratch must hold matmul_scratch_bytes(W->type, T, K) bytes, any alignment
+ * (F32 needs none; the plain path reads none). */
+void matmul(float *out, const float *x, const Mat *W, int T, void *scratch);
+/* out[i] = x W[i]^T for n <= MATMUL_GROUP_MAX matrices that read the same x
+ * (a layer's q, k and v; its gate and up): as n calls of matmul, with the
+ * same bits (where OpenBLAS computes them, as matmul's), but where the matrices share a type and K, x is rounded once
+ * and one team of threads takes all their rows. */
+enum { MATMUL_GROUP_MAX = 4 };
+void matmul_group(float *const out[], const float *x, const Mat *const W[], int n, int T, void *scratch);
+/* matmul on a chosen path (AVX-512 on a CPU without it runs generic). */
+void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, OpsIsa isa);
+/* Plain loops, one thread, same arithmetic contract as matmul. Q8_0: the
+ * activations rounded to Q8_0 blocks as quantize_row_q8_0 does, integer
+ * products, and the float sums added in the AVX-512 kernel's order, so the
+ * result has the same bits as every other path.
+ * The 4, 5 and 6-bit formats instead: each weight row dequantized to float
+ * and dotted with x as it is, the float64 reference's arithmetic (so the
+ * plain path follows `reference float64, weights dequantized`, the fast ones
+ * llama.cpp). */
+void matmul_ref(float *out, const float *x, const Mat *W, int T);
+
+/* Round one row of K floats (K % 32 == 0) to Q8_0 blocks: d = max|x| / 127.
+ * The fast version (AVX-512 when ops_isa() is) is bit-identical to the plain one. */
+void quantize_row_q8_0(BlockQ8_0 *out, const float *x, int K);
+void quantize_row_q8_0_ref(BlockQ8_0 *out, const float *x, int K);
+/* Round one row of K floats (K % 256 == 0) to Q8_K super-blocks, as
+ * llama.cpp's quantize_row_q8_K_ref does (see BlockQ8_K). */
+void quantize_row_q8_k(BlockQ8_K *out, const float *x, int K);
+/* Widen one row of a weight matrix to float (K a whole number of blocks). */
+void dequantize_row(float *out, const void *row, DType type, int K);
+/* Round one row of K floats to a block format by round-to-nearest: per block
+ * (or sub-block) the scale that maps the range onto the integer grid, values
+ * rounded to nearest, K-format sub-block scales and mins rounded to 6 bits
+ * (Q6_K: 8 bits) against a super-block scale. Simpler than llama.cpp's
+ * quantizers, which search for the scale of least squared error, but it
+ * writes the same layout. ST_ARG if the type is not a 4, 5 or 6-bit block
+ * format or K is not a whole number of its blocks. */
+int quantize_row(void *out, const float *x, DType type, int K);
+
+/* out = x / sqrt(mean(x^2) + eps) * w, over n values (out may alias x). */
+void rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+/* e^x to within about 2 ulp for x in [-87, 88] (clamped outside), written so
+ * that a loop of calls vectorizes: x = k ln2 + r with |r| <= ln2 / 2, e^r by
+ * its Taylor polynomial of degree 7, 2^k built directly in the exponent bits.
+ * libm's expf is exact to 1 ulp but is a call the compiler cannot vectorize,
+ * and softmax over attention rows and vocabularies calls it millions of times. */
+#ifdef __CUDACC__   /* the CUDA kernels call this very function (src/kernels/) */
+#define OPS_HOST_DEVICE __host__ __device__
+#else
+#define OPS_HOST_DEVICE
+#endif
+static inline OPS_HOST_DEVICE float ops_exp(float x) {
+    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    const float magic = 12582912.0f;                /* 1.5 * 2^23: adding it rounds to an integer */
+    float k = (x * 1.44269504088896341f + magic) - magic;
+    k = k == k ? k : 0.0f;   /* x NaN: p below is NaN anyway, but NaN must not become an int */
+    float r = x - k * 0.693145751953125f;           /* ln 2 in two parts (Cody and Waite) so */
+    r -= k * 1.428606765330187e-06f;                /* that r keeps its low bits */
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    union { uint32_t u; float f; } scale = {.u = (uint32_t)((int32_t)k + 127) << 23};
+    return p * scale.f;
+}
+
+/* In place, numerically stable (subtracts the max); softmax_ref on the
+ * plain path. */
+void softmax(float *x, int n);
+/* The same with libm's expf and a double sum: the reference for tests. */
+void softmax_ref(float *x, int n);
+/* Attention's two products over n rows of S floats, `stride` floats apart
+ * (a block of the KV cache, one KV head): s[j] = scale * (q . row j), and
+ * out += sum_j w[j] * row j. AVX-512 where the CPU has it, else loops the
+ * compiler vectorizes; the plain path does not call them (its attention is
+ * model.c's attend_rows). */
+void ops_scores(float *s, const float *q, const float *rows, int n, int S, size_t stride, float scale);
+void ops_add_weighted_rows(float *out, const float *w, const float *rows, int n, int S, size_t stride);
+/* Rotate pairs (x[2i], x[2i+1]) of the first n_rot dims of each of n_heads heads
+ * by angle pos * inv_freq[i]; cos_sin holds (cos, sin) for each i at this pos. */
+void rope(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin);
+/* h = silu(h) * g, over n values. */
+void swiglu(float *h, const float *g, int n);
+
+#endif

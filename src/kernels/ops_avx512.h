@@ -1,0 +1,184 @@
+/* ops_avx512.h - what ops.c (the dispatch) and ops_avx512.c (the AVX-512
+ * kernels) share; not part of the engine's interface (that is ops.h).
+ *
+ * A matmul is cut into ranges of output rows, one per thread; a rows function
+ * (RowsFn) computes one range for all tokens. ops.c decides which rows
+ * function runs and on how many threads; ops_avx512.c provides the AVX-512
+ * ones. Everything they both read is here: the job, the layout of quantized
+ * activations, and a weight row's address. */
+#ifndef OPS_AVX512_H
+#define OPS_AVX512_H
+#include "kernels/ops.h"
+#include <math.h>
+
+/* The AVX-512 kernels exist on x86-64 with GCC or Clang; elsewhere matmul
+ * has only its plain and generic paths. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define OPS_X86 1
+#endif
+
+/* What one range of rows needs to know: the whole problem, and the scratch
+ * prepared for it. */
+typedef struct {
+    float *out;            /* (T, N) */
+    const float *x;        /* (T, K) */
+    const Mat *W;          /* (N, K) */
+    int T;
+    OpsIsa isa;            /* OPS_GENERIC or OPS_AVX512 */
+    const uint8_t *act;    /* Q8_0: T rows of act_stride(K) bytes, quantized x */
+    float *wide;           /* F16 through sgemm: (team, rows_per_part, K) */
+    int rows_per_part;
+} MatmulJob;
+
+/* Computes out[t][n] for every t and n in [n0, n1); part is the index of the
+ * range (and of the thread), for functions that need their own scratch. */
+typedef void (*RowsFn)(const MatmulJob *job, int part, int n0, int n1);
+
+/* How far ahead of its reading one row and one token (decoding) asks for
+ * weights: ops_avx512.c, "reading weights from memory". */
+enum { STREAM_AHEAD_BYTES = 12288 };
+
+#ifdef OPS_X86
+/* 32 words of a 512-bit register, for the index vectors of word permutes
+ * (vpermt2w), written as vector constants. */
+typedef short Words32 __attribute__((vector_size(64)));
+#include <xmmintrin.h>
+/* What a tile of R rows by TT tokens asks for while it reads `bytes` (at
+ * least 1) of a row at p, a row being `stride` bytes: one row and one token
+ * (decoding, a single stream) the bytes STREAM_AHEAD_BYTES further on, into
+ * L1; wider tiles the same place R rows further on, the next tile's rows,
+ * into L2. Every 64-byte line of the bytes is asked for. */
+static inline void prefetch_weights(const uint8_t *p, size_t bytes, int R, int TT, size_t stride) {
+    for (size_t at = 0; at < bytes; at += 64) {
+        if (R == 1 && TT == 1) _mm_prefetch((const char *)(p + STREAM_AHEAD_BYTES + at), _MM_HINT_T0);
+        else _mm_prefetch((const char *)(p + (size_t)R * stride + at), _MM_HINT_T1);
+    }
+}
+#endif
+
+/* Row n of W. */
+static inline const uint8_t *row_ptr(const Mat *W, int n) {
+    return (const uint8_t *)W->data + (size_t)n * dtype_row_bytes(W->type, W->K);
+}
+
+/* The multiplier 127 / amax of a Q8_0 block. For amax below about 3.7e-37 it
+ * overflows to inf; d = amax / 127 then rounds to 0 in fp16, so the block adds
+ * nothing to any dot product, and we store zeros instead of converting inf or
+ * NaN to int8 (undefined behaviour in C). */
+/* The scale of a block of activations that holds a NaN or an infinity: its
+ * values are stored as 0 and its scale as NaN (fp16 0x7E00), so every dot
+ * product with it is NaN and the logits say so, where quantizing it would
+ * have dropped the NaN (max ignores it) and cast NaN to int8 (undefined). */
+enum { Q8_0_NONFINITE_SCALE = 0x7E00 };
+
+static inline float q8_0_multiplier(float amax) {
+    float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    return isinf(id) ? 0.0f : id;
+}
+
+/* --- Q8_0 activations, in the layout the int8 kernels read.
+ *
+ * For each of the T rows, at a stride of act_stride(K) bytes (a multiple of 64):
+ *   int8_t  qs[K]        the Q8_0 values, blocks back to back (no scales in
+ *                        between, so two blocks are one 64-byte load)
+ *   int32_t corr[K / 4]  -128 * (sum of each group of four values): the start
+ *                        value of a VNNI lane, cancelling the weights' +128
+ *   float   d[K / 32]    the block scales, already widened from fp16
+ * The values and scales are exactly quantize_row_q8_0's. */
+typedef struct {
+    const int8_t *qs;
+    const int32_t *corr;
+    const float *d;
+} ActRow;
+
+static inline size_t act_stride(int K) { return ((size_t)K * 2 + (size_t)K / 8 + 63) / 64 * 64; }
+
+static inline ActRow act_row(const uint8_t *act, int K, int t) {
+    const uint8_t *p = act + (size_t)t * act_stride(K);
+    ActRow r = {(const int8_t *)p, (const int32_t *)(p + K), (const float *)(p + 2 * (size_t)K)};
+    return r;
+}
+
+/* --- Activations of the 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1) on AVX-512.
+ *
+ * The same rounded values and scales as the Q8_0 layout, in the order the
+ * kernel holds the weights (ops_quant_avx512.c, "blocks of 32"): a weight
+ * block's nibbles give its values 0-15 and 16-31 as two halves, four blocks
+ * to a pair of registers. Per row, at a stride of q32_act_stride(K), for each
+ * quad of four blocks (the last one padded with zero blocks):
+ *   int8_t  qs[128]    values 0-15 of blocks 0..3 of the quad (16 bytes
+ *                      each), then values 16-31 of blocks 0..3
+ *   int32_t corr[16]   lane 4j + i: -128 * (the sum of values 4i .. 4i+3
+ *                      and 16+4i .. 16+4i+3 of block j): the eight values
+ *                      the lane's two vpdpbusd multiply
+ *   float   d[4]       the scales of blocks 0..3
+ *   float   ds[8]      d_j in 2j and s_j = d_j * (the sum of block j's 32
+ *                      values) in 2j + 1: what the offsets m of Q4_1 and
+ *                      Q5_1 multiply (as llama.cpp's Q8_1 blocks carry s)
+ * each array for all the quads back to back. */
+typedef struct {
+    const int8_t *qs;
+    const int32_t *corr;
+    const float *d, *ds;
+} Q32Act;
+
+static inline int q32_quads(int K) { return (K / 32 + 3) / 4; }
+static inline size_t q32_act_stride(int K) { return ((size_t)q32_quads(K) * (128 + 64 + 16 + 32) + 63) / 64 * 64; }
+
+static inline Q32Act q32_act_row(const uint8_t *act, int K, int t) {
+    const uint8_t *p = act + (size_t)t * q32_act_stride(K);
+    size_t nq = (size_t)q32_quads(K);
+    Q32Act r = {(const int8_t *)p, (const int32_t *)(p + 128 * nq), (const float *)(p + 192 * nq),
+                (const float *)(p + 208 * nq)};
+    return r;
+}
+
+/* --- The 4, 5 and 6-bit block formats (ops_quant.c).
+ * Activations for them: the Q8_0 layout above for the 32-value formats (on
+ * AVX-512 the Q32Act layout; the stride covers both); for the K formats T
+ * rows of K / 256 BlockQ8_K, back to back. */
+size_t small_act_stride(DType type, int K);
+void small_act_pack_k(uint8_t *act, const float *x, int T, int K);
+/* Unpacking (ops_quant.c explains the terms). */
+void k_scale_min(const uint8_t s[12], int j, int *sc, int *mn);
+void q32_unpack(DType type, const void *blk, int8_t q[QK4], float *d, float *m);
+void qk_unpack(DType type, const void *blk, uint8_t q[QK_K], int sc[16], int mn[16], float *d,
+               float *dmin);
+void dequantize_row_small(float *out, const void *row, DType type, int K);
+/* The plain path: one row widened to float, dotted with x. */
+float small_dot_ref(const void *row, DType type, const float *x, int K);
+/* The generic path: integer products against the rounded activations (job->act). */
+void small_rows_generic(const MatmulJob *job, int part, int n0, int n1);
+
+#ifdef OPS_X86
+/* From ops_quant_avx512.c: the same on AVX-512 and VNNI. */
+void small_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
+/* Q8_K activations (small_act_pack_k) into the order the Q4_K and Q5_K
+ * kernels read them; not for Q6_K. */
+void qk_act_reorder_avx512(uint8_t *act, int T, int K);
+
+/* From ops_avx512.c; call them only when ops_best_isa() is OPS_AVX512. */
+
+/* quantize_row_q8_0, 16 values per instruction, bit-identical. */
+void quantize_row_q8_0_avx512(BlockQ8_0 *out, const float *x, int K);
+/* T rows of x to the layout above (job->act). */
+void act_pack_avx512(uint8_t *act, const float *x, int T, int K);
+/* One row of K halves widened to floats, for sgemm. */
+void f16_widen_avx512(float *out, const uint16_t *h, int K);
+/* T rows of x to the Q32Act layout. */
+void q32_act_pack_avx512(uint8_t *act, const float *x, int T, int K);
+/* ops_scores and ops_add_weighted_rows. */
+void scores_avx512(float *s, const float *q, const float *rows, int n, int S, size_t stride, float scale);
+void add_weighted_rows_avx512(float *out, const float *w, const float *rows, int n, int S, size_t stride);
+/* ops_read_sum's fast side: bytes a multiple of 256. */
+uint64_t read_sum_avx512(const uint8_t *p, size_t bytes);
+
+/* Rows functions for T < SGEMM_MIN_T (F32, F16) and any T (Q8_0, after
+ * act_pack_avx512): register tiles, k-blocked from KB_MIN_T tokens. */
+void f32_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
+void f16_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
+void bf16_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
+void q8_0_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
+#endif
+
+#endif

@@ -1,0 +1,156 @@
+/* sampler.c - see sampler.h.
+ *
+ * Sorting all V candidates for every token would cost more than it needs to:
+ * top-k keeps a small min-heap of the k best, and top-p first drops every token
+ * whose probability is below (1 - top_p) / (V - 1). Those can never be in the
+ * nucleus: together they hold less than 1 - top_p, so the tokens left hold more
+ * than top_p and the nucleus is among them. Only the survivors are sorted. */
+#include "text/sampler.h"
+#include "base/mem.h"
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct SamplerCand Cand;
+
+int sampler_init(Sampler *s, int V, SamplerParams p, Err *e) {
+    *s = (Sampler){0};
+    if (!(p.temperature >= 0.0f) || isinf(p.temperature))
+        return err_set(e, ST_ARG, "temperature %g must be a finite number >= 0", (double)p.temperature);
+    if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
+        return err_set(e, ST_ARG, "top-p %g must be in (0, 1]", (double)p.top_p);
+    if (p.top_k < 0) return err_set(e, ST_ARG, "top-k %d must be >= 0", p.top_k);
+    if (V < 1) return err_set(e, ST_ARG, "vocabulary size %d must be >= 1", V);
+    s->p = p;
+    s->V = V;
+    s->rng = p.seed ? p.seed : 0x9E3779B97F4A7C15ull;   /* xorshift must not start at 0 */
+    s->cand = mem_alloc((size_t)V * sizeof(Cand));
+    if (!s->cand) return err_set(e, ST_NOMEM, "sampler: out of memory");
+    return ST_OK;
+}
+
+void sampler_free(Sampler *s) {
+    mem_free(s->cand);
+    *s = (Sampler){0};
+}
+
+int sampler_argmax(const float *logits, int V) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+float sampler_uniform(Sampler *s) {
+    s->rng ^= s->rng >> 12;
+    s->rng ^= s->rng << 25;
+    s->rng ^= s->rng >> 27;
+    uint64_t r = s->rng * 0x2545F4914F6CDD1Dull;
+    return (float)(r >> 40) * 0x1p-24f;   /* 24 random bits: exactly representable */
+}
+
+static int by_prob_desc(const void *a, const void *b) {
+    const Cand *x = a, *y = b;
+    if (x->prob != y->prob) return x->prob < y->prob ? 1 : -1;
+    return x->id - y->id;   /* stable order on ties, so results never depend on qsort */
+}
+
+/* Min-heap on prob of the k best candidates seen so far. */
+static void sift_down(Cand *h, int n, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && by_prob_desc(&h[l], &h[m]) > 0) m = l;
+        if (r < n && by_prob_desc(&h[r], &h[m]) > 0) m = r;
+        if (m == i) return;
+        Cand t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+/* exercises/sampler_nucleus/ hollows this function: built with -DEXERCISE_SAMPLER_NUCLEUS,
+ * the file that macro names stands in its place (tools/exercise.sh). */
+#ifdef EXERCISE_SAMPLER_NUCLEUS
+#include EXERCISE_SAMPLER_NUCLEUS
+#else
+/* The nucleus among n candidates sorted by probability, highest first: how
+ * many of the first ones to keep, 1..n. Their probabilities may sum to less
+ * than 1 (top-k, or the cut-off above, dropped some), so top_p is a share of
+ * what they hold, not of 1: renormalising first, then cutting, is the same
+ * thing. The nucleus is the smallest prefix whose share exceeds top_p; the
+ * candidate that crosses the line is in it, so it is never empty. */
+static int nucleus_size(const Cand *c, int n, float top_p) {
+    double kept = 0.0;
+    for (int i = 0; i < n; i++) kept += c[i].prob;
+    double target = top_p * kept, cum = 0.0;
+    for (int i = 0; i < n; i++) {
+        cum += c[i].prob;
+        if (cum > target) return i + 1;
+    }
+    return n;   /* top_p = 1, or rounding: everything */
+}
+#endif
+
+int sampler_sample(Sampler *s, float *logits) {
+    int V = s->V;
+    if (s->p.temperature == 0.0f) return sampler_argmax(logits, V);
+
+    /* softmax(logits / temperature) */
+    float max = logits[0];
+    for (int i = 1; i < V; i++) max = fmaxf(max, logits[i]);
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) {
+        logits[i] = expf((logits[i] - max) / s->p.temperature);
+        sum += logits[i];
+    }
+    for (int i = 0; i < V; i++) logits[i] = (float)(logits[i] / sum);
+
+    Cand *c = s->cand;
+    int n = 0;
+    if (s->p.top_k > 0 && s->p.top_k < V) {
+        int k = s->p.top_k;
+        for (int i = 0; i < V; i++) {
+            Cand x = {logits[i], i};
+            if (n < k) {
+                c[n++] = x;
+                if (n == k)
+                    for (int j = k / 2 - 1; j >= 0; j--) sift_down(c, k, j);
+            } else if (by_prob_desc(&x, &c[0]) < 0) {   /* better than the worst kept */
+                c[0] = x;
+                sift_down(c, k, 0);
+            }
+        }
+    } else if (s->p.top_p < 1.0f) {
+        float cutoff = V > 1 ? (1.0f - s->p.top_p) / (float)(V - 1) : 0.0f;
+        /* never above the most likely token (probability 1 / sum: its
+         * exponent was 0), which every nucleus holds: with V = 2 and a tiny
+         * top_p the bound alone would keep no candidate at all */
+        cutoff = fminf(cutoff, (float)(1.0 / sum));
+        for (int i = 0; i < V; i++)
+            if (logits[i] >= cutoff) c[n++] = (Cand){logits[i], i};
+    } else {   /* no truncation: draw from the whole distribution */
+        float r = sampler_uniform(s), cdf = 0.0f;
+        for (int i = 0; i < V; i++) {
+            cdf += logits[i];
+            if (r < cdf) return i;
+        }
+        return V - 1;   /* rounding left cdf just below 1 */
+    }
+    qsort(c, (size_t)n, sizeof(Cand), by_prob_desc);
+    int kept = nucleus_size(c, n, s->p.top_p);
+    /* The nucleus is never empty (the candidate that crosses top_p is in
+     * it): an empty one is a bug in nucleus_size, said here rather than
+     * read as c[-1]. Without asserts (NDEBUG) it keeps the best candidate. */
+    assert(kept >= 1 && kept <= n && "nucleus_size returned an empty nucleus (or more than n)");
+    kept = kept < 1 ? 1 : kept > n ? n : kept;
+    int last = kept - 1;
+    double total = 0.0;
+    for (int i = 0; i <= last; i++) total += c[i].prob;
+    double r = sampler_uniform(s) * total, cdf = 0.0;
+    for (int i = 0; i <= last; i++) {
+        cdf += c[i].prob;
+        if (r < cdf) return c[i].id;
+    }
+    return c[last].id;
+}
