@@ -70,7 +70,9 @@ int engine_init(Engine *en, const Model *m, const EngineConfig *cfg, Err *e) {
     if (!st) st = exec_init(&en->exec, m, &en->pool, cfg->sched.token_budget, cfg->sched.max_seqs, e);
     if (!st) {
         en->report.out = mem_alloc(2 * (size_t)cfg->sched.max_seqs * sizeof *en->report.out);
-        if (!en->report.out) st = err_set(e, ST_NOMEM, "engine: cannot allocate the step report");
+        en->view_seqs = mem_alloc((size_t)cfg->sched.max_seqs * sizeof *en->view_seqs);
+        if (!en->report.out || !en->view_seqs)
+            st = err_set(e, ST_NOMEM, "engine: cannot allocate the step report");
     }
     if (st) {
         engine_free(en);
@@ -82,6 +84,7 @@ int engine_init(Engine *en, const Model *m, const EngineConfig *cfg, Err *e) {
 
 void engine_free(Engine *en) {
     mem_free(en->report.out);
+    mem_free(en->view_seqs);
     exec_free(&en->exec);
     sched_free(&en->sched);
     kv_pool_free(&en->pool);
@@ -89,6 +92,21 @@ void engine_free(Engine *en) {
 }
 
 double engine_now(const Engine *en) { return clock_now(&en->clock); }
+
+void engine_wait_until(Engine *en, double t) { clock_wait_until(&en->clock, t); }
+
+double engine_time_of(const Engine *en, double wall) {
+    return en->clock.kind == CLOCK_WALL ? wall - en->clock.t0 : -1.0;
+}
+
+int engine_check(const Engine *en, Err *e) { return kv_pool_check(&en->pool, e); }
+
+EngineStats engine_stats(const Engine *en) {
+    return (EngineStats){.steps = en->steps, .tokens_run = en->tokens_run, .tokens_out = en->tokens_out,
+                         .step_allocations = en->step_allocations, .clock = en->clock.kind,
+                         .cap_blocks = en->cap_blocks, .activations = en->exec.rs.bytes,
+                         .sched = sched_stats(&en->sched), .kv = kv_stats(&en->pool)};
+}
 
 int engine_idle(const Engine *en) { return sched_idle(&en->sched); }
 
@@ -246,77 +264,17 @@ const StepReport *engine_step(Engine *en) {
     return rep;
 }
 
-/* ---- pictures of the pool, for the trace ---- */
+/* ---- the pool as plain data (kv_view.h), for the trace and the tools ---- */
 
-static char owner_char(int id) {
-    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-    return digits[id % 62];
-}
-
-/* Append to buf[*n .. cap), keeping it terminated. */
-static void put(char *buf, int cap, int *n, const char *s, int len) {
-    if (*n + len > cap - 1) len = cap - 1 - *n;
-    if (len <= 0) return;
-    memcpy(buf + *n, s, (size_t)len);
-    *n += len;
-    buf[*n] = 0;
-}
-
-/* exercises/kv_map/ hollows this function: built with -DEXERCISE_KV_MAP,
- * the file that macro names stands in its place (tools/exercise.sh). */
-#ifdef EXERCISE_KV_MAP
-#include EXERCISE_KV_MAP
-#else
-int engine_kv_map(const Engine *en, char *buf, int cap) {
-    const KvPool *p = &en->pool;
-    enum { PER_LINE = 64 };
-    char line[PER_LINE + 32];
-    int n = 0;
-    if (cap > 0) buf[0] = 0;
-    int k = snprintf(line, sizeof line, "%15sKV pool, %d blocks of %d tokens", "", p->NB, p->BS);
-    put(buf, cap, &n, line, k);
-    const char *legend = " ('.' free, '+' cached, id = held by that request, '*' shared):\n";
-    put(buf, cap, &n, legend, (int)strlen(legend));
-    for (int b0 = 0; b0 < p->NB; b0 += PER_LINE) {
-        int w = p->NB - b0 < PER_LINE ? p->NB - b0 : PER_LINE;
-        char row[PER_LINE];
-        for (int i = 0; i < w; i++) {
-            int b = b0 + i;
-            row[i] = p->refcount[b] > 1 ? '*' : p->refcount[b] == 1 ? '?' : p->registered[b] ? '+' : '.';
-        }
-        for (int s = 0; s < en->sched.cfg.max_seqs; s++) {   /* who holds each block */
-            const Sequence *q = en->sched.running[s];
-            if (!q) continue;
-            for (int j = 0; j < q->kv.n_blocks; j++) {
-                int b = q->kv.table[j];
-                if (b >= b0 && b < b0 + w && row[b - b0] == '?') row[b - b0] = owner_char(q->id);
-            }
-        }
-        k = snprintf(line, sizeof line, "%15s%5d %.*s\n", "", b0, w, row);
-        put(buf, cap, &n, line, k);
-    }
-    return n;
-}
-#endif
-
-int engine_block_tables(const Engine *en, char *buf, int cap) {
+KvView engine_kv_view(Engine *en) {
     const KvPool *p = &en->pool;
     int n = 0;
-    if (cap > 0) buf[0] = 0;
     for (int s = 0; s < en->sched.cfg.max_seqs; s++) {
         const Sequence *q = en->sched.running[s];
         if (!q) continue;
-        char item[32];
-        int k = snprintf(item, sizeof item, "%15s#%d slot %d, ", "", q->id, s);
-        put(buf, cap, &n, item, k);
-        k = snprintf(item, sizeof item, "%d tokens in blocks [", q->kv.n_tokens);
-        put(buf, cap, &n, item, k);
-        for (int j = 0; j < q->kv.n_blocks; j++) {
-            int b = q->kv.table[j];
-            k = snprintf(item, sizeof item, "%s%d%s", j ? " " : "", b, p->refcount[b] > 1 ? "*" : "");
-            put(buf, cap, &n, item, k);
-        }
-        put(buf, cap, &n, "]\n", 2);
+        en->view_seqs[n++] = (KvViewSeq){.id = q->id, .slot = s, .n_tokens = q->kv.n_tokens,
+                                         .n_blocks = q->kv.n_blocks, .table = q->kv.table};
     }
-    return n;
+    return (KvView){.n_blocks = p->NB, .block_size = p->BS, .refcount = p->refcount,
+                    .registered = p->registered, .n_seqs = n, .seqs = en->view_seqs};
 }

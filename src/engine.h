@@ -10,6 +10,7 @@
 #ifndef ENGINE_H
 #define ENGINE_H
 #include "base/clock.h"
+#include "base/kv_view.h"
 #include "base/err.h"
 #include "executor.h"
 #include "kv_paged.h"
@@ -65,6 +66,7 @@ struct Engine {
     long tokens_run;      /* tokens through the model (prefill + decode) */
     long tokens_out;      /* tokens sampled */
     StepReport report;
+    KvViewSeq *view_seqs;      /* (max_seqs) engine_kv_view's */
     size_t step_allocations;   /* allocations made inside engine_step (should stay 0) */
 };
 typedef struct Engine Engine;
@@ -79,6 +81,29 @@ void engine_free(Engine *en);    /* the sequences are the caller's: engine_drop 
 
 /* Seconds since engine_init, on the engine's clock. */
 double engine_now(const Engine *en);
+/* Wait (or, on the step clock, jump) until time t on the engine's clock. */
+void engine_wait_until(Engine *en, double t);
+/* A clock_seconds() stamp as a time on the engine's wall clock (seconds
+ * since it started); on the step clock, which no stamp can name, -1. */
+double engine_time_of(const Engine *en, double wall);
+/* Every invariant of the KV pool and the block tables (kv_pool_check):
+ * ST_OK, or ST_FORMAT with the first one broken in e. */
+int engine_check(const Engine *en, Err *e);
+
+/* The engine's figures at one moment, by value, with those of the stages it
+ * owns: what the runtime, the front ends, the tools and the trace read
+ * instead of fields (notes/stages.md, "Snapshots"). */
+typedef struct {
+    long steps;                  /* steps taken, the number of the last one */
+    long tokens_run, tokens_out; /* through the model (prefill + decode); sampled */
+    size_t step_allocations;     /* allocations made inside engine_step (should stay 0) */
+    ClockKind clock;
+    int cap_blocks;              /* block-table capacity of a sequence (the model's context) */
+    size_t activations;          /* bytes of the executor's run state */
+    SchedStats sched;
+    KvStats kv;
+} EngineStats;
+EngineStats engine_stats(const Engine *en);
 
 /* Take a new sequence (made by the caller, fields as sequence.h says:
  * state SEQ_WAITING, slot -1, arrival_step -1, counters 0): allocate its
@@ -107,15 +132,9 @@ int engine_idle(const Engine *en);
 int engine_waiting(const Engine *en);
 int engine_running(const Engine *en);
 
-/* The KV pool as text, for the trace: one character per block, 64 to a
- * line, each line indented and numbered. '.' free, '+' cached (nobody holds
- * it, its K/V kept for the prefix cache), a sequence's id in base 62 (0-9,
- * a-z, A-Z, modulo 62) for a block one sequence holds, '*' for a block
- * several hold. Returns the length written (cut short at cap - 1). */
-int engine_kv_map(const Engine *en, char *buf, int cap);
-
-/* Each running sequence's block table as text, a line each
- * ("#3 slot 1, 40 tokens in blocks [4 5* 9]", '*' = shared). */
-int engine_block_tables(const Engine *en, char *buf, int cap);
+/* The KV pool as plain data (kv_view.h): each block's refcount, and each
+ * running sequence's block table, for the trace to draw and the tools to
+ * measure. Valid until the next step. */
+KvView engine_kv_view(Engine *en);
 
 #endif

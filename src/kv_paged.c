@@ -142,6 +142,14 @@ int kv_cached_blocks(const KvPool *p) { return p->n_cached; }
 int kv_held_blocks(const KvPool *p) { return p->NB - p->n_free - p->n_cached; }
 int kv_available_blocks(const KvPool *p) { return p->n_free + p->n_cached; }
 
+KvStats kv_stats(const KvPool *p) {
+    return (KvStats){.n_blocks = p->NB, .block_size = p->BS, .held = kv_held_blocks(p),
+                     .cached = p->n_cached, .free = p->n_free, .peak_held = p->peak_held,
+                     .bytes = p->bytes, .block_bytes = 2 * (size_t)p->L * p->BS * p->KVD * sizeof(float),
+                     .hits_tokens = p->hits_tokens, .cow_copies = p->cow_copies,
+                     .evictions = p->evictions};
+}
+
 static void note_held(KvPool *p) {
     int held = kv_held_blocks(p);
     if (held > p->peak_held) p->peak_held = held;

@@ -94,6 +94,19 @@ int kv_held_blocks(const KvPool *p);               /* refcount >= 1 */
 /* Blocks a request could get right now: free + cached (evictable). */
 int kv_available_blocks(const KvPool *p);
 
+/* The pool's figures at one moment, by value: what a stage above reads
+ * instead of the pool's fields (notes/stages.md, "Snapshots"). */
+typedef struct {
+    int n_blocks, block_size;    /* NB, BS */
+    int held, cached, free;      /* refcount >= 1; refcount 0 and findable; on the free list */
+    int peak_held;               /* most blocks held at once */
+    size_t bytes, block_bytes;   /* the pool, and one block (K and V of every layer) */
+    long hits_tokens;            /* tokens whose K/V were found in the prefix cache */
+    long cow_copies;             /* blocks copied on write */
+    long evictions;              /* cached blocks reused for new content */
+} KvStats;
+KvStats kv_stats(const KvPool *p);
+
 /* Prefix cache lookup for a sequence that holds nothing yet: walk the full
  * blocks of tokens[0 .. n) (at most max_tokens of them), find each by the hash
  * chained from its parent, compare its tokens (so a hash collision cannot

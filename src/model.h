@@ -99,6 +99,20 @@ int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e);
 int model_load_opts(Model *m, const char *path, const char *tokenizer_path, const ModelOpts *o, Err *e);
 void model_free(Model *m);                  /* accepts a zeroed Model */
 
+/* The model's memory figures at one moment, by value (notes/stages.md,
+ * "Snapshots"). */
+typedef struct {
+    size_t mapped;               /* bytes of the file mapped (the weights read in place) */
+    size_t coded, decoded;       /* compressed files: the coded bytes; the decoded ones */
+    double decode_load_s;        /* decoding at load */
+    int low_mem;                 /* 1: weights decoded on demand; lm holds the decoder's figures */
+    LmStats lm;
+} ModelStats;
+ModelStats model_stats(const Model *m);
+/* Bytes of the mapping in memory now (mincore: a whole-file walk, so call it
+ * at the end of a run, not every step). */
+size_t model_resident_bytes(const Model *m);
+
 /* Activations (and, for runstate_init, a contiguous KV cache for one
  * sequence of up to P tokens). Everything the forward pass touches is
  * allocated here, once. */

@@ -112,9 +112,9 @@ int rt_set_trace(Runtime *rt, Trace *t, Err *e) {
     rt->trace = t;
     if (!t || rt->pictures) return ST_OK;
     /* room for the KV map (a line of 64 blocks) and every block table */
-    const Engine *en = &rt->en;
-    size_t map = 160 + ((size_t)en->pool.NB / 64 + 1) * 96;
-    size_t tables = (size_t)en->sched.cfg.max_seqs * (64 + (size_t)en->cap_blocks * 12);
+    EngineStats es = engine_stats(&rt->en);
+    size_t map = 160 + ((size_t)es.kv.n_blocks / 64 + 1) * 96;
+    size_t tables = (size_t)es.sched.max_seqs * (64 + (size_t)es.cap_blocks * 12);
     rt->pictures_cap = (int)(map + tables);
     rt->pictures = mem_alloc((size_t)rt->pictures_cap);
     if (!rt->pictures) return err_set(e, ST_NOMEM, "trace: cannot allocate %d bytes for the KV map",
@@ -126,7 +126,19 @@ int rt_idle(const Runtime *rt) { return engine_idle(&rt->en); }
 
 double rt_now(const Runtime *rt) { return engine_now(&rt->en); }
 
-void rt_wait_until(Runtime *rt, double t) { clock_wait_until(&rt->en.clock, t); }
+void rt_wait_until(Runtime *rt, double t) { engine_wait_until(&rt->en, t); }
+
+double rt_time_of(const Runtime *rt, double wall) { return engine_time_of(&rt->en, wall); }
+
+int rt_check(const Runtime *rt, Err *e) { return engine_check(&rt->en, e); }
+
+KvView rt_kv_view(Runtime *rt) { return engine_kv_view(&rt->en); }
+
+RtStats rt_stats(const Runtime *rt) {
+    RtStats s = {.engine = engine_stats(&rt->en), .context = rt->model->cfg.seq_len};
+    for (const Request *r = rt->all; r; r = r->all_next) s.requests++;
+    return s;
+}
 
 /* ---- submission ---- */
 
@@ -212,8 +224,8 @@ static void trace_arrival(Runtime *rt, const Request *r) {
 
 int rt_submit(Runtime *rt, const RtParams *p, Err *e) {
     const Model *m = rt->model;
-    const KvPool *pool = &rt->en.pool;
-    int P = m->cfg.seq_len, BS = pool->BS;
+    KvStats kv = engine_stats(&rt->en).kv;
+    int P = m->cfg.seq_len, BS = kv.block_size;
     int st = check_params(rt, p, e);
     if (st) return st;
 
@@ -242,11 +254,11 @@ int rt_submit(Runtime *rt, const RtParams *p, Err *e) {
     int cap = p->max_tokens < P + 1 - n ? n + p->max_tokens : P + 1;   /* (no overflow at INT_MAX) */
     int kv_tokens = cap < P ? cap : P;
     int blocks = (kv_tokens + BS - 1) / BS;
-    if (blocks > pool->NB) {
+    if (blocks > kv.n_blocks) {
         mem_free(ids);
         return err_set(e, ST_ARG, "request needs up to %d tokens = %d KV blocks of %d, but the "
                                   "whole pool has %d blocks: it could never run",
-                       kv_tokens, blocks, BS, pool->NB);
+                       kv_tokens, blocks, BS, kv.n_blocks);
     }
 
     /* The request, and n - 1 more samples of the same prompt: each its own
@@ -432,12 +444,13 @@ static void trace_plan(Runtime *rt, const StepReport *rep) {
     Trace *t = rt->trace;
     const StepPlan *p = rep->plan;
     double now = rep->start;
+    int BS = engine_stats(&rt->en).kv.block_size;
     for (int i = 0; i < p->n_preempted; i++) {
         const Sequence *q = p->preempted[i];
         trace_preempted(t, now, rep->step, q->id, q->blocks_released, q->n_tokens);
     }
     for (int i = 0; i < p->n_cow; i++)
-        trace_cow(t, now, rep->step, p->cow[i]->id, item_of(p, p->cow[i])->from, rt->en.pool.BS);
+        trace_cow(t, now, rep->step, p->cow[i]->id, item_of(p, p->cow[i])->from, BS);
     for (int i = 0; i < p->n_admitted; i++) {
         const StepItem *it = item_of(p, p->admitted[i]);
         trace_admitted(t, now, rep->step, it->seq->id, it->slot, it->from, it->seq->n_preempted);
@@ -449,27 +462,27 @@ static void trace_plan(Runtime *rt, const StepReport *rep) {
 }
 
 static void trace_step(Runtime *rt, const StepReport *rep, double end) {
-    const Engine *en = &rt->en;
     const StepPlan *p = rep->plan;
-    const KvPool *pool = &en->pool;
+    EngineStats es = engine_stats(&rt->en);
+    KvView view = engine_kv_view(&rt->en);
     TraceStep s = {.step = rep->step, .start = rep->start, .end = end, .seqs = p->n_items,
                    .prefill_tokens = p->n_prefill_tokens, .decode_tokens = p->n_decode_tokens,
-                   .tokens = p->n_tokens, .budget = en->sched.cfg.token_budget,
+                   .tokens = p->n_tokens, .budget = es.sched.token_budget,
                    .preempted = p->n_preempted, .admitted = p->n_admitted, .cow = p->n_cow,
-                   .kv_held = kv_held_blocks(pool), .kv_cached = kv_cached_blocks(pool),
-                   .kv_free = kv_free_blocks(pool), .running = engine_running(en),
-                   .waiting = engine_waiting(en),
+                   .kv_held = es.kv.held, .kv_cached = es.kv.cached,
+                   .kv_free = es.kv.free, .running = es.sched.running,
+                   .waiting = es.sched.waiting,
                    .stage = {rt->last.schedule, rt->last.build, rt->last.forward, rt->last.sample,
                              rt->last.output},
                    .decode = rt->last_decode, .decode_wait = rt->last_wait};
     int used = 0;
     if (trace_wants_block_tables(rt->trace)) {
         s.block_tables = rt->pictures;
-        used = engine_block_tables(en, rt->pictures, rt->pictures_cap) + 1;
+        used = trace_block_tables(&view, rt->pictures, rt->pictures_cap) + 1;
     }
     if (trace_wants_kv_map(rt->trace, rep->step, p->n_preempted)) {
         s.kv_map = rt->pictures + used;
-        engine_kv_map(en, rt->pictures + used, rt->pictures_cap - used);
+        trace_kv_map(&view, rt->pictures + used, rt->pictures_cap - used);
     }
     trace_step_done(rt->trace, &s);
 }
@@ -486,8 +499,9 @@ const StepReport *rt_step(Runtime *rt) {
     for (int i = 0; i < rep->n_out; i++) deliver(rt, &rep->out[i], rep->end);
     rt->last = rep->times;
     rt->last.output += clock_seconds() - t0;
-    if (rt->model->lowmem) {   /* weights decoded during the step (model.h, lowmem.h) */
-        LmStats ls = lm_stats(rt->model->lowmem);
+    ModelStats ms = model_stats(rt->model);
+    if (ms.low_mem) {   /* weights decoded during the step (model.h, lowmem.h) */
+        LmStats ls = ms.lm;
         rt->last_decode = ls.decode_s - rt->codec_decode;
         rt->last_wait = ls.wait_s - rt->codec_wait;
         rt->codec_decode = ls.decode_s;
@@ -498,7 +512,7 @@ const StepReport *rt_step(Runtime *rt) {
     rt->total.forward += rt->last.forward;
     rt->total.sample += rt->last.sample;
     rt->total.output += rt->last.output;
-    if (rt->trace) trace_step(rt, rep, rt->en.clock.kind == CLOCK_STEPS ? rep->end : rt_now(rt));
+    if (rt->trace) trace_step(rt, rep, engine_stats(&rt->en).clock == CLOCK_STEPS ? rep->end : rt_now(rt));
     return rep;
 }
 
@@ -529,25 +543,22 @@ void rt_request_free(Runtime *rt, int id) {
 }
 
 TraceMemory rt_memory(const Runtime *rt, MemStats ready) {
-    const Model *m = rt->model;
-    const Engine *en = &rt->en;
-    const void *map = m->gguf.map ? (const void *)m->gguf.map : m->map;
-    size_t map_size = m->gguf.map ? m->gguf.size : m->map_size;
+    ModelStats ms = model_stats(rt->model);
+    EngineStats es = engine_stats(&rt->en);
     MemStats now = mem_stats();
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    const KvPool *p = &en->pool;
     TraceMemory tm = {
-        .weights_mapped = map_size, .weights_resident = mem_resident_bytes(map, map_size),
-        .kv_bytes = p->bytes, .kv_block_bytes = 2 * (size_t)p->L * p->BS * p->KVD * sizeof(float),
-        .kv_blocks = p->NB, .kv_peak_held = p->peak_held, .activations = en->exec.rs.bytes,
+        .weights_mapped = ms.mapped, .weights_resident = model_resident_bytes(rt->model),
+        .kv_bytes = es.kv.bytes, .kv_block_bytes = es.kv.block_bytes,
+        .kv_blocks = es.kv.n_blocks, .kv_peak_held = es.kv.peak_held, .activations = es.activations,
         .heap_peak = now.peak_bytes, .peak_rss_kb = ru.ru_maxrss,
-        .allocs_in_steps = en->step_allocations,
-        .allocs_outside = now.total_count - ready.total_count - en->step_allocations,
-        .weights_coded = m->coded_bytes, .weights_decoded = m->decoded_bytes,
-        .decode_load_s = m->decode_load_s};
-    if (m->lowmem) {
-        LmStats ls = lm_stats(m->lowmem);
+        .allocs_in_steps = es.step_allocations,
+        .allocs_outside = now.total_count - ready.total_count - es.step_allocations,
+        .weights_coded = ms.coded, .weights_decoded = ms.decoded,
+        .decode_load_s = ms.decode_load_s};
+    if (ms.low_mem) {
+        LmStats ls = ms.lm;
         tm.low_mem = 1;
         tm.weights_decoded = ls.buffer_bytes;
         tm.decodes = (long)ls.decodes;

@@ -121,6 +121,10 @@ int rt_idle(const Runtime *rt);
  * jump) until time t. */
 double rt_now(const Runtime *rt);
 void rt_wait_until(Runtime *rt, double t);
+/* A clock_seconds() stamp on the engine's clock; -1 on the step clock. */
+double rt_time_of(const Runtime *rt, double wall);
+/* The engine's invariants (engine_check): ST_OK, or the first broken in e. */
+int rt_check(const Runtime *rt, Err *e);
 
 /* Cancel a waiting or running request: it finishes with FIN_CANCEL and its
  * blocks go back at once. ST_ARG if the id is unknown or already finished. */
@@ -141,5 +145,17 @@ void rt_request_free(Runtime *rt, int id);
 /* Memory at the end of a run (see trace.h), handed to the trace's report.
  * ready: the allocation counters when start-up ended. */
 TraceMemory rt_memory(const Runtime *rt, MemStats ready);
+
+/* The runtime's figures at one moment, by value: the engine's (with the
+ * scheduler's and the KV pool's) and the model's context. A front end reads
+ * these, never the fields of the stages below (notes/stages.md, "Snapshots"). */
+typedef struct {
+    EngineStats engine;
+    int context;                 /* positions of a sequence: prompt and output together */
+    int requests;                /* requests not yet freed */
+} RtStats;
+RtStats rt_stats(const Runtime *rt);
+/* The KV pool as plain data (engine_kv_view): valid until the next step. */
+KvView rt_kv_view(Runtime *rt);
 
 #endif

@@ -34,6 +34,12 @@
 #include "base/mem.h"
 #include <string.h>
 
+SchedStats sched_stats(const Scheduler *s) {
+    return (SchedStats){.step = s->step, .preemptions = s->n_preemptions, .running = s->n_running,
+                        .waiting = s->n_waiting + s->n_preempted_queued, .max_seqs = s->cfg.max_seqs,
+                        .token_budget = s->cfg.token_budget};
+}
+
 int sched_init(Scheduler *s, const SchedConfig *cfg, KvPool *pool, Err *e) {
     memset(s, 0, sizeof *s);
     if (cfg->max_seqs < 1 || cfg->max_seqs > 65536)

@@ -36,6 +36,15 @@ typedef struct {
 } Scheduler;
 
 int sched_init(Scheduler *s, const SchedConfig *cfg, KvPool *pool, Err *e);
+
+/* The scheduler's figures at one moment, by value. */
+typedef struct {
+    long step;                   /* steps decided so far */
+    long preemptions;            /* total */
+    int running, waiting;        /* sequences in a slot; queued (new or preempted) */
+    int max_seqs, token_budget;  /* from its config */
+} SchedStats;
+SchedStats sched_stats(const Scheduler *s);
 void sched_free(Scheduler *s);                      /* accepts a zeroed one */
 
 /* Queue a sequence: state SEQ_WAITING. Its arrival_step is stamped with the

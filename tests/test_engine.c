@@ -471,7 +471,8 @@ static void the_kv_map_draws_every_block_as_its_holders_see_it(void **state) {
     for (int b = 0; b < 80; b++) owned += holders[b] == 1;
     assert_true(owned > 0);
     char map[2048], line[128];
-    int len = engine_kv_map(&rt.en, map, sizeof map);
+    KvView view = rt_kv_view(&rt);
+    int len = trace_kv_map(&view, map, sizeof map);
     assert_int_equal(len, (int)strlen(map));
     snprintf(line, sizeof line, "%15sKV pool, 80 blocks of 16 tokens ('.' free, '+' cached, "
              "id = held by that request, '*' shared):\n", "");
@@ -486,7 +487,7 @@ static void the_kv_map_draws_every_block_as_its_holders_see_it(void **state) {
     }
     assert_int_equal(len, at);
     char part[40];   /* cut short: the beginning, terminated */
-    assert_int_equal(engine_kv_map(&rt.en, part, sizeof part), (int)sizeof part - 1);
+    assert_int_equal(trace_kv_map(&view, part, sizeof part), (int)sizeof part - 1);
     assert_memory_equal(part, map, sizeof part - 1);
     assert_int_equal(part[sizeof part - 1], 0);
     assert_int_equal(rt_run(&rt, &e), ST_OK);

@@ -279,14 +279,13 @@ typedef struct {
 } KvUse;
 
 /* Held and used rows of the pool now (see the header comment). rows: (NB) scratch. */
-static KvUse kv_use(const Engine *en, int *rows) {
-    const KvPool *p = &en->pool;
-    int BS = p->BS;
+static KvUse kv_use(Runtime *rt, int *rows) {
+    KvView v = rt_kv_view(rt);
+    int BS = v.block_size;
     KvUse u = {0};
-    memset(rows, 0, (size_t)p->NB * sizeof *rows);
-    for (int s = 0; s < en->sched.cfg.max_seqs; s++) {
-        if (!en->sched.running[s]) continue;
-        const KvSeq *q = &en->sched.running[s]->kv;
+    memset(rows, 0, (size_t)v.n_blocks * sizeof *rows);
+    for (int s = 0; s < v.n_seqs; s++) {
+        const KvViewSeq *q = &v.seqs[s];
         u.n_running++;
         u.logical += q->n_tokens;
         for (int i = 0; i < q->n_blocks; i++) {
@@ -297,12 +296,14 @@ static KvUse kv_use(const Engine *en, int *rows) {
             if (f > rows[b]) rows[b] = f;
         }
     }
-    for (int b = 0; b < p->NB; b++)
-        if (p->refcount[b] > 0) {
+    long held = 0;
+    for (int b = 0; b < v.n_blocks; b++)
+        if (v.refcount[b] > 0) {
+            held++;
             u.used += rows[b];
             u.empty += rows[b] == 0;
         }
-    u.held = (long)kv_held_blocks(p) * BS;
+    u.held = held * BS;
     return u;
 }
 
@@ -347,7 +348,7 @@ static int submit_one(Runtime *rt, const char *text, int max_tokens, Err *e) {
 static int step_or_fail(Runtime *rt, Err *e) {
     if (rt_step(rt)->plan->n_tokens == 0 && !rt_idle(rt))
         return err_set(e, ST_ARG, "a step scheduled nothing while %d request(s) wait",
-                       engine_waiting(&rt->en));
+                       rt_stats(rt).engine.sched.waiting);
     return ST_OK;
 }
 
@@ -384,7 +385,7 @@ static int run_workload(const Model *m, const Args *a, int N, int shared, const 
         return st;
     }
     int *ids = mem_alloc((size_t)N * sizeof(int));
-    int *rows = mem_alloc((size_t)rt.en.pool.NB * sizeof(int));
+    int *rows = mem_alloc((size_t)rt_stats(&rt).engine.kv.n_blocks * sizeof(int));
     if (!ids || !rows) {
         st = err_set(e, ST_NOMEM, "out of memory for %d requests", N);
         goto done;
@@ -421,7 +422,7 @@ static int run_workload(const Model *m, const Args *a, int N, int shared, const 
         res->prefill_steps++;
     }
     res->prefill_s = clock_seconds() - t0;
-    res->kv_prefill = kv_use(&rt.en, rows);
+    res->kv_prefill = kv_use(&rt, rows);
 
     for (int k = 0; k < a->decode; k++) {
         double s0 = clock_seconds();
@@ -435,7 +436,7 @@ static int run_workload(const Model *m, const Args *a, int N, int shared, const 
         res->stages.forward += rt.last.forward;
         res->stages.sample += rt.last.sample;
         res->stages.output += rt.last.output;
-        KvUse u = kv_use(&rt.en, rows);
+        KvUse u = kv_use(&rt, rows);
         if (u.n_running == N) {
             res->kv_decode = u;
             res->waste_sum += waste_pct(&u);

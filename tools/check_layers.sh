@@ -94,6 +94,30 @@ for f in kv_paged.c kv_paged.h; do
         esac
     done
 done
+# Snapshots, not fields (notes/stages.md, "Snapshots"): outside a stage's
+# own file, nothing reads the fields of the stages it owns. The runtime owns
+# the engine (rt->en); the engine owns the scheduler, the pool and the
+# executor (en->sched, en->pool, en->exec) and the clock. Above them, the
+# figures come from rt_stats, engine_stats, sched_stats and kv_stats, and
+# the pool itself from rt_kv_view. Also checked: the programs in tools/
+# beside DIR, when there are any.
+reach() {   # FILE: the lines of FILE that reach past the stage below
+    f=$1; base=${f##*/}
+    [ "$base" != runtime.c ] &&
+        grep -nE '\brt(->|\.)(en|model)\b|(->|\.)en(->|\.)(sched|pool|exec|clock)\b' "$f" |
+            sed "s#^#$f:#; s#\$#: the runtime's engine is read through rt_stats/rt_kv_view#"
+    [ "$base" != engine.c ] &&
+        grep -nE '\ben(->|\.)(sched|pool|exec|clock)\b' "$f" |
+            sed "s#^#$f:#; s#\$#: the engine's stages are read through engine_stats/engine_kv_view#"
+    return 0
+}
+reached=$(for f in $(cd "$dir" && ls *.c */*.c 2>/dev/null); do reach "$dir/$f"; done
+          [ -d "$dir/../tools" ] && for f in "$dir"/../tools/*.c; do [ -f "$f" ] && reach "$f"; done)
+if [ -n "$reached" ]; then
+    echo "$reached" | sed 's/^/check_layers: field read past the stage below: /'
+    fails=$((fails + $(echo "$reached" | wc -l)))
+fi
+
 # nothing includes a .c file (infer.c above all: it is a program, not a module)
 for f in $all_files; do
     for h in $(includes "$dir/$f"); do
@@ -107,11 +131,13 @@ done
 # No circles: module x (x.c and x.h) depends on module y when either
 # includes y.h. Walk the graph depth-first from every module; meeting a
 # module already on the path is a circle. A module's fast half in a file of
-# its own (ops_avx512.c beside ops.c) is part of that module.
+# its own (ops_avx512.c beside ops.c) is part of that module, and so is its
+# private header (tokenizer_internal.h, what tokenizer.c shares with the
+# files beside it).
 edges=$(for f in $all_files; do
-    m=${f%.*}; m=${m%_avx512}
+    m=${f%.*}; m=${m%_avx512}; m=${m%_internal}
     for h in $(includes "$dir/$f"); do
-        t=${h%.h}; t=${t%_avx512}
+        t=${h%.h}; t=${t%_avx512}; t=${t%_internal}
         [ "$t" != "$m" ] && [ -f "$dir/$h" ] && echo "$m $t"
     done
 done | sort -u)

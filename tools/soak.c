@@ -461,16 +461,16 @@ static int run(const Args *a, const Model *m, const char *corpus, size_t corpus_
     while (submitted < a->requests || !rt_idle(&rt)) {
         int arrivals = below(&s.rng, 4);
         for (int k = 0; k < arrivals && submitted < a->requests; k++) {
-            if (engine_waiting(&rt.en) >= 2 * a->max_seqs) break;
+            if (rt_stats(&rt).engine.sched.waiting >= 2 * a->max_seqs) break;
             if (!submit(&s, submitted)) break;
             submitted++;
         }
         if (below(&s.rng, 64) == 0) cancel_one(&s);
         if (rt_idle(&rt)) continue;
         const StepReport *rep = rt_step(&rt);
-        if (rep->plan->n_items == 0 && engine_running(&rt.en) == 0 && rep->plan->n_preempted == 0) {
+        if (rep->plan->n_items == 0 && rt_stats(&rt).engine.sched.running == 0 && rep->plan->n_preempted == 0) {
             if (++stuck > 1000) {
-                failure(&s, "the engine schedules nothing while %d samples wait", engine_waiting(&rt.en));
+                failure(&s, "the engine schedules nothing while %d samples wait", rt_stats(&rt).engine.sched.waiting);
                 break;
             }
         } else {
@@ -490,13 +490,11 @@ static int run(const Args *a, const Model *m, const char *corpus, size_t corpus_
     if (s.finished != s.samples || never)
         failure(&s, "%ld samples submitted, %ld finished (%ld never)", s.samples, s.finished, never);
     /* nothing held */
-    const KvPool *pool = &rt.en.pool;
-    int held = kv_held_blocks(pool), refs = 0;
-    for (int b = 0; b < pool->NB; b++) refs += pool->refcount[b] != 0;
+    EngineStats es = rt_stats(&rt).engine;
+    int held = es.kv.held, sound = rt_check(&rt, &e) == ST_OK;
     if (held) failure(&s, "%d KV blocks still held after the run", held);
-    if (refs) failure(&s, "%d KV blocks with a refcount after the run", refs);
-    if (kv_pool_check(pool, &e)) failure(&s, "kv_pool_check: %s", e.msg);
-    if (rt.en.step_allocations) failure(&s, "the step loop allocated %zu times", rt.en.step_allocations);
+    if (!sound) failure(&s, "the KV pool's check: %s", e.msg);
+    if (es.step_allocations) failure(&s, "the step loop allocated %zu times", es.step_allocations);
     size_t heap1 = mem_stats().live_bytes;
     if (heap1 != heap0) failure(&s, "heap: %zu bytes live after init, %zu at the end", heap0, heap1);
     double growth = rss_warm > 0 ? 100.0 * (rss_end - rss_warm) / rss_warm : 0;
@@ -507,17 +505,17 @@ static int run(const Args *a, const Model *m, const char *corpus, size_t corpus_
     char cpu[128];
     cpu_name(cpu, sizeof cpu);
     printf("soak: %d requests (%ld samples) in %ld steps of the step clock, %.1f s wall on %s, %d thread%s\n",
-           a->requests, s.samples, rt.en.steps, wall, cpu, ops_threads(), ops_threads() == 1 ? "" : "s");
+           a->requests, s.samples, es.steps, wall, cpu, ops_threads(), ops_threads() == 1 ? "" : "s");
     printf("  engine: KV pool of %d blocks of %d tokens, max_seqs %d, chunk %d, priority policy\n",
-           pool->NB, pool->BS, a->max_seqs, a->chunk);
+           es.kv.n_blocks, es.kv.block_size, a->max_seqs, a->chunk);
     printf("  finishes: length %ld, eos %ld, stop %ld, cancel %ld, context %ld, error %ld\n",
            s.by_reason[FIN_LENGTH], s.by_reason[FIN_EOS], s.by_reason[FIN_STOP], s.by_reason[FIN_CANCEL],
            s.by_reason[FIN_CONTEXT], s.by_reason[FIN_ERROR]);
     printf("  %ld tokens out (%.1f per step), %ld preemptions, %ld cancels, %ld prefix-cache hit tokens, "
-           "%ld copy-on-write blocks\n", s.tokens, (double)s.tokens / (double)(rt.en.steps ? rt.en.steps : 1),
-           rt.en.sched.n_preemptions, s.cancels, pool->hits_tokens, pool->cow_copies);
-    printf("  after the run: %d blocks held, %d refcounts, pool check %s, %zu allocations in steps\n", held,
-           refs, kv_pool_check(pool, NULL) ? "FAILED" : "sound", rt.en.step_allocations);
+           "%ld copy-on-write blocks\n", s.tokens, (double)s.tokens / (double)(es.steps ? es.steps : 1),
+           es.sched.preemptions, s.cancels, es.kv.hits_tokens, es.kv.cow_copies);
+    printf("  after the run: %d blocks held, pool check %s, %zu allocations in steps\n", held,
+           sound ? "sound" : "FAILED", es.step_allocations);
     printf("  heap: %zu bytes live after init, %zu at the end\n", heap0, heap1);
     char limit[32];
     snprintf(limit, sizeof limit, a->rss_growth >= 0 ? "%g%%" : "none: reported only", a->rss_growth);

@@ -1,11 +1,11 @@
 # notes/gdb/trace.gdb - the KV map (notes/tracing.md, "Reading the text
-# trace"), worked out from the pool at each step, as engine_kv_map does.
+# trace"), worked out from the pool at each step, as trace_kv_map does.
 #
 #   make && gdb -q -x notes/gdb/trace.gdb
 #
 # The walkthroughs' workload (notes/gdb/workload.jsonl) with a pool of 12
 # blocks and the map drawn after every step (--trace --kv-map 1). At each
-# call of engine_kv_map it prints, for each of the 12 blocks, its refcount
+# call of trace_kv_map (told the pool as plain data, src/base/kv_view.h) it prints, for each of the 12 blocks, its refcount
 # (how many sequences hold it) and whether the prefix cache can find it
 # (registered), and the character the map will draw: refcount 2 or more '*',
 # 1 the holder's id, 0 and registered '+', else '.'. Lines the script prints
@@ -16,40 +16,41 @@ set confirm off
 set debuginfod enabled off
 set print address off
 
-break engine_kv_map
+break trace_kv_map
 commands
   silent
-  set $p = &en->pool
-  printf "| step %ld  refcount   ", en->steps
+  set $p = v
+  up-silently
+  set $step = rep->step
+  down-silently
+  printf "| step %ld  refcount   ", $step
   set $b = 0
-  while $b < $p->NB
+  while $b < $p->n_blocks
     printf "%d", $p->refcount[$b]
     set $b = $b + 1
   end
   printf "\n|          registered "
   set $b = 0
-  while $b < $p->NB
+  while $b < $p->n_blocks
     printf "%d", $p->registered[$b]
     set $b = $b + 1
   end
   printf "\n|          map        "
   set $b = 0
-  while $b < $p->NB
+  while $b < $p->n_blocks
     if $p->refcount[$b] > 1
       printf "*"
     else
       if $p->refcount[$b] == 1
         set $who = -1
         set $s = 0
-        while $s < en->sched.cfg.max_seqs
-          if en->sched.running[$s] != 0
-            set $j = 0
-            while $j < en->sched.running[$s]->kv.n_blocks
-              if en->sched.running[$s]->kv.table[$j] == $b
-                set $who = en->sched.running[$s]->id
-              end
-              set $j = $j + 1
+        while $s < $p->n_seqs
+          set $j = 0
+          while $j < $p->seqs[$s].n_blocks
+            if $p->seqs[$s].table[$j] == $b
+              set $who = $p->seqs[$s].id
             end
+            set $j = $j + 1
           end
           set $s = $s + 1
         end

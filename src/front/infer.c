@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 typedef struct {
-    CliEngine en;                    /* the engine options, shared with serve (cli_opts.h) */
+    CliEngine cli;                    /* the engine options, shared with serve (cli_opts.h) */
     const char *prompt, *workload, *out_dir;
     const char *stop[RT_MAX_STOP];
     int n_stop, max_tokens;
@@ -114,7 +114,7 @@ static int parse_args(int argc, char **argv, Options *o) {
                    .sp = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f, .seed = 42}};
     Err e;
     CliProgram prog = {.own = OWN, .take = own_option, .ctx = o, .usage = usage};
-    int st = cli_parse(argc, argv, &o->en, &prog, &e);
+    int st = cli_parse(argc, argv, &o->cli, &prog, &e);
     if (st) {
         if (st != CLI_HELP) fprintf(stderr, "infer: %s\n", e.msg);
         return st;
@@ -201,23 +201,23 @@ static int run_prompt(const Options *o, const Model *m, Runtime *rt) {
     if (rt->trace) trace_finish(rt->trace);
     const Telemetry *t = rt_telemetry(rt, id);
     if (rt_error(rt, id)) {   /* the model failed it: its text is cut short */
-        fprintf(stderr, "infer: %s: %s\n", o->en.model, rt_error(rt, id));
+        fprintf(stderr, "infer: %s: %s\n", o->cli.model, rt_error(rt, id));
         return 1;
     }
-    if (o->en.ec.clock == CLOCK_STEPS) {   /* no speeds: the clock counts steps, not seconds */
+    if (o->cli.ec.clock == CLOCK_STEPS) {   /* no speeds: the clock counts steps, not seconds */
         fprintf(stderr, "infer: %s %s, prompt %d tokens, generated %d (%s); %ld steps on the step "
                 "clock\n", m->format, dtype_name(m->wtype), q->n_prompt, q->n_out, why_name(q->finish),
-                rt->en.steps);
+                rt_stats(rt).engine.steps);
         return 0;
     }
     double prefill = t->first_token - t->first_scheduled, decode = t->finished - t->first_token;
     char hint[192];
-    load_hint(o->en.threads, hint, sizeof hint);
+    load_hint(o->cli.threads, hint, sizeof hint);
     fprintf(stderr, "infer: %s %s, prompt %d tokens, generated %d (%s); prefill %.1f tok/s, "
             "decode %.1f tok/s, %d thread%s%s\n", m->format, dtype_name(m->wtype), q->n_prompt,
             q->n_out, why_name(q->finish), prefill > 0 ? q->n_prompt / prefill : 0.0,
-            q->n_out > 1 && decode > 0 ? (q->n_out - 1) / decode : 0.0, o->en.threads,
-            o->en.threads == 1 ? "" : "s", hint);
+            q->n_out > 1 && decode > 0 ? (q->n_out - 1) / decode : 0.0, o->cli.threads,
+            o->cli.threads == 1 ? "" : "s", hint);
     return 0;
 }
 
@@ -334,9 +334,10 @@ static void summary(const Runtime *rt, Sink *sinks, int n, int lines, double sec
     if (ttft) qsort(ttft, (size_t)n_ttft, sizeof *ttft, cmp_double);
     if (tpot) qsort(tpot, (size_t)n_tpot, sizeof *tpot, cmp_double);
     char rate[160];   /* per second on the wall clock; per step on the step clock */
-    if (rt->en.clock.kind == CLOCK_STEPS)
+    EngineStats es = rt_stats(rt).engine;
+    if (es.clock == CLOCK_STEPS)
         snprintf(rate, sizeof rate, "in %ld steps of the step clock: %ld output tokens, %.2f per step",
-                 rt->en.steps, out, rt->en.steps ? (double)out / rt->en.steps : 0.0);
+                 es.steps, out, es.steps ? (double)out / es.steps : 0.0);
     else
         snprintf(rate, sizeof rate, "in %.2f s: %.2f requests/s, %ld output tokens, %.1f output tok/s",
                  seconds, served / seconds, out, out / seconds);
@@ -345,8 +346,7 @@ static void summary(const Runtime *rt, Sink *sinks, int n, int lines, double sec
             "tokens (peak %d held)\n", served, from, refused, rate,
             ttft ? percentile(ttft, n_ttft, 50) : 0.0, ttft ? percentile(ttft, n_ttft, 99) : 0.0,
             tpot ? percentile(tpot, n_tpot, 50) : 0.0, tpot ? percentile(tpot, n_tpot, 99) : 0.0,
-            rt->en.steps, rt->en.sched.n_preemptions, rt->en.pool.NB, rt->en.pool.BS,
-            rt->en.pool.peak_held);
+            es.steps, es.sched.preemptions, es.kv.n_blocks, es.kv.block_size, es.kv.peak_held);
     mem_free(ttft);
     mem_free(tpot);
 }
@@ -445,7 +445,7 @@ int main(int argc, char **argv) {
     }
     int st = parse_args(argc, argv, &o);
     if (st) return st == CLI_HELP ? 0 : 2;
-    ops_set_threads(o.en.threads);
+    ops_set_threads(o.cli.threads);
 
     Err e = {{0}};
     Model m;
@@ -453,50 +453,50 @@ int main(int argc, char **argv) {
     Trace trace = {0};
     FILE *json = NULL;
     int rc = 1;
-    if (model_load_opts(&m, o.en.model, o.en.tokenizer, &o.en.mo, &e)) {
+    if (model_load_opts(&m, o.cli.model, o.cli.tokenizer, &o.cli.mo, &e)) {
         fprintf(stderr, "infer: %s\n", e.msg);
         return 1;
     }
     if (!o.workload) {   /* one request: a sequence slot, no more */
-        o.en.ec.sched.max_seqs = 1;
-        if (o.en.ec.n_blocks == 0 && o.en.ec.kv_bytes == 0)
-            o.en.ec.n_blocks = (m.cfg.seq_len + o.en.ec.block_size - 1) / o.en.ec.block_size;
+        o.cli.ec.sched.max_seqs = 1;
+        if (o.cli.ec.n_blocks == 0 && o.cli.ec.kv_bytes == 0)
+            o.cli.ec.n_blocks = (m.cfg.seq_len + o.cli.ec.block_size - 1) / o.cli.ec.block_size;
     }
-    SchedConfig *sc = &o.en.ec.sched;
+    SchedConfig *sc = &o.cli.ec.sched;
     if (sc->max_seqs > sc->token_budget) sc->token_budget = sc->max_seqs;
-    st = rt_init(&rt, &m, &o.en.ec, &e);
+    st = rt_init(&rt, &m, &o.cli.ec, &e);
     if (st) {   /* ST_ARG: the options asked for what cannot be (a pool past int slots...) */
         fprintf(stderr, "infer: %s\n", e.msg);
         rt_free(&rt);
         model_free(&m);
         return st == ST_ARG ? 2 : 1;
     }
-    if (o.en.trace_json && !(json = open_output("--trace-json ", o.en.trace_json))) goto out;
-    if (o.en.trace || json || o.en.trace_svg) {
-        if (trace_init(&trace, o.en.trace, stderr, json, o.en.trace_svg ? 1 << 18 : 0,
-                       o.en.ec.clock == CLOCK_STEPS, &e) ||
+    if (o.cli.trace_json && !(json = open_output("--trace-json ", o.cli.trace_json))) goto out;
+    if (o.cli.trace || json || o.cli.trace_svg) {
+        if (trace_init(&trace, o.cli.trace, stderr, json, o.cli.trace_svg ? 1 << 18 : 0,
+                       o.cli.ec.clock == CLOCK_STEPS, &e) ||
             rt_set_trace(&rt, &trace, &e)) {
             fprintf(stderr, "infer: %s\n", e.msg);
             goto out;
         }
-        trace.kv_map_every = o.en.kv_map;
+        trace.kv_map_every = o.cli.kv_map;
     }
     MemStats ready = mem_stats();
     rc = o.workload ? run_workload(&o, &rt) : run_prompt(&o, &m, &rt);
-    if (rc == 0 && o.en.trace_svg) {
-        FILE *f = open_output("--trace-svg ", o.en.trace_svg);
+    if (rc == 0 && o.cli.trace_svg) {
+        FILE *f = open_output("--trace-svg ", o.cli.trace_svg);
         if (!f) {
             rc = 1;
         } else {
             int bad = trace_write_svg(&trace, f) != ST_OK || fflush(f) != 0, why = errno ? errno : EIO;
             if (fclose(f) && !bad) bad = 1, why = errno;
             if (bad) {
-                fprintf(stderr, "infer: --trace-svg %s: cannot write: %s\n", o.en.trace_svg, strerror(why));
+                fprintf(stderr, "infer: --trace-svg %s: cannot write: %s\n", o.cli.trace_svg, strerror(why));
                 rc = 1;
             }
         }
     }
-    if (rc == 0 && o.en.trace) {
+    if (rc == 0 && o.cli.trace) {
         TraceMemory mem = rt_memory(&rt, ready);
         trace_memory_report(&trace, stderr, &mem);
     }
@@ -505,7 +505,7 @@ out:
         int bad = fflush(json) != 0 || ferror(json), why = errno ? errno : EIO;
         if (fclose(json) && !bad) bad = 1, why = errno;
         if (bad) {
-            fprintf(stderr, "infer: --trace-json %s: cannot write: %s\n", o.en.trace_json, strerror(why));
+            fprintf(stderr, "infer: --trace-json %s: cannot write: %s\n", o.cli.trace_json, strerror(why));
             rc = 1;
         }
     }

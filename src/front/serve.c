@@ -19,7 +19,7 @@
 #include <string.h>
 
 typedef struct {
-    CliEngine en;
+    CliEngine cli;
     const char *host, *model_name;
     int port, max_queue;
     long max_body;
@@ -71,12 +71,12 @@ static int parse_args(int argc, char **argv, Options *o) {
     *o = (Options){.host = "127.0.0.1", .port = 8000, .max_queue = 256, .max_body = 1 << 20};
     Err e;
     CliProgram prog = {.own = OWN, .take = own_option, .ctx = o, .usage = usage};
-    int st = cli_parse(argc, argv, &o->en, &prog, &e);
+    int st = cli_parse(argc, argv, &o->cli, &prog, &e);
     if (st) {
         if (st != CLI_HELP) fprintf(stderr, "serve: %s\n", e.msg);
         return st;
     }
-    if (o->en.trace_json || o->en.trace_svg) {
+    if (o->cli.trace_json || o->cli.trace_svg) {
         fprintf(stderr, "serve: --trace-json and --trace-svg are infer's (a server never ends a run); "
                 "use --trace\n");
         return -1;
@@ -90,8 +90,8 @@ static void model_id(const Options *o, char *out, size_t cap) {
         snprintf(out, cap, "%s", o->model_name);
         return;
     }
-    const char *base = strrchr(o->en.model, '/');
-    snprintf(out, cap, "%s", base ? base + 1 : o->en.model);
+    const char *base = strrchr(o->cli.model, '/');
+    snprintf(out, cap, "%s", base ? base + 1 : o->cli.model);
     char *dot = strrchr(out, '.');
     if (dot && dot != out) *dot = 0;
 }
@@ -114,8 +114,8 @@ int main(int argc, char **argv) {
     }
     int st = parse_args(argc, argv, &o);
     if (st) return st == CLI_HELP ? 0 : 2;
-    ops_set_threads(o.en.threads);
-    SchedConfig *sc = &o.en.ec.sched;
+    ops_set_threads(o.cli.threads);
+    SchedConfig *sc = &o.cli.ec.sched;
     if (sc->max_seqs > sc->token_budget) sc->token_budget = sc->max_seqs;
 
     Model m;
@@ -123,24 +123,24 @@ int main(int argc, char **argv) {
     Trace trace = {0};
     Server srv = {0};
     int rc = 1;
-    if (model_load_opts(&m, o.en.model, o.en.tokenizer, &o.en.mo, &e)) {
+    if (model_load_opts(&m, o.cli.model, o.cli.tokenizer, &o.cli.mo, &e)) {
         fprintf(stderr, "serve: %s\n", e.msg);
         return 1;
     }
-    int init = rt_init(&rt, &m, &o.en.ec, &e);
+    int init = rt_init(&rt, &m, &o.cli.ec, &e);
     if (init) {   /* ST_ARG: the options asked for what cannot be */
         fprintf(stderr, "serve: %s\n", e.msg);
         rt_free(&rt);
         model_free(&m);
         return init == ST_ARG ? 2 : 1;
     }
-    if (o.en.trace) {
-        if (trace_init(&trace, o.en.trace, stderr, NULL, 0, o.en.ec.clock == CLOCK_STEPS, &e) ||
+    if (o.cli.trace) {
+        if (trace_init(&trace, o.cli.trace, stderr, NULL, 0, o.cli.ec.clock == CLOCK_STEPS, &e) ||
             rt_set_trace(&rt, &trace, &e)) {
             fprintf(stderr, "serve: %s\n", e.msg);
             goto out;
         }
-        trace.kv_map_every = o.en.kv_map;
+        trace.kv_map_every = o.cli.kv_map;
     }
     char id[256];
     model_id(&o, id, sizeof id);
@@ -158,13 +158,13 @@ int main(int argc, char **argv) {
     }
     fprintf(stderr, "serve: listening on http://%s:%d (model %s, chat template %s, %d sequences, "
             "KV pool %d blocks of %d tokens)\n", o.host, srv.port, id, srv_template_name(tmpl),
-            sc->max_seqs, rt.en.pool.NB, rt.en.pool.BS);
+            sc->max_seqs, rt_stats(&rt).engine.kv.n_blocks, rt_stats(&rt).engine.kv.block_size);
     fflush(stderr);
     rc = srv_run(&srv, &stop_asked, &e) ? 1 : 0;
     if (rc) fprintf(stderr, "serve: %s\n", e.msg);
     srv_free(&srv);
     fprintf(stderr, "serve: stopped (%s)\n", stop_asked == SIGTERM ? "SIGTERM" : "SIGINT");
-    if (o.en.trace) {
+    if (o.cli.trace) {
         trace_finish(&trace);
         TraceMemory mem = rt_memory(&rt, ready);
         trace_memory_report(&trace, stderr, &mem);

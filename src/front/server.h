@@ -13,137 +13,19 @@
  *   to the job under the job's own lock, the only lock taken while the
  *   engine runs.
  *
- * The first half of this header is pure functions (a body in, a request or
- * an OpenAI error out; a chunk in, its SSE bytes out; chat templates; the
- * metrics text), testable without a socket. See notes/server.md. */
+ * Its pieces, one job a file: openai.h (the wire format, pure functions),
+ * metrics.h (the counters and their Prometheus text), server_engine.c (the
+ * engine thread), server_http.c (the HTTP threads); server_internal.h is
+ * what the last two share. See notes/server.md. */
 #ifndef SERVER_H
 #define SERVER_H
 #include "base/err.h"
+#include "front/metrics.h"
+#include "front/openai.h"
 #include "runtime.h"
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
-
-/* ---- chat templates: recognised by markers, rendered here ---- */
-
-typedef enum { TMPL_PLAIN = 0, TMPL_CHATML, TMPL_LLAMA2, TMPL_LLAMA3, TMPL_ZEPHYR } ChatTemplate;
-
-typedef struct {
-    const char *role, *content;
-} SrvMessage;
-
-const char *srv_template_name(ChatTemplate t);   /* "plain", "chatml", "llama2", "llama3", "zephyr" */
-/* The template a model's tokenizer.chat_template (len bytes, NULL: none)
- * is, recognised by the markers it contains; TMPL_PLAIN if none matches. */
-ChatTemplate srv_template_detect(const char *tmpl, size_t len);
-/* The prompt for messages m[0..n) ending where the assistant speaks next,
- * malloc'd (free it); NULL if out of memory. */
-char *srv_chat_render(ChatTemplate t, const SrvMessage *m, int n);
-
-/* ---- a request body, parsed and checked ---- */
-
-/* An OpenAI error: HTTP status, type, the field at fault ("" for none). */
-typedef struct {
-    int status;
-    const char *type;
-    char param[48];
-    char msg[400];
-} SrvError;
-
-/* What a request's body is checked against. */
-typedef struct {
-    const char *model_id;        /* the name in /v1/models; "model" must be it when given */
-    ChatTemplate tmpl;           /* how chat messages become a prompt */
-    int max_tokens_default;      /* when the body gives none (completions: 16, as OpenAI) */
-    int chat_max_tokens_default; /* chat: up to the context */
-} SrvLimits;
-
-typedef struct {
-    int chat;                    /* /v1/chat/completions */
-    char *prompt;                /* malloc'd: the text, or the rendered messages */
-    int max_tokens, n, stream, include_usage, ignore_eos;
-    SamplerParams sp;
-    int seed_given;              /* 0: the server picks a seed */
-    Priority priority;
-    char stop[RT_MAX_STOP][RT_STOP_LEN + 1];
-    int n_stop;
-} SrvRequest;
-
-/* Parse body (len bytes, JSON) for /v1/completions (chat 0) or
- * /v1/chat/completions (chat 1). ST_OK with *r filled (free it with
- * srv_request_free), or ST_ARG with err: 400 naming the field, 404 for
- * another model. */
-int srv_parse_request(const char *body, size_t len, int chat, const SrvLimits *lim, SrvRequest *r,
-                      SrvError *err);
-void srv_request_free(SrvRequest *r);               /* accepts a zeroed one */
-
-/* {"error": {"message", "type", "param", "code"}}, malloc'd; NULL if out of memory. */
-char *srv_error_json(const SrvError *err);
-
-/* ---- responses and SSE chunks, shaped as OpenAI's ---- */
-
-typedef struct {
-    int prompt_tokens, completion_tokens;
-} SrvUsage;
-
-/* One choice of a whole response. */
-typedef struct {
-    const char *text;
-    size_t len;
-    const char *finish;          /* "stop", "length", ... */
-} SrvChoice;
-
-/* A whole (not streamed) response, malloc'd JSON. */
-char *srv_response_json(int chat, const char *id, const char *model, long created, const SrvChoice *c,
-                        int n, const SrvUsage *u);
-
-/* One streamed event. */
-typedef struct {
-    int chat;
-    const char *id, *model;
-    long created;
-    int index;                   /* the choice */
-    const char *text;            /* new text (len bytes), or NULL */
-    size_t len;
-    int role;                    /* chat: the choice's first chunk carries "role": "assistant" */
-    const char *finish;          /* NULL while the choice runs */
-    const SrvUsage *usage;       /* the closing usage chunk (choices empty), or NULL */
-    int usage_null;              /* stream_options.include_usage: "usage": null on the others */
-} SrvChunk;
-
-/* "data: {...}\n\n", malloc'd; NULL if out of memory. */
-char *srv_sse_chunk(const SrvChunk *c);
-#define SRV_SSE_DONE "data: [DONE]\n\n"
-
-/* The finish_reason OpenAI names for a FinishReason. */
-const char *srv_finish_reason(FinishReason f);
-
-/* ---- metrics ---- */
-
-enum { SRV_BUCKETS = 12 };
-
-typedef struct {
-    double le[SRV_BUCKETS];      /* upper bounds, seconds; +Inf is implicit */
-    long count[SRV_BUCKETS + 1]; /* per bucket (not cumulative); the last is above them all */
-    double sum;
-    long n;
-} SrvHistogram;
-
-typedef struct {
-    long finished[FIN_ERROR + 1];    /* requests by how they ended (FinishReason) */
-    long rejected_invalid, rejected_full, rejected_other;   /* 4xx, 503, refused by the runtime */
-    long prompt_tokens, completion_tokens;
-    SrvHistogram ttft, tpot;
-    int kv_held, kv_cached, kv_free; /* blocks, after the last step */
-    int running, waiting;            /* requests in the engine */
-    int http_in_flight;              /* jobs handed to the engine and not finished */
-    long preemptions, steps;
-} SrvMetrics;
-
-void srv_metrics_init(SrvMetrics *m);
-void srv_histogram_add(SrvHistogram *h, double v);
-/* Prometheus text (HELP and TYPE lines), malloc'd; NULL if out of memory. */
-char *srv_metrics_text(const SrvMetrics *m);
 
 /* ---- the server ---- */
 
@@ -155,7 +37,7 @@ typedef struct {
     size_t max_body;             /* bytes; 413 beyond */
 } SrvConfig;
 
-typedef struct Job Job;          /* private to server.c */
+typedef struct Job Job;          /* private to the server (server_internal.h) */
 typedef struct SrvEvent SrvEvent;
 
 typedef struct {

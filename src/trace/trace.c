@@ -433,6 +433,77 @@ void trace_finish(Trace *t) {
     }
 }
 
+/* ---- the KV pool drawn (told as plain data, kv_view.h) ---- */
+
+static char owner_char(int id) {
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    return digits[id % 62];
+}
+
+/* Append to buf[*n .. cap), keeping it terminated. */
+static void put(char *buf, int cap, int *n, const char *s, int len) {
+    if (*n + len > cap - 1) len = cap - 1 - *n;
+    if (len <= 0) return;
+    memcpy(buf + *n, s, (size_t)len);
+    *n += len;
+    buf[*n] = 0;
+}
+
+/* exercises/kv_map/ hollows this function: built with -DEXERCISE_KV_MAP,
+ * the file that macro names stands in its place (tools/exercise.sh). */
+#ifdef EXERCISE_KV_MAP
+#include EXERCISE_KV_MAP
+#else
+int trace_kv_map(const KvView *v, char *buf, int cap) {
+    enum { PER_LINE = 64 };
+    char line[PER_LINE + 32];
+    int n = 0;
+    if (cap > 0) buf[0] = 0;
+    int k = snprintf(line, sizeof line, "%15sKV pool, %d blocks of %d tokens", "", v->n_blocks, v->block_size);
+    put(buf, cap, &n, line, k);
+    const char *legend = " ('.' free, '+' cached, id = held by that request, '*' shared):\n";
+    put(buf, cap, &n, legend, (int)strlen(legend));
+    for (int b0 = 0; b0 < v->n_blocks; b0 += PER_LINE) {
+        int w = v->n_blocks - b0 < PER_LINE ? v->n_blocks - b0 : PER_LINE;
+        char row[PER_LINE];
+        for (int i = 0; i < w; i++) {
+            int b = b0 + i;
+            row[i] = v->refcount[b] > 1 ? '*' : v->refcount[b] == 1 ? '?' : v->registered[b] ? '+' : '.';
+        }
+        for (int s = 0; s < v->n_seqs; s++) {   /* who holds each block */
+            const KvViewSeq *q = &v->seqs[s];
+            for (int j = 0; j < q->n_blocks; j++) {
+                int b = q->table[j];
+                if (b >= b0 && b < b0 + w && row[b - b0] == '?') row[b - b0] = owner_char(q->id);
+            }
+        }
+        k = snprintf(line, sizeof line, "%15s%5d %.*s\n", "", b0, w, row);
+        put(buf, cap, &n, line, k);
+    }
+    return n;
+}
+#endif
+
+int trace_block_tables(const KvView *v, char *buf, int cap) {
+    int n = 0;
+    if (cap > 0) buf[0] = 0;
+    for (int s = 0; s < v->n_seqs; s++) {
+        const KvViewSeq *q = &v->seqs[s];
+        char item[32];
+        int k = snprintf(item, sizeof item, "%15s#%d slot %d, ", "", q->id, q->slot);
+        put(buf, cap, &n, item, k);
+        k = snprintf(item, sizeof item, "%d tokens in blocks [", q->n_tokens);
+        put(buf, cap, &n, item, k);
+        for (int j = 0; j < q->n_blocks; j++) {
+            int b = q->table[j];
+            k = snprintf(item, sizeof item, "%s%d%s", j ? " " : "", b, v->refcount[b] > 1 ? "*" : "");
+            put(buf, cap, &n, item, k);
+        }
+        put(buf, cap, &n, "]\n", 2);
+    }
+    return n;
+}
+
 /* ---- pictures ---- */
 
 #define CACHED_COLOUR "#60b060"

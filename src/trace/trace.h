@@ -27,6 +27,7 @@
 #ifndef TRACE_H
 #define TRACE_H
 #include "base/err.h"
+#include "base/kv_view.h"
 #include <stdint.h>
 #include <stdio.h>
 
@@ -82,7 +83,7 @@ typedef struct {
     double stage[TRACE_STAGES];      /* seconds in schedule, build, forward, sample, output */
     double decode, decode_wait;      /* --low-mem: seconds decoding weights (on the helper thread,
                                         overlapping forward) and of forward spent waiting for them */
-    const char *kv_map;              /* the pool drawn by its owner, or NULL */
+    const char *kv_map;              /* the pool drawn (trace_kv_map), or NULL */
     const char *block_tables;        /* each running sequence's blocks, or NULL */
 } TraceStep;
 
@@ -146,6 +147,17 @@ void trace_flush(Trace *t);
 /* Does step `step` (which preempted n) want the KV map, the block tables? */
 int trace_wants_kv_map(const Trace *t, long step, int n_preempted);
 int trace_wants_block_tables(const Trace *t);
+
+/* The KV pool as text: one character per block, 64 to a line, each line
+ * indented and numbered. '.' free, '+' cached (nobody holds it, its K/V
+ * kept for the prefix cache), a sequence's id in base 62 (0-9, a-z, A-Z,
+ * modulo 62) for a block one sequence holds, '*' for a block several hold.
+ * Returns the length written (cut short at cap - 1, terminated). */
+int trace_kv_map(const KvView *v, char *buf, int cap);
+
+/* Each running sequence's block table as text, a line each
+ * ("#3 slot 1, 40 tokens in blocks [4 5* 9]", '*' = shared). */
+int trace_block_tables(const KvView *v, char *buf, int cap);
 
 /* Hooks. now: seconds since start. ST_NOMEM from trace_arrived only (its
  * table of live requests grows then, outside the step loop). */

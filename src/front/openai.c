@@ -1,0 +1,429 @@
+/* openai.c - the OpenAI wire format (see openai.h and notes/server.md):
+ * chat templates recognised by their markers and rendered, a request body
+ * parsed and checked field by field (every refusal names the field), and
+ * responses and SSE chunks shaped as OpenAI's. Pure functions: any thread
+ * may call them, and they allocate with malloc (strbuf.h says why). */
+#include "front/openai.h"
+#include "front/json_nul.h"
+#include "front/strbuf.h"
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ==== chat templates ======================================================== */
+
+const char *srv_template_name(ChatTemplate t) {
+    static const char *const names[] = {"plain", "chatml", "llama2", "llama3", "zephyr"};
+    return t >= TMPL_PLAIN && t <= TMPL_ZEPHYR ? names[t] : "unknown";
+}
+
+static int has(const char *s, size_t n, const char *marker) {
+    return s && memmem(s, n, marker, strlen(marker)) != NULL;
+}
+
+/* As llama.cpp does, by the markers a Jinja template writes out: it is
+ * never run, only recognised. Phi-3 also writes <|user|> but ends turns
+ * with <|end|>: not Zephyr, so plain. */
+ChatTemplate srv_template_detect(const char *t, size_t n) {
+    if (has(t, n, "<|im_start|>")) return TMPL_CHATML;
+    if (has(t, n, "<|start_header_id|>") && has(t, n, "<|end_header_id|>")) return TMPL_LLAMA3;
+    if (has(t, n, "[INST]")) return TMPL_LLAMA2;
+    if (has(t, n, "<|user|>") && !has(t, n, "<|end|>")) return TMPL_ZEPHYR;
+    return TMPL_PLAIN;
+}
+
+/* BOS is not written: the runtime puts it first (RtParams.add_bos). */
+char *srv_chat_render(ChatTemplate t, const SrvMessage *m, int n) {
+    Buf b = {0};
+    int i = 0;
+    switch (t) {
+    case TMPL_CHATML:
+        for (; i < n; i++) buf_printf(&b, "<|im_start|>%s\n%s<|im_end|>\n", m[i].role, m[i].content);
+        buf_str(&b, "<|im_start|>assistant\n");
+        break;
+    case TMPL_LLAMA3:
+        for (; i < n; i++)
+            buf_printf(&b, "<|start_header_id|>%s<|end_header_id|>\n\n%s<|eot_id|>", m[i].role, m[i].content);
+        buf_str(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        break;
+    case TMPL_LLAMA2: {
+        /* [INST] <<SYS>>\nsystem\n<</SYS>>\n\nuser [/INST] answer</s><s>[INST] ... */
+        const char *sys = NULL;
+        int first = 1;
+        for (; i < n; i++) {
+            if (!strcmp(m[i].role, "system")) {
+                sys = m[i].content;
+            } else if (!strcmp(m[i].role, "user")) {
+                buf_str(&b, first ? "[INST] " : "<s>[INST] ");
+                if (sys) buf_printf(&b, "<<SYS>>\n%s\n<</SYS>>\n\n", sys);
+                sys = NULL;
+                buf_printf(&b, "%s [/INST]", m[i].content);
+                first = 0;
+            } else {
+                buf_printf(&b, " %s</s>", m[i].content);
+            }
+        }
+        break;
+    }
+    case TMPL_ZEPHYR:
+        for (; i < n; i++) buf_printf(&b, "<|%s|>\n%s</s>\n", m[i].role, m[i].content);
+        buf_str(&b, "<|assistant|>\n");
+        break;
+    default:
+        for (; i < n; i++) buf_printf(&b, "%s: %s\n", m[i].role, m[i].content);
+        buf_str(&b, "assistant:");
+        break;
+    }
+    return buf_take(&b);
+}
+
+/* ==== a request body ======================================================== */
+
+int srv_error_set(SrvError *err, int status, const char *param, const char *fmt, ...) {
+    err->status = status;
+    err->type = status >= 500 ? "server_error" : status == 404 ? "not_found_error" : "invalid_request_error";
+    snprintf(err->param, sizeof err->param, "%s", param);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    return ST_ARG;
+}
+
+/* The field, or NULL when absent or null (OpenAI's clients send null for "not given"). */
+static const cJSON *field(const cJSON *o, const char *key) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, key);
+    return f && !cJSON_IsNull(f) ? f : NULL;
+}
+
+/* An integer field in lo..hi: 1 given (in *out), 0 absent, ST_ARG bad. */
+static int get_int(const cJSON *o, const char *key, double lo, double hi, long long *out, SrvError *err) {
+    const cJSON *f = field(o, key);
+    if (!f) return 0;
+    double v = f->valuedouble;
+    if (!cJSON_IsNumber(f) || !(v >= lo && v <= hi) || v != (double)(long long)v)
+        return srv_error_set(err, 400, key, "%s must be an integer in %.0f..%.0f", key, lo, hi);
+    *out = (long long)v;
+    return 1;
+}
+
+static int get_number(const cJSON *o, const char *key, double lo, double hi, int lo_open, float *out,
+                      SrvError *err) {
+    const cJSON *f = field(o, key);
+    if (!f) return 0;
+    double v = f->valuedouble;
+    if (!cJSON_IsNumber(f) || v < lo || v > hi || (lo_open && v == lo))
+        return srv_error_set(err, 400, key, "%s must be a number in %s%g, %g]", key, lo_open ? "(" : "[", lo, hi);
+    *out = (float)v;
+    return 1;
+}
+
+static int get_bool(const cJSON *o, const char *key, int *out, SrvError *err) {
+    const cJSON *f = field(o, key);
+    if (!f) return 0;
+    if (!cJSON_IsBool(f)) return srv_error_set(err, 400, key, "%s must be true or false", key);
+    *out = cJSON_IsTrue(f);
+    return 1;
+}
+
+/* A message's content: a string, or an array of {"type": "text", "text": ...}
+ * parts joined. malloc'd; NULL with err. */
+static char *message_content(const cJSON *c, int i, SrvError *err) {
+    char param[48];
+    snprintf(param, sizeof param, "messages[%d].content", i);
+    if (cJSON_IsString(c)) return strdup(c->valuestring);
+    if (!cJSON_IsArray(c)) {
+        srv_error_set(err, 400, param, "%s must be a string or an array of text parts", param);
+        return NULL;
+    }
+    Buf b = {0};
+    const cJSON *part;
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text)) {
+            free(b.s);
+            srv_error_set(err, 400, param, "%s: only parts of type \"text\" are supported", param);
+            return NULL;
+        }
+        buf_str(&b, text->valuestring);
+    }
+    char *s = buf_take(&b);
+    if (!s) srv_error_set(err, 500, "", "out of memory");
+    return s;
+}
+
+static int parse_messages(const cJSON *body, const SrvLimits *lim, SrvRequest *r, SrvError *err) {
+    const cJSON *ms = field(body, "messages");
+    if (!ms) return srv_error_set(err, 400, "messages", "messages is required");
+    int n = cJSON_GetArraySize(ms);
+    if (!cJSON_IsArray(ms) || n < 1 || n > 1024)
+        return srv_error_set(err, 400, "messages", "messages must be an array of 1 to 1024 messages");
+    SrvMessage *m = calloc((size_t)n, sizeof *m);
+    char **content = calloc((size_t)n, sizeof *content);
+    int st = ST_OK, i = 0;
+    if (!m || !content) st = srv_error_set(err, 500, "", "out of memory");
+    const cJSON *msg;
+    cJSON_ArrayForEach(msg, ms) {
+        if (st) break;
+        char param[48];
+        snprintf(param, sizeof param, "messages[%d].role", i);
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
+        if (!cJSON_IsObject(msg) || !cJSON_IsString(role)) {
+            st = srv_error_set(err, 400, param, "%s must be a string", param);
+            break;
+        }
+        const char *rs = role->valuestring;
+        if (!strcmp(rs, "developer")) rs = "system";   /* OpenAI's newer name for it */
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant")) {
+            st = srv_error_set(err, 400, param, "%s \"%s\" is not system, user or assistant", param, rs);
+            break;
+        }
+        content[i] = message_content(cJSON_GetObjectItemCaseSensitive(msg, "content"), i, err);
+        if (!content[i]) {
+            st = ST_ARG;
+            break;
+        }
+        m[i] = (SrvMessage){.role = rs, .content = content[i]};
+        i++;
+    }
+    if (!st && !(r->prompt = srv_chat_render(lim->tmpl, m, n))) st = srv_error_set(err, 500, "", "out of memory");
+    for (int k = 0; content && k < n; k++) free(content[k]);
+    free(content);
+    free(m);
+    return st;
+}
+
+static int parse_stop(const cJSON *body, SrvRequest *r, SrvError *err) {
+    const cJSON *s = field(body, "stop");
+    if (!s) return ST_OK;
+    const cJSON *one[1] = {s};
+    int n = cJSON_IsString(s) ? 1 : cJSON_IsArray(s) ? cJSON_GetArraySize(s) : -1;
+    if (n < 0 || n > RT_MAX_STOP)
+        return srv_error_set(err, 400, "stop", "stop must be a string or an array of at most %d strings", RT_MAX_STOP);
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_IsString(s) ? one[0] : cJSON_GetArrayItem(s, i);
+        if (!cJSON_IsString(e) || !e->valuestring[0] || strlen(e->valuestring) > RT_STOP_LEN)
+            return srv_error_set(err, 400, "stop", "stop strings must be strings of 1 to %d bytes", RT_STOP_LEN);
+        snprintf(r->stop[i], sizeof r->stop[i], "%s", e->valuestring);
+    }
+    r->n_stop = n;
+    return ST_OK;
+}
+
+/* The rest of the fields, on a parsed object. */
+static int parse_fields(const cJSON *body, int chat, const SrvLimits *lim, SrvRequest *r, SrvError *err) {
+    const cJSON *model = field(body, "model");
+    if (model && !cJSON_IsString(model)) return srv_error_set(err, 400, "model", "model must be a string");
+    if (model && strcmp(model->valuestring, lim->model_id))
+        return srv_error_set(err, 404, "model", "the model '%s' does not exist (this server serves '%s')",
+                    model->valuestring, lim->model_id);
+    if (chat) {
+        if (parse_messages(body, lim, r, err)) return ST_ARG;
+    } else {
+        const cJSON *p = field(body, "prompt");
+        if (p && cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1) p = cJSON_GetArrayItem(p, 0);
+        if (!p) return srv_error_set(err, 400, "prompt", "prompt is required");
+        if (!cJSON_IsString(p)) return srv_error_set(err, 400, "prompt", "prompt must be a string (or an array of one)");
+        if (!(r->prompt = strdup(p->valuestring))) return srv_error_set(err, 500, "", "out of memory");
+    }
+    long long v = 0;
+    int got;
+    r->max_tokens = chat ? lim->chat_max_tokens_default : lim->max_tokens_default;
+    const char *mt = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if ((got = get_int(body, mt, 1, 1 << 30, &v, err)) < 0) return ST_ARG;
+    if (got) r->max_tokens = (int)v;
+    r->sp = (SamplerParams){.temperature = 1.0f, .top_k = 0, .top_p = 1.0f};
+    if (get_number(body, "temperature", 0, 2, 0, &r->sp.temperature, err) < 0) return ST_ARG;
+    if (get_number(body, "top_p", 0, 1, 1, &r->sp.top_p, err) < 0) return ST_ARG;
+    if ((got = get_int(body, "top_k", -1, 1 << 30, &v, err)) < 0) return ST_ARG;
+    if (got) r->sp.top_k = v < 0 ? 0 : (int)v;   /* -1 means off, as in vLLM */
+    if ((got = get_int(body, "seed", 0, 9007199254740991.0, &v, err)) < 0) return ST_ARG;
+    if (got) r->sp.seed = (unsigned long long)v, r->seed_given = 1;
+    r->n = 1;
+    if ((got = get_int(body, "n", 1, RT_MAX_SAMPLES, &v, err)) < 0) return ST_ARG;
+    if (got) r->n = (int)v;
+    if (parse_stop(body, r, err)) return ST_ARG;
+    if (get_bool(body, "stream", &r->stream, err) < 0) return ST_ARG;
+    const cJSON *so = field(body, "stream_options");
+    if (so) {
+        if (!r->stream) return srv_error_set(err, 400, "stream_options", "stream_options is only allowed with stream: true");
+        if (!cJSON_IsObject(so)) return srv_error_set(err, 400, "stream_options", "stream_options must be an object");
+        if (get_bool(so, "include_usage", &r->include_usage, err) < 0)
+            return srv_error_set(err, 400, "stream_options.include_usage", "stream_options.include_usage must be true or false");
+    }
+    if (get_bool(body, "ignore_eos", &r->ignore_eos, err) < 0) return ST_ARG;
+    r->priority = PRIO_NORMAL;
+    const cJSON *pr = field(body, "priority");
+    if (pr) {
+        Err e;
+        if (!cJSON_IsString(pr) || rt_parse_priority(pr->valuestring, &r->priority, &e))
+            return srv_error_set(err, 400, "priority", "priority must be \"low\", \"normal\" or \"high\"");
+    }
+    /* What this engine does not do is refused by name, not ignored. */
+    int flag = 0;
+    if (get_bool(body, "echo", &flag, err) < 0 || flag)
+        return srv_error_set(err, 400, "echo", "echo is not supported");
+    if (field(body, "logprobs") && !cJSON_IsFalse(field(body, "logprobs")))
+        return srv_error_set(err, 400, "logprobs", "logprobs is not supported");
+    if ((got = get_int(body, "best_of", 1, 1, &v, err)) < 0)
+        return srv_error_set(err, 400, "best_of", "best_of is not supported (only 1)");
+    if (field(body, "tools")) return srv_error_set(err, 400, "tools", "tools are not supported");
+    return ST_OK;
+}
+
+int srv_parse_request(const char *body, size_t len, int chat, const SrvLimits *lim, SrvRequest *r,
+                      SrvError *err) {
+    memset(r, 0, sizeof *r);
+    r->chat = chat;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    int st;
+    char key[64];
+    size_t rest = j && end ? (size_t)(body + len - end) : 0;
+    while (rest && (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n')) end++, rest--;
+    if (!j) st = srv_error_set(err, 400, "", "the body is not valid JSON");
+    else if (!cJSON_IsObject(j)) st = srv_error_set(err, 400, "", "the body must be a JSON object");
+    else if (rest) st = srv_error_set(err, 400, "", "the body has text after its JSON object (at byte %zu)", len - rest);
+    else if (json_escaped_nul(body, len, key, sizeof key))
+        st = srv_error_set(err, 400, key, "field \"%s\" holds \\u0000 (a NUL character), which would cut the text short",
+                  key);
+    else st = parse_fields(j, chat, lim, r, err);
+    cJSON_Delete(j);
+    if (st) srv_request_free(r);
+    return st;
+}
+
+void srv_request_free(SrvRequest *r) {
+    free(r->prompt);
+    r->prompt = NULL;
+}
+
+/* ==== JSON out ================================================================ */
+
+/* cJSON's text for o, malloc'd, and o deleted. */
+static char *print_json(cJSON *o) {
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return s;
+}
+
+char *srv_error_json(const SrvError *err) {
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+    if (!e) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    cJSON_AddStringToObject(e, "message", err->msg);
+    cJSON_AddStringToObject(e, "type", err->type ? err->type : "invalid_request_error");
+    if (err->param[0]) cJSON_AddStringToObject(e, "param", err->param);
+    else cJSON_AddNullToObject(e, "param");
+    cJSON_AddNullToObject(e, "code");
+    return print_json(o);
+}
+
+const char *srv_finish_reason(FinishReason f) {
+    switch (f) {
+    case FIN_LENGTH: case FIN_CONTEXT: return "length";
+    case FIN_EOS: case FIN_STOP: return "stop";
+    case FIN_CANCEL: return "abort";
+    case FIN_ERROR: return "error";
+    default: return "none";
+    }
+}
+
+/* A string of exactly len bytes (text may hold no NUL; the model's text never does). */
+static cJSON *add_text(cJSON *o, const char *key, const char *text, size_t len) {
+    char *z = malloc(len + 1);
+    if (!z) return NULL;
+    memcpy(z, text ? text : "", len);
+    z[len] = 0;
+    cJSON *s = cJSON_AddStringToObject(o, key, z);
+    free(z);
+    return s;
+}
+
+static cJSON *head(int chat, int chunk, const char *id, const char *model, long created) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                              : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)created);
+    cJSON_AddStringToObject(o, "model", model);
+    return o;
+}
+
+static void add_usage(cJSON *o, const SrvUsage *u) {
+    cJSON *us = cJSON_AddObjectToObject(o, "usage");
+    cJSON_AddNumberToObject(us, "prompt_tokens", u->prompt_tokens);
+    cJSON_AddNumberToObject(us, "completion_tokens", u->completion_tokens);
+    cJSON_AddNumberToObject(us, "total_tokens", u->prompt_tokens + u->completion_tokens);
+}
+
+char *srv_response_json(int chat, const char *id, const char *model, long created, const SrvChoice *c,
+                        int n, const SrvUsage *u) {
+    cJSON *o = head(chat, 0, id, model, created), *choices = cJSON_AddArrayToObject(o, "choices");
+    for (int i = 0; i < n; i++) {
+        cJSON *ch = cJSON_CreateObject();
+        cJSON_AddItemToArray(choices, ch);
+        cJSON_AddNumberToObject(ch, "index", i);
+        if (chat) {
+            cJSON *m = cJSON_AddObjectToObject(ch, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            add_text(m, "content", c[i].text, c[i].len);
+        } else {
+            add_text(ch, "text", c[i].text, c[i].len);
+        }
+        cJSON_AddNullToObject(ch, "logprobs");
+        cJSON_AddStringToObject(ch, "finish_reason", c[i].finish);
+    }
+    add_usage(o, u);
+    return print_json(o);
+}
+
+char *srv_sse_chunk(const SrvChunk *c) {
+    cJSON *o = head(c->chat, 1, c->id, c->model, c->created), *choices = cJSON_AddArrayToObject(o, "choices");
+    if (!c->usage) {
+        cJSON *ch = cJSON_CreateObject();
+        cJSON_AddItemToArray(choices, ch);
+        cJSON_AddNumberToObject(ch, "index", c->index);
+        if (c->chat) {
+            cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+            if (c->role) cJSON_AddStringToObject(d, "role", "assistant");
+            if (c->text) add_text(d, "content", c->text, c->len);
+        } else {
+            add_text(ch, "text", c->text, c->text ? c->len : 0);
+        }
+        cJSON_AddNullToObject(ch, "logprobs");
+        if (c->finish) cJSON_AddStringToObject(ch, "finish_reason", c->finish);
+        else cJSON_AddNullToObject(ch, "finish_reason");
+        if (c->usage_null) cJSON_AddNullToObject(o, "usage");
+    } else {
+        add_usage(o, c->usage);
+    }
+    char *json = print_json(o);
+    if (!json) return NULL;
+    Buf b = {0};
+    buf_str(&b, "data: ");
+    buf_str(&b, json);
+    buf_str(&b, "\n\n");
+    free(json);
+    return buf_take(&b);
+}
+
+char *srv_models_json(const char *id, long created, int max_model_len, const char *chat_template) {
+    cJSON *o = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(data, m);
+    cJSON_AddStringToObject(m, "id", id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)created);
+    cJSON_AddStringToObject(m, "owned_by", "local");
+    cJSON_AddNumberToObject(m, "max_model_len", max_model_len);
+    cJSON_AddStringToObject(m, "chat_template", chat_template);
+    return print_json(o);
+}

@@ -1,0 +1,466 @@
+/* server_http.c - the server's HTTP threads (libmicrohttpd's, one per
+ * connection): a body gathered, parsed (openai.h), put on the queue as a
+ * Job, and the job's text sent back whole or as Server-Sent Events; the
+ * server started and stopped (srv_init, srv_free). server_engine.c has the
+ * request's whole path. */
+#include "front/server_internal.h"
+#include "front/strbuf.h"
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ==== the HTTP side ========================================================== */
+
+/* One HTTP request (libmicrohttpd's per-request pointer). */
+typedef struct {
+    Server *srv;
+    long conn;
+    int fd;                      /* the connection's socket (to notice a client gone) */
+    char *body;
+    size_t len, cap;
+    int too_big;
+    Job *job;
+    int queued;                  /* the job went on the queue (the engine has it) */
+    /* a streamed response: bytes made and not yet sent */
+    char *out;
+    size_t out_len, out_off;
+    int ended;                   /* [DONE] is in out */
+    long bytes_sent;
+    int first_byte;
+    int status;
+} Conn;
+
+/* Has the peer closed its end? (A hang-up, an error, or end of file on the
+ * socket; a request pipelined behind this one is not a close.) */
+static int peer_gone(int fd) {
+    if (fd < 0) return 0;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+static void wake_engine(Server *s) {
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The client left: mark the job, and tell the engine thread. */
+static void job_cancel(Job *j) {
+    pthread_mutex_lock(&j->mu);
+    int was = j->cancel, ended = j->state == J_DONE || j->state == J_REFUSED;
+    j->cancel = 1;
+    pthread_mutex_unlock(&j->mu);
+    if (!was && !ended) wake_engine(j->srv);
+}
+
+typedef int (*JobReady)(const Job *j);
+static int accepted(const Job *j) { return j->state != J_QUEUED; }
+static int finished(const Job *j) { return j->state == J_DONE || j->state == J_REFUSED; }
+
+/* Has a streamed job something new for its client? */
+static int news(const Job *j) {
+    if (finished(j)) return 1;
+    for (int i = 0; i < j->req.n; i++)
+        if (j->ch[i].sent < j->ch[i].len || (j->ch[i].done && !j->ch[i].final_sent)) return 1;
+    return 0;
+}
+
+/* Wait on the job (its lock held) until ready(j), looking at the socket
+ * every 50 ms: -1 if the client went away first (the job is cancelled). */
+static int wait_for(Conn *k, JobReady ready) {
+    Job *j = k->job;
+    while (!ready(j)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        if (!ready(j) && peer_gone(k->fd)) {
+            pthread_mutex_unlock(&j->mu);
+            job_cancel(j);
+            pthread_mutex_lock(&j->mu);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void out_add(Conn *k, Buf *b, char *chunk) {
+    if (!chunk) {
+        b->failed = 1;
+        return;
+    }
+    buf_str(b, chunk);
+    free(chunk);
+}
+
+/* The next SSE bytes of a streamed job into k->out: its new text, a final
+ * chunk per choice that ended, then usage and [DONE]. -1: the client went
+ * away (or memory ran out). */
+static int refill(Conn *k) {
+    Job *j = k->job;
+    Server *s = k->srv;
+    Buf b = {0};
+    pthread_mutex_lock(&j->mu);
+    if (wait_for(k, news)) {
+        pthread_mutex_unlock(&j->mu);
+        return -1;
+    }
+    SrvChunk c = {.chat = j->req.chat, .id = j->id, .model = s->cfg.model_id, .created = j->created,
+                  .usage_null = j->req.include_usage};
+    for (int i = 0; i < j->req.n; i++) {
+        JobChoice *ch = &j->ch[i];
+        c.index = i;
+        c.finish = NULL;
+        if (ch->sent < ch->len) {
+            c.text = ch->text + ch->sent;
+            c.len = ch->len - ch->sent;
+            c.role = !ch->role_sent;
+            out_add(k, &b, srv_sse_chunk(&c));
+            ch->sent = ch->len;
+            ch->role_sent = 1;
+        }
+        if (ch->done && !ch->final_sent) {
+            c.text = j->req.chat ? NULL : "";
+            c.len = 0;
+            c.role = !ch->role_sent;
+            c.finish = srv_finish_reason(ch->finish);
+            out_add(k, &b, srv_sse_chunk(&c));
+            ch->final_sent = ch->role_sent = 1;
+        }
+    }
+    if (j->state == J_DONE) {
+        SrvUsage u = {.prompt_tokens = j->prompt_tokens};
+        for (int i = 0; i < j->req.n; i++) u.completion_tokens += j->ch[i].n_out;
+        if (j->req.include_usage) {
+            SrvChunk uc = c;
+            uc.usage = &u;
+            out_add(k, &b, srv_sse_chunk(&uc));
+        }
+        buf_str(&b, SRV_SSE_DONE);
+        k->ended = 1;
+    } else if (j->state == J_REFUSED) {   /* the server is stopping */
+        buf_str(&b, SRV_SSE_DONE);
+        k->ended = 1;
+    }
+    pthread_mutex_unlock(&j->mu);
+    free(k->out);
+    k->out = buf_take(&b);
+    k->out_len = k->out ? strlen(k->out) : 0;
+    k->out_off = 0;
+    return k->out ? 0 : -1;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    Conn *k = cls;
+    while (k->out_off == k->out_len) {
+        if (k->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (refill(k)) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = k->out_len - k->out_off < max ? k->out_len - k->out_off : max;
+    memcpy(buf, k->out + k->out_off, n);
+    k->out_off += n;
+    k->bytes_sent += (long)n;
+    if (!k->first_byte) {
+        k->first_byte = 1;
+        srv_note(k->srv, "conn %ld: first byte of the stream sent (%s)", k->conn, k->job->id);
+    }
+    return (ssize_t)n;
+}
+
+/* A whole response: body (malloc'd, handed over) with its type. */
+static enum MHD_Result reply(struct MHD_Connection *c, Conn *k, int status, char *body, const char *type) {
+    if (!body) {
+        static char oom[] = "{\"error\": {\"message\": \"out of memory\", \"type\": \"server_error\", "
+                            "\"param\": null, \"code\": null}}";
+        body = strdup(oom);
+        status = 500;
+        if (!body) return MHD_NO;
+    }
+    size_t len = strlen(body);
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    MHD_add_response_header(r, "X-Chat-Template", srv_template_name(k->srv->lim.tmpl));
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    k->status = status;
+    k->bytes_sent = (long)len;
+    return ret;
+}
+
+static enum MHD_Result reply_error(struct MHD_Connection *c, Conn *k, const SrvError *err) {
+    return reply(c, k, err->status, srv_error_json(err), "application/json");
+}
+
+static enum MHD_Result answer_models(struct MHD_Connection *c, Conn *k) {
+    Server *s = k->srv;
+    return reply(c, k, 200, srv_models_json(s->cfg.model_id, s->start_time, rt_stats(s->rt).context,
+                                            srv_template_name(s->lim.tmpl)), "application/json");
+}
+
+static enum MHD_Result answer_metrics(struct MHD_Connection *c, Conn *k) {
+    Server *s = k->srv;
+    pthread_mutex_lock(&s->mu);
+    SrvMetrics m = s->metrics;
+    pthread_mutex_unlock(&s->mu);
+    return reply(c, k, 200, srv_metrics_text(&m), "text/plain; version=0.0.4");
+}
+
+static void count_invalid(Server *s) {
+    pthread_mutex_lock(&s->mu);
+    s->metrics.rejected_invalid++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Onto the server's queue; 503 (in err) when full or stopping. */
+static int queue_job(Server *s, Job *j, SrvError *err) {
+    pthread_mutex_lock(&s->mu);
+    int limit = rt_stats(s->rt).engine.sched.max_seqs + s->cfg.max_queue;
+    if (s->stopping || s->in_flight >= limit) {
+        if (!s->stopping) s->metrics.rejected_full++;
+        pthread_mutex_unlock(&s->mu);
+        return srv_error_set(err, 503, "", s->stopping ? "the server is shutting down"
+                    : "the queue is full (%d requests in flight; --max-queue)", limit);
+    }
+    snprintf(j->id, sizeof j->id, "%s-%lx%05lx", j->req.chat ? "chatcmpl" : "cmpl", s->start_time, s->next_job);
+    if (!j->req.seed_given) j->req.sp.seed = (unsigned long long)s->start_time * 1000003ull + (unsigned long long)s->next_job;
+    s->next_job++;
+    j->refs++;                   /* the engine's */
+    if (s->queue_tail) s->queue_tail->next = j;
+    else s->queue_head = j;
+    s->queue_tail = j;
+    s->in_flight++;
+    s->metrics.http_in_flight = s->in_flight;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+    return ST_OK;
+}
+
+static enum MHD_Result answer_generate(struct MHD_Connection *c, Conn *k, int chat) {
+    Server *s = k->srv;
+    SrvRequest req;
+    SrvError err;
+    if (srv_parse_request(k->body ? k->body : "", k->len, chat, &s->lim, &req, &err)) {
+        count_invalid(s);
+        srv_note(s, "conn %ld: invalid request: %s", k->conn, err.msg);
+        return reply_error(c, k, &err);
+    }
+    Job *j = srv_job_new(s, k->conn, &req);
+    if (!j) {
+        srv_request_free(&req);
+        return reply(c, k, 500, NULL, "");
+    }
+    k->job = j;
+    if (queue_job(s, j, &err)) {
+        srv_note(s, "conn %ld: refused, %s", k->conn, err.msg);
+        return reply_error(c, k, &err);
+    }
+    k->queued = 1;
+    pthread_mutex_lock(&j->mu);
+    int gone = wait_for(k, j->req.stream ? accepted : finished);
+    int state = j->state;
+    pthread_mutex_unlock(&j->mu);
+    if (gone) return MHD_NO;     /* the engine thread cancels it */
+    if (state == J_REFUSED) {
+        srv_error_set(&err, j->refused_status == 503 ? 503 : 400, "", "%s", j->why);
+        return reply_error(c, k, &err);
+    }
+    if (j->req.stream) {
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, k, NULL);
+        if (!r) return MHD_NO;
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(r, "X-Chat-Template", srv_template_name(s->lim.tmpl));
+        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        k->status = 200;
+        return ret;
+    }
+    /* Whole: every choice has ended. */
+    pthread_mutex_lock(&j->mu);
+    SrvChoice ch[RT_MAX_SAMPLES];
+    SrvUsage u = {.prompt_tokens = j->prompt_tokens};
+    for (int i = 0; i < j->req.n; i++) {
+        ch[i] = (SrvChoice){.text = j->ch[i].text, .len = j->ch[i].len, .finish = srv_finish_reason(j->ch[i].finish)};
+        u.completion_tokens += j->ch[i].n_out;
+    }
+    char *body = NULL;
+    if (j->error[0]) srv_error_set(&err, 500, "", "%s", j->error);
+    else body = srv_response_json(chat, j->id, s->cfg.model_id, j->created, ch, j->req.n, &u);
+    pthread_mutex_unlock(&j->mu);
+    if (j->error[0]) {
+        err.type = "server_error";
+        return reply_error(c, k, &err);
+    }
+    return reply(c, k, 200, body, "application/json");
+}
+
+static enum MHD_Result handle_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                      const char *version, const char *upload, size_t *upload_size,
+                                      void **req_cls) {
+    Server *s = cls;
+    Conn *k = *req_cls;
+    if (!k) {                    /* the headers are in; the body follows */
+        if (!(k = calloc(1, sizeof *k))) return MHD_NO;
+        *req_cls = k;
+        k->srv = s;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        k->conn = ci && ci->socket_context ? (long)(intptr_t)ci->socket_context : 0;
+        ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        k->fd = ci ? ci->connect_fd : -1;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        srv_note(s, "conn %ld: %s %s arrived%s%s%s", k->conn, method, url, cl ? ", " : "", cl ? cl : "",
+             cl ? " bytes" : "");
+        if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body) k->too_big = 1;
+        if (!k->too_big) return MHD_YES;
+    }
+    if (*upload_size) {          /* a piece of the body */
+        if (!k->too_big && k->len + *upload_size > s->cfg.max_body) {
+            k->too_big = 1;
+            free(k->body);
+            k->body = NULL;
+        }
+        if (!k->too_big) {
+            if (k->len + *upload_size > k->cap) {
+                size_t cap = k->cap ? k->cap : 4096;
+                while (cap < k->len + *upload_size) cap *= 2;
+                char *grown = realloc(k->body, cap);
+                if (!grown) return MHD_NO;
+                k->body = grown;
+                k->cap = cap;
+            }
+            memcpy(k->body + k->len, upload, *upload_size);
+            k->len += *upload_size;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    SrvError err;
+    if (k->too_big) {
+        count_invalid(s);
+        srv_error_set(&err, 413, "", "the body is larger than %zu bytes (--max-body)", s->cfg.max_body);
+        return reply_error(c, k, &err);
+    }
+    int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    if (!strcmp(url, "/health") && get) return reply(c, k, 200, strdup("{\"status\":\"ok\"}"), "application/json");
+    if (!strcmp(url, "/v1/models") && get) return answer_models(c, k);
+    if (!strcmp(url, "/metrics") && get) return answer_metrics(c, k);
+    if (!strcmp(url, "/v1/completions") && post) return answer_generate(c, k, 0);
+    if (!strcmp(url, "/v1/chat/completions") && post) return answer_generate(c, k, 1);
+    int known = !strcmp(url, "/health") || !strcmp(url, "/v1/models") || !strcmp(url, "/metrics") ||
+                !strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions");
+    if (known) srv_error_set(&err, 405, "", "%s is not allowed on %s", method, url);
+    else srv_error_set(&err, 404, "", "no such endpoint: %s %s", method, url);
+    err.type = "invalid_request_error";
+    return reply_error(c, k, &err);
+}
+
+/* The request has ended: sent whole, or cut off. A job not done by then is
+ * cancelled: its client will read no more. */
+static void request_done(void *cls, struct MHD_Connection *c, void **req_cls,
+                         enum MHD_RequestTerminationCode why) {
+    Server *s = cls;
+    Conn *k = *req_cls;
+    if (!k) return;
+    *req_cls = NULL;
+    Job *j = k->job;
+    int cut = 0;
+    if (j && k->queued) {
+        pthread_mutex_lock(&j->mu);
+        cut = !finished(j) || (j->req.stream && !k->ended);
+        pthread_mutex_unlock(&j->mu);
+        if (cut) job_cancel(j);
+    }
+    if (why != MHD_REQUEST_TERMINATED_COMPLETED_OK || cut)
+        srv_note(s, "conn %ld: client disconnected before the end%s%s; %ld bytes sent", k->conn,
+             j ? ", cancelling " : "", j ? j->id : "", k->bytes_sent);
+    else
+        srv_note(s, "conn %ld: done, status %d, %ld bytes", k->conn, k->status, k->bytes_sent);
+    srv_job_unref(j);
+    free(k->body);
+    free(k->out);
+    free(k);
+}
+
+/* A connection opened: number it (the trace's "conn N"). */
+static void connection_event(void *cls, struct MHD_Connection *c, void **socket_ctx,
+                             enum MHD_ConnectionNotificationCode what) {
+    Server *s = cls;
+    if (what != MHD_CONNECTION_NOTIFY_STARTED) return;
+    pthread_mutex_lock(&s->mu);
+    long n = ++s->next_conn;
+    pthread_mutex_unlock(&s->mu);
+    *socket_ctx = (void *)(intptr_t)n;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    char addr[64] = "?";
+    if (ci && ci->client_addr && ci->client_addr->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ci->client_addr;
+        char ip[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &in->sin_addr, ip, sizeof ip);
+        snprintf(addr, sizeof addr, "%s:%d", ip, ntohs(in->sin_port));
+    }
+    srv_note(s, "conn %ld: opened from %s", n, addr);
+}
+
+int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, ChatTemplate tmpl, Err *e) {
+    memset(s, 0, sizeof *s);
+    s->cfg = *cfg;
+    s->rt = rt;
+    s->start_time = (long)time(NULL);
+    s->lim = (SrvLimits){.model_id = cfg->model_id, .tmpl = tmpl, .max_tokens_default = 16,
+                         .chat_max_tokens_default = rt_stats(rt).context};
+    srv_metrics_init(&s->metrics);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    rt->release_finished = 1;   /* memory stays flat however many requests come */
+
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int gai = getaddrinfo(cfg->host, NULL, &hints, &ai);
+    if (gai) return err_set(e, ST_ARG, "--host %s: %s", cfg->host, gai_strerror(gai));
+    struct sockaddr_in addr = *(struct sockaddr_in *)ai->ai_addr;
+    freeaddrinfo(ai);
+    addr.sin_port = htons((uint16_t)cfg->port);
+    s->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL,
+                                 (uint16_t)cfg->port, NULL, NULL, handle_request, s,
+                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                                 MHD_OPTION_NOTIFY_COMPLETED, request_done, s,
+                                 MHD_OPTION_NOTIFY_CONNECTION, connection_event, s,
+                                 MHD_OPTION_END);
+    if (!s->daemon)
+        return err_set(e, ST_IO, "cannot listen on %s:%d (in use, or not an address of this machine)",
+                       cfg->host, cfg->port);
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : cfg->port;
+    return ST_OK;
+}
+
+void srv_free(Server *s) {
+    if (s->daemon) MHD_stop_daemon(s->daemon);   /* waits for every HTTP thread */
+    s->daemon = NULL;
+    /* Left after the threads: events never printed, jobs the engine holds. */
+    for (SrvEvent *ev = s->events; ev;) {
+        SrvEvent *next = ev->next;
+        free(ev);
+        ev = next;
+    }
+    for (Job *j = s->queue_head; j;) {
+        Job *next = j->next;
+        srv_job_unref(j);
+        j = next;
+    }
+    for (int i = 0; i < s->n_live; i++) srv_job_unref(s->live[i]);
+    free(s->live);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->wake);
+    memset(s, 0, sizeof *s);
+}
