@@ -38,6 +38,9 @@ plant kernels/gpu.h '#include "kv_paged.h"' "kernels/gpu.h includes kv_paged.h"
 # a front end, or the runtime, reading the fields of the stages below the one it calls
 plant front/infer.c 'static long preempted(const Runtime *rt) { return rt->en.sched.n_preemptions; }' "front/infer.c:.*rt_stats"
 plant runtime.c 'static int blocks(const Engine *en) { return en->pool.NB; }' "runtime.c:.*engine_stats"
+# a kernel leaf including the dispatch
+plant kernels/tiles_avx512.c '#include "kernels/ops.h"' "kernels/tiles_avx512.c includes kernels/ops.h"
+plant kernels/rows.h '#include "kernels/ops.h"' "kernels/rows.h includes kernels/ops.h"
 # a circle between two modules no other rule names
 rm -rf "$tmp/src"; cp -r src "$tmp/src"
 echo '#include "text/tokenizer.h"' >>"$tmp/src/text/sampler.h"

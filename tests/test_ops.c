@@ -1178,7 +1178,7 @@ static void quantize_row_round_trips_within_half_a_step(void **state) {
             if (type == DT_Q4_0) bound = 1.01f * amax / 8;
             else if (type == DT_Q5_0) bound = 1.01f * amax / 16;
             else if (type == DT_Q6_K) bound = 1.01f * amax / 32 + 32 * (row_amax / 32 / 127 / 2);
-            else if (dtype_is_k(type)) {   /* half the sub-block's step, or dmin / 2 (ops_quant.c) */
+            else if (dtype_is_k(type)) {   /* half the sub-block's step, or dmin / 2 (quant.c) */
                 const uint8_t *sb = blk + (size_t)(g / 8) * dtype_row_bytes(type, QK_K);
                 int sc, mn;
                 published_scale_min(sb + 4, g % 8, &sc, &mn);

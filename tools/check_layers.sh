@@ -83,6 +83,12 @@ for f in $all_files; do
         fi
     done
 done
+# The kernel wing is a tree: formats.h, then rows.h, then the leaves that
+# compute. Only the dispatch (ops.c) and the references it hands the
+# plain path to (ref.c) include ops.h; a tile or a block-format kernel
+# that did could call back into the dispatch.
+forbid "$(cd "$dir" && ls kernels/tiles_*.c kernels/quant*.c kernels/rows.h kernels/formats.c kernels/formats.h 2>/dev/null)" \
+    "kernels/ops.h" "a kernel leaf never includes the dispatch"
 # kv_paged includes only base/mem.h and base/err.h
 for f in kv_paged.c kv_paged.h; do
     [ -f "$dir/$f" ] || continue
@@ -131,7 +137,7 @@ done
 # No circles: module x (x.c and x.h) depends on module y when either
 # includes y.h. Walk the graph depth-first from every module; meeting a
 # module already on the path is a circle. A module's fast half in a file of
-# its own (ops_avx512.c beside ops.c) is part of that module, and so is its
+# its own (tiles_avx512.c beside ops.c) is part of that module, and so is its
 # private header (tokenizer_internal.h, what tokenizer.c shares with the
 # files beside it).
 edges=$(for f in $all_files; do

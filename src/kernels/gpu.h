@@ -14,7 +14,7 @@
 #ifndef GPU_H
 #define GPU_H
 #include "base/err.h"
-#include "kernels/ops.h"
+#include "kernels/formats.h"
 
 typedef struct GpuModel GpuModel;
 

@@ -1,10 +1,15 @@
-/* ops.c - numeric kernels (see ops.h): the plain-loop references, and the
- * dispatch that picks the path each call takes.
+/* ops.c - the dispatch of the numeric kernels (see ops.h): which path each
+ * call takes, on how many threads.
  *
- * Reading order: number formats (fp16, Q8_0), threads, the instruction set in
- * use, the plain-loop references, the generic path (OpenBLAS and threaded
- * loops), then matmul_isa, which chooses. The AVX-512 kernels live beside
- * this file in ops_avx512.c; everything here reads without them.
+ * The kernel wing is a tree, read from its root: formats.h (the weight
+ * formats and half floats), rows.h (what every path's row functions share:
+ * the job, the activation layouts), then the leaves that compute: ref.c
+ * (the plain-loop references), tiles_generic.c (the generic path),
+ * tiles_avx512.c (AVX-512 register tiles), quant.c and quant_avx512.c (the
+ * 4, 5 and 6-bit block formats). This file alone chooses between them; no
+ * leaf includes ops.h. Reading order here: threads, the instruction set in
+ * use, the dispatching helpers (softmax, attention's products), then
+ * matmul_isa, which chooses.
  *
  * Three paths, one process-wide choice (ops_set_isa; LLM_ISA through
  * ops_isa_from_env):
@@ -15,7 +20,7 @@
  *            that do the arithmetic. The debug build (`make`) starts here.
  *   generic  no intrinsics of ours: OpenBLAS for F32 and F16, threaded plain
  *            loops for Q8_0. The fast path of a CPU without AVX-512.
- *   avx512   register tiles and VNNI (ops_avx512.c) for up to 35 tokens, and
+ *   avx512   register tiles and VNNI (tiles_avx512.c) for up to 35 tokens, and
  *            for Q8_0 at any T; OpenBLAS beyond. `make fast` and `make test`
  *            start at the best the CPU has (OPS_BEST).
  * ops_stats() counts the matmul calls of each path, so a test can tell which
@@ -46,7 +51,8 @@
  * Dispatch. The AVX-512 functions are compiled with a target attribute and
  * chosen at run time, so the debug build (no -march) runs on any x86-64, and
  * the generic path is the fast path everywhere else. */
-#include "kernels/ops_avx512.h"
+#include "kernels/ops.h"
+#include "kernels/rows.h"
 #include <assert.h>
 #include <cblas.h>
 #include <math.h>
@@ -57,90 +63,6 @@
 #endif
 
 void openblas_set_num_threads(int n);   /* from OpenBLAS; not in every cblas.h */
-
-/* ---------------------------------------------------------------- formats */
-
-const char *dtype_name(int type) {
-    switch (type) {
-    case DT_F32: return "F32";
-    case DT_F16: return "F16";
-    case DT_BF16: return "BF16";
-    case DT_Q8_0: return "Q8_0";
-    case DT_Q4_0: return "Q4_0";
-    case DT_Q4_1: return "Q4_1";
-    case DT_Q5_0: return "Q5_0";
-    case DT_Q5_1: return "Q5_1";
-    case DT_Q4_K: return "Q4_K";
-    case DT_Q5_K: return "Q5_K";
-    case DT_Q6_K: return "Q6_K";
-    default: return "unknown";
-    }
-}
-
-int dtype_known(int type) {
-    return type == DT_F32 || type == DT_F16 || type == DT_Q8_0 || type == DT_BF16 ||
-           dtype_is_small_quant((DType)type);
-}
-
-int dtype_block(DType type) {
-    if (type == DT_Q8_0) return QK8_0;
-    if (dtype_is_k(type)) return QK_K;
-    return dtype_is_small_quant(type) ? QK4 : 1;
-}
-
-/* The layouts are ggml's, byte for byte: a compiler that padded them would
- * read every file wrong. */
-_Static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
-               sizeof(BlockQ5_1) == 24, "32-value blocks must be packed as in GGUF");
-_Static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210,
-               "K super-blocks must be packed as in GGUF");
-
-float fp16_to_fp32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31;
-    uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (mant == 0) {
-            bits = sign;
-        } else {                      /* subnormal: value = mant * 2^-24 */
-            float f = (float)mant * 0x1p-24f;
-            return sign ? -f : f;
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (mant << 13);            /* inf / nan */
-    } else {
-        bits = sign | ((exp + 112) << 23) | (mant << 13);    /* rebias 15 -> 127 */
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-uint16_t fp32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   /* NaN: keep it quiet */
-    u += 0x7fffu + ((u >> 16) & 1);   /* to nearest, ties to even (carries into the exponent) */
-    return (uint16_t)(u >> 16);
-}
-
-uint16_t fp32_to_fp16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000;
-    uint32_t ax = x & 0x7fffffff;
-    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);  /* rounds to >= 65536: inf */
-    if (ax < 0x38800000u) {                                    /* below 2^-14: subnormal */
-        float a;
-        memcpy(&a, &ax, 4);
-        return (uint16_t)(sign | (uint32_t)lrintf(a * 0x1p24f)); /* ties to even */
-    }
-    uint32_t mant = ax & 0x7fffff, exp = (ax >> 23) - 112;
-    uint32_t h = (exp << 10) | (mant >> 13);
-    uint32_t rest = mant & 0x1fff;                             /* 13 bits dropped */
-    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;     /* nearest, ties to even */
-    return (uint16_t)(sign | h);
-}
 
 /* ------------------------------------------------------------- threading */
 
@@ -288,30 +210,7 @@ static void count_call(OpsIsa isa, int used_blas) {
     if (used_blas) g_stats.sgemm++;
 }
 
-/* ------------------------------------------------------------ quantizing */
-
-/* One block of 32 floats to 32 int8 values; returns d as fp16 bits. */
-static uint16_t q8_0_quantize_block_ref(int8_t qs[QK8_0], const float *xb) {
-    float amax = 0.0f;
-    int finite = 1;
-    for (int i = 0; i < QK8_0; i++) {
-        amax = fmaxf(amax, fabsf(xb[i]));
-        finite &= isfinite(xb[i]) != 0;
-    }
-    if (!finite) {   /* see Q8_0_NONFINITE_SCALE */
-        memset(qs, 0, QK8_0);
-        return Q8_0_NONFINITE_SCALE;
-    }
-    /* llama.cpp (x86): d = amax / 127 stored as fp16; values scaled by 127 / amax
-     * and rounded to nearest even. Matching this lets greedy outputs match. */
-    float id = q8_0_multiplier(amax);
-    for (int i = 0; i < QK8_0; i++) qs[i] = (int8_t)nearbyintf(xb[i] * id);
-    return fp32_to_fp16(amax / 127.0f);
-}
-
-void quantize_row_q8_0_ref(BlockQ8_0 *out, const float *x, int K) {
-    for (int b = 0; b < K / QK8_0; b++) out[b].d = q8_0_quantize_block_ref(out[b].qs, x + b * QK8_0);
-}
+/* ------------------------------------------------- dispatching helpers */
 
 void quantize_row_q8_0(BlockQ8_0 *out, const float *x, int K) {
 #ifdef OPS_X86
@@ -323,125 +222,6 @@ void quantize_row_q8_0(BlockQ8_0 *out, const float *x, int K) {
     quantize_row_q8_0_ref(out, x, K);
 }
 
-void dequantize_row(float *out, const void *row, DType type, int K) {
-    switch (type) {
-    case DT_F32:
-        memcpy(out, row, (size_t)K * 4);
-        break;
-    case DT_F16: {
-        const uint16_t *h = row;
-        for (int i = 0; i < K; i++) out[i] = fp16_to_fp32_branchless(h[i]);
-        break;
-    }
-    case DT_BF16: {
-        const uint16_t *h = row;
-        for (int i = 0; i < K; i++) out[i] = bf16_to_fp32(h[i]);
-        break;
-    }
-    case DT_Q8_0: {
-        const BlockQ8_0 *blk = row;
-        for (int b = 0; b < K / QK8_0; b++) {
-            float d = fp16_to_fp32(blk[b].d);
-            for (int i = 0; i < QK8_0; i++) out[b * QK8_0 + i] = d * blk[b].qs[i];
-        }
-        break;
-    }
-    default:
-        dequantize_row_small(out, row, type, K);
-        break;
-    }
-}
-
-/* ------------------------------------------------------ plain references */
-
-/* Weight (n, k) of a float-typed W (F32, F16 or BF16) as a float. */
-static float weight_at(const Mat *W, int n, int k) {
-    const uint8_t *row = row_ptr(W, n);
-    if (W->type == DT_F16) return fp16_to_fp32(((const uint16_t *)row)[k]);
-    if (W->type == DT_BF16) return bf16_to_fp32(((const uint16_t *)row)[k]);
-    return ((const float *)row)[k];
-}
-
-/* The float sum of a Q8_0 dot product, added in the order of the AVX-512
- * kernel (ops_avx512.c) so that every path gives the same bits. That kernel
- * keeps 16 running sums, "lanes": lane j takes the values 4j .. 4j+3 of an
- * even block, lane 8 + j the same values of an odd block. Each lane adds the
- * exact integer sum of its four products times d_w * d_x, rounded once (an
- * FMA), and at the end the 16 lanes are added in halves. In exact arithmetic
- * all of it is simply
- *     sum over blocks b of  d_w[b] * d_x[b] * sum_i w[b][i] * x[b][i]. */
-enum { LANES = 16 };
-
-/* Block b into the lanes: int8 weights wq and activations xq, d = d_w * d_x.
- * The 32 products first, then the sums of four: a form the compiler turns
- * into vector code for the generic path. */
-static void q8_0_block_into_lanes(float lane[LANES], int b, const int8_t *wq, const int8_t *xq,
-                                  float d) {
-    int32_t prod[QK8_0], isum[8];   /* exact */
-    for (int i = 0; i < QK8_0; i++) prod[i] = wq[i] * xq[i];
-    for (int j = 0; j < 8; j++) isum[j] = prod[4 * j] + prod[4 * j + 1] + prod[4 * j + 2] + prod[4 * j + 3];
-    float *l = lane + (b % 2) * 8;
-    for (int j = 0; j < 8; j++) l[j] = fmaf((float)isum[j], d, l[j]);
-}
-
-/* The lanes added as _mm512_reduce_add_ps adds them (GCC's avx512fintrin.h):
- * lane i to lane i + 8, those four apart, then two apart, then the last two. */
-static float lanes_sum(const float lane[LANES]) {
-    float h[8], q[4];
-    for (int i = 0; i < 8; i++) h[i] = lane[i] + lane[i + 8];
-    for (int i = 0; i < 4; i++) q[i] = h[i] + h[i + 4];
-    return (q[0] + q[2]) + (q[1] + q[3]);
-}
-
-void matmul_ref(float *out, const float *x, const Mat *W, int T) {
-    int N = W->N, K = W->K;
-    for (int t = 0; t < T; t++) {
-        const float *xt = x + (size_t)t * K;
-        for (int n = 0; n < N; n++) {
-            float sum = 0.0f;
-            if (W->type == DT_Q8_0) {
-                /* Per block: round the activations to Q8_0 as quantize_row_q8_0
-                 * does, exact integer products, one multiply by both scales. */
-                const BlockQ8_0 *w = (const BlockQ8_0 *)row_ptr(W, n);
-                float lane[LANES] = {0};
-                for (int b = 0; b < K / QK8_0; b++) {
-                    BlockQ8_0 xb;
-                    xb.d = q8_0_quantize_block_ref(xb.qs, xt + b * QK8_0);
-                    q8_0_block_into_lanes(lane, b, w[b].qs, xb.qs,
-                                          fp16_to_fp32(w[b].d) * fp16_to_fp32(xb.d));
-                }
-                sum = lanes_sum(lane);
-            } else if (dtype_is_small_quant(W->type)) {
-                sum = small_dot_ref(row_ptr(W, n), W->type, xt, K);
-            } else {
-                for (int k = 0; k < K; k++) sum += weight_at(W, n, k) * xt[k];
-            }
-            out[(size_t)t * N + n] = sum;
-        }
-    }
-}
-
-void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
-    float ss = 0.0f;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
-    float scale = 1.0f / sqrtf(ss / n + eps);
-    for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
-}
-
-void softmax_ref(float *x, int n) {
-    float max = x[0];
-    for (int i = 1; i < n; i++) max = fmaxf(max, x[i]);
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - max);
-        sum += x[i];
-    }
-    for (int i = 0; i < n; i++) x[i] = (float)(x[i] / sum);
-}
-
-/* Written as three simple loops (max, exp and sum, scale) that the compiler
- * turns into vector code; `?:` rather than fmaxf, which is a call. On the
- * plain path, the reference instead. */
 void softmax(float *x, int n) {
     if (ops_isa() == OPS_PLAIN) {
         softmax_ref(x, n);
@@ -488,28 +268,6 @@ void ops_add_weighted_rows(float *out, const float *w, const float *rows, int n,
     }
 }
 
-void rope(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin) {
-    for (int h = 0; h < n_heads; h++) {
-        float *v = x + h * head_dim;
-        for (int i = 0; i < n_rot / 2; i++) {
-            float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
-            float a = v[2 * i], b = v[2 * i + 1];
-            /* Each result is written as one fused multiply-add of a product:
-             * left as a * c - b * s, GCC turns the pair into a complex
-             * multiply (vfmaddsub) when it vectorizes, fusing where the
-             * scalar code does not even with -ffp-contract=off, so the
-             * vector and scalar builds would give different bits. */
-            v[2 * i] = fmaf(a, c, -(b * s));
-            v[2 * i + 1] = fmaf(a, s, b * c);
-        }
-    }
-}
-
-void swiglu(float *h, const float *g, int n) {
-    for (int i = 0; i < n; i++) h[i] = h[i] / (1.0f + ops_exp(-h[i])) * g[i];
-}
-
-
 /* ---------------------------------------------------------- generic path */
 
 /* Runs fn over all rows of n jobs (products with the same x: matmul_group),
@@ -545,112 +303,6 @@ static uint8_t *scratch_base(void *scratch) {
     return (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
 }
 
-/* T rows of x to the int8 layout of ops_avx512.h (act_row). */
-static void act_pack_ref(uint8_t *act, const float *x, int T, int K) {
-    for (int t = 0; t < T; t++) {
-        uint8_t *p = act + (size_t)t * act_stride(K);
-        int8_t *qs = (int8_t *)p;
-        int32_t *corr = (int32_t *)(p + K);
-        float *d = (float *)(p + 2 * (size_t)K);
-        for (int b = 0; b < K / QK8_0; b++)
-            d[b] = fp16_to_fp32(q8_0_quantize_block_ref(qs + b * QK8_0, x + (size_t)t * K + b * QK8_0));
-        for (int j = 0; j < K / 4; j++)
-            corr[j] = -128 * (qs[4 * j] + qs[4 * j + 1] + qs[4 * j + 2] + qs[4 * j + 3]);
-    }
-}
-
-/* Q8_0 from activations quantized once per row (act_pack_ref): the
- * arithmetic of matmul_ref, on threads. */
-static void q8_0_rows_generic(const MatmulJob *job, int part, int n0, int n1) {
-    int N = job->W->N, K = job->W->K;
-    for (int t = 0; t < job->T; t++) {
-        ActRow xr = act_row(job->act, K, t);
-        for (int n = n0; n < n1; n++) {
-            const BlockQ8_0 *w = (const BlockQ8_0 *)row_ptr(job->W, n);
-            float lane[LANES] = {0};
-            for (int b = 0; b < K / QK8_0; b++)
-                q8_0_block_into_lanes(lane, b, w[b].qs, xr.qs + b * QK8_0,
-                                      fp16_to_fp32(w[b].d) * xr.d[b]);
-            job->out[(size_t)t * N + n] = lanes_sum(lane);
-        }
-    }
-}
-
-/* F16 and BF16 at T == 1, where widening rows for sgemv would cost as much as
- * the product. In the AVX-512 kernel's order (float_tile with one row and one
- * token): 16 running sums, lane j taking the products of k = j (mod 16) by
- * FMA, a short last step padded with zeros, the lanes added as lanes_sum adds
- * them; so this path and that one give the same bits. The 16 lanes of a step
- * are independent, and the widening has no branch, so the compiler does a
- * step in vector instructions: with a running sum in a plain loop (one add
- * after another, which it may not reorder) this read 2.3 GB/s of F16 from
- * cache on one Zen 5 core, now 12.3 (kbench --isa generic --type F16
- * --shape 2048x2048 --pool-mib 0). */
-static inline __attribute__((always_inline)) float half_row_dot(const uint16_t *w, const float *x, int K,
-                                                                 int bf16) {
-    float lane[LANES] = {0};
-    int k = 0;
-    for (; k + LANES <= K; k += LANES)
-        for (int j = 0; j < LANES; j++) {
-            float wv = bf16 ? bf16_to_fp32(w[k + j]) : fp16_to_fp32_branchless(w[k + j]);
-            lane[j] = fmaf(wv, x[k + j], lane[j]);
-        }
-    for (int j = 0; k < K && j < LANES; j++) {
-        int in = k + j < K;
-        float wv = !in ? 0.0f : bf16 ? bf16_to_fp32(w[k + j]) : fp16_to_fp32(w[k + j]);
-        lane[j] = fmaf(wv, in ? x[k + j] : 0.0f, lane[j]);
-    }
-    return lanes_sum(lane);
-}
-
-static void f16_rows_generic(const MatmulJob *job, int part, int n0, int n1) {
-    int N = job->W->N, K = job->W->K, bf16 = job->W->type == DT_BF16;
-    for (int n = n0; n < n1; n++) {
-        const uint16_t *w = (const uint16_t *)row_ptr(job->W, n);
-        for (int t = 0; t < job->T; t++) {   /* one copy of the loop per type */
-            const float *xt = job->x + (size_t)t * K;
-            job->out[(size_t)t * N + n] = bf16 ? half_row_dot(w, xt, K, 1) : half_row_dot(w, xt, K, 0);
-        }
-    }
-}
-
-/* --- OpenBLAS for many tokens: sgemm (and sgemv for F32 at T == 1)
- * on each thread's range of rows. */
-static void f32_rows_blas(const MatmulJob *job, int part, int n0, int n1) {
-    int N = job->W->N, K = job->W->K;
-    const float *w = (const float *)row_ptr(job->W, n0);
-    if (job->T == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, n1 - n0, K, 1.0f, w, K, job->x, 1, 0.0f,
-                    job->out + n0, 1);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, job->T, n1 - n0, K, 1.0f, job->x, K,
-                    w, K, 0.0f, job->out + n0, N);
-}
-
-/* F16: widen a few rows at a time to float in this thread's part of the
- * scratch, then sgemm on them. The widening is 1/T of the work. */
-enum { F16_WIDE_ROWS = 128, F16_MIN_ROWS_PER_PART = 16 };
-
-static void f16_rows_widened(const MatmulJob *job, int part, int n0, int n1) {
-    int N = job->W->N, K = job->W->K, step = job->rows_per_part;
-    float *wide = job->wide + (size_t)part * step * K;
-    for (int a = n0; a < n1; a += step) {
-        int rows = n1 - a < step ? n1 - a : step;
-        for (int r = 0; r < rows; r++) {
-            const uint16_t *h = (const uint16_t *)row_ptr(job->W, a + r);
-#ifdef OPS_X86
-            if (job->isa == OPS_AVX512 && job->W->type == DT_F16) {
-                f16_widen_avx512(wide + (size_t)r * K, h, K);
-                continue;
-            }
-#endif
-            dequantize_row(wide + (size_t)r * K, h, job->W->type, K);   /* F16 or BF16 */
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, job->T, rows, K, 1.0f, job->x, K, wide,
-                    K, 0.0f, job->out + a, N);
-    }
-}
-
 /* ------------------------------------------------------------- dispatch */
 
 size_t matmul_scratch_bytes(DType type, int T, int K) {
@@ -674,10 +326,9 @@ enum { SGEMM_MIN_T = 36 };
  * rounds x into the scratch where the path reads it rounded, fills in the
  * job's path fields, and returns the rows function; *team is the threads it
  * wants for `rows` rows. As ops.h describes at matmul. */
-static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch, int *team) {
+static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch, int *team, OpsIsa isa) {
     const float *x = job->x;
     int K = W->K, T = job->T;
-    OpsIsa isa = job->isa;
     Mat all = *W;
     all.N = rows;
     *team = ops_team_size(&all, T);
@@ -755,9 +406,9 @@ void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, 
         matmul_ref(out, x, W, T);
         return;
     }
-    MatmulJob job = {.out = out, .x = x, .W = W, .T = T, .isa = isa};
+    MatmulJob job = {.out = out, .x = x, .W = W, .T = T, .avx512 = isa == OPS_AVX512};
     int team;
-    RowsFn fn = matmul_path(&job, W, W->N, scratch, &team);
+    RowsFn fn = matmul_path(&job, W, W->N, scratch, &team, isa);
     ops_run_rows(fn, &job, team);
 }
 
@@ -774,9 +425,9 @@ void matmul_group(float *const out[], const float *x, const Mat *const W[], int 
         return;
     }
     MatmulJob jobs[MATMUL_GROUP_MAX];
-    jobs[0] = (MatmulJob){.out = out[0], .x = x, .W = W[0], .T = T, .isa = isa};
+    jobs[0] = (MatmulJob){.out = out[0], .x = x, .W = W[0], .T = T, .avx512 = isa == OPS_AVX512};
     int team;
-    RowsFn fn = matmul_path(&jobs[0], W[0], rows, scratch, &team);   /* x rounded once */
+    RowsFn fn = matmul_path(&jobs[0], W[0], rows, scratch, &team, isa);   /* x rounded once */
     for (int i = 1; i < n; i++) {
         count_call(isa, fn == f32_rows_blas || fn == f16_rows_widened);
         jobs[i] = jobs[0];

@@ -25,7 +25,7 @@
  * the compiler never fuses a multiply and an add on its own; every fused
  * operation here is written as one (fmaf, _mm512_fmadd_ps). */
 #include "train/gemm.h"
-#include "kernels/ops_avx512.h"
+#include "kernels/rows.h"
 #include <math.h>
 #include <string.h>
 

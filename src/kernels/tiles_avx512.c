@@ -1,4 +1,4 @@
-/* ops_avx512.c - the AVX-512 kernels of matmul: register tiles for F32, F16
+/* tiles_avx512.c - the AVX-512 kernels of matmul: register tiles for F32, F16
  * and Q8_0 (VNNI), k-blocked tiles, and the quantizing of activations.
  *
  * ops.c holds the plain-loop references these compute, and the dispatch that
@@ -17,7 +17,7 @@
  * them (software prefetch), and it prefers small formats: F16 halves the
  * bytes, Q8_0 takes 34 bytes per 32 weights. Its work per byte must also
  * stay below what one core can issue, and no chain of dependent adds may set
- * the pace (ops_quant_avx512.c, blocks of 32).
+ * the pace (quant_avx512.c, blocks of 32).
  *
  * Why prefill is a compute problem. With T tokens each weight can serve T
  * multiply-adds if the kernel keeps it in registers or cache while it visits
@@ -55,7 +55,7 @@
  * Compiled for AVX-512 by a target attribute on each function, not by
  * -march, so that the debug build (no -march) runs on any x86-64: ops.c calls
  * these only after ops_best_isa() has found the instructions. */
-#include "kernels/ops_avx512.h"
+#include "kernels/rows.h"
 
 #ifdef OPS_X86
 #include <assert.h>
@@ -134,7 +134,7 @@ AVX512_FN void act_pack_avx512(uint8_t *act, const float *x, int T, int K) {
  * One token (T == 1) reads the matrix one row at a time, from its first byte
  * to its last: rows are contiguous, so that is a single sequential stream,
  * the pattern the hardware prefetcher follows best, and each step also asks
- * for the bytes STREAM_AHEAD_BYTES further on (ops_avx512.h), into L1. Tiles
+ * for the bytes STREAM_AHEAD_BYTES further on (rows.h), into L1. Tiles
  * of several tokens read R rows side by side, R streams, and ask for the
  * same place R rows further on, the next tile's rows, into L2 (not L1: for
  * long rows the next tile is bigger than L1).
@@ -149,8 +149,8 @@ AVX512_FN void act_pack_avx512(uint8_t *act, const float *x, int T, int K) {
  * bytes; 8, 12 and 16 KiB side by side over F32, Q8_0, Q4_0, Q4_1, Q5_0,
  * Q6_K and Q4_K put 12 KiB first or level for each. Before all this, 4 rows
  * at a time with the L2 prefetch had taken Q8_0 from about half of a plain
- * read to about 60%. The policy is prefetch_weights (ops_avx512.h), shared
- * with ops_quant_avx512.c. */
+ * read to about 60%. The policy is prefetch_weights (rows.h), shared
+ * with quant_avx512.c. */
 
 /* --- AVX-512: Q8_0 register tile of R weight rows by TT tokens (R, TT <= 4)
  *
@@ -187,7 +187,7 @@ AVX512_INLINE __m512 q8_act_scales(const float *d, int b, int two) {
  * the kernel streamed from memory at 0.90 to 0.94 of the read bandwidth, with
  * these 0.95 to 1.05 (one Zen 5 core, kbench --type Q8_0 --shape 5632x2048,
  * six alternating runs each), though from cache it is no faster. The empty
- * asm keeps a and c in registers (see q32_quad in ops_quant_avx512.c). */
+ * asm keeps a and c in registers (see q32_quad in quant_avx512.c). */
 AVX512_INLINE void q8_pair_loaded(const uint8_t *p, __m512i flip, __m512i *wq, __m512 *ws) {
     const Words32 values = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16,
                             18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33};
@@ -915,5 +915,5 @@ void q8_0_rows_avx512(const MatmulJob *job, int part, int n0, int n1) {
     rows_by_tiles(job, &Q8_TILES, n0, n1);
 }
 #else
-typedef int ops_avx512_is_empty_here;   /* ISO C wants something in every file */
+typedef int tiles_avx512_is_empty_here;   /* ISO C wants something in every file */
 #endif /* OPS_X86 */

@@ -1,5 +1,5 @@
-/* ops_quant_avx512.c - AVX-512 (VNNI) kernels for the 4, 5 and 6-bit block
- * formats. ops_quant.c holds the layouts and the plain loops that compute the
+/* quant_avx512.c - AVX-512 (VNNI) kernels for the 4, 5 and 6-bit block
+ * formats. quant.c holds the layouts and the plain loops that compute the
  * same integer sums; this file only computes them quickly.
  *
  * The weights stay packed in memory and are unpacked in registers: nibbles
@@ -34,8 +34,8 @@
  * kernel), 1 row by up to 4 tokens for super-blocks: those hold an int32
  * and two float accumulators per (row, token), so 4 x 4 would spill. One
  * token (decoding) goes one row at a time, a single stream through memory
- * (ops_avx512.c, "reading weights from memory"). */
-#include "kernels/ops_avx512.h"
+ * (tiles_avx512.c, "reading weights from memory"). */
+#include "kernels/rows.h"
 
 #ifdef OPS_X86
 #include <immintrin.h>
@@ -44,7 +44,7 @@
 #define AVX512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
 #define AVX512_INLINE static inline __attribute__((always_inline)) AVX512_FN
 
-/* Rows of one pass over the tokens, as in ops_avx512.c: small enough to stay
+/* Rows of one pass over the tokens, as in tiles_avx512.c: small enough to stay
  * in L2 while each pair of tokens visits them. */
 enum { SQ_CHUNK_BYTES = 256 * 1024 };
 
@@ -61,7 +61,7 @@ AVX512_INLINE __m512i nibbles_lo_hi(__m256i v) {   /* 32 bytes -> [low nibbles, 
  * register, masked and shifted, give two registers: lo (values 0-15 of each
  * block, block j in bytes 16j .. 16j+15) and hi (values 16-31). The
  * activations are packed once per call in the same order (q32_act_pack_avx512
- * in ops_avx512.c: ops_avx512.h, Q32Act), so the weights need no permute:
+ * in tiles_avx512.c: rows.h, Q32Act), so the weights need no permute:
  * vpdpbusd(vpdpbusd(start, lo, x_lo), hi, x_hi) leaves in lane 4j + i the
  * exact sum of eight products of block j, and lanes 4j .. 4j+3 share block
  * j's scales, spread from one 4-lane product d_w d_x by one vpermps. One FMA
@@ -623,5 +623,5 @@ void small_rows_avx512(const MatmulJob *job, int part, int n0, int n1) {
     }
 }
 #else
-typedef int ops_quant_avx512_is_empty_here;   /* ISO C wants something in every file */
+typedef int quant_avx512_is_empty_here;   /* ISO C wants something in every file */
 #endif /* OPS_X86 */

@@ -1,9 +1,9 @@
-/* ops_quant.c - the 4, 5 and 6-bit block formats: reading them (dequantize),
+/* quant.c - the 4, 5 and 6-bit block formats: reading them (dequantize),
  * writing them (round-to-nearest quantizers), rounding activations to Q8_K,
  * and the plain integer dot products of the generic path.
  *
  * Part of the ops module (ops.h): ops.c dispatches, this file knows the
- * layouts, ops_quant_avx512.c holds the fast kernels. notes/formats.md draws
+ * layouts, quant_avx512.c holds the fast kernels. notes/formats.md draws
  * every layout byte by byte.
  *
  * Two arithmetics, on purpose. A block format can be multiplied two ways:
@@ -20,7 +20,7 @@
  * The rounding of activations costs accuracy (about 1e-2 of the largest logit
  * on the fixtures, as llama.cpp); the integer products are what make the
  * kernels fast (VNNI multiplies 64 byte pairs per instruction). */
-#include "kernels/ops_avx512.h"
+#include "kernels/rows.h"
 #include <assert.h>
 #include <math.h>
 #include <string.h>

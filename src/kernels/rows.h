@@ -1,14 +1,16 @@
-/* ops_avx512.h - what ops.c (the dispatch) and ops_avx512.c (the AVX-512
- * kernels) share; not part of the engine's interface (that is ops.h).
+/* rows.h - what the dispatch (ops.c) and every path's row functions share;
+ * not part of the engine's interface (that is ops.h, which no file that
+ * includes this one besides ops.c and ref.c sees).
  *
  * A matmul is cut into ranges of output rows, one per thread; a rows function
  * (RowsFn) computes one range for all tokens. ops.c decides which rows
- * function runs and on how many threads; ops_avx512.c provides the AVX-512
- * ones. Everything they both read is here: the job, the layout of quantized
- * activations, and a weight row's address. */
-#ifndef OPS_AVX512_H
-#define OPS_AVX512_H
-#include "kernels/ops.h"
+ * function runs and on how many threads; tiles_generic.c, tiles_avx512.c,
+ * quant.c and quant_avx512.c provide them. Everything they read in common is
+ * here: the job, the layout of quantized activations, a weight row's address,
+ * and the order in which Q8_0 block sums are added. */
+#ifndef ROWS_H
+#define ROWS_H
+#include "kernels/formats.h"
 #include <math.h>
 
 /* The AVX-512 kernels exist on x86-64 with GCC or Clang; elsewhere matmul
@@ -24,7 +26,7 @@ typedef struct {
     const float *x;        /* (T, K) */
     const Mat *W;          /* (N, K) */
     int T;
-    OpsIsa isa;            /* OPS_GENERIC or OPS_AVX512 */
+    int avx512;            /* 1 on the AVX-512 path: tiles_avx512.c's helpers may run */
     const uint8_t *act;    /* Q8_0: T rows of act_stride(K) bytes, quantized x */
     float *wide;           /* F16 through sgemm: (team, rows_per_part, K) */
     int rows_per_part;
@@ -35,7 +37,7 @@ typedef struct {
 typedef void (*RowsFn)(const MatmulJob *job, int part, int n0, int n1);
 
 /* How far ahead of its reading one row and one token (decoding) asks for
- * weights: ops_avx512.c, "reading weights from memory". */
+ * weights: tiles_avx512.c, "reading weights from memory". */
 enum { STREAM_AHEAD_BYTES = 12288 };
 
 #ifdef OPS_X86
@@ -102,7 +104,7 @@ static inline ActRow act_row(const uint8_t *act, int K, int t) {
 /* --- Activations of the 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1) on AVX-512.
  *
  * The same rounded values and scales as the Q8_0 layout, in the order the
- * kernel holds the weights (ops_quant_avx512.c, "blocks of 32"): a weight
+ * kernel holds the weights (quant_avx512.c, "blocks of 32"): a weight
  * block's nibbles give its values 0-15 and 16-31 as two halves, four blocks
  * to a pair of registers. Per row, at a stride of q32_act_stride(K), for each
  * quad of four blocks (the last one padded with zero blocks):
@@ -133,13 +135,13 @@ static inline Q32Act q32_act_row(const uint8_t *act, int K, int t) {
     return r;
 }
 
-/* --- The 4, 5 and 6-bit block formats (ops_quant.c).
+/* --- The 4, 5 and 6-bit block formats (quant.c).
  * Activations for them: the Q8_0 layout above for the 32-value formats (on
  * AVX-512 the Q32Act layout; the stride covers both); for the K formats T
  * rows of K / 256 BlockQ8_K, back to back. */
 size_t small_act_stride(DType type, int K);
 void small_act_pack_k(uint8_t *act, const float *x, int T, int K);
-/* Unpacking (ops_quant.c explains the terms). */
+/* Unpacking (quant.c explains the terms). */
 void k_scale_min(const uint8_t s[12], int j, int *sc, int *mn);
 void q32_unpack(DType type, const void *blk, int8_t q[QK4], float *d, float *m);
 void qk_unpack(DType type, const void *blk, uint8_t q[QK_K], int sc[16], int mn[16], float *d,
@@ -151,13 +153,13 @@ float small_dot_ref(const void *row, DType type, const float *x, int K);
 void small_rows_generic(const MatmulJob *job, int part, int n0, int n1);
 
 #ifdef OPS_X86
-/* From ops_quant_avx512.c: the same on AVX-512 and VNNI. */
+/* From quant_avx512.c: the same on AVX-512 and VNNI. */
 void small_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
 /* Q8_K activations (small_act_pack_k) into the order the Q4_K and Q5_K
  * kernels read them; not for Q6_K. */
 void qk_act_reorder_avx512(uint8_t *act, int T, int K);
 
-/* From ops_avx512.c; call them only when ops_best_isa() is OPS_AVX512. */
+/* From tiles_avx512.c; call them only when ops_best_isa() is OPS_AVX512. */
 
 /* quantize_row_q8_0, 16 values per instruction, bit-identical. */
 void quantize_row_q8_0_avx512(BlockQ8_0 *out, const float *x, int K);
@@ -180,5 +182,54 @@ void f16_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
 void bf16_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
 void q8_0_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
 #endif
+
+/* --- The Q8_0 sums, in one order for every path. */
+
+/* The float sum of a Q8_0 dot product, added in the order of the AVX-512
+ * kernel (tiles_avx512.c) so that every path gives the same bits. That kernel
+ * keeps 16 running sums, "lanes": lane j takes the values 4j .. 4j+3 of an
+ * even block, lane 8 + j the same values of an odd block. Each lane adds the
+ * exact integer sum of its four products times d_w * d_x, rounded once (an
+ * FMA), and at the end the 16 lanes are added in halves. In exact arithmetic
+ * all of it is simply
+ *     sum over blocks b of  d_w[b] * d_x[b] * sum_i w[b][i] * x[b][i]. */
+enum { LANES = 16 };
+
+/* Block b into the lanes: int8 weights wq and activations xq, d = d_w * d_x.
+ * The 32 products first, then the sums of four: a form the compiler turns
+ * into vector code for the generic path. */
+static inline void q8_0_block_into_lanes(float lane[LANES], int b, const int8_t *wq, const int8_t *xq,
+                                  float d) {
+    int32_t prod[QK8_0], isum[8];   /* exact */
+    for (int i = 0; i < QK8_0; i++) prod[i] = wq[i] * xq[i];
+    for (int j = 0; j < 8; j++) isum[j] = prod[4 * j] + prod[4 * j + 1] + prod[4 * j + 2] + prod[4 * j + 3];
+    float *l = lane + (b % 2) * 8;
+    for (int j = 0; j < 8; j++) l[j] = fmaf((float)isum[j], d, l[j]);
+}
+
+/* The lanes added as _mm512_reduce_add_ps adds them (GCC's avx512fintrin.h):
+ * lane i to lane i + 8, those four apart, then two apart, then the last two. */
+static inline float lanes_sum(const float lane[LANES]) {
+    float h[8], q[4];
+    for (int i = 0; i < 8; i++) h[i] = lane[i] + lane[i + 8];
+    for (int i = 0; i < 4; i++) q[i] = h[i] + h[i + 4];
+    return (q[0] + q[2]) + (q[1] + q[3]);
+}
+
+/* One block of 32 floats to 32 int8 values, as quantize_row_q8_0_ref; returns
+ * d as fp16 bits (ref.c). */
+uint16_t q8_0_quantize_block_ref(int8_t qs[QK8_0], const float *xb);
+
+/* --- The generic path (tiles_generic.c). */
+
+/* T rows of x to the int8 layout above (act_row). */
+void act_pack_ref(uint8_t *act, const float *x, int T, int K);
+void q8_0_rows_generic(const MatmulJob *job, int part, int n0, int n1);
+void f16_rows_generic(const MatmulJob *job, int part, int n0, int n1);   /* F16, BF16; T == 1 */
+void f32_rows_blas(const MatmulJob *job, int part, int n0, int n1);
+/* F16 and BF16 through sgemm: a few rows at a time widened into the job's
+ * scratch (job->wide, rows_per_part rows for each part). */
+enum { F16_WIDE_ROWS = 128, F16_MIN_ROWS_PER_PART = 16 };
+void f16_rows_widened(const MatmulJob *job, int part, int n0, int n1);
 
 #endif

@@ -1,0 +1,87 @@
+/* formats.c - the weight formats' names and sizes, and the conversions
+ * between half floats and floats (see formats.h). */
+#include "kernels/formats.h"
+#include <math.h>
+#include <string.h>
+
+const char *dtype_name(int type) {
+    switch (type) {
+    case DT_F32: return "F32";
+    case DT_F16: return "F16";
+    case DT_BF16: return "BF16";
+    case DT_Q8_0: return "Q8_0";
+    case DT_Q4_0: return "Q4_0";
+    case DT_Q4_1: return "Q4_1";
+    case DT_Q5_0: return "Q5_0";
+    case DT_Q5_1: return "Q5_1";
+    case DT_Q4_K: return "Q4_K";
+    case DT_Q5_K: return "Q5_K";
+    case DT_Q6_K: return "Q6_K";
+    default: return "unknown";
+    }
+}
+
+int dtype_known(int type) {
+    return type == DT_F32 || type == DT_F16 || type == DT_Q8_0 || type == DT_BF16 ||
+           dtype_is_small_quant((DType)type);
+}
+
+int dtype_block(DType type) {
+    if (type == DT_Q8_0) return QK8_0;
+    if (dtype_is_k(type)) return QK_K;
+    return dtype_is_small_quant(type) ? QK4 : 1;
+}
+
+/* The layouts are ggml's, byte for byte: a compiler that padded them would
+ * read every file wrong. */
+_Static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
+               sizeof(BlockQ5_1) == 24, "32-value blocks must be packed as in GGUF");
+_Static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210,
+               "K super-blocks must be packed as in GGUF");
+
+float fp16_to_fp32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31;
+    uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else {                      /* subnormal: value = mant * 2^-24 */
+            float f = (float)mant * 0x1p-24f;
+            return sign ? -f : f;
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (mant << 13);            /* inf / nan */
+    } else {
+        bits = sign | ((exp + 112) << 23) | (mant << 13);    /* rebias 15 -> 127 */
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t fp32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   /* NaN: keep it quiet */
+    u += 0x7fffu + ((u >> 16) & 1);   /* to nearest, ties to even (carries into the exponent) */
+    return (uint16_t)(u >> 16);
+}
+
+uint16_t fp32_to_fp16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t ax = x & 0x7fffffff;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);  /* rounds to >= 65536: inf */
+    if (ax < 0x38800000u) {                                    /* below 2^-14: subnormal */
+        float a;
+        memcpy(&a, &ax, 4);
+        return (uint16_t)(sign | (uint32_t)lrintf(a * 0x1p24f)); /* ties to even */
+    }
+    uint32_t mant = ax & 0x7fffff, exp = (ax >> 23) - 112;
+    uint32_t h = (exp << 10) | (mant >> 13);
+    uint32_t rest = mant & 0x1fff;                             /* 13 bits dropped */
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;     /* nearest, ties to even */
+    return (uint16_t)(sign | h);
+}

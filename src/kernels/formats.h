@@ -1,0 +1,152 @@
+/* formats.h - the weight formats: the types a tensor is stored in (numbered
+ * as GGUF numbers them), the block layouts exactly as ggml packs them, the
+ * size of a row, half floats and bfloats to and from floats, and rows
+ * rounded to a format or widened back. A Mat is a matrix in one of them.
+ * Every kernel reads these; nothing here chooses a path (that is ops.h). */
+#ifndef FORMATS_H
+#define FORMATS_H
+#include "base/err.h"
+#include <stddef.h>
+#include <stdint.h>
+
+/* Weight storage types, numbered as GGUF numbers them (ggml_type). */
+typedef enum {
+    DT_F32 = 0, DT_F16 = 1, DT_Q4_0 = 2, DT_Q4_1 = 3, DT_Q5_0 = 6, DT_Q5_1 = 7, DT_Q8_0 = 8,
+    DT_Q4_K = 12, DT_Q5_K = 13, DT_Q6_K = 14, DT_BF16 = 30
+} DType;
+
+/* Q8_0: blocks of 32 values sharing one scale: value = d * qs[i].
+ * 34 bytes, packed, exactly as in GGUF files (d is IEEE half precision). */
+#define QK8_0 32
+typedef struct {
+    uint16_t d;          /* scale, fp16 bits */
+    int8_t qs[QK8_0];    /* quantized values */
+} BlockQ8_0;
+
+/* The smaller block formats, packed exactly as ggml writes them (notes/formats.md
+ * draws each one byte by byte). Blocks of 32 with an fp16 scale d (and an
+ * fp16 offset m for the _1 kinds): value = d * q + m, or d * (q - 8) for
+ * Q4_0, d * (q - 16) for Q5_0. A byte of qs holds value i in its low nibble
+ * and value i + 16 in its high one; bit i of qh is the fifth bit of value i. */
+#define QK4 32
+typedef struct { uint16_t d; uint8_t qs[16]; } BlockQ4_0;                  /* 18 bytes */
+typedef struct { uint16_t d, m; uint8_t qs[16]; } BlockQ4_1;               /* 20 */
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } BlockQ5_0;   /* 22 */
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } BlockQ5_1;/* 24 */
+
+/* K formats: super-blocks of 256 values. Q4_K and Q5_K cut one into 8
+ * sub-blocks of 32, each with a 6-bit scale and a 6-bit min packed into 12
+ * bytes: value = d * sc[j] * q - dmin * mn[j]. Q6_K cuts it into 16 groups of
+ * 16 with signed 8-bit scales: value = d * sc[g] * (q - 32), q of 6 bits. */
+#define QK_K 256
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } BlockQ4_K;   /* 144 */
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[32];      /* fifth bits */
+    uint8_t qs[128];     /* low four bits */
+} BlockQ5_K;                                                                           /* 176 */
+typedef struct {
+    uint8_t ql[128];     /* low four bits */
+    uint8_t qh[64];      /* high two bits */
+    int8_t scales[16];
+    uint16_t d;          /* last, unlike the others */
+} BlockQ6_K;                                                                           /* 210 */
+
+/* What the K formats' fast kernels round activations to (as llama.cpp does):
+ * one float scale per 256 values, d = max / -127 where max is the value of
+ * largest magnitude (its sign kept), q = round(x / d) to nearest even, and the
+ * sums of each 16 values, which the offsets of Q4_K, Q5_K and Q6_K need. */
+typedef struct {
+    float d;
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16];
+} BlockQ8_K;                                                                           /* 292 */
+
+const char *dtype_name(int type);        /* "F32", "Q4_K", ... as ggml names them, or "unknown" */
+int dtype_known(int type);               /* 1 for the types of DType */
+/* Values per block of a type (1 for the float types). */
+int dtype_block(DType type);
+/* 1 for the block formats whose fast kernels round activations to Q8_K
+ * (the K formats), 0 for those that round them to Q8_0 or keep floats. */
+static inline int dtype_is_k(DType type) { return type == DT_Q4_K || type == DT_Q5_K || type == DT_Q6_K; }
+/* 1 for the formats with 4, 5 or 6-bit values (every block format but Q8_0). */
+static inline int dtype_is_small_quant(DType type) {
+    return type == DT_Q4_0 || type == DT_Q4_1 || type == DT_Q5_0 || type == DT_Q5_1 || dtype_is_k(type);
+}
+/* Bytes of one row of n values; 0 if n is not a whole number of blocks.
+ * Inline: the AVX-512 tiles ask for it at every tile. */
+static inline size_t dtype_row_bytes(DType type, int64_t n) {
+    if (n <= 0) return 0;
+    switch (type) {
+    case DT_F32: return (size_t)n * 4;
+    case DT_F16: return (size_t)n * 2;
+    case DT_BF16: return (size_t)n * 2;
+    case DT_Q8_0: return n % QK8_0 ? 0 : (size_t)(n / QK8_0) * sizeof(BlockQ8_0);
+    case DT_Q4_0: return n % QK4 ? 0 : (size_t)(n / QK4) * sizeof(BlockQ4_0);
+    case DT_Q4_1: return n % QK4 ? 0 : (size_t)(n / QK4) * sizeof(BlockQ4_1);
+    case DT_Q5_0: return n % QK4 ? 0 : (size_t)(n / QK4) * sizeof(BlockQ5_0);
+    case DT_Q5_1: return n % QK4 ? 0 : (size_t)(n / QK4) * sizeof(BlockQ5_1);
+    case DT_Q4_K: return n % QK_K ? 0 : (size_t)(n / QK_K) * sizeof(BlockQ4_K);
+    case DT_Q5_K: return n % QK_K ? 0 : (size_t)(n / QK_K) * sizeof(BlockQ5_K);
+    case DT_Q6_K: return n % QK_K ? 0 : (size_t)(n / QK_K) * sizeof(BlockQ6_K);
+    }
+    return 0;
+}
+
+float fp16_to_fp32(uint16_t h);
+
+/* fp16_to_fp32 without a branch, for loops the compiler turns into vector
+ * code: the same bits for each of the 65536 halves (test_ops checks them
+ * all). Exponent and mantissa move into place together and the exponent is
+ * rebiased by 112 (127 - 15); infinities and NaNs (exponent 31) by 112 more,
+ * to 255; a subnormal half (exponent 0) is its mantissa times 2^-24, which a
+ * float holds exactly. The sign goes back on last, zeros included. */
+static inline float fp16_to_fp32_branchless(uint16_t h) {
+    uint32_t em = h & 0x7fffu, sign = (uint32_t)(h & 0x8000u) << 16;
+    union { uint32_t u; float f; } normal, tiny;
+    uint32_t special = em >= 0x7c00u, subnormal = 0u - (em < 0x400u);   /* 0 or 1; 0 or all ones */
+    normal.u = (em << 13) + (112u << 23) + special * (112u << 23);
+    tiny.f = (float)(int32_t)em * 0x1p-24f;
+    normal.u = (tiny.u & subnormal) | (normal.u & ~subnormal) | sign;
+    return normal.f;
+}
+
+/* BF16 is the top half of an IEEE float (sign, the 8-bit exponent, 7
+ * mantissa bits): widening it is exact, a shift by 16. */
+static inline float bf16_to_fp32(uint16_t b) {
+    union { uint32_t u; float f; } v = {.u = (uint32_t)b << 16};
+    return v.f;
+}
+uint16_t fp32_to_fp16(float f);          /* round to nearest even */
+uint16_t fp32_to_bf16(float f);          /* round to nearest even; a NaN stays a NaN */
+
+/* A weight matrix W of N rows by K columns, row-major, as stored in the file.
+ * out = x @ W^T, the convention of every linear layer here. */
+typedef struct {
+    DType type;
+    int N, K;
+    const void *data;    /* usually points into the memory-mapped file */
+} Mat;
+
+/* Round one row of K floats (K % 32 == 0) to Q8_0 blocks: d = max|x| / 127.
+ * The fast version (AVX-512 when ops_isa() is) is bit-identical to the plain one. */
+void quantize_row_q8_0(BlockQ8_0 *out, const float *x, int K);
+void quantize_row_q8_0_ref(BlockQ8_0 *out, const float *x, int K);
+/* Round one row of K floats (K % 256 == 0) to Q8_K super-blocks, as
+ * llama.cpp's quantize_row_q8_K_ref does (see BlockQ8_K). */
+void quantize_row_q8_k(BlockQ8_K *out, const float *x, int K);
+
+/* Widen one row of a weight matrix to float (K a whole number of blocks). */
+void dequantize_row(float *out, const void *row, DType type, int K);
+
+/* Round one row of K floats to a block format by round-to-nearest: per block
+ * (or sub-block) the scale that maps the range onto the integer grid, values
+ * rounded to nearest, K-format sub-block scales and mins rounded to 6 bits
+ * (Q6_K: 8 bits) against a super-block scale. Simpler than llama.cpp's
+ * quantizers, which search for the scale of least squared error, but it
+ * writes the same layout. ST_ARG if the type is not a 4, 5 or 6-bit block
+ * format or K is not a whole number of its blocks. */
+int quantize_row(void *out, const float *x, DType type, int K);
+
+#endif

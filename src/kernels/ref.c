@@ -1,0 +1,145 @@
+/* ref.c - the plain-loop references of ops.h: one thread, no intrinsics, no
+ * OpenBLAS, written to be read and stepped through. The plain path (LLM_ISA=plain,
+ * the debug build's start) runs these and nothing else; every other path is
+ * tested against them. Q8_0 rounds its activations and adds its block sums
+ * exactly as the AVX-512 tiles do (rows.h, q8_0_block_into_lanes), so on
+ * Q8_0 every path gives the same bits. */
+#include "kernels/ops.h"
+#include "kernels/rows.h"
+#include <math.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ quantizing */
+
+/* One block of 32 floats to 32 int8 values; returns d as fp16 bits. */
+uint16_t q8_0_quantize_block_ref(int8_t qs[QK8_0], const float *xb) {
+    float amax = 0.0f;
+    int finite = 1;
+    for (int i = 0; i < QK8_0; i++) {
+        amax = fmaxf(amax, fabsf(xb[i]));
+        finite &= isfinite(xb[i]) != 0;
+    }
+    if (!finite) {   /* see Q8_0_NONFINITE_SCALE */
+        memset(qs, 0, QK8_0);
+        return Q8_0_NONFINITE_SCALE;
+    }
+    /* llama.cpp (x86): d = amax / 127 stored as fp16; values scaled by 127 / amax
+     * and rounded to nearest even. Matching this lets greedy outputs match. */
+    float id = q8_0_multiplier(amax);
+    for (int i = 0; i < QK8_0; i++) qs[i] = (int8_t)nearbyintf(xb[i] * id);
+    return fp32_to_fp16(amax / 127.0f);
+}
+
+void quantize_row_q8_0_ref(BlockQ8_0 *out, const float *x, int K) {
+    for (int b = 0; b < K / QK8_0; b++) out[b].d = q8_0_quantize_block_ref(out[b].qs, x + b * QK8_0);
+}
+
+void dequantize_row(float *out, const void *row, DType type, int K) {
+    switch (type) {
+    case DT_F32:
+        memcpy(out, row, (size_t)K * 4);
+        break;
+    case DT_F16: {
+        const uint16_t *h = row;
+        for (int i = 0; i < K; i++) out[i] = fp16_to_fp32_branchless(h[i]);
+        break;
+    }
+    case DT_BF16: {
+        const uint16_t *h = row;
+        for (int i = 0; i < K; i++) out[i] = bf16_to_fp32(h[i]);
+        break;
+    }
+    case DT_Q8_0: {
+        const BlockQ8_0 *blk = row;
+        for (int b = 0; b < K / QK8_0; b++) {
+            float d = fp16_to_fp32(blk[b].d);
+            for (int i = 0; i < QK8_0; i++) out[b * QK8_0 + i] = d * blk[b].qs[i];
+        }
+        break;
+    }
+    default:
+        dequantize_row_small(out, row, type, K);
+        break;
+    }
+}
+
+/* ------------------------------------------------------ plain references */
+
+/* Weight (n, k) of a float-typed W (F32, F16 or BF16) as a float. */
+static float weight_at(const Mat *W, int n, int k) {
+    const uint8_t *row = row_ptr(W, n);
+    if (W->type == DT_F16) return fp16_to_fp32(((const uint16_t *)row)[k]);
+    if (W->type == DT_BF16) return bf16_to_fp32(((const uint16_t *)row)[k]);
+    return ((const float *)row)[k];
+}
+
+void matmul_ref(float *out, const float *x, const Mat *W, int T) {
+    int N = W->N, K = W->K;
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * K;
+        for (int n = 0; n < N; n++) {
+            float sum = 0.0f;
+            if (W->type == DT_Q8_0) {
+                /* Per block: round the activations to Q8_0 as quantize_row_q8_0
+                 * does, exact integer products, one multiply by both scales. */
+                const BlockQ8_0 *w = (const BlockQ8_0 *)row_ptr(W, n);
+                float lane[LANES] = {0};
+                for (int b = 0; b < K / QK8_0; b++) {
+                    BlockQ8_0 xb;
+                    xb.d = q8_0_quantize_block_ref(xb.qs, xt + b * QK8_0);
+                    q8_0_block_into_lanes(lane, b, w[b].qs, xb.qs,
+                                          fp16_to_fp32(w[b].d) * fp16_to_fp32(xb.d));
+                }
+                sum = lanes_sum(lane);
+            } else if (dtype_is_small_quant(W->type)) {
+                sum = small_dot_ref(row_ptr(W, n), W->type, xt, K);
+            } else {
+                for (int k = 0; k < K; k++) sum += weight_at(W, n, k) * xt[k];
+            }
+            out[(size_t)t * N + n] = sum;
+        }
+    }
+}
+
+void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    float scale = 1.0f / sqrtf(ss / n + eps);
+    for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
+void softmax_ref(float *x, int n) {
+    float max = x[0];
+    for (int i = 1; i < n; i++) max = fmaxf(max, x[i]);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    for (int i = 0; i < n; i++) x[i] = (float)(x[i] / sum);
+}
+
+/* Written as three simple loops (max, exp and sum, scale) that the compiler
+ * turns into vector code; `?:` rather than fmaxf, which is a call. On the
+ * plain path, the reference instead. */
+
+void rope(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin) {
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + h * head_dim;
+        for (int i = 0; i < n_rot / 2; i++) {
+            float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+            float a = v[2 * i], b = v[2 * i + 1];
+            /* Each result is written as one fused multiply-add of a product:
+             * left as a * c - b * s, GCC turns the pair into a complex
+             * multiply (vfmaddsub) when it vectorizes, fusing where the
+             * scalar code does not even with -ffp-contract=off, so the
+             * vector and scalar builds would give different bits. */
+            v[2 * i] = fmaf(a, c, -(b * s));
+            v[2 * i + 1] = fmaf(a, s, b * c);
+        }
+    }
+}
+
+void swiglu(float *h, const float *g, int n) {
+    for (int i = 0; i < n; i++) h[i] = h[i] / (1.0f + ops_exp(-h[i])) * g[i];
+}

@@ -1,0 +1,112 @@
+/* tiles_generic.c - the generic path's row functions (rows.h): no
+ * intrinsics of ours, the fast path of a CPU without AVX-512. Q8_0 in
+ * threaded plain loops over activations rounded once per call; F16 and BF16
+ * at one token in loops the compiler vectorises; F32, and F16 widened a few
+ * rows at a time, through OpenBLAS's sgemm on each thread's rows. */
+#include "kernels/rows.h"
+#include <cblas.h>
+#include <string.h>
+
+/* T rows of x to the int8 layout of rows.h (act_row). */
+void act_pack_ref(uint8_t *act, const float *x, int T, int K) {
+    for (int t = 0; t < T; t++) {
+        uint8_t *p = act + (size_t)t * act_stride(K);
+        int8_t *qs = (int8_t *)p;
+        int32_t *corr = (int32_t *)(p + K);
+        float *d = (float *)(p + 2 * (size_t)K);
+        for (int b = 0; b < K / QK8_0; b++)
+            d[b] = fp16_to_fp32(q8_0_quantize_block_ref(qs + b * QK8_0, x + (size_t)t * K + b * QK8_0));
+        for (int j = 0; j < K / 4; j++)
+            corr[j] = -128 * (qs[4 * j] + qs[4 * j + 1] + qs[4 * j + 2] + qs[4 * j + 3]);
+    }
+}
+
+/* Q8_0 from activations quantized once per row (act_pack_ref): the
+ * arithmetic of matmul_ref, on threads. */
+void q8_0_rows_generic(const MatmulJob *job, int part, int n0, int n1) {
+    int N = job->W->N, K = job->W->K;
+    for (int t = 0; t < job->T; t++) {
+        ActRow xr = act_row(job->act, K, t);
+        for (int n = n0; n < n1; n++) {
+            const BlockQ8_0 *w = (const BlockQ8_0 *)row_ptr(job->W, n);
+            float lane[LANES] = {0};
+            for (int b = 0; b < K / QK8_0; b++)
+                q8_0_block_into_lanes(lane, b, w[b].qs, xr.qs + b * QK8_0,
+                                      fp16_to_fp32(w[b].d) * xr.d[b]);
+            job->out[(size_t)t * N + n] = lanes_sum(lane);
+        }
+    }
+}
+
+/* F16 and BF16 at T == 1, where widening rows for sgemv would cost as much as
+ * the product. In the AVX-512 kernel's order (float_tile with one row and one
+ * token): 16 running sums, lane j taking the products of k = j (mod 16) by
+ * FMA, a short last step padded with zeros, the lanes added as lanes_sum adds
+ * them; so this path and that one give the same bits. The 16 lanes of a step
+ * are independent, and the widening has no branch, so the compiler does a
+ * step in vector instructions: with a running sum in a plain loop (one add
+ * after another, which it may not reorder) this read 2.3 GB/s of F16 from
+ * cache on one Zen 5 core, now 12.3 (kbench --isa generic --type F16
+ * --shape 2048x2048 --pool-mib 0). */
+static inline __attribute__((always_inline)) float half_row_dot(const uint16_t *w, const float *x, int K,
+                                                                 int bf16) {
+    float lane[LANES] = {0};
+    int k = 0;
+    for (; k + LANES <= K; k += LANES)
+        for (int j = 0; j < LANES; j++) {
+            float wv = bf16 ? bf16_to_fp32(w[k + j]) : fp16_to_fp32_branchless(w[k + j]);
+            lane[j] = fmaf(wv, x[k + j], lane[j]);
+        }
+    for (int j = 0; k < K && j < LANES; j++) {
+        int in = k + j < K;
+        float wv = !in ? 0.0f : bf16 ? bf16_to_fp32(w[k + j]) : fp16_to_fp32(w[k + j]);
+        lane[j] = fmaf(wv, in ? x[k + j] : 0.0f, lane[j]);
+    }
+    return lanes_sum(lane);
+}
+
+void f16_rows_generic(const MatmulJob *job, int part, int n0, int n1) {
+    int N = job->W->N, K = job->W->K, bf16 = job->W->type == DT_BF16;
+    for (int n = n0; n < n1; n++) {
+        const uint16_t *w = (const uint16_t *)row_ptr(job->W, n);
+        for (int t = 0; t < job->T; t++) {   /* one copy of the loop per type */
+            const float *xt = job->x + (size_t)t * K;
+            job->out[(size_t)t * N + n] = bf16 ? half_row_dot(w, xt, K, 1) : half_row_dot(w, xt, K, 0);
+        }
+    }
+}
+
+/* --- OpenBLAS for many tokens: sgemm (and sgemv for F32 at T == 1)
+ * on each thread's range of rows. */
+void f32_rows_blas(const MatmulJob *job, int part, int n0, int n1) {
+    int N = job->W->N, K = job->W->K;
+    const float *w = (const float *)row_ptr(job->W, n0);
+    if (job->T == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, n1 - n0, K, 1.0f, w, K, job->x, 1, 0.0f,
+                    job->out + n0, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, job->T, n1 - n0, K, 1.0f, job->x, K,
+                    w, K, 0.0f, job->out + n0, N);
+}
+
+/* F16: widen a few rows at a time to float in this thread's part of the
+ * scratch, then sgemm on them. The widening is 1/T of the work. */
+void f16_rows_widened(const MatmulJob *job, int part, int n0, int n1) {
+    int N = job->W->N, K = job->W->K, step = job->rows_per_part;
+    float *wide = job->wide + (size_t)part * step * K;
+    for (int a = n0; a < n1; a += step) {
+        int rows = n1 - a < step ? n1 - a : step;
+        for (int r = 0; r < rows; r++) {
+            const uint16_t *h = (const uint16_t *)row_ptr(job->W, a + r);
+#ifdef OPS_X86
+            if (job->avx512 && job->W->type == DT_F16) {
+                f16_widen_avx512(wide + (size_t)r * K, h, K);
+                continue;
+            }
+#endif
+            dequantize_row(wide + (size_t)r * K, h, job->W->type, K);   /* F16 or BF16 */
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, job->T, rows, K, 1.0f, job->x, K, wide,
+                    K, 0.0f, job->out + a, N);
+    }
+}
