@@ -87,6 +87,7 @@ RtParams rt_params_default(void) {
 int rt_init(Runtime *rt, const Model *m, const EngineConfig *cfg, Err *e) {
     memset(rt, 0, sizeof *rt);
     rt->model = m;
+    rt->low_mem = model_stats(m).low_mem;
     return engine_init(&rt->en, m, cfg, e);
 }
 
@@ -499,9 +500,8 @@ const StepReport *rt_step(Runtime *rt) {
     for (int i = 0; i < rep->n_out; i++) deliver(rt, &rep->out[i], rep->end);
     rt->last = rep->times;
     rt->last.output += clock_seconds() - t0;
-    ModelStats ms = model_stats(rt->model);
-    if (ms.low_mem) {   /* weights decoded during the step (model.h, lowmem.h) */
-        LmStats ls = ms.lm;
+    if (rt->low_mem) {   /* weights decoded during the step (model.h, lowmem.h) */
+        LmStats ls = model_stats(rt->model).lm;
         rt->last_decode = ls.decode_s - rt->codec_decode;
         rt->last_wait = ls.wait_s - rt->codec_wait;
         rt->codec_decode = ls.decode_s;

@@ -70,6 +70,7 @@ typedef struct {
     Trace *trace;                /* NULL: no tracing */
     char *pictures;              /* (pictures_cap) the KV map and block tables, for the trace */
     int pictures_cap;
+    int low_mem;                 /* the model decodes weights on demand (--low-mem) */
     double codec_decode, codec_wait;   /* --low-mem: the model's decode totals after the last step */
     double last_decode, last_wait;     /* and what the last step added to them */
     StageTimes last, total;      /* the last step's stage times, and their sums;

@@ -6,10 +6,11 @@
 # logged by tools/hops/hook.c), generates a few tokens from the default model
 # on one thread and the plain kernels, and follows step STEP (default 3: a
 # decode step): the file of the innermost running function is tracked through
-# every call and return, and each change of file is counted. Kernel and helper
-# files (ops, mem, err, clock) are folded into their caller, so the count is
-# about stages, not arithmetic. Prints the walk (one line per visit) and the
-# count. Run it on another checkout to compare designs:
+# every call and return, and each change of file is counted. The kernel and
+# base wings (src/kernels/, src/base/) are folded into their caller, so the
+# count is about stages, not arithmetic. Prints the walk (one line per visit) and the
+# count. tests/hops.sh runs it in make test. Run it on another checkout to
+# compare designs:
 #   sh tools/count_hops.sh            # this tree
 #   (cd ../old && sh /path/to/tools/count_hops.sh)
 set -eu
@@ -18,11 +19,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 inc="-I/usr/include/x86_64-linux-gnu/openblas-openmp"
-libs="-L/usr/lib/x86_64-linux-gnu/openblas-openmp -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -lpcre2-8 -lcjson -lm -lpthread"
+libs="-L/usr/lib/x86_64-linux-gnu/openblas-openmp -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -lpcre2-8 -lcjson -lmicrohttpd -lm -lpthread"
+# the library and the CLI's main: every source but the server's main (in a
+# tree of one flat folder, src/*.c is all there is)
+srcs=$(ls src/*.c src/*/*.c 2>/dev/null | grep -v -e '/serve\.c$')
 # shellcheck disable=SC2086
 gcc -std=gnu11 -D_GNU_SOURCE -fopenmp $inc -Isrc -O0 -g -no-pie -finstrument-functions \
-    -finstrument-functions-exclude-file-list=ops,mem.c,err.c,clock.h \
-    src/*.c "$here/hops/hook.c" -o "$out/infer" $libs
+    -finstrument-functions-exclude-file-list=kernels/,base/,ops,mem.c,err.c,clock.h \
+    $srcs "$here/hops/hook.c" -o "$out/infer" $libs
 # top: the function that is one step in this design (rt_step, or engine_step
 # in a design where the runtime does not drive the loop)
 if grep -q "rt_step" src/runtime.h 2>/dev/null; then top=rt_step; else top=engine_step; fi
