@@ -1,4 +1,28 @@
-/* wcodec.c - weight tensors split into planes and rANS-coded (see wcodec.h).
+/* wcodec.c - weight tensors split into planes and rANS-coded (see wcodec.h
+ * for the promise and the blob's layout).
+ *
+ * The idea (notes/rans.md, "Coding a weight tensor"). A float's exponent is
+ * far from uniform: trained weights cluster around one magnitude, so the 8
+ * exponent bits of BF16 carry some 2.6-3 bits of information, while the sign
+ * and the mantissa are close to random. Coding each weight's bytes as they are
+ * mixes the two and gains little; splitting every weight into its fields and
+ * coding each field as its own stream of bytes ("plane") lets rANS find the
+ * exponent's skew:
+ *
+ *   type   planes (one byte per weight each, unless said)      coded with rANS
+ *   BF16   exponent (8 bits) | sign + 7 mantissa bits          whichever of the two is smaller
+ *   F16    exponent (5 bits) | sign + top 2 mantissa bits | low 8 mantissa bits
+ *   F32    exponent (8 bits) | sign + top 7 | middle 8 | low 8 mantissa bits
+ *   Q8_0   scales (2 bytes per block of 32) | the int8 values
+ *   other  the bytes as stored, one plane
+ *
+ * Each plane is rANS-coded when that saves at least 1/64 of its bytes, and
+ * kept raw otherwise (decoding costs a pass over every byte; a saving below
+ * 1.6% does not repay it: BF16's sign + mantissa plane stays raw). Weights are cut
+ * into groups of G (a multiple of 32): chunk k of every coded plane holds
+ * exactly group k's bytes, so a group, a row range or a whole tensor decodes
+ * without touching the rest, and groups decode in parallel.
+ *
  *
  * Three pieces: the field split (a weight's bytes to one byte per plane, and
  * back: split_* and merge_*), the blob header (written by wc_encode, checked

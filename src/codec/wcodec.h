@@ -8,27 +8,7 @@
  * so one tensor decodes alone. A damaged blob is refused with ST_FORMAT and one
  * line naming the field, and decoding never reads or writes out of bounds.
  *
- * The idea (notes/rans.md, "Coding a weight tensor"). A float's exponent is
- * far from uniform: trained weights cluster around one magnitude, so the 8
- * exponent bits of BF16 carry some 2.6-3 bits of information, while the sign
- * and the mantissa are close to random. Coding each weight's bytes as they are
- * mixes the two and gains little; splitting every weight into its fields and
- * coding each field as its own stream of bytes ("plane") lets rANS find the
- * exponent's skew:
- *
- *   type   planes (one byte per weight each, unless said)      coded with rANS
- *   BF16   exponent (8 bits) | sign + 7 mantissa bits          whichever of the two is smaller
- *   F16    exponent (5 bits) | sign + top 2 mantissa bits | low 8 mantissa bits
- *   F32    exponent (8 bits) | sign + top 7 | middle 8 | low 8 mantissa bits
- *   Q8_0   scales (2 bytes per block of 32) | the int8 values
- *   other  the bytes as stored, one plane
- *
- * Each plane is rANS-coded when that saves at least 1/64 of its bytes, and
- * kept raw otherwise (decoding costs a pass over every byte; a saving below
- * 1.6% does not repay it: BF16's sign + mantissa plane stays raw). Weights are cut
- * into groups of G (a multiple of 32): chunk k of every coded plane holds
- * exactly group k's bytes, so a group, a row range or a whole tensor decodes
- * without touching the rest, and groups decode in parallel.
+ * How and why (the fields, the planes, the groups) opens wcodec.c.
  *
  * Blob layout (little-endian), header then planes back to back:
  *
