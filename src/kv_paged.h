@@ -62,8 +62,9 @@ typedef struct {
 } KvPool;
 
 /* A sequence's view of the pool. The table is allocated once (capacity
- * blocks, enough for the model's context) and reused by the sequences that
- * occupy this slot, so the step loop allocates nothing. */
+ * blocks, enough for the model's context) when the sequence is taken
+ * (engine_add), and emptied and refilled as it is preempted and resumed,
+ * so the step loop allocates nothing. */
 typedef struct {
     int *table;              /* (cap) block ids */
     int cap;                 /* capacity of table, in blocks */
