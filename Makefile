@@ -62,7 +62,7 @@ build/obj/%.o: src/%.c $(SRC_H) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(DEBUG_FLAGS) -c $< -o $@
 build/libengine.a: $(patsubst src/%.c,build/obj/%.o,$(LIB_SRC))
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 build/infer build/serve: build/%: src/front/%.c build/libengine.a
 	$(CC) $(DEBUG_FLAGS) $^ -o $@ $(LIBS)
 build/%: tools/%.c build/libengine.a $(TOOL_H)
@@ -73,7 +73,7 @@ build/fast/obj/%.o: src/%.c $(SRC_H) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(FAST_FLAGS) -c $< -o $@
 build/fast/libengine.a: $(patsubst src/%.c,build/fast/obj/%.o,$(LIB_SRC))
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 build/fast/infer build/fast/serve: build/fast/%: src/front/%.c build/fast/libengine.a
 	$(CC) $(FAST_FLAGS) $^ -o $@ $(LIBS)
 build/fast/%: tools/%.c build/fast/libengine.a $(TOOL_H)
@@ -105,7 +105,7 @@ build/cuda/obj/%.o: src/%.c $(SRC_H) | deps
 	$(CC) $(CUDA_CFLAGS) -c $< -o $@
 # every library object but gpu_none.o: the kernels stand in its place
 build/cuda/libengine.a: $(patsubst src/%.c,build/cuda/obj/%.o,$(filter-out src/kernels/gpu_none.c,$(LIB_SRC)))
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 build/cuda/infer build/cuda/serve: build/cuda/%: src/front/%.c $(CUDA_OBJ) build/cuda/libengine.a
 	$(CC) $(CUDA_CFLAGS) $^ -o $@ $(LIBS) $(CUDA_LIBS)
 $(patsubst %,build/cuda/%,$(CUDA_TOOLS)): build/cuda/%: tools/%.c $(CUDA_OBJ) build/cuda/libengine.a $(TOOL_H)
@@ -132,7 +132,7 @@ build/asan/obj/%.o: src/%.c $(SRC_H) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN_FLAGS) -c $< -o $@
 build/asan/libengine.a: $(patsubst src/%.c,build/asan/obj/%.o,$(LIB_SRC))
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 build/asan/infer build/asan/serve: build/asan/%: src/front/%.c build/asan/libengine.a
 	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LIBS)
 build/asan/%: tools/%.c build/asan/libengine.a $(TOOL_H)
@@ -236,7 +236,7 @@ build/fuzz/obj/%.o: src/%.c $(SRC_H) | fuzz-deps
 build/fuzz/obj/kernels/ops.o: FUZZ_FLAGS += -include tests/fuzz/cpu_supports.h
 build/fuzz/obj/kernels/ops.o: tests/fuzz/cpu_supports.h
 build/fuzz/libengine.a: $(patsubst src/%.c,build/fuzz/obj/%.o,$(LIB_SRC))
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h build/fuzz/libengine.a
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -Itests/fuzz $< build/fuzz/libengine.a -o $@ $(LIBS)
 fuzz-build: $(FUZZ_BINS)

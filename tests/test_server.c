@@ -186,6 +186,44 @@ static void each_template_renders_a_conversation_up_to_the_answer(void **st) {
     }
 }
 
+/* A turn of any length renders whole: a 3000-byte message, with a
+ * multi-byte character at every place a fixed buffer could cut, comes out
+ * byte for byte in every template, the template's own end after it. */
+static void a_long_message_renders_whole_in_every_template(void **st) {
+    char *big = malloc(3001);
+    assert_non_null(big);
+    for (int i = 0; i < 3000; i += 3) memcpy(big + i, i % 2 ? "\xE2\x82\xAC" : "abc", 3);   /* "abc" and a euro sign */
+    big[3000] = 0;
+    const SrvMessage m[] = {{"system", big}, {"user", big}};
+    static const ChatTemplate ts[] = {TMPL_PLAIN, TMPL_CHATML, TMPL_LLAMA2, TMPL_LLAMA3, TMPL_ZEPHYR};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+        char *got = srv_chat_render(ts[i], m, 2);
+        assert_non_null(got);
+        const char *a = strstr(got, big), *b = a ? strstr(a + 3000, big) : NULL;
+        if (!a || !b) fail_msg("%s: a 3000-byte message did not come out whole twice", srv_template_name(ts[i]));
+        const char *end = b + 3000;   /* what follows the user's turn is the template's, not a cut */
+        static const char *const after[] = {"\nassistant:", "<|im_end|>\n<|im_start|>assistant\n", " [/INST]",
+                                            "<|eot_id|><|start_header_id|>assistant", "</s>\n<|assistant|>\n"};
+        if (strncmp(end, after[i], strlen(after[i])))
+            fail_msg("%s: after the message comes '%.20s', want '%s'", srv_template_name(ts[i]), end, after[i]);
+        free(got);
+    }
+    free(big);
+}
+
+/* Llama 2's format puts system text only at the top of an [INST]: a system
+ * message anywhere, or several in a row, still reaches the prompt. */
+static void llama2_keeps_every_system_message(void **st) {
+    const SrvMessage m[] = {{"system", "S1"}, {"system", "S2"}, {"user", "U1"}, {"assistant", "A1"},
+                            {"system", "S3"}, {"assistant", "A2"}, {"user", "U2"}, {"system", "S4"}};
+    char *got = srv_chat_render(TMPL_LLAMA2, m, 8);
+    assert_non_null(got);
+    assert_string_equal(got, "[INST] <<SYS>>\nS1\n\nS2\n<</SYS>>\n\nU1 [/INST] A1</s>"
+                             "<s>[INST] <<SYS>>\nS3\n<</SYS>>\n\n [/INST] A2</s>"
+                             "<s>[INST] U2 [/INST]<s>[INST] <<SYS>>\nS4\n<</SYS>>\n\n [/INST]");
+    free(got);
+}
+
 static void chat_messages_become_the_prompt_through_the_template(void **st) {
     SrvLimits lim = LIM;
     lim.tmpl = TMPL_CHATML;
@@ -328,6 +366,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(an_error_object_has_message_type_param_and_code),
         cmocka_unit_test(templates_are_recognised_by_their_markers),
         cmocka_unit_test(each_template_renders_a_conversation_up_to_the_answer),
+        cmocka_unit_test(a_long_message_renders_whole_in_every_template),
+        cmocka_unit_test(llama2_keeps_every_system_message),
         cmocka_unit_test(chat_messages_become_the_prompt_through_the_template),
         cmocka_unit_test(an_sse_chunk_is_one_data_line_shaped_as_openai_s),
         cmocka_unit_test(a_whole_response_has_choices_and_usage),

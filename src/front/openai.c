@@ -51,22 +51,31 @@ char *srv_chat_render(ChatTemplate t, const SrvMessage *m, int n) {
         buf_str(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         break;
     case TMPL_LLAMA2: {
-        /* [INST] <<SYS>>\nsystem\n<</SYS>>\n\nuser [/INST] answer</s><s>[INST] ... */
-        const char *sys = NULL;
+        /* [INST] <<SYS>>\nsystem\n<</SYS>>\n\nuser [/INST] answer</s><s>[INST] ...
+         * The format has room for system text only at the top of an [INST]:
+         * system messages wait there (several in a row joined by a blank
+         * line) for the next user turn; one with no user turn after it, or
+         * before an answer, gets an [INST] of its own. Nothing is dropped. */
+        Buf sys = {0};
         int first = 1;
-        for (; i < n; i++) {
-            if (!strcmp(m[i].role, "system")) {
-                sys = m[i].content;
-            } else if (!strcmp(m[i].role, "user")) {
-                buf_str(&b, first ? "[INST] " : "<s>[INST] ");
-                if (sys) buf_printf(&b, "<<SYS>>\n%s\n<</SYS>>\n\n", sys);
-                sys = NULL;
-                buf_printf(&b, "%s [/INST]", m[i].content);
-                first = 0;
-            } else {
-                buf_printf(&b, " %s</s>", m[i].content);
+        for (; i <= n; i++) {
+            int user = i < n && !strcmp(m[i].role, "user");
+            if (i < n && !strcmp(m[i].role, "system")) {
+                if (sys.len) buf_str(&sys, "\n\n");
+                buf_str(&sys, m[i].content);
+                continue;
             }
+            if (user || sys.len) {
+                buf_str(&b, first ? "[INST] " : "<s>[INST] ");
+                if (sys.len) buf_printf(&b, "<<SYS>>\n%s\n<</SYS>>\n\n", sys.s);
+                buf_printf(&b, "%s [/INST]", user ? m[i].content : "");
+                sys.len = 0;
+                first = 0;
+            }
+            if (i < n && !user) buf_printf(&b, " %s</s>", m[i].content);
         }
+        if (sys.failed) b.failed = 1;
+        free(sys.s);
         break;
     }
     case TMPL_ZEPHYR:

@@ -14,19 +14,25 @@ typedef struct {
     int failed;               /* an allocation failed: the result is NULL */
 } Buf;
 
-static inline void buf_add(Buf *b, const char *s, size_t n) {
-    if (b->failed) return;
+/* Room for n more bytes and the terminator; 0 when it cannot be had. */
+static inline int buf_room(Buf *b, size_t n) {
+    if (b->failed) return 0;
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n + 1) cap *= 2;
         char *grown = realloc(b->s, cap);
         if (!grown) {
             b->failed = 1;
-            return;
+            return 0;
         }
         b->s = grown;
         b->cap = cap;
     }
+    return 1;
+}
+
+static inline void buf_add(Buf *b, const char *s, size_t n) {
+    if (!buf_room(b, n)) return;
     memcpy(b->s + b->len, s, n);
     b->len += n;
     b->s[b->len] = 0;
@@ -35,13 +41,22 @@ static inline void buf_add(Buf *b, const char *s, size_t n) {
 static inline void buf_str(Buf *b, const char *s) { buf_add(b, s, strlen(s)); }
 
 static inline void buf_printf(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Whatever its length: measured first, then printed in place (a chat turn
+ * of any size goes through here whole). */
 static inline void buf_printf(Buf *b, const char *fmt, ...) {
-    char line[512];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n > 0) buf_add(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    if (n < 0) {
+        b->failed = 1;
+        return;
+    }
+    if (!buf_room(b, (size_t)n)) return;
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
 }
 
 /* The string, handed over (NULL if an allocation failed). */
