@@ -53,8 +53,8 @@ static int runstate_alloc(RunState *s, const Model *m, int max_T, int max_logits
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
     size_t L = c->n_layers, C = cache ? L * P * kvd : 0;
     size_t scratch = 0;
-    const Mat *mats[] = {&m->layers[0].wq, &m->layers[0].wk, &m->layers[0].w_gate,
-                         &m->layers[0].w_down, &m->output};
+    const Mat *mats[] = {&m->layers[0].wq, &m->layers[0].wk, &m->layers[0].wo, &m->layers[0].w_gate,
+                         &m->layers[0].w_down, &m->output};   /* wo: K = H*S, which need not be D */
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
         size_t b = matmul_scratch_bytes(mats[i]->type, max_T, mats[i]->K);
         if (b > scratch) scratch = b;
@@ -251,6 +251,10 @@ static float *nan_logits(RunState *s, int V, int n_logits) {
 }
 
 /* Layer l with its coded matrices pointed at their decoded bytes. */
+static void add_bias(float *x, const float *bias, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] += bias[i];
+}
+
 static int lowmem_layer(const Model *m, int l, Layer *out) {
     const void *ptr[LM_MAX_PARTS];
     int st = lm_acquire(m->lowmem, l, ptr, NULL);
@@ -313,12 +317,38 @@ float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const
         /* One product per weight for every token of every sequence in the batch. */
         matmul_group((float *const[]){s->q, s->k, s->v}, s->xb, (const Mat *const[]){&w->wq, &w->wk, &w->wv},
                      3, T, s->scratch);
+        /* Qwen2 (1 of 3): a bias after each of the three products. */
+        if (w->bq)
+            for (int t = 0; t < T; t++) {
+                add_bias(s->q + t * qd, w->bq, qd);
+                add_bias(s->k + t * kvd, w->bk, kvd);
+                add_bias(s->v + t * kvd, w->bv, kvd);
+            }
+        /* Qwen3 (2 of 3): each head's Q and K through an RMSNorm of its own
+         * (the same S weights for every head), before the rotation. */
+        if (w->q_norm)
+            for (int t = 0; t < T; t++) {
+                for (int h = 0; h < H; h++) {
+                    float *qh = s->q + t * qd + (size_t)h * S;
+                    rmsnorm(qh, qh, w->q_norm, S, c->rms_eps);
+                }
+                for (int h = 0; h < Hkv; h++) {
+                    float *kh = s->k + t * kvd + (size_t)h * S;
+                    rmsnorm(kh, kh, w->k_norm, S, c->rms_eps);
+                }
+            }
         /* RoPE at each token's own position, then its K/V go to its slot, so
-         * later tokens of the same sequence in this batch can see them. */
+         * later tokens of the same sequence in this batch can see them.
+         * Qwen2 and Qwen3 (3 of 3): NEOX's pairs, the halves of each head. */
         for (int t = 0; t < T; t++) {
             const float *cs = s->rope_cs + (size_t)b->pos[t] * half * 2;
-            rope(s->q + t * qd, H, S, c->n_rot, cs);
-            rope(s->k + t * kvd, Hkv, S, c->n_rot, cs);
+            if (c->rope_neox) {
+                rope_neox(s->q + t * qd, H, S, c->n_rot, cs);
+                rope_neox(s->k + t * kvd, Hkv, S, c->n_rot, cs);
+            } else {
+                rope(s->q + t * qd, H, S, c->n_rot, cs);
+                rope(s->k + t * kvd, Hkv, S, c->n_rot, cs);
+            }
             memcpy(kc + (size_t)b->slot[t] * kvd, s->k + t * kvd, kvd * sizeof(float));
             memcpy(vc + (size_t)b->slot[t] * kvd, s->v + t * kvd, kvd * sizeof(float));
         }

@@ -12,18 +12,31 @@
 #include "text/tokenizer.h"
 #include "codec/wcodec.h"
 
+/* The architectures this engine runs: Llama, and two that differ from it in
+ * three places of the attention block (model.c marks each). */
+typedef enum {
+    ARCH_LLAMA = 0,
+    ARCH_QWEN2,       /* biases after the Q, K and V products; NEOX rotation */
+    ARCH_QWEN3,       /* an RMSNorm on each head's Q and K before RoPE; its own head size; NEOX */
+} ModelArch;
+
+const char *model_arch_name(ModelArch a);   /* "llama", "qwen2", "qwen3" */
+
 typedef struct {
     int dim;          /* D */
     int hidden_dim;   /* F */
     int n_layers;     /* L */
     int n_heads;      /* H */
     int n_kv_heads;   /* Hkv; H % Hkv == 0, each KV head serves H / Hkv query heads */
-    int head_dim;     /* S = D / H */
+    int head_dim;     /* S: D / H for Llama; Qwen3 names its own (attention.key_length) */
     int vocab_size;   /* V */
     int seq_len;      /* P: positions the model was trained for */
     int n_rot;        /* RoPE rotates the first n_rot dims of each head (usually S) */
     float rope_base;  /* theta: pair i turns by pos * base^(-2i / n_rot) */
     float rms_eps;
+    ModelArch arch;   /* what the forward pass adds to Llama's (notes/model.md, "Qwen") */
+    int rope_neox;    /* RoPE's pairs: 0 adjacent (x[2i], x[2i+1]), Llama; 1 the two halves of
+                         each head (x[i], x[i + n_rot/2]), "NEOX", Qwen2 and Qwen3 */
 } ModelConfig;
 
 typedef struct {
@@ -36,6 +49,10 @@ typedef struct {
     Mat w_gate;               /* (F, D)  "w1" in llama2.c */
     Mat w_down;               /* (D, F)  "w2" */
     Mat w_up;                 /* (F, D)  "w3" */
+    const float *bq, *bk, *bv;        /* Qwen2: (H*S), (Hkv*S), (Hkv*S) added after the
+                                         products; NULL for the others */
+    const float *q_norm, *k_norm;     /* Qwen3: (S) each head's RMSNorm weights, Q and K,
+                                         before RoPE; NULL for the others */
 } Layer;
 
 /* A coded matrix of a compressed file (wcodec.h, tools/compress.c) and the

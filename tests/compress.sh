@@ -40,13 +40,14 @@ check_model() {   # NAME PATH
 check_model shakespeare data/shakespeare.gguf
 "$BIN/compress" --retype bf16 data/shakespeare.gguf "$tmp/bf16.gguf" > /dev/null 2>&1 \
     && check_model shakespeare-bf16 "$tmp/bf16.gguf" || bad "compress --retype bf16 failed"
-for f in tiny-f32 tiny-f16 tiny-bf16 tiny-q8_0; do
-    if [ -f "$FIX/tiny/$f.gguf" ]; then
-        check_model "$f" "$FIX/tiny/$f.gguf"
+# the Qwen files too: their biases and head norms stay uncoded beside the coded matrices
+for f in tiny/tiny-f32 tiny/tiny-f16 tiny/tiny-bf16 tiny/tiny-q8_0 qwen/qwen2/qwen2-f32 qwen/qwen3/qwen3-q8_0; do
+    if [ -f "$FIX/$f.gguf" ]; then
+        check_model "${f##*/}" "$FIX/$f.gguf"
     elif [ "${CI:-}" = true ]; then
-        bad "fixture $FIX/tiny/$f.gguf is missing, and under CI that is a failure"
+        bad "fixture $FIX/$f.gguf is missing, and under CI that is a failure"
     else
-        echo "SKIP: fixture $FIX/tiny/$f.gguf not found (no ../shared here)"
+        echo "SKIP: fixture $FIX/$f.gguf not found (no ../shared here)"
     fi
 done
 

@@ -337,6 +337,50 @@ static void rope_freqs_of_the_wrong_size_or_value_are_refused(void **st) {
     free(b.bytes);
 }
 
+/* The index of tensor `name` in a GGUF blob (found with the reader). */
+static uint64_t tensor_index(const Blob *b, const char *name) {
+    char path[64];
+    write_temp(path, sizeof path, b->bytes, b->size);
+    Gguf g;
+    Err e;
+    assert_int_equal(gguf_open(&g, path, &e), ST_OK);
+    uint64_t i = 0;
+    while (i < g.n_tensors && !gguf_str_eq(g.tensors[i].name, name)) i++;
+    assert_true(i < g.n_tensors);
+    gguf_close(&g);
+    unlink(path);
+    return i;
+}
+
+/* Qwen files: a bias or a head norm missing or of the wrong length, and an
+ * architecture this engine does not run, each refused in one line naming it. */
+static void qwen_files_missing_a_bias_or_with_a_wrong_norm_are_refused(void **st) {
+    Blob b;
+    if (!load_fixture(&b, "qwen/qwen2/qwen2-f32.gguf")) return;
+    TensorAt at = tensor_at(&b, tensor_index(&b, "blk.1.attn_k.bias"));
+    b.bytes[at.name + 8 + strlen("blk.1.attn_k.bia")] = 'z';   /* now "blk.1.attn_k.biaz" */
+    expect_refused(&b, b.size, "missing tensor blk.1.attn_k.bias");
+    free(b.bytes);
+
+    if (!load_fixture(&b, "qwen/qwen3/qwen3-f32.gguf")) return;
+    at = tensor_at(&b, tensor_index(&b, "blk.0.attn_q_norm.weight"));
+    uint64_t was, half = 32;
+    memcpy(&was, b.bytes + at.dims, 8);
+    assert_int_equal(was, 64);   /* the head size, not dim / heads = 32 */
+    memcpy(b.bytes + at.dims, &half, 8);
+    expect_refused(&b, b.size, "tensor blk.0.attn_q_norm.weight has 32 values, want 64");
+    memcpy(b.bytes + at.dims, &was, 8);
+
+    const char *key = "general.architecture";
+    unsigned char *k = memmem(b.bytes, b.size, key, strlen(key));
+    assert_non_null(k);
+    unsigned char *value = k + strlen(key) + 4 + 8;   /* the type, the string's length */
+    assert_memory_equal(value, "qwen3", 5);
+    value[4] = '9';
+    expect_refused(&b, b.size, "architecture 'qwen9' is not supported (want llama, qwen2 or qwen3)");
+    free(b.bytes);
+}
+
 static void llama2c_truncated_checkpoint_is_refused(void **st) {
     Blob b;
     if (!load_fixture(&b, "tiny/tiny.bin")) return;
@@ -641,6 +685,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(rope_scaling_types_not_implemented_are_refused),
         cmocka_unit_test(coded_small_format_matrix_of_the_wrong_size_is_refused),
         cmocka_unit_test(rope_freqs_of_the_wrong_size_or_value_are_refused),
+        cmocka_unit_test(qwen_files_missing_a_bias_or_with_a_wrong_norm_are_refused),
         cmocka_unit_test(llama2c_truncated_checkpoint_is_refused),
         cmocka_unit_test(llama2c_absurd_header_is_refused),
         cmocka_unit_test(llama2c_header_that_disagrees_with_the_file_size_is_refused),

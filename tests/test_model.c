@@ -660,6 +660,30 @@ static void llama3_q8_0_greedy_matches_llama_cpp(void **st) {
     check_greedy_llama_cpp("llama3/llama3-q8_0.gguf", "llama3", "q8_0", QUANT_TIE_SPREAD, QUANT_MIN_IDENTICAL);
 }
 
+/* qwen/: the two Qwen architectures (notes/model.md, "Qwen"): Qwen2's
+ * biases, Qwen3's per-head Q/K norms and its own head size, NEOX pairs in
+ * both. Leaving out any one moves the logits by 0.2 to 0.75 of the largest. */
+static void qwen2_f32_greedy_equals_reference_exactly(void **st) {
+    check_greedy("qwen/qwen2/qwen2-f32.gguf", "qwen/qwen2/greedy.tsv", "f32", "reference float64", 4, 0, 4);
+}
+static void qwen3_f32_greedy_equals_reference_exactly(void **st) {
+    check_greedy("qwen/qwen3/qwen3-f32.gguf", "qwen/qwen3/greedy.tsv", "f32", "reference float64", 4, 0, 4);
+}
+static void qwen_f32_logits_match_float64_reference(void **st) {
+    check_logits("qwen/qwen2/qwen2-f32.gguf", "qwen/qwen2", "f32", 1e-4);
+    check_logits("qwen/qwen3/qwen3-f32.gguf", "qwen/qwen3", "f32", 1e-4);
+    check_logits_on(OPS_PLAIN, "qwen/qwen2/qwen2-f32.gguf", "qwen/qwen2", "f32", 1e-5);
+    check_logits_on(OPS_PLAIN, "qwen/qwen3/qwen3-f32.gguf", "qwen/qwen3", "f32", 1e-5);
+}
+static void qwen_q8_0_logits_match_llama_cpp_teacher_forced(void **st) {
+    check_llama_cpp_logits("qwen/qwen2/qwen2-q8_0.gguf", "qwen/qwen2", "q8_0", QUANT_MIN_EXACT);
+    check_llama_cpp_logits("qwen/qwen3/qwen3-q8_0.gguf", "qwen/qwen3", "q8_0", QUANT_MIN_EXACT);
+}
+static void qwen_q8_0_greedy_matches_llama_cpp(void **st) {
+    check_greedy_llama_cpp("qwen/qwen2/qwen2-q8_0.gguf", "qwen/qwen2", "q8_0", QUANT_TIE_SPREAD, QUANT_MIN_IDENTICAL);
+    check_greedy_llama_cpp("qwen/qwen3/qwen3-q8_0.gguf", "qwen/qwen3", "q8_0", QUANT_TIE_SPREAD, QUANT_MIN_IDENTICAL);
+}
+
 /* A prompt run as chunks of 1, 3 and 7 tokens gives the logits of one prefill. */
 static void chunked_prefill_equals_one_prefill(void **st) {
     char path[512];
@@ -880,6 +904,11 @@ int main(int argc, char **argv) {
     ops_set_threads(2);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tiny_f32_gguf_greedy_matches_llama_cpp),
+        cmocka_unit_test(qwen2_f32_greedy_equals_reference_exactly),
+        cmocka_unit_test(qwen3_f32_greedy_equals_reference_exactly),
+        cmocka_unit_test(qwen_f32_logits_match_float64_reference),
+        cmocka_unit_test(qwen_q8_0_logits_match_llama_cpp_teacher_forced),
+        cmocka_unit_test(qwen_q8_0_greedy_matches_llama_cpp),
         cmocka_unit_test(tiny_llama2c_checkpoint_greedy_matches_reference),
         cmocka_unit_test(tiny_f16_greedy_matches_dequantized_reference),
         cmocka_unit_test(tiny_bf16_greedy_matches_dequantized_reference),

@@ -46,5 +46,27 @@ for tfv in "mkmodel --dim 64" "bench --runs 2" "kbench --reps 2" "train --steps 
     run $1 $2
     [ $rc -eq 2 ] && grep -q -- "$2 needs a value" "$tmp/err" && ok || bad "$1 $2 -> rc $rc, stderr: $(cat "$tmp/err")"
 done
+# mkmodel --arch: a Qwen2 and a Qwen3 file (its own head size) that the engine
+# loads as that architecture and runs; what does not fit an architecture is refused
+small="--dim 64 --hidden 128 --layers 2 --heads 4 --kv-heads 2 --vocab 300 --ctx 32 --type q8_0"
+for arch in qwen2 qwen3; do
+    extra=""; [ $arch = qwen3 ] && extra="--head-dim 32"
+    run mkmodel $small --arch $arch $extra "$tmp/$arch.gguf"
+    [ $rc -eq 0 ] && grep -q "($arch)" "$tmp/out" && ok || bad "mkmodel --arch $arch -> rc $rc, $(cat "$tmp/err")"
+    timeout 60 "${INFER:-build/asan/infer}" --model "$tmp/$arch.gguf" --prompt "hi" -n 4 --temperature 0 \
+        --device cuda > "$tmp/out" 2> "$tmp/err"
+    # the CUDA wing runs llama files only: a Qwen file is told so by name, before any GPU is looked for
+    grep -q "the CUDA kernels run llama files; this one is $arch" "$tmp/err" && ok \
+        || bad "infer --device cuda on a $arch file: $(cat "$tmp/err")"
+    timeout 60 "${INFER:-build/asan/infer}" --model "$tmp/$arch.gguf" --prompt "hi" -n 4 --temperature 0 \
+        > "$tmp/out" 2> "$tmp/err" && grep -q "generated 4" "$tmp/err" && ok \
+        || bad "infer on mkmodel's $arch file: $(cat "$tmp/err")"
+done
+grep -aq "qwen3.attention.key_length" "$tmp/qwen3.gguf" && ok || bad "mkmodel's qwen3 file names no key_length"
+run mkmodel $small --arch mamba "$tmp/x.gguf"
+[ $rc -eq 2 ] && grep -q "wants llama, qwen2 or qwen3" "$tmp/err" && ok || bad "--arch mamba -> rc $rc, $(cat "$tmp/err")"
+run mkmodel $small --head-dim 32 "$tmp/x.gguf"
+[ $rc -eq 2 ] && grep -q "head-dim is for qwen3" "$tmp/err" && ok || bad "--head-dim on llama -> rc $rc, $(cat "$tmp/err")"
+
 echo "tools: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

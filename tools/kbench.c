@@ -17,9 +17,9 @@
  * many figures instead of every sample of a few.
  *
  * Build:
- *   make fast (build/fast/kbench), or by hand:
- *   gcc -O3 -march=native -fopenmp -Isrc tools/kbench.c src/kernels/*.c src/base/*.c \
- *       -o build/kbench -lopenblas -lm
+ *   make fast (build/fast/kbench), or by hand with tools/kbench.c, every .c
+ *   file of src/kernels/ and src/base/, -O3 -march=native -fopenmp -Isrc,
+ *   -lopenblas -lm
  * Run (OpenBLAS picks its kernels by OPENBLAS_CORETYPE; name the real CPU):
  *   OPENBLAS_CORETYPE=SkylakeX build/kbench [--isa plain|generic|avx512|best] [--type F32|F16|Q8_0|Q4_0|..|Q6_K]
  *       [--shape NxK] [--reps R] [--threads 1|2|both] [--pool-mib M] [--prefill-t T]

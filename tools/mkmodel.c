@@ -1,4 +1,4 @@
-/* mkmodel.c - write a Llama model in GGUF with random weights, for benchmarks.
+/* mkmodel.c - write a Llama, Qwen2 or Qwen3 model in GGUF with random weights, for benchmarks.
  *
  * Speed does not depend on what the weights are, only on their shape and type,
  * so a benchmark of TinyLlama's shape needs no TinyLlama: this tool writes a
@@ -9,6 +9,16 @@
  *   mkmodel --dim 256 --hidden 768 --layers 4 --heads 8 --kv-heads 2 \
  *           --vocab 512 --ctx 256 --type f16 --seed 7 small.gguf
  *   mkmodel --preset tinyllama --type f32 --size-only out.gguf   (prints the byte count)
+ *   mkmodel --preset qwen3-0.6b --type q8_0 qwen3.gguf
+ *   mkmodel --arch qwen2 --dim 896 ... (any shape, with the architecture's extra tensors)
+ *
+ * Architectures (--arch, or the preset's). llama: the tensors above. qwen2:
+ * also a bias after each of the Q, K and V products (blk.N.attn_{q,k,v}.bias,
+ * F32, uniform in +-0.1). qwen3: also each head's Q and K RMSNorm weights
+ * (blk.N.attn_{q,k}_norm.weight, head size floats, all 1), and a head size
+ * of its own (--head-dim; the presets' 128), written as
+ * qwen3.attention.key_length / value_length. Their keys are under their own
+ * name (qwen2.embedding_length, ...) and RoPE's base is Qwen's 1000000.
  *
  * Values. Each matrix of N rows by K columns is uniform in [-1/sqrt(K),
  * 1/sqrt(K)), PyTorch's default for a fresh nn.Linear: every output of a
@@ -51,17 +61,24 @@
 typedef struct {
     const char *name;
     int dim, hidden, layers, heads, kv_heads, vocab, ctx;
+    const char *arch;   /* "llama", "qwen2", "qwen3" */
+    int head_dim;       /* 0: dim / heads */
 } Shape;
 
 static const Shape PRESETS[] = {
-    /* name          D     F     L   H   Hkv  V      P */
-    {"stories15M", 288, 768, 6, 6, 6, 32000, 256},
-    {"stories110M", 768, 2048, 12, 12, 12, 32000, 1024},
-    {"tinyllama", 2048, 5632, 22, 32, 4, 32000, 2048},
+    /* name          D     F     L   H   Hkv  V      P      arch     S */
+    {"stories15M", 288, 768, 6, 6, 6, 32000, 256, "llama", 0},
+    {"stories110M", 768, 2048, 12, 12, 12, 32000, 1024, "llama", 0},
+    {"tinyllama", 2048, 5632, 22, 32, 4, 32000, 2048, "llama", 0},
+    {"qwen2.5-0.5b", 896, 4864, 24, 14, 2, 151936, 32768, "qwen2", 0},   /* Qwen2.5-0.5B */
+    {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 151936, 40960, "qwen3", 128},  /* Qwen3-0.6B */
 };
+
+static int head_dim(const Shape *s) { return s->head_dim ? s->head_dim : s->dim / s->heads; }
 #define N_PRESETS (int)(sizeof PRESETS / sizeof PRESETS[0])
 
 #define ROPE_BASE 10000.0f
+#define QWEN_ROPE_BASE 1000000.0f
 #define RMS_EPS 1e-5f
 #define N_SPECIAL 3                 /* <unk> <s> </s> */
 #define FIRST_BYTE_TOKEN N_SPECIAL  /* <0x00> is token 3, as in llama's vocabulary */
@@ -148,11 +165,17 @@ static const char *blk(char *buf, int l, const char *suffix) {
     return buf;
 }
 
+/* A bias vector of n values, F32, uniform in +-0.1. */
+static void add_bias(GgufWriter *w, Builder *b, const char *name, int64_t n) {
+    add_tensor(w, b, name, n, 1, 1, DT_F32, 0.0f, 0.1f);
+}
+
 static int add_tensors(GgufWriter *w, Builder *b, Err *e) {
     const Shape *s = &b->shape;
     int64_t D = s->dim, F = s->hidden, V = s->vocab;
-    int64_t S = s->dim / s->heads, HS = s->heads * S, KVS = s->kv_heads * S;
-    int n_tensors = 9 * s->layers + 3;
+    int64_t S = head_dim(s), HS = s->heads * S, KVS = s->kv_heads * S;
+    int qwen2 = strcmp(s->arch, "qwen2") == 0, qwen3 = strcmp(s->arch, "qwen3") == 0;
+    int n_tensors = (9 + 3 * qwen2 + 2 * qwen3) * s->layers + 3;
     b->gens = mem_alloc((size_t)n_tensors * sizeof *b->gens);
     if (!b->gens) return err_set(e, ST_NOMEM, "out of memory for %d tensors", n_tensors);
 
@@ -164,6 +187,15 @@ static int add_tensors(GgufWriter *w, Builder *b, Err *e) {
         add_matrix(w, b, blk(n, l, "attn_k.weight"), D, KVS);    /* (Hkv*S, D) */
         add_matrix(w, b, blk(n, l, "attn_v.weight"), D, KVS);    /* (Hkv*S, D) */
         add_matrix(w, b, blk(n, l, "attn_output.weight"), HS, D);/* (D, H*S) */
+        if (qwen2) {
+            add_bias(w, b, blk(n, l, "attn_q.bias"), HS);
+            add_bias(w, b, blk(n, l, "attn_k.bias"), KVS);
+            add_bias(w, b, blk(n, l, "attn_v.bias"), KVS);
+        }
+        if (qwen3) {
+            add_norm(w, b, blk(n, l, "attn_q_norm.weight"), S);
+            add_norm(w, b, blk(n, l, "attn_k_norm.weight"), S);
+        }
         add_norm(w, b, blk(n, l, "ffn_norm.weight"), D);         /* (D) */
         add_matrix(w, b, blk(n, l, "ffn_gate.weight"), D, F);    /* (F, D) */
         add_matrix(w, b, blk(n, l, "ffn_down.weight"), F, D);    /* (D, F) */
@@ -240,22 +272,29 @@ static void add_hparams(GgufWriter *w, const Builder *b) {
     char desc[128];
     snprintf(desc, sizeof desc, "random weights from tools/mkmodel.c, seed %llu",
              (unsigned long long)b->seed);
-    gguf_w_add_str(w, "general.architecture", "llama");
+    gguf_w_add_str(w, "general.architecture", s->arch);
     gguf_w_add_str(w, "general.name", s->name);
     gguf_w_add_str(w, "general.description", desc);
     gguf_w_add_u32(w, "general.file_type", file_type);
     if (b->type == DT_Q8_0 || dtype_is_small_quant(b->type))
         gguf_w_add_u32(w, "general.quantization_version", 2);
-    gguf_w_add_u32(w, "llama.context_length", (uint32_t)s->ctx);
-    gguf_w_add_u32(w, "llama.embedding_length", (uint32_t)s->dim);
-    gguf_w_add_u32(w, "llama.block_count", (uint32_t)s->layers);
-    gguf_w_add_u32(w, "llama.feed_forward_length", (uint32_t)s->hidden);
-    gguf_w_add_u32(w, "llama.rope.dimension_count", (uint32_t)(s->dim / s->heads));
-    gguf_w_add_u32(w, "llama.attention.head_count", (uint32_t)s->heads);
-    gguf_w_add_u32(w, "llama.attention.head_count_kv", (uint32_t)s->kv_heads);
-    gguf_w_add_f32(w, "llama.attention.layer_norm_rms_epsilon", RMS_EPS);
-    gguf_w_add_f32(w, "llama.rope.freq_base", ROPE_BASE);
-    gguf_w_add_u32(w, "llama.vocab_size", (uint32_t)s->vocab);
+    char key[64];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", s->arch, suffix), key)
+    gguf_w_add_u32(w, KEY("context_length"), (uint32_t)s->ctx);
+    gguf_w_add_u32(w, KEY("embedding_length"), (uint32_t)s->dim);
+    gguf_w_add_u32(w, KEY("block_count"), (uint32_t)s->layers);
+    gguf_w_add_u32(w, KEY("feed_forward_length"), (uint32_t)s->hidden);
+    gguf_w_add_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim(s));
+    gguf_w_add_u32(w, KEY("attention.head_count"), (uint32_t)s->heads);
+    gguf_w_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)s->kv_heads);
+    if (strcmp(s->arch, "qwen3") == 0) {
+        gguf_w_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim(s));
+        gguf_w_add_u32(w, KEY("attention.value_length"), (uint32_t)head_dim(s));
+    }
+    gguf_w_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), RMS_EPS);
+    gguf_w_add_f32(w, KEY("rope.freq_base"), strcmp(s->arch, "llama") ? QWEN_ROPE_BASE : ROPE_BASE);
+    gguf_w_add_u32(w, KEY("vocab_size"), (uint32_t)s->vocab);
+#undef KEY
 }
 
 static void builder_free(Builder *b) {
@@ -281,14 +320,15 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: mkmodel [--preset NAME] [--dim D] [--hidden F] [--layers L] [--heads H]\n"
             "               [--kv-heads Hkv] [--vocab V] [--ctx P] [--type T]\n"
-            "               [--seed N] [--size-only] OUT.gguf\n"
-            "presets (D F L H Hkv V P):\n");
+            "               [--arch llama|qwen2|qwen3] [--head-dim S] [--seed N] [--size-only] OUT.gguf\n"
+            "presets (D F L H Hkv V P arch S):\n");
     for (int i = 0; i < N_PRESETS; i++) {
         const Shape *s = &PRESETS[i];
-        fprintf(f, "  %-12s %d %d %d %d %d %d %d\n", s->name, s->dim, s->hidden, s->layers,
-                s->heads, s->kv_heads, s->vocab, s->ctx);
+        fprintf(f, "  %-12s %d %d %d %d %d %d %d %s %d\n", s->name, s->dim, s->hidden, s->layers,
+                s->heads, s->kv_heads, s->vocab, s->ctx, s->arch, head_dim(s));
     }
-    fprintf(f, "Shape flags override the preset's values; without a preset all seven are needed.\n"
+    fprintf(f, "Shape flags override the preset's values; without a preset all seven are needed\n"
+               "(--arch defaults to llama, --head-dim to D / H).\n"
                "--type (default f32) applies to every matrix; norms are always F32.\n"
                "--size-only prints the number of bytes the file would have and writes nothing.\n");
 }
@@ -306,13 +346,18 @@ static int parse_int(const char *flag, const char *text, long long lo, long long
 }
 
 static int check_shape(const Shape *s, DType type, Err *e) {
-    if (s->dim % s->heads)
+    if (!s->head_dim && s->dim % s->heads)
         return err_set(e, ST_ARG, "--dim %d is not a multiple of --heads %d", s->dim, s->heads);
+    if (s->head_dim && strcmp(s->arch, "qwen3"))
+        return err_set(e, ST_ARG, "--head-dim is for qwen3 (llama and qwen2 take D / H)");
     if (s->heads % s->kv_heads)
         return err_set(e, ST_ARG, "--heads %d is not a multiple of --kv-heads %d", s->heads,
                        s->kv_heads);
-    if ((s->dim / s->heads) % 2)
-        return err_set(e, ST_ARG, "head size %d is odd; RoPE rotates pairs", s->dim / s->heads);
+    if (head_dim(s) % 2)
+        return err_set(e, ST_ARG, "head size %d is odd; RoPE rotates pairs", head_dim(s));
+    if ((s->heads * head_dim(s)) % dtype_block(type))
+        return err_set(e, ST_ARG, "%s needs heads x head size to be a multiple of %d (got %d)",
+                       dtype_name(type), dtype_block(type), s->heads * head_dim(s));
     if (s->vocab < MIN_VOCAB)
         return err_set(e, ST_ARG, "--vocab %d is below %d (3 special and 256 byte pieces)", s->vocab,
                        MIN_VOCAB);
@@ -329,6 +374,8 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
     static const long long max[] = {1 << 16, 1 << 18, 1024, 1024, 1024, 1 << 22, 1 << 20};
     int given[7] = {-1, -1, -1, -1, -1, -1, -1};   /* shape flags, in the order above */
     const Shape *preset = NULL;
+    const char *arch = NULL;   /* --arch, over the preset's */
+    int head = -1;             /* --head-dim, over the preset's */
     a->type = DT_F32;
     a->seed = 1;
     a->size_only = 0;
@@ -351,7 +398,8 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
         }
         int f = 0;
         while (f < 7 && strcmp(arg, flags[f]) != 0) f++;
-        if (f == 7 && strcmp(arg, "--preset") && strcmp(arg, "--type") && strcmp(arg, "--seed"))
+        if (f == 7 && strcmp(arg, "--preset") && strcmp(arg, "--type") && strcmp(arg, "--seed") &&
+            strcmp(arg, "--arch") && strcmp(arg, "--head-dim"))
             return err_set(e, ST_ARG, "unknown option %s (see --help)", arg);
         if (i + 1 >= argc) return err_set(e, ST_ARG, "%s needs a value", arg);
         const char *val = argv[++i];
@@ -363,8 +411,8 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
             for (int p = 0; p < N_PRESETS; p++)
                 if (strcmp(val, PRESETS[p].name) == 0) preset = &PRESETS[p];
             if (!preset)
-                return err_set(e, ST_ARG, "unknown preset '%s' (stories15M, stories110M, tinyllama)",
-                               val);
+                return err_set(e, ST_ARG, "unknown preset '%s' (stories15M, stories110M, tinyllama, "
+                               "qwen2.5-0.5b, qwen3-0.6b)", val);
         } else if (strcmp(arg, "--type") == 0) {
             if (strcmp(val, "f32") == 0) a->type = DT_F32;
             else if (strcmp(val, "f16") == 0) a->type = DT_F16;
@@ -379,6 +427,13 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
             else if (strcmp(val, "q6_k") == 0) a->type = DT_Q6_K;
             else return err_set(e, ST_ARG, "--type wants f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
                                 "q5_1, q4_k, q5_k or q6_k, got '%s'", val);
+        } else if (strcmp(arg, "--arch") == 0) {
+            if (strcmp(val, "llama") && strcmp(val, "qwen2") && strcmp(val, "qwen3"))
+                return err_set(e, ST_ARG, "--arch wants llama, qwen2 or qwen3, got '%s'", val);
+            arch = val;
+        } else if (strcmp(arg, "--head-dim") == 0) {
+            if (parse_int(arg, val, 2, 1 << 12, &v, e)) return ST_ARG;
+            head = (int)v;
         } else {   /* --seed */
             if (parse_int(arg, val, 0, INT64_MAX, &v, e)) return ST_ARG;
             a->seed = (uint64_t)v;
@@ -388,7 +443,16 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
 
     /* The preset's shape, then each flag given on top of it (the name then
      * no longer applies). Without a preset, every flag is needed. */
-    Shape s = preset ? *preset : (Shape){"custom", 0, 0, 0, 0, 0, 0, 0};
+    Shape s = preset ? *preset : (Shape){"custom", 0, 0, 0, 0, 0, 0, 0, "llama", 0};
+    if (arch && strcmp(arch, s.arch)) {
+        s.arch = arch;
+        s.name = "custom";
+        if (strcmp(arch, "qwen3")) s.head_dim = 0;
+    }
+    if (head >= 0) {
+        s.head_dim = head;
+        s.name = "custom";
+    }
     int *field[] = {&s.dim, &s.hidden, &s.layers, &s.heads, &s.kv_heads, &s.vocab, &s.ctx};
     for (int f = 0; f < 7; f++) {
         if (given[f] >= 0) {
@@ -449,9 +513,10 @@ int main(int argc, char **argv) {
     }
     if (a.size_only) return 0;
     double sec = now_s() - t0;
-    printf("mkmodel: wrote %s: %s, D=%d F=%d L=%d H=%d Hkv=%d V=%d P=%d, %s matrices, "
+    printf("mkmodel: wrote %s: %s (%s), D=%d F=%d L=%d H=%d Hkv=%d S=%d V=%d P=%d, %s matrices, "
            "%.2fM parameters, %.3f GB in %.1f s (%.0f MB/s), seed %llu\n",
-           a.out, s->name, s->dim, s->hidden, s->layers, s->heads, s->kv_heads, s->vocab, s->ctx,
+           a.out, s->name, s->arch, s->dim, s->hidden, s->layers, s->heads, s->kv_heads, head_dim(s), s->vocab,
+           s->ctx,
            dtype_name(a.type), 1e-6 * (double)b.n_params, 1e-9 * (double)bytes, sec,
            1e-6 * (double)bytes / sec, (unsigned long long)a.seed);
     return 0;

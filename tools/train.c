@@ -555,6 +555,12 @@ static int load_teacher(Trainer *tt, const char *path, const ModelConfig *c, int
     int st = model_load(&m, path, NULL, e);
     if (st) return st;
     const ModelConfig *mc = &m.cfg;
+    if (mc->arch != ARCH_LLAMA) {   /* the trainer's forward pass is Llama's alone */
+        st = err_set(e, ST_ARG, "%s: a teacher must be a llama model (the trainer has no biases, head "
+                     "norms or NEOX rotation); this one is %s", path, model_arch_name(mc->arch));
+        model_free(&m);
+        return st;
+    }
     if (mc->dim != c->dim || mc->hidden_dim != c->hidden_dim || mc->n_layers != c->n_layers ||
         mc->n_heads != c->n_heads || mc->n_kv_heads != c->n_kv_heads || mc->vocab_size != c->vocab_size ||
         mc->rope_base != c->rope_base || mc->n_rot != c->n_rot) {

@@ -164,6 +164,11 @@ void ops_add_weighted_rows(float *out, const float *w, const float *rows, int n,
 /* Rotate pairs (x[2i], x[2i+1]) of the first n_rot dims of each of n_heads heads
  * by angle pos * inv_freq[i]; cos_sin holds (cos, sin) for each i at this pos. */
 void rope(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin);
+/* The same angles, NEOX's pairs (GPT-NeoX; Qwen2, Qwen3): dim i with dim
+ * i + n_rot/2 of each head, where rope pairs dims 2i and 2i+1. The two are
+ * one rotation of differently ordered weights: a model trained with one
+ * order reads garbage through the other. */
+void rope_neox(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin);
 /* h = silu(h) * g, over n values. */
 void swiglu(float *h, const float *g, int n);
 

@@ -140,6 +140,19 @@ void rope(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin) 
     }
 }
 
+void rope_neox(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin) {
+    int half = n_rot / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + h * head_dim;
+        for (int i = 0; i < half; i++) {
+            float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+            float a = v[i], b = v[i + half];
+            v[i] = fmaf(a, c, -(b * s));      /* as rope: one fused operation each */
+            v[i + half] = fmaf(a, s, b * c);
+        }
+    }
+}
+
 void swiglu(float *h, const float *g, int n) {
     for (int i = 0; i < n; i++) h[i] = h[i] / (1.0f + ops_exp(-h[i])) * g[i];
 }

@@ -48,9 +48,11 @@ static int check_config(const ModelConfig *c, const char *path, Err *e) {
     if (c->seq_len < 2)   /* BOS fills a context of 1: nothing could ever be generated */
         return err_set(e, ST_FORMAT, "%s: seq_len %d is too small: the context must hold BOS and "
                        "at least one generated token (want 2..%d)", path, c->seq_len, MAX_CTX);
-    if (c->dim % c->n_heads)
+    if (c->head_dim == c->dim / c->n_heads && c->dim % c->n_heads)   /* the head size derived */
         return err_set(e, ST_FORMAT, "%s: dim %d is not a multiple of n_heads %d", path, c->dim,
                        c->n_heads);
+    if (c->head_dim < 2 || (long)c->head_dim * c->n_heads > 4L * MAX_DIM)
+        return err_set(e, ST_FORMAT, "%s: absurd head size %d for %d heads", path, c->head_dim, c->n_heads);
     if (c->n_heads % c->n_kv_heads)
         return err_set(e, ST_FORMAT, "%s: n_heads %d is not a multiple of n_kv_heads %d", path,
                        c->n_heads, c->n_kv_heads);
@@ -156,7 +158,8 @@ static int bind_vec(Model *m, const char *name, int n, float *dst, const float *
  * without them would produce plausible garbage, so they are refused. */
 static int bind_rope_freqs(Model *m, Err *e) {
     const Gguf *g = &m->gguf;
-    const char *key = "llama.rope.scaling.type";
+    char key[64];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", model_arch_name(m->cfg.arch));
     if (gguf_find(g, key)) {
         GgufStr type;
         if (gguf_get_str(g, key, &type, e)) return ST_FORMAT;
@@ -285,29 +288,50 @@ static int load_gguf(Model *m, const char *path, const ModelOpts *o, Err *e) {
     }
     GgufStr arch;
     if (gguf_get_str(g, "general.architecture", &arch, e)) return ST_FORMAT;
-    if (!gguf_str_eq(arch, "llama"))
-        return err_set(e, ST_UNSUPPORTED, "%s: architecture '%.*s' is not supported (want llama)",
-                       path, (int)(arch.len > 32 ? 32 : arch.len), arch.s);
     ModelConfig *c = &m->cfg;
-    if (gguf_int_or(g, "llama.embedding_length", -1, 1, MAX_DIM, &c->dim, e) ||
-        gguf_int_or(g, "llama.block_count", -1, 1, MAX_LAYERS, &c->n_layers, e) ||
-        gguf_int_or(g, "llama.feed_forward_length", -1, 1, 4 * MAX_DIM, &c->hidden_dim, e) ||
-        gguf_int_or(g, "llama.attention.head_count", -1, 1, MAX_HEADS, &c->n_heads, e) ||
-        gguf_int_or(g, "llama.attention.head_count_kv", c->n_heads, 1, MAX_HEADS, &c->n_kv_heads, e) ||
-        gguf_int_or(g, "llama.context_length", -1, 1, MAX_CTX, &c->seq_len, e))
+    static const ModelArch known[] = {ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3};
+    int found = 0;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (gguf_str_eq(arch, model_arch_name(known[i]))) {
+            c->arch = known[i];
+            found = 1;
+        }
+    if (!found)
+        return err_set(e, ST_UNSUPPORTED, "%s: architecture '%.*s' is not supported (want llama, qwen2 or "
+                       "qwen3)", path, (int)(arch.len > 32 ? 32 : arch.len), arch.s);
+    c->rope_neox = c->arch != ARCH_LLAMA;   /* llama.cpp's LLAMA_ROPE_TYPE_NEOX for both Qwens */
+    /* The hyper-parameters live under the architecture's name: llama.*, qwen2.*, qwen3.* */
+    const char *a = model_arch_name(c->arch);
+    char key[96];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
+    if (gguf_int_or(g, KEY("embedding_length"), -1, 1, MAX_DIM, &c->dim, e) ||
+        gguf_int_or(g, KEY("block_count"), -1, 1, MAX_LAYERS, &c->n_layers, e) ||
+        gguf_int_or(g, KEY("feed_forward_length"), -1, 1, 4 * MAX_DIM, &c->hidden_dim, e) ||
+        gguf_int_or(g, KEY("attention.head_count"), -1, 1, MAX_HEADS, &c->n_heads, e) ||
+        gguf_int_or(g, KEY("attention.head_count_kv"), c->n_heads, 1, MAX_HEADS, &c->n_kv_heads, e) ||
+        gguf_int_or(g, KEY("context_length"), -1, 1, MAX_CTX, &c->seq_len, e))
         return ST_FORMAT;
-    if (c->dim % c->n_heads)
+    /* The head size: dim / heads, unless the file names its own (Qwen3-0.6B:
+     * 16 heads of 128 in a model 1024 wide). K and V must agree on it. */
+    int key_len = 0, value_len = 0;
+    if (gguf_int_or(g, KEY("attention.key_length"), 0, 0, MAX_DIM, &key_len, e) ||
+        gguf_int_or(g, KEY("attention.value_length"), key_len, 0, MAX_DIM, &value_len, e))
+        return ST_FORMAT;
+    if (key_len != value_len)
+        return err_set(e, ST_UNSUPPORTED, "%s: %s.attention.key_length %d differs from value_length %d "
+                       "(this engine wants one head size)", path, a, key_len, value_len);
+    if (key_len == 0 && c->dim % c->n_heads)
         return err_set(e, ST_FORMAT, "%s: dim %d is not a multiple of n_heads %d", path, c->dim,
                        c->n_heads);
-    c->head_dim = c->dim / c->n_heads;
-    if (gguf_int_or(g, "llama.rope.dimension_count", c->head_dim, 0, MAX_DIM, &c->n_rot, e))
+    c->head_dim = key_len ? key_len : c->dim / c->n_heads;
+    if (gguf_int_or(g, KEY("rope.dimension_count"), c->head_dim, 0, MAX_DIM, &c->n_rot, e))
         return ST_FORMAT;
     double base = 10000.0, eps = 1e-5;
-    if (gguf_find(g, "llama.rope.freq_base") && gguf_get_float(g, "llama.rope.freq_base", &base, e))
+    if (gguf_find(g, KEY("rope.freq_base")) && gguf_get_float(g, key, &base, e))
         return ST_FORMAT;
-    if (gguf_find(g, "llama.attention.layer_norm_rms_epsilon") &&
-        gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &eps, e))
+    if (gguf_find(g, KEY("attention.layer_norm_rms_epsilon")) && gguf_get_float(g, key, &eps, e))
         return ST_FORMAT;
+#undef KEY
     c->rope_base = (float)base;
     c->rms_eps = (float)eps;
     const GgufTensor *emb = gguf_tensor(g, "token_embd.weight");
@@ -322,8 +346,8 @@ static int load_gguf(Model *m, const char *path, const ModelOpts *o, Err *e) {
     c->vocab_size = rows > MAX_VOCAB ? MAX_VOCAB + 1 : (int)rows;
     if ((st = check_config(c, path, e))) return st;
 
-    int D = c->dim, F = c->hidden_dim, kvd = c->n_kv_heads * c->head_dim, V = c->vocab_size;
-    int L = c->n_layers;
+    int D = c->dim, F = c->hidden_dim, V = c->vocab_size, L = c->n_layers, S = c->head_dim;
+    int qd = c->n_heads * S, kvd = c->n_kv_heads * S;
     m->layers = mem_alloc((size_t)L * sizeof(Layer));
     if (!m->layers) return err_set(e, ST_NOMEM, "%s: out of memory", path);
     if ((st = bind_mat(m, "token_embd.weight", V, D, &m->tok_embd, e))) return st;
@@ -335,26 +359,41 @@ static int load_gguf(Model *m, const char *path, const ModelOpts *o, Err *e) {
 #define NAME(suffix) (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), name)
     for (int l = 0; l < L; l++) {
         Layer *w = &m->layers[l];
-        if ((st = bind_mat(m, NAME("attn_q.weight"), D, D, &w->wq, e)) ||
+        if ((st = bind_mat(m, NAME("attn_q.weight"), qd, D, &w->wq, e)) ||
             (st = bind_mat(m, NAME("attn_k.weight"), kvd, D, &w->wk, e)) ||
             (st = bind_mat(m, NAME("attn_v.weight"), kvd, D, &w->wv, e)) ||
-            (st = bind_mat(m, NAME("attn_output.weight"), D, D, &w->wo, e)) ||
+            (st = bind_mat(m, NAME("attn_output.weight"), D, qd, &w->wo, e)) ||
             (st = bind_mat(m, NAME("ffn_gate.weight"), F, D, &w->w_gate, e)) ||
             (st = bind_mat(m, NAME("ffn_down.weight"), D, F, &w->w_down, e)) ||
             (st = bind_mat(m, NAME("ffn_up.weight"), F, D, &w->w_up, e)))
             return st;
     }
-    m->owned = mem_alloc((size_t)(2 * L + 1) * D * sizeof(float));
+    /* Per layer: two norms of D, and what the architecture adds (Qwen2's
+     * three biases, Qwen3's two head norms of S), each widened to float here
+     * when the file stores it narrower. */
+    size_t extra = c->arch == ARCH_QWEN2 ? (size_t)qd + 2 * (size_t)kvd : c->arch == ARCH_QWEN3 ? 2 * (size_t)S : 0;
+    size_t per_layer = 2 * (size_t)D + extra;
+    m->owned = mem_alloc(((size_t)L * per_layer + D) * sizeof(float));
     if (!m->owned) return err_set(e, ST_NOMEM, "%s: out of memory", path);
     for (int l = 0; l < L; l++) {
         Layer *w = &m->layers[l];
-        float *own = m->owned + (size_t)2 * l * D;
+        float *own = m->owned + (size_t)l * per_layer;
         if ((st = bind_vec(m, NAME("attn_norm.weight"), D, own, &w->attn_norm, e)) ||
             (st = bind_vec(m, NAME("ffn_norm.weight"), D, own + D, &w->ffn_norm, e)))
             return st;
+        own += 2 * D;
+        if (c->arch == ARCH_QWEN2 &&
+            ((st = bind_vec(m, NAME("attn_q.bias"), qd, own, &w->bq, e)) ||
+             (st = bind_vec(m, NAME("attn_k.bias"), kvd, own + qd, &w->bk, e)) ||
+             (st = bind_vec(m, NAME("attn_v.bias"), kvd, own + qd + kvd, &w->bv, e))))
+            return st;
+        if (c->arch == ARCH_QWEN3 &&
+            ((st = bind_vec(m, NAME("attn_q_norm.weight"), S, own, &w->q_norm, e)) ||
+             (st = bind_vec(m, NAME("attn_k_norm.weight"), S, own + S, &w->k_norm, e))))
+            return st;
     }
 #undef NAME
-    if ((st = bind_vec(m, "output_norm.weight", D, m->owned + (size_t)2 * L * D, &m->out_norm, e)))
+    if ((st = bind_vec(m, "output_norm.weight", D, m->owned + (size_t)L * per_layer, &m->out_norm, e)))
         return st;
     int tied = !gguf_tensor(g, "output.weight");
     if (!tied && (st = bind_mat(m, "output.weight", V, D, &m->output, e))) return st;
@@ -471,6 +510,9 @@ int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e) {
 static int gpu_upload(Model *m, const ModelOpts *o, Err *e) {
     if (o->low_mem)
         return err_set(e, ST_ARG, "--low-mem with --device cuda: the GPU keeps every weight decoded; choose one");
+    if (m->cfg.arch != ARCH_LLAMA)
+        return err_set(e, ST_UNSUPPORTED, "--device cuda: the CUDA kernels run llama files; this one is %s "
+                       "(it runs on the CPU)", model_arch_name(m->cfg.arch));
     const ModelConfig *c = &m->cfg;
     GpuLayer *ls = mem_alloc((size_t)c->n_layers * sizeof *ls);
     if (!ls) return err_set(e, ST_NOMEM, "gpu: out of memory describing %d layers", c->n_layers);
@@ -551,4 +593,13 @@ ModelStats model_stats(const Model *m) {
 size_t model_resident_bytes(const Model *m) {
     const void *map = m->gguf.map ? (const void *)m->gguf.map : m->map;
     return mem_resident_bytes(map, m->gguf.map ? m->gguf.size : m->map_size);
+}
+
+const char *model_arch_name(ModelArch a) {
+    switch (a) {
+    case ARCH_LLAMA: return "llama";
+    case ARCH_QWEN2: return "qwen2";
+    case ARCH_QWEN3: return "qwen3";
+    }
+    return "unknown";
 }
