@@ -10,11 +10,14 @@
 # forward pass (build/fast/bench), then batched decode through the serving
 # engine (build/fast/bench_batch) on the same models; the default model
 # served over HTTP (build/fast/serve, build/fast/bench_serve); last, the
-# engine beside llama.cpp on the TinyLlama-shaped files.
+# engine beside llama.cpp on the TinyLlama-shaped files, then on the Qwen ones.
 #
 # Environment (defaults in brackets):
 #   BENCH_SHAPES   mkmodel presets ["stories15M stories110M tinyllama"]
 #   BENCH_TYPES    weight types ["f32 q8_0 q4_0 q4_k q6_k"]
+#   BENCH_QWEN     Qwen presets measured too, beside llama.cpp at the end
+#                  ["qwen2.5-0.5b qwen3-0.6b"; "" skips them]
+#   BENCH_QWEN_TYPES  their weight types ["q8_0"]
 #   BENCH_THREADS  thread counts ["1 2"]
 #   BENCH_DIR      where models are kept and reused [build/bench-models]
 #   BENCH_BIN      where mkmodel, bench and bench_batch are [build/fast]
@@ -37,6 +40,8 @@ set -eu
 
 shapes=${BENCH_SHAPES:-"stories15M stories110M tinyllama"}
 types=${BENCH_TYPES:-"f32 q8_0 q4_0 q4_k q6_k"}
+qwen=${BENCH_QWEN-"qwen2.5-0.5b qwen3-0.6b"}
+qwen_types=${BENCH_QWEN_TYPES:-"q8_0"}
 threads=${BENCH_THREADS:-"1 2"}
 dir=${BENCH_DIR:-build/bench-models}
 bin=${BENCH_BIN:-build/fast}
@@ -60,7 +65,8 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo "none")
 if [ "$commit" != none ] && [ -n "$(git --no-optional-locks status --porcelain --untracked-files=no 2>/dev/null)" ]; then
     commit="$commit + uncommitted changes"
 fi
-echo "bench.sh: BENCH_SHAPES=\"$shapes\" BENCH_TYPES=\"$types\" BENCH_THREADS=\"$threads\"" \
+echo "bench.sh: BENCH_SHAPES=\"$shapes\" BENCH_TYPES=\"$types\" BENCH_QWEN=\"$qwen\" BENCH_QWEN_TYPES=\"$qwen_types\"" \
+     "BENCH_THREADS=\"$threads\"" \
      "BENCH_ARGS=\"$extra\" BENCH_BATCH=$batch BENCH_BATCH_THREADS=\"$batch_threads\"" \
      "BENCH_BATCH_ARGS=\"$batch_extra\" OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-} sh tools/bench.sh"
 echo "bench.sh: commit $commit, $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -71,8 +77,10 @@ echo "bench.sh: $(gb "$(df -Pk "$dir" | awk 'NR == 2 { printf "%.0f\n", $4 * 102
      "$(gb "$mem_avail") of memory available"
 
 models=""
-for shape in $shapes; do
-    for type in $types; do
+for shape in $shapes $qwen; do
+    shape_types=$types
+    case " $qwen " in *" $shape "*) shape_types=$qwen_types ;; esac
+    for type in $shape_types; do
         path="$dir/$shape-$type.gguf"
         if [ -f "$path" ]; then
             echo "bench.sh: reusing $path ($(gb "$(wc -c < "$path")"))"
@@ -131,5 +139,10 @@ fi
 if [ "${BENCH_LLAMACPP:-1}" != 0 ]; then
     echo
     BENCH_BIN="$bin" BENCH_DIR="$dir" sh tools/bench_llamacpp.sh || status=$?
+    for shape in $qwen; do
+        echo
+        BENCH_BIN="$bin" BENCH_DIR="$dir" BENCH_LLAMACPP_SHAPE=$shape BENCH_LLAMACPP_TYPES="$qwen_types" \
+            sh tools/bench_llamacpp.sh || status=$?
+    done
 fi
 exit "$status"

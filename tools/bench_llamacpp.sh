@@ -54,7 +54,7 @@ version=$(node -p "require('./$lib/node_modules/node-llama-cpp/package.json').ve
 release=$(node -p "require('./$lib/node_modules/node-llama-cpp/llama/llama.cpp.info.json').tag")
 echo "bench_llamacpp.sh: engine at $(git rev-parse --short HEAD 2>/dev/null || echo '?'), llama.cpp $release" \
      "as prebuilt by node-llama-cpp $version; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-}; $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "bench_llamacpp.sh: BENCH_LLAMACPP_TYPES=\"$types\" BENCH_LLAMACPP_STEPS=$steps BENCH_LLAMACPP_ROUNDS=$rounds sh tools/bench_llamacpp.sh"
+echo "bench_llamacpp.sh: BENCH_LLAMACPP_SHAPE=$shape BENCH_LLAMACPP_TYPES=\"$types\" BENCH_LLAMACPP_STEPS=$steps BENCH_LLAMACPP_ROUNDS=$rounds sh tools/bench_llamacpp.sh"
 
 . tools/median.sh
 
@@ -64,6 +64,7 @@ ours_batch() { "$bin/bench_batch" --threads 2 --concurrency 16 --prompt 8 --deco
                awk -F'|' '$2 ~ /^ 16 $/ && $3 ~ /^ 8 $/ { gsub(/ /, "", $5); print $5; exit }'; }
 theirs() { node $lib/decode.mjs "$1" "$2" "$steps" "$3" 2>/dev/null | awk '/tok\/s/ { for (i = 1; i <= NF; i++) if ($(i + 1) == "tok/s,") print $i }'; }
 
+echo "bench_llamacpp.sh: the $shape files (tools/mkmodel.c --preset $shape)"
 printf '| type | run | engine tok/s | llama.cpp tok/s | engine / llama.cpp |\n|---|---|--:|--:|--:|\n'
 for type in $types; do
     model="$dir/$shape-$type.gguf"
