@@ -1410,6 +1410,23 @@ static void rope_rotates_pairs_by_the_given_angles(void **state) {
     }
 }
 
+/* NEOX's pairs are the halves of the rotated part: dim i with dim i + n_rot/2. */
+static void rope_neox_rotates_the_halves_by_the_given_angles(void **state) {
+    (void)state;
+    float x[12], cs[4] = {cosf(0.5f), sinf(0.5f), cosf(2.0f), sinf(2.0f)};
+    for (int i = 0; i < 12; i++) x[i] = (float)(i + 1);
+    rope_neox(x, 2, 6, 4, cs);
+    for (int h = 0; h < 2; h++) {
+        float *v = x + 6 * h, base = (float)(6 * h + 1);
+        /* pair 0: dims 0 and 2 by 0.5; pair 1: dims 1 and 3 by 2.0 */
+        assert_float_equal(v[0], base * cosf(0.5f) - (base + 2) * sinf(0.5f), 1e-5);
+        assert_float_equal(v[2], base * sinf(0.5f) + (base + 2) * cosf(0.5f), 1e-5);
+        assert_float_equal(v[1], (base + 1) * cosf(2.0f) - (base + 3) * sinf(2.0f), 1e-5);
+        assert_float_equal(v[3], (base + 1) * sinf(2.0f) + (base + 3) * cosf(2.0f), 1e-5);
+        assert_true(v[4] == base + 4 && v[5] == base + 5);   /* untouched */
+    }
+}
+
 static void swiglu_is_silu_of_h_times_g(void **state) {
     (void)state;
     float h[4] = {-3.0f, 0.0f, 0.5f, 20.0f}, g[4] = {2.0f, 5.0f, -1.0f, 0.25f};
@@ -1503,6 +1520,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(rmsnorm_matches_double_precision),
         cmocka_unit_test(softmax_sums_to_one_and_survives_large_inputs),
         cmocka_unit_test(rope_rotates_pairs_by_the_given_angles),
+        cmocka_unit_test(rope_neox_rotates_the_halves_by_the_given_angles),
         cmocka_unit_test(swiglu_is_silu_of_h_times_g),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
