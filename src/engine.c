@@ -205,7 +205,8 @@ static void step_outputs(Engine *en, const StepPlan *plan, const int *sampled) {
         Sequence *q = plan->items[i].seq;
         if (sampled[i] == EXEC_NONFINITE) {   /* never sample from NaN: it ends here */
             en->report.out[en->report.n_out++] =
-                (StepOutput){.seq = q, .token = -1, .finish = FIN_ERROR, .fork = {.from = -1}};
+                (StepOutput){.seq = q, .token = -1, .finish = FIN_ERROR, .error = exec_error(&en->exec),
+                             .fork = {.from = -1}};
             engine_finish(en, q, FIN_ERROR);
             continue;
         }

@@ -38,6 +38,8 @@ typedef struct {
     int token;            /* appended to seq->tokens; -1 with FIN_ERROR (nothing appended) */
     FinishReason finish;  /* FIN_NONE, or why the engine finished it: EOS, length, context,
                              error (the logits of its last position were not all finite) */
+    const char *error;    /* FIN_ERROR: what the model said went wrong (a weight that could
+                             not be decoded, ...), or NULL: the arithmetic gave NaN */
     struct {
         int from;         /* -1, or the id of the sequence whose blocks it now shares */
         int slot, blocks, tokens;   /* where it went, blocks shared, prompt tokens they hold */

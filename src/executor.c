@@ -140,6 +140,10 @@ const int *exec_run(Executor *x, const StepPlan *p) {
     return x->sampled;
 }
 
+const char *exec_error(const Executor *x) {
+    return x->rs.err.msg[0] ? x->rs.err.msg : NULL;
+}
+
 int exec_sample_fork(Executor *x, int i, Sequence *child) {
     size_t V = (size_t)x->model->cfg.vocab_size;
     memcpy(x->fork_scratch, x->fork_logits + (size_t)i * V, V * sizeof(float));   /* sampling scales it */

@@ -50,6 +50,11 @@ int exec_flatten(Executor *x, const StepPlan *p, int *n_logits);
  * EXEC_NONFINITE). The caller commits the K/V to the sequences afterwards. */
 const int *exec_run(Executor *x, const StepPlan *p);
 
+/* Why the last exec_run's logits were not finite when the model knows a
+ * reason other than the arithmetic (a weight that could not be decoded, a
+ * GPU that failed): its one line, or NULL. Valid until the next run. */
+const char *exec_error(const Executor *x);
+
 /* Sample `child`'s first token from the logits item i had in the last
  * exec_run (its sequence had samples waiting: see Sequence.fork_next). */
 int exec_sample_fork(Executor *x, int i, Sequence *child);

@@ -255,9 +255,9 @@ static void add_bias(float *x, const float *bias, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += bias[i];
 }
 
-static int lowmem_layer(const Model *m, int l, Layer *out) {
+static int lowmem_layer(const Model *m, int l, Layer *out, Err *e) {
     const void *ptr[LM_MAX_PARTS];
-    int st = lm_acquire(m->lowmem, l, ptr, NULL);
+    int st = lm_acquire(m->lowmem, l, ptr, e);
     if (st) return st;
     *out = m->layers[l];
     for (int i = 0; i < m->n_coded; i++) {
@@ -283,6 +283,7 @@ static float *forward_gpu(const Model *m, RunState *s, const KvStore *kv, const 
 }
 
 float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const Batch *b) {
+    s->err.msg[0] = 0;
     if (m->gpu) return forward_gpu(m, s, kv, b);
     const ModelConfig *c = &m->cfg;
     int D = c->dim, F = c->hidden_dim, S = c->head_dim, H = c->n_heads, Hkv = c->n_kv_heads;
@@ -295,7 +296,7 @@ float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const
         const void *row = (const char *)m->tok_embd.data + (size_t)b->token[t] * embd_row;
         if (m->embd_coded) {   /* low_mem: this token's row, decoded */
             if (lm_decode_range(m->lowmem, m->embd_coded, (uint64_t)b->token[t] * embd_row, embd_row, s->row,
-                                NULL))
+                                &s->err))
                 return nan_logits(s, V, b->n_logits);
             row = s->row;
         }
@@ -306,7 +307,7 @@ float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const
         const Layer *w = &m->layers[l];
         Layer coded;
         if (m->lowmem) {   /* this layer's matrices, decoded into a reused buffer */
-            if (lowmem_layer(m, l, &coded)) return nan_logits(s, V, b->n_logits);
+            if (lowmem_layer(m, l, &coded, &s->err)) return nan_logits(s, V, b->n_logits);
             w = &coded;
         }
         float *kc = kv->key + (size_t)l * layer_rows * kvd;
@@ -389,7 +390,7 @@ float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const
      * put in their columns */
     for (int p = 0; p < m->head_pieces; p++) {
         const void *ptr[LM_MAX_PARTS];
-        if (lm_acquire(m->lowmem, c->n_layers + p, ptr, NULL)) return nan_logits(s, V, b->n_logits);
+        if (lm_acquire(m->lowmem, c->n_layers + p, ptr, &s->err)) return nan_logits(s, V, b->n_logits);
         int r0 = p * m->head_rows, n = r0 + m->head_rows < V ? m->head_rows : V - r0;
         Mat piece = {m->output.type, n, D, ptr[0]};
         matmul(s->head, s->xb, &piece, b->n_logits, s->scratch);

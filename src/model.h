@@ -154,7 +154,8 @@ typedef struct {
     void *scratch;        /* quantized activations, widened weight rows */
     void *block_;         /* the one allocation all of the above are carved from */
     size_t bytes;         /* total allocated */
-    Err err;              /* --device cuda: why the last forward pass gave NaN logits */
+    Err err;              /* why the last forward pass gave NaN logits, when it knows (a weight
+                             that could not be decoded under --low-mem, a GPU error); "" else */
 } RunState;
 
 /* For model_forward: activations for max_T tokens and a contiguous cache. */

@@ -417,7 +417,10 @@ static void deliver(Runtime *rt, const StepOutput *o, double now) {
     }
     r->n_piece = 0;
     if (o->finish == FIN_ERROR) {
-        snprintf(r->error, sizeof r->error, "error: non-finite logits at position %d", q->n_tokens - 1);
+        if (o->error)
+            snprintf(r->error, sizeof r->error, "error: at position %d: %s", q->n_tokens - 1, o->error);
+        else
+            snprintf(r->error, sizeof r->error, "error: non-finite logits at position %d", q->n_tokens - 1);
         finalize(rt, r, now);
         return;
     }

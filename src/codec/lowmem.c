@@ -245,9 +245,13 @@ int lm_acquire(LowMem *lm, int u, const void *ptr[LM_MAX_PARTS], Err *e) {
      * guessed wrong) whatever else, before its buffer is reused. */
     while (!lm->status && (lm->busy || lm->job_unit >= 0)) pthread_cond_wait(&lm->cv, &lm->mu);
     lm->st.wait_s += now_s() - t0;
+    /* A failure of the helper's is not kept: its unit was left not ready,
+     * so it is decoded here when asked for, and fails here, with its own
+     * message, only if it still does (a file changed and changed back). */
+    lm->status = 0;
     int s = lm->slot_unit[0] == u && lm->slot_ready[0] ? 0 : lm->slot_unit[1] == u && lm->slot_ready[1] ? 1 : -1;
-    int st = lm->status;
-    if (!st && s < 0) {   /* a miss: decode it here, keeping a decoded next unit if there is one */
+    int st = ST_OK;
+    if (s < 0) {   /* a miss: decode it here, keeping a decoded next unit if there is one */
         int next = (u + 1) % lm->n_units;
         s = lm->slot_unit[0] == next && lm->slot_ready[0] ? 1 : 0;
         lm->slot_unit[s] = u;
@@ -257,9 +261,7 @@ int lm_acquire(LowMem *lm, int u, const void *ptr[LM_MAX_PARTS], Err *e) {
         st = decode_unit(lm, u, lm->buf[s], lm->decoders, 1, &lm->err);
         double d1 = now_s();
         pthread_mutex_lock(&lm->mu);
-        if (st) {
-            lm->status = st;
-        } else {
+        if (!st) {
             lm->slot_ready[s] = 1;
             lm->st.misses++;
             count_decode(lm, u, d1 - d0);

@@ -65,8 +65,10 @@ int lm_create(LowMem **out, const LmUnit *units, int n_units, RansIsa isa, int t
 void lm_free(LowMem *lm);                  /* stops the helper; accepts NULL */
 
 /* Unit u's parts, decoded: ptr[i] for part i (64-byte aligned), valid until
- * the next lm_acquire. Starts the helper on unit (u + 1) % n. ST_FORMAT if a
- * decode failed (e says where); the pipeline is then stopped for good. */
+ * the next lm_acquire. Starts the helper on unit (u + 1) % n. ST_FORMAT if
+ * unit u could not be decoded (e says where); nothing is kept of it, so the
+ * next lm_acquire of u decodes it again (a file changed under its mapping
+ * and changed back then works again). */
 int lm_acquire(LowMem *lm, int u, const void *ptr[LM_MAX_PARTS], Err *e);
 
 /* Decode bytes of a coded tensor outside the units (an embedding row) with
