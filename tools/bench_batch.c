@@ -90,13 +90,10 @@
  * exactly, so waste at the end of the prefill phase then comes only from the
  * tokens some requests already decoded in it.
  *
- * The closing lines check the two targets and set the 16-sequence figures
- * beside llama.cpp's batched benchmark for the TinyLlama-1.1B shape at 2
- * threads, 16 parallel sequences: 55 tok/s total in F32, 64 in Q8_0. Those
- * were measured on another machine (an AMD Zen 5 with about 41 GB/s of memory
- * bandwidth per core), so the tok/s do not compare across the two; what
- * carries over is each engine's ratio to its own single-stream rate, ours
- * being the speed-up column. Units: MB = 1e6 bytes. */
+ * The closing lines check the two targets. A peer's figures are never
+ * printed here: measured on another machine they would not compare;
+ * tools/bench_llamacpp.sh runs llama.cpp on the same files, on this machine,
+ * in the same run. Units: MB = 1e6 bytes. */
 #include "runtime.h"
 #include "bench_util.h"
 #include <sys/resource.h>
@@ -120,11 +117,6 @@
 #define MAX_N 1024
 #define POOL_SPARE 4          /* blocks beyond what the requests can need */
 #define PROMPT_TEXT_CAP 8192  /* bytes of one prompt's text */
-
-/* llama.cpp's batched benchmark, TinyLlama-1.1B shape, 2 threads, 16 sequences,
- * on an AMD Zen 5 (about 41 GB/s per core): total tok/s. */
-#define PEER_F32 55.0
-#define PEER_Q8_0 64.0
 
 typedef struct {
     int threads[MAX_THREAD_COUNTS];
@@ -468,18 +460,11 @@ static int warm_up(const Model *m, Err *e) {
 
 /* ------------------------------------------------------------ reports */
 
-/* TinyLlama-1.1B's shape (the peer figures are for it). */
-static int is_tinyllama_shape(const ModelConfig *c) {
-    return c->dim == 2048 && c->hidden_dim == 5632 && c->n_layers == 22 && c->n_heads == 32 &&
-           c->n_kv_heads == 4;
-}
-
 /* What the closing lines need from each model and thread count. */
 typedef struct {
     char label[64];
     const char *type;
     int threads;
-    int tinyllama;
     double tps1, tps16;   /* 0 when not measured */
 } Summary;
 
@@ -543,7 +528,6 @@ static int bench_model(const char *path, const Args *a, Err *e) {
             snprintf(sm->label, sizeof sm->label, "%s", label);
             sm->type = dtype_name(m.wtype);
             sm->threads = a->threads[ti];
-            sm->tinyllama = is_tinyllama_shape(&m.cfg);
         }
         double tps1 = 0.0;
         for (int ci = 0; ci < a->n_conc && st == ST_OK; ci++) {
@@ -693,24 +677,8 @@ static void print_summary(void) {
         }
     }
     if (!any) printf("target >= 8x at 16 requests: not measured (needs 1 and 16 in --concurrency)\n");
-    int peer = 0;
-    for (int i = 0; i < N_SUMMARIES; i++) {
-        const Summary *s = &SUMMARIES[i];
-        double ref = strcmp(s->type, "F32") == 0 ? PEER_F32 : strcmp(s->type, "Q8_0") == 0 ? PEER_Q8_0 : 0;
-        if (!s->tinyllama || ref == 0 || s->tps16 <= 0) continue;
-        peer = 1;
-        printf("llama.cpp's batched benchmark, TinyLlama-1.1B %s, 2 threads, 16 sequences: %.0f tok/s total; "
-               "ours (%s, %d thread%s, 16 requests): %.1f tok/s", s->type, ref, s->label, s->threads,
-               s->threads > 1 ? "s" : "", s->tps16);
-        if (s->tps1 > 0) printf(", %.2fx our single stream of %.2f tok/s", s->tps16 / s->tps1, s->tps1);
-        printf(". The peer figure was measured on another machine (AMD Zen 5, about 41 GB/s of memory "
-               "bandwidth per core), so the tok/s do not compare; only the ratio to each engine's own "
-               "single-stream rate does.%s\n", s->threads != 2 ? " (And our thread count differs.)" : "");
-    }
-    if (!peer)
-        printf("llama.cpp's batched benchmark (TinyLlama-1.1B shape, 2 threads, 16 sequences, on an AMD Zen 5 "
-               "with about 41 GB/s per core): %.0f tok/s F32, %.0f tok/s Q8_0; no TinyLlama-shaped model "
-               "was measured here at 16 requests to set beside them.\n", PEER_F32, PEER_Q8_0);
+    printf("llama.cpp on the same files, on this machine and in the same run: tools/bench_llamacpp.sh "
+           "(make bench runs it last)\n");
 }
 
 /* ------------------------------------------------------------ context */
