@@ -144,6 +144,58 @@ static void an_error_object_has_message_type_param_and_code(void **st) {
     free(s);
 }
 
+/* Well-formed UTF-8 (Unicode's table 3-7), byte by byte: the test's own. */
+static int valid_utf8(const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned char c = p[i];
+        size_t need = c < 0x80 ? 1 : c >= 0xC2 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3 : c >= 0xF0 && c < 0xF5 ? 4 : 0;
+        if (!need || i + need > n) return 0;
+        for (size_t k = 1; k < need; k++) {
+            unsigned lo = 0x80, hi = 0xBF;
+            if (k == 1 && c == 0xE0) lo = 0xA0;
+            if (k == 1 && c == 0xED) hi = 0x9F;
+            if (k == 1 && c == 0xF0) lo = 0x90;
+            if (k == 1 && c == 0xF4) hi = 0x8F;
+            if (p[i + k] < lo || p[i + k] > hi) return 0;
+        }
+        i += need;
+    }
+    return 1;
+}
+
+/* An error that quotes the client's bytes is still valid JSON, valid UTF-8:
+ * a model name of invalid bytes, a role with a lone continuation byte, a
+ * message cut inside a character. */
+static void an_error_quoting_invalid_utf8_is_still_valid_json(void **st) {
+    SrvLimits lim = LIM;
+    SrvRequest r;
+    SrvError err;
+    static const char *const bodies[] = {
+        "{\"model\": \"m\xff\xfe\", \"prompt\": \"a\"}",
+        "{\"messages\": [{\"role\": \"us\x80" "er\", \"content\": \"a\"}]}",
+        "{\"model\": \"\xed\xa0\x80 surrogate, \xc0\xaf overlong\", \"prompt\": \"a\"}",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        assert_int_not_equal(srv_parse_request(bodies[i], strlen(bodies[i]), i == 1, &lim, &r, &err), ST_OK);
+        char *json = srv_error_json(&err);
+        assert_non_null(json);
+        if (!valid_utf8((const unsigned char *)json, strlen(json))) fail_msg("body %zu: not UTF-8: %s", i, json);
+        cJSON *o = cJSON_Parse(json);
+        assert_non_null(o);
+        const char *msg = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "error"), "message")->valuestring;
+        if (!strstr(msg, "\xEF\xBF\xBD")) fail_msg("body %zu: no U+FFFD where the bad bytes were: %s", i, msg);
+        cJSON_Delete(o);
+        free(json);
+    }
+    memset(&err, 0, sizeof err);   /* a message cut one byte into a euro sign */
+    err.status = 400;
+    snprintf(err.msg, sizeof err.msg, "cut here: \xE2\x82");
+    char *json = srv_error_json(&err);
+    assert_non_null(json);
+    assert_true(valid_utf8((const unsigned char *)json, strlen(json)));
+    free(json);
+}
+
 static void templates_are_recognised_by_their_markers(void **st) {
     static const struct { const char *tmpl; ChatTemplate want; } cases[] = {
         {"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n'}}", TMPL_CHATML},
@@ -364,6 +416,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(each_bad_field_is_refused_by_name),
         cmocka_unit_test(a_body_that_is_not_a_json_object_is_refused),
         cmocka_unit_test(an_error_object_has_message_type_param_and_code),
+        cmocka_unit_test(an_error_quoting_invalid_utf8_is_still_valid_json),
         cmocka_unit_test(templates_are_recognised_by_their_markers),
         cmocka_unit_test(each_template_renders_a_conversation_up_to_the_answer),
         cmocka_unit_test(a_long_message_renders_whole_in_every_template),
