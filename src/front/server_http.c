@@ -36,12 +36,18 @@ typedef struct {
     int status;
 } Conn;
 
-/* Has the peer closed its end? (A hang-up, an error, or end of file on the
- * socket; a request pipelined behind this one is not a close.) */
+/* Is the peer gone? A hang-up or an error on the socket: the connection is
+ * dead both ways. End of file alone (POLLRDHUP) is not: a client may shut
+ * down its sending side once the request is out and still read the answer
+ * (a half-close), and from here that looks exactly like the FIN of a client
+ * that closed for good. A client that did close is found when the answer is
+ * written to it (libmicrohttpd then ends the request, request_done cancels
+ * the job): for a stream within a chunk or two, for a whole answer at its
+ * end, the request having run to completion. */
 static int peer_gone(int fd) {
     if (fd < 0) return 0;
-    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+    struct pollfd p = {.fd = fd, .events = 0};   /* POLLHUP and POLLERR are always reported */
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR));
 }
 
 static void wake_engine(Server *s) {
