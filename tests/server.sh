@@ -259,6 +259,40 @@ else
     bad "$BIN/compress is not built"
 fi
 
+# 10. SIGTERM with 16 streams open (4 running, 12 queued) and 4 whole
+# answers waiting: a running stream gets its last chunk (a finish reason)
+# and data: [DONE], a queued request a 503 error object; nobody is left with
+# nothing or with a stream cut short. The server exits 0.
+start term --max-seqs 4 --max-queue 32
+curls=""
+for i in $(seq 20); do
+    stream=true; [ "$i" -gt 16 ] && stream=false
+    curl -sN -H 'Content-Type: application/json' "$URL/v1/completions" \
+        -d "{\"prompt\": \"ROMEO:\", \"max_tokens\": 2000, \"ignore_eos\": true, \"stream\": $stream}" \
+        > "$tmp/term$i.out" &
+    curls="$curls $!"
+done
+for _ in $(seq 500); do [ "$(metric llm_http_requests_in_flight)" = 20 ] && break; sleep 0.02; done
+for i in 1 2 3 4; do
+    for _ in $(seq 500); do grep -q '^data: ' "$tmp/term$i.out" && break; sleep 0.02; done
+done
+kill -TERM $PID
+for c in $curls; do wait "$c"; done
+wait $PID
+check "server exit status after SIGTERM with 20 requests open" $? 0
+ended=0
+for i in $(seq 20); do
+    f="$tmp/term$i.out"
+    if grep -q '^data: ' "$f"; then   # a stream: its last event [DONE], a finish reason before it
+        [ "$(grep '^data: ' "$f" | tail -1)" = "data: [DONE]" ] &&
+            grep '^data: {' "$f" | tail -1 | sed 's/^data: //' | jq -e '.choices[0].finish_reason // .usage' \
+                > /dev/null && ended=$((ended + 1))
+    else                              # a whole answer, or an OpenAI error object
+        jq -e '.choices[0].finish_reason // .error.message' "$f" > /dev/null 2>&1 && ended=$((ended + 1))
+    fi
+done
+check "requests answered in full (or refused with an error object) at SIGTERM" "$ended" 20
+
 # the servers stop on SIGTERM, cleanly (ASan's leak check runs at exit)
 for p in $A_PID $ONE_PID; do
     kill -TERM "$p"

@@ -56,6 +56,8 @@ typedef struct {
     long start_time;             /* time(NULL) at start: the ids' prefix */
     SrvMetrics metrics;
     Job **live;                  /* (cap_live) jobs in the runtime: the engine thread's */
+    int answering;               /* connections whose job was queued and whose answer is not
+                                    yet all sent (under mu): srv_free lets them finish */
     int n_live, cap_live;
 } Server;
 
@@ -65,7 +67,11 @@ int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, ChatTemplate tmpl, Er
 /* The engine loop, on the calling thread, until *stop becomes non-zero:
  * then every request still running is cancelled and the loop returns. */
 int srv_run(Server *s, volatile sig_atomic_t *stop, Err *e);
-/* Stop listening, wait for the HTTP threads, free everything. */
+enum { SRV_DRAIN_SECONDS = 10 };
+
+/* Let every answer under way finish (its job ended or cancelled by srv_run:
+ * streams get their last chunk and [DONE]), for at most SRV_DRAIN_SECONDS;
+ * then stop listening, wait for the HTTP threads, free everything. */
 void srv_free(Server *s);
 
 #endif

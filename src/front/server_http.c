@@ -272,6 +272,9 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, Conn *k, int ch
         return reply_error(c, k, &err);
     }
     k->queued = 1;
+    pthread_mutex_lock(&s->mu);
+    s->answering++;              /* until request_done: srv_free waits for it */
+    pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&j->mu);
     int gone = wait_for(k, j->req.stream ? accepted : finished);
     int state = j->state;
@@ -386,6 +389,10 @@ static void request_done(void *cls, struct MHD_Connection *c, void **req_cls,
         cut = !finished(j) || (j->req.stream && !k->ended);
         pthread_mutex_unlock(&j->mu);
         if (cut) job_cancel(j);
+        pthread_mutex_lock(&s->mu);
+        s->answering--;
+        pthread_cond_broadcast(&s->wake);
+        pthread_mutex_unlock(&s->mu);
     }
     if (why != MHD_REQUEST_TERMINATED_COMPLETED_OK || cut)
         srv_note(s, "conn %ld: client disconnected before the end%s%s; %ld bytes sent", k->conn,
@@ -451,7 +458,20 @@ int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, ChatTemplate tmpl, Er
 }
 
 void srv_free(Server *s) {
-    if (s->daemon) MHD_stop_daemon(s->daemon);   /* waits for every HTTP thread */
+    /* Every answer under way is finished first: srv_run has ended or
+     * cancelled its job, so a stream ends with its last chunk and [DONE]
+     * and a whole answer is sent; only then are the sockets closed. A
+     * client too slow to take its bytes is not waited for beyond
+     * SRV_DRAIN_SECONDS. */
+    if (s->daemon) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += SRV_DRAIN_SECONDS;
+        pthread_mutex_lock(&s->mu);
+        while (s->answering > 0 && pthread_cond_timedwait(&s->wake, &s->mu, &until) != ETIMEDOUT) {}
+        pthread_mutex_unlock(&s->mu);
+        MHD_stop_daemon(s->daemon);   /* waits for every HTTP thread */
+    }
     s->daemon = NULL;
     /* Left after the threads: events never printed, jobs the engine holds. */
     for (SrvEvent *ev = s->events; ev;) {
