@@ -259,6 +259,29 @@ else
     bad "$BIN/compress is not built"
 fi
 
+# 11. Bodies held while they arrive count against one bound for all clients
+# (--max-buffered): two slow 200 KB uploads at once under a bound of 300 KB,
+# and one of them is refused 503 naming it; once both are done the bytes are
+# given back: a third such body is read whole (and refused for its length, 400).
+start buf --max-buffered 300000
+head -c 200000 /dev/zero | tr '\0' 'a' | sed 's/^/{"prompt": "/; s/$/", "max_tokens": 1}/' > "$tmp/big.json"
+for i in 1 2; do
+    curl -s -o "$tmp/buf$i.json" -w '%{http_code}' --limit-rate 60k -H 'Content-Type: application/json' \
+        "$URL/v1/completions" --data-binary @"$tmp/big.json" > "$tmp/buf$i.code" &
+    eval "BUF$i=\$!"
+    sleep 0.3
+done
+wait $BUF1 $BUF2
+refused=0
+for i in 1 2; do
+    [ "$(cat "$tmp/buf$i.code")" = 503 ] && jq -r .error.message "$tmp/buf$i.json" | grep -q -- "--max-buffered" &&
+        refused=$((refused + 1))
+done
+[ "$refused" -ge 1 ] && ok || bad "two slow bodies over --max-buffered: $(cat "$tmp/buf1.code") $(cat "$tmp/buf2.code")"
+check "a body after them is read whole" "$(code "$URL/v1/completions" --data-binary @"$tmp/big.json")" 400
+kill -TERM $PID; wait $PID
+check "buffered-bytes server exit status" $? 0
+
 # 10. SIGTERM with 16 streams open (4 running, 12 queued) and 4 whole
 # answers waiting: a running stream gets its last chunk (a finish reason)
 # and data: [DONE], a queued request a 503 error object; nobody is left with

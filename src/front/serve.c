@@ -23,6 +23,7 @@ typedef struct {
     const char *host, *model_name;
     int port, max_queue;
     long max_body;
+    long max_buffered;
 } Options;
 
 static volatile sig_atomic_t stop_asked;
@@ -38,12 +39,15 @@ static void usage(FILE *f) {
         "  --max-queue N        requests waiting beyond --max-seqs running; more get\n"
         "                       503 (default 256)\n"
         "  --max-body BYTES     largest request body; larger gets 413 (default 1048576)\n"
+        "  --max-buffered BYTES request bodies held while they arrive, all clients together;\n"
+        "                       a body that would pass it gets 503 (default 67108864)\n"
         "engine:\n");
     cli_engine_usage(f);
     fprintf(f, "  -h, --help           this text\n");
 }
 
-static const char *const OWN[] = {"--host", "--port", "--max-queue", "--max-body", "--model-name", NULL};
+static const char *const OWN[] = {"--host", "--port", "--max-queue", "--max-body", "--max-buffered", "--model-name",
+                                  NULL};
 
 /* One of serve's own options and its value; ST_ARG with a line in e. */
 static int own_option(void *ctx, const char *a, const char *v, Err *e) {
@@ -57,6 +61,7 @@ static int own_option(void *ctx, const char *a, const char *v, Err *e) {
         o->model_name = v;
     }
     else if (!strcmp(a, "--max-body")) return cli_parse_long(a, v, 1, 1L << 30, &o->max_body, e);
+    else if (!strcmp(a, "--max-buffered")) return cli_parse_long(a, v, 4096, 1L << 40, &o->max_buffered, e);
     else if (!strcmp(a, "--port")) {
         if (cli_parse_long(a, v, 0, 65535, &n, e)) return ST_ARG;
         o->port = (int)n;
@@ -68,7 +73,8 @@ static int own_option(void *ctx, const char *a, const char *v, Err *e) {
 }
 
 static int parse_args(int argc, char **argv, Options *o) {
-    *o = (Options){.host = "127.0.0.1", .port = 8000, .max_queue = 256, .max_body = 1 << 20};
+    *o = (Options){.host = "127.0.0.1", .port = 8000, .max_queue = 256, .max_body = 1 << 20,
+                   .max_buffered = 64L << 20};
     Err e;
     CliProgram prog = {.own = OWN, .take = own_option, .ctx = o, .usage = usage};
     int st = cli_parse(argc, argv, &o->cli, &prog, &e);
@@ -145,7 +151,7 @@ int main(int argc, char **argv) {
     char id[256];
     model_id(&o, id, sizeof id);
     SrvConfig cfg = {.host = o.host, .port = o.port, .model_id = id, .max_queue = o.max_queue,
-                     .max_body = (size_t)o.max_body};
+                     .max_body = (size_t)o.max_body, .max_buffered = (size_t)o.max_buffered};
     ChatTemplate tmpl = model_template(&m);
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);

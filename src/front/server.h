@@ -35,6 +35,8 @@ typedef struct {
     const char *model_id;
     int max_queue;               /* jobs waiting beyond max_seqs running; 503 beyond */
     size_t max_body;             /* bytes; 413 beyond */
+    size_t max_buffered;         /* bytes of unfinished bodies held, all connections together;
+                                    a body that would pass it gets 503 (0: 64 MiB) */
 } SrvConfig;
 
 typedef struct Job Job;          /* private to the server (server_internal.h) */
@@ -56,6 +58,7 @@ typedef struct {
     long start_time;             /* time(NULL) at start: the ids' prefix */
     SrvMetrics metrics;
     Job **live;                  /* (cap_live) jobs in the runtime: the engine thread's */
+    size_t buffered;             /* bytes held for bodies not yet whole (under mu) */
     int answering;               /* connections whose job was queued and whose answer is not
                                     yet all sent (under mu): srv_free lets them finish */
     int n_live, cap_live;

@@ -25,6 +25,8 @@ typedef struct {
     char *body;
     size_t len, cap;
     int too_big;
+    int too_many;                /* the server holds max_buffered bytes of bodies: 503 */
+    int counted_off;             /* the body is whole: its cap is off the server's count */
     Job *job;
     int queued;                  /* the job went on the queue (the engine has it) */
     /* a streamed response: bytes made and not yet sent */
@@ -35,6 +37,23 @@ typedef struct {
     int first_byte;
     int status;
 } Conn;
+
+/* A body's bytes no longer held: freed, and taken off the server's count. */
+static void release_body_count(Conn *k) {
+    if (!k->cap) return;
+    pthread_mutex_lock(&k->srv->mu);
+    k->srv->buffered -= k->cap;
+    pthread_mutex_unlock(&k->srv->mu);
+    k->counted_off = 1;
+}
+
+static void release_body(Conn *k) {
+    if (!k->counted_off) release_body_count(k);
+    free(k->body);
+    k->body = NULL;
+    k->len = k->cap = 0;
+    k->counted_off = 0;
+}
 
 /* Is the peer gone? A hang-up or an error on the socket: the connection is
  * dead both ways. End of file alone (POLLRDHUP) is not: a client may shut
@@ -336,15 +355,30 @@ static enum MHD_Result handle_request(void *cls, struct MHD_Connection *c, const
     if (*upload_size) {          /* a piece of the body */
         if (!k->too_big && k->len + *upload_size > s->cfg.max_body) {
             k->too_big = 1;
-            free(k->body);
-            k->body = NULL;
+            release_body(k);
         }
-        if (!k->too_big) {
+        if (!k->too_big && !k->too_many) {
             if (k->len + *upload_size > k->cap) {
                 size_t cap = k->cap ? k->cap : 4096;
                 while (cap < k->len + *upload_size) cap *= 2;
+                /* every connection's unfinished body counts against one bound,
+                 * so that a thousand slow bodies cannot take the memory */
+                pthread_mutex_lock(&s->mu);
+                int room = s->buffered + (cap - k->cap) <= s->cfg.max_buffered;
+                if (room) s->buffered += cap - k->cap;
+                pthread_mutex_unlock(&s->mu);
+                if (!room) {
+                    k->too_many = 1;
+                    release_body(k);
+                    *upload_size = 0;
+                    return MHD_YES;
+                }
                 char *grown = realloc(k->body, cap);
-                if (!grown) return MHD_NO;
+                if (!grown) {
+                    k->cap = cap;    /* counted: release_body takes it back */
+                    release_body(k);
+                    return MHD_NO;
+                }
                 k->body = grown;
                 k->cap = cap;
             }
@@ -360,6 +394,15 @@ static enum MHD_Result handle_request(void *cls, struct MHD_Connection *c, const
         srv_error_set(&err, 413, "", "the body is larger than %zu bytes (--max-body)", s->cfg.max_body);
         return reply_error(c, k, &err);
     }
+    if (k->too_many) {
+        pthread_mutex_lock(&s->mu);
+        s->metrics.rejected_full++;
+        pthread_mutex_unlock(&s->mu);
+        srv_error_set(&err, 503, "", "the server holds %zu bytes of request bodies not yet whole "
+                      "(--max-buffered); try again", s->cfg.max_buffered);
+        return reply_error(c, k, &err);
+    }
+    release_body_count(k);   /* whole: the body no longer counts as unfinished */
     int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (!strcmp(url, "/health") && get) return reply(c, k, 200, strdup("{\"status\":\"ok\"}"), "application/json");
     if (!strcmp(url, "/v1/models") && get) return answer_models(c, k);
@@ -400,7 +443,7 @@ static void request_done(void *cls, struct MHD_Connection *c, void **req_cls,
     else
         srv_note(s, "conn %ld: done, status %d, %ld bytes", k->conn, k->status, k->bytes_sent);
     srv_job_unref(j);
-    free(k->body);
+    release_body(k);
     free(k->out);
     free(k);
 }
@@ -428,6 +471,7 @@ static void connection_event(void *cls, struct MHD_Connection *c, void **socket_
 int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, ChatTemplate tmpl, Err *e) {
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
+    if (!s->cfg.max_buffered) s->cfg.max_buffered = (size_t)64 << 20;
     s->rt = rt;
     s->start_time = (long)time(NULL);
     s->lim = (SrvLimits){.model_id = cfg->model_id, .tmpl = tmpl, .max_tokens_default = 16,
