@@ -309,18 +309,31 @@ static void coded_small_format_matrix_of_the_wrong_size_is_refused(void **st) {
     mem_free(blob), free(c.bytes), free(b.bytes);
 }
 
+/* The index of tensor `name` in a GGUF blob (found with the reader). */
+static uint64_t tensor_index(const Blob *b, const char *name) {
+    char path[64];
+    write_temp(path, sizeof path, b->bytes, b->size);
+    Gguf g;
+    Err e;
+    assert_int_equal(gguf_open(&g, path, &e), ST_OK);
+    uint64_t i = 0;
+    while (i < g.n_tensors && !gguf_str_eq(g.tensors[i].name, name)) i++;
+    assert_true(i < g.n_tensors);
+    gguf_close(&g);
+    unlink(path);
+    return i;
+}
+
 /* rope_freqs.weight must hold one positive finite divisor per RoPE pair. */
 static void rope_freqs_of_the_wrong_size_or_value_are_refused(void **st) {
     Blob b;
     if (!load_fixture(&b, "llama3/llama3-f32.gguf")) return;
+    uint64_t i = tensor_index(&b, "rope_freqs.weight");
     char path[64];
     write_temp(path, sizeof path, b.bytes, b.size);
     Gguf g;
     Err e;
     assert_int_equal(gguf_open(&g, path, &e), ST_OK);
-    uint64_t i = 0;
-    while (i < g.n_tensors && !gguf_str_eq(g.tensors[i].name, "rope_freqs.weight")) i++;
-    assert_true(i < g.n_tensors);
     size_t data_at = (size_t)((const unsigned char *)g.tensors[i].data - g.map);
     gguf_close(&g);
     unlink(path);
@@ -335,21 +348,6 @@ static void rope_freqs_of_the_wrong_size_or_value_are_refused(void **st) {
     memcpy(b.bytes + data_at + 3 * 4, &bad, 4);
     expect_refused(&b, b.size, "rope_freqs.weight[3] = -1, want a positive finite divisor");
     free(b.bytes);
-}
-
-/* The index of tensor `name` in a GGUF blob (found with the reader). */
-static uint64_t tensor_index(const Blob *b, const char *name) {
-    char path[64];
-    write_temp(path, sizeof path, b->bytes, b->size);
-    Gguf g;
-    Err e;
-    assert_int_equal(gguf_open(&g, path, &e), ST_OK);
-    uint64_t i = 0;
-    while (i < g.n_tensors && !gguf_str_eq(g.tensors[i].name, name)) i++;
-    assert_true(i < g.n_tensors);
-    gguf_close(&g);
-    unlink(path);
-    return i;
 }
 
 /* Qwen files: a bias or a head norm missing or of the wrong length, and an
