@@ -11,6 +11,7 @@
 #   fuzz_llama2c    checkpoint + tokenizer.bin pairs (tools/mkcorpus)
 #   fuzz_tokenizer  llama.cpp's tokenizer test strings, corpus lines, bad UTF-8
 #   fuzz_workload   the example workloads and lines with every field
+#   fuzz_request    request bodies: every field, chat in each form, refusals
 #   fuzz_rans       streams the encoder wrote (tools/mkcorpus)
 #   fuzz_wcodec     coded tensors of each layout (tools/mkcorpus)
 set -e
@@ -51,6 +52,23 @@ sed -n '2000,2030p' "$CORPUS" > $D/fuzz_tokenizer/corpus-middle.txt
 printf 'ab\377cd \303(\342\202 \355\240\200 \300\257 \364\220\200\200 \360\237\246' \
     > $D/fuzz_tokenizer/ill-formed-utf8.txt
 printf '   leading spaces\tand\ttabs\n\n\n  \r\n' > $D/fuzz_tokenizer/whitespace.txt
+
+# --- fuzz_request: a byte (bit 0: chat; the rest: the template, modulo 5),
+# then the body
+mkdir -p $D/fuzz_request
+seed() { printf "$2" > "$D/fuzz_request/$1"; }
+seed every-field.json '\000{"prompt": "ROMEO:", "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "top_k": 40, "seed": 3, "n": 2, "stop": ["\\n", "END"], "stream": true, "stream_options": {"include_usage": true}, "priority": "high"}'
+seed chat-plain.json '\001{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]}, {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}]}'
+seed chat-llama2-systems.json '\005{"messages": [{"role": "system", "content": "S1"}, {"role": "system", "content": "S2"}, {"role": "user", "content": "U"}, {"role": "system", "content": "S3"}]}'
+seed chat-chatml.json '\003{"messages": [{"role": "developer", "content": "Rhyme."}, {"role": "user", "content": "Of love"}], "max_completion_tokens": 5}'
+seed refused-huge-number.json '\000{"prompt": "a", "max_tokens": 1e400}'
+seed refused-bad-utf8-model.json '\000{"model": "m\377\376", "prompt": "a"}'
+seed refused-bad-role.json '\001{"messages": [{"role": "us\200er", "content": "a"}]}'
+seed refused-nul.json '\000{"prompt": "a\\u0000b"}'
+seed refused-trailing.json '\000{"prompt": "a"} trailing'
+seed refused-not-json.json '\000not json'
+seed refused-empty-stop.json '\000{"prompt": "a", "stop": ["", "x"]}'
+seed refused-top-p.json '\000{"prompt": "a", "top_p": 0}'
 
 # --- fuzz_workload
 mkdir -p $D/fuzz_workload
