@@ -2,9 +2,9 @@
  *
  * Copy this file to mine.c and write the function there; `make exercise
  * EX=utf8_stream` compiles your mine.c in the place of the solution, inside
- * src/text/tokenizer.c, which includes src/text/tokenizer_internal.h, where
- * utf8_seq_len, utf8_valid_prefix and REPLACEMENT (U+FFFD in UTF-8, 3
- * bytes) are.
+ * src/text/tokenizer.c, which sees utf8_seq_len and utf8_valid_prefix
+ * (src/base/utf8.h) and REPLACEMENT (U+FFFD in UTF-8, 3 bytes;
+ * src/text/tokenizer_internal.h).
  *
  * The contract: buf[0..n) is the bytes not yet written: the pending bytes of
  * the previous call, then this token's. Write to out (NUL-terminated) every

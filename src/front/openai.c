@@ -6,6 +6,7 @@
 #include "front/openai.h"
 #include "front/json_nul.h"
 #include "front/strbuf.h"
+#include "base/utf8.h"
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -321,23 +322,6 @@ static char *print_json(cJSON *o) {
     return s;
 }
 
-/* Length of the well-formed UTF-8 character at p (n bytes left), 0 if
- * there is none: Unicode's table 3-7 (no overlong forms, no surrogates,
- * nothing past U+10FFFF). */
-static int utf8_char(const unsigned char *p, size_t n) {
-    int need = p[0] < 0x80 ? 1 : p[0] < 0xC2 ? 0 : p[0] < 0xE0 ? 2 : p[0] < 0xF0 ? 3 : p[0] < 0xF5 ? 4 : 0;
-    if (need == 0 || (size_t)need > n) return 0;
-    for (int k = 1; k < need; k++) {
-        unsigned char lo = 0x80, hi = 0xBF;
-        if (k == 1 && p[0] == 0xE0) lo = 0xA0;
-        if (k == 1 && p[0] == 0xED) hi = 0x9F;
-        if (k == 1 && p[0] == 0xF0) lo = 0x90;
-        if (k == 1 && p[0] == 0xF4) hi = 0x8F;
-        if (p[k] < lo || p[k] > hi) return 0;
-    }
-    return need;
-}
-
 /* s made well-formed UTF-8 for JSON (malloc'd): a byte that starts no whole
  * character becomes U+FFFD. A message may quote the client's bytes (a model
  * name, a role), and its fixed buffer may have cut a character short; the
@@ -346,7 +330,7 @@ static char *utf8_clean(const char *s) {
     Buf b = {0};
     size_t n = strlen(s);
     for (size_t i = 0; i < n;) {
-        int k = utf8_char((const unsigned char *)s + i, n - i);
+        int k = utf8_char_len((const unsigned char *)s + i, n - i);
         if (k) buf_add(&b, s + i, (size_t)k);
         else buf_str(&b, "\xEF\xBF\xBD");
         i += k ? (size_t)k : 1;
