@@ -137,7 +137,6 @@ KvView rt_kv_view(Runtime *rt) { return engine_kv_view(&rt->en); }
 
 RtStats rt_stats(const Runtime *rt) {
     RtStats s = {.engine = engine_stats(&rt->en), .context = rt->model->cfg.seq_len};
-    for (const Request *r = rt->all; r; r = r->all_next) s.requests++;
     return s;
 }
 

@@ -153,7 +153,6 @@ TraceMemory rt_memory(const Runtime *rt, MemStats ready);
 typedef struct {
     EngineStats engine;
     int context;                 /* positions of a sequence: prompt and output together */
-    int requests;                /* requests not yet freed */
 } RtStats;
 RtStats rt_stats(const Runtime *rt);
 /* The KV pool as plain data (engine_kv_view): valid until the next step. */

@@ -59,6 +59,8 @@ typedef struct {
     SrvMetrics metrics;
     Job **live;                  /* (cap_live) jobs in the runtime: the engine thread's */
     size_t buffered;             /* bytes held for bodies not yet whole (under mu) */
+    int max_seqs, context;       /* the runtime's, read once at srv_init: the HTTP threads
+                                    never touch the Runtime, which is the engine thread's */
     int answering;               /* connections whose job was queued and whose answer is not
                                     yet all sent (under mu): srv_free lets them finish */
     int n_live, cap_live;

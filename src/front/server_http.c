@@ -229,7 +229,7 @@ static enum MHD_Result reply_error(struct MHD_Connection *c, Conn *k, const SrvE
 
 static enum MHD_Result answer_models(struct MHD_Connection *c, Conn *k) {
     Server *s = k->srv;
-    return reply(c, k, 200, srv_models_json(s->cfg.model_id, s->start_time, rt_stats(s->rt).context,
+    return reply(c, k, 200, srv_models_json(s->cfg.model_id, s->start_time, s->context,
                                             srv_template_name(s->lim.tmpl)), "application/json");
 }
 
@@ -250,7 +250,7 @@ static void count_invalid(Server *s) {
 /* Onto the server's queue; 503 (in err) when full or stopping. */
 static int queue_job(Server *s, Job *j, SrvError *err) {
     pthread_mutex_lock(&s->mu);
-    int limit = rt_stats(s->rt).engine.sched.max_seqs + s->cfg.max_queue;
+    int limit = s->max_seqs + s->cfg.max_queue;
     if (s->stopping || s->in_flight >= limit) {
         if (!s->stopping) s->metrics.rejected_full++;
         pthread_mutex_unlock(&s->mu);
@@ -474,8 +474,11 @@ int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, ChatTemplate tmpl, Er
     if (!s->cfg.max_buffered) s->cfg.max_buffered = (size_t)64 << 20;
     s->rt = rt;
     s->start_time = (long)time(NULL);
+    RtStats rs = rt_stats(rt);   /* read here, before any HTTP thread starts */
+    s->max_seqs = rs.engine.sched.max_seqs;
+    s->context = rs.context;
     s->lim = (SrvLimits){.model_id = cfg->model_id, .tmpl = tmpl, .max_tokens_default = 16,
-                         .chat_max_tokens_default = rt_stats(rt).context};
+                         .chat_max_tokens_default = rs.context};
     srv_metrics_init(&s->metrics);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
