@@ -36,6 +36,8 @@ enum { ATT_WARPS = 4, ATT_MAX_S = 256, ATT_DIMS = ATT_MAX_S / 32 };
 
 /* grid (T), block 128 */
 __global__ void rope_store_kernel(AttnArgs a) {
+    pdl_wait();
+    pdl_release();
     int t = blockIdx.x, S = a.S, half = a.n_rot / 2;
     int qd = a.H * S, kvd = a.Hkv * S;
     float *q = a.qkv + (size_t)t * a.ld, *k = q + qd, *v = k + kvd;
@@ -56,7 +58,7 @@ __global__ void rope_store_kernel(AttnArgs a) {
 }
 
 int gpu_rope_store(const AttnArgs *a, cudaStream_t st) {
-    rope_store_kernel<<<a->T, 128, 0, st>>>(*a);
+    gpu_launch(rope_store_kernel, a->T, 128, 0, st, *a);
     return 1;
 }
 
@@ -68,6 +70,8 @@ size_t gpu_attention_part_floats(int T, int H, int S, int nsplit) {
 __global__ void __launch_bounds__(32 * ATT_WARPS) attn_kernel(float *out, AttnArgs a, int nsplit, float *part) {
     __shared__ float qs[ATT_MAX_S];
     __shared__ float wm[ATT_WARPS], wl[ATT_WARPS], wo[ATT_WARPS][ATT_MAX_S];
+    pdl_wait();
+    pdl_release();
     int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int S = a.S, qd = a.H * S, kvd = a.Hkv * S, off = (h / (a.H / a.Hkv)) * S;
@@ -162,6 +166,8 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attn_kernel(float *out, AttnAr
 
 /* grid (H, T), block 128: the splits' partials merged, as the warps were. */
 __global__ void attn_reduce_kernel(float *out, const float *part, int H, int S, int nsplit) {
+    pdl_wait();
+    pdl_release();
     int h = blockIdx.x, t = blockIdx.y;
     const float *pp = part + (size_t)(t * H + h) * nsplit * (S + 2);
     float M = -INFINITY, L = 0.0f;
@@ -182,8 +188,8 @@ __global__ void attn_reduce_kernel(float *out, const float *part, int H, int S, 
 
 int gpu_attention(float *out, const AttnArgs *a, int nsplit, float *part, cudaStream_t st) {
     if (nsplit < 1) nsplit = 1;
-    attn_kernel<<<dim3(a->H, a->T, nsplit), 32 * ATT_WARPS, 0, st>>>(out, *a, nsplit, part);
+    gpu_launch(attn_kernel, dim3(a->H, a->T, nsplit), 32 * ATT_WARPS, 0, st, out, *a, nsplit, part);
     if (nsplit == 1) return 1;
-    attn_reduce_kernel<<<dim3(a->H, a->T), 128, 0, st>>>(out, part, a->H, a->S, nsplit);
+    gpu_launch(attn_reduce_kernel, dim3(a->H, a->T), 128, 0, st, out, (const float *)part, a->H, a->S, nsplit);
     return 2;
 }

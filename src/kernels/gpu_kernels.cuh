@@ -93,7 +93,42 @@ int gpu_rope_store(const AttnArgs *a, cudaStream_t st);
 int gpu_attention(float *out, const AttnArgs *a, int nsplit, float *part, cudaStream_t st);
 size_t gpu_attention_part_floats(int T, int H, int S, int nsplit);
 
-/* GPU error to an Err line: "cuda: <what>: <cuda's words>". */
 #define GPU_MAX_TT 8
+
+/* How the step's kernels are launched, read once from the environment by
+ * gpu_tune_from_env (gpu_model_create and kcheck call it):
+ *   pdl       LLM_CUDA_PDL (default 1): launch with programmatic dependent
+ *             launch (gpu_util.cuh pdl_wait), so a kernel's start and its
+ *             weight prefetch overlap the end of the kernel before it
+ *   prefetch  LLM_CUDA_PREFETCH (default 0): bytes of each weight row's
+ *             slice a product asks into L2 before it waits for the kernel
+ *             before (0: none)
+ *   early     LLM_CUDA_EARLY (default 1): a product loads its first weights
+ *             into registers before its prologue (and before that wait) */
+typedef struct {
+    int pdl;
+    int prefetch;
+    int early;
+} GpuTune;
+extern GpuTune gpu_tune;
+void gpu_tune_from_env(void);
+
+/* kernel<<<grid, block, smem, st>>>(args...), with the programmatic
+ * dependent launch attribute when gpu_tune.pdl is set. The kernel must call
+ * pdl_wait() before it reads anything a kernel writes (gpu_util.cuh). */
+template <typename... P, typename... A>
+static inline void gpu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = at;
+    cfg.numAttrs = gpu_tune.pdl ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, kernel, args...);
+}
 
 #endif

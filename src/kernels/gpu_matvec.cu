@@ -37,11 +37,23 @@
 #include "kernels/gpu_util.cuh"
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { MV_WARPS = 8, MV_THREADS = MV_WARPS * 32, MV_ROWS = 4, PRO_LOADS = 8 };
 /* Shared memory a block may use for its tokens' activations. */
 enum { MV_SMEM = 96 * 1024 };
+
+GpuTune gpu_tune = {1, 0, 1};
+
+void gpu_tune_from_env(void) {
+    const char *v = getenv("LLM_CUDA_PDL");
+    if (v) gpu_tune.pdl = atoi(v) != 0;
+    v = getenv("LLM_CUDA_EARLY");
+    if (v) gpu_tune.early = atoi(v) != 0;
+    v = getenv("LLM_CUDA_PREFETCH");
+    if (v) gpu_tune.prefetch = atoi(v) < 0 ? 0 : atoi(v) > (1 << 24) ? 1 << 24 : atoi(v);
+}
 
 /* ------------------------------------------------------------ prologue */
 
@@ -169,105 +181,107 @@ __device__ static inline float weight_at(const void *row, DType type, int k) {
     return type == DT_F16 ? __half2float(__ushort_as_half(h)) : __uint_as_float((uint32_t)h << 16);
 }
 
-/* acc[r][j] += row r . token j, for the float types, MV_ROWS rows at once
- * (each chunk of activations read from shared memory once for all of them,
- * and MV_ROWS 16-byte loads in flight per lane). Vector reads where every
- * row is 16-byte aligned (F16/BF16: K % 8 == 0; F32: K % 4 == 0). */
-template <DType TYPE, int TTC>
-__device__ static void dot_float(const char *const row[MV_ROWS], int K, int kb, int ke, const float *af, int Kp,
-                                 int TT, float acc[MV_ROWS][TTC]) {
-    int lane = threadIdx.x % 32;
-    if (TYPE != DT_F32 && K % 8 == 0) {
-#pragma unroll 2
-        for (int c = kb / 8 + lane; c < ke / 8; c += 32) {
-            float w[MV_ROWS][8];
-            uint4 raw[MV_ROWS];
+/* The weights a lane holds in registers: MV_ROWS chunks of 16 bytes (8
+ * F16/BF16 values, 4 F32, 16 Q8_0 int8 with their block's scale), one per
+ * row, at chunk c of each row (chunks counted in 16-byte steps). */
+typedef struct {
+    uint4 w[MV_ROWS];
+    uint16_t d[MV_ROWS];     /* Q8_0: the scale of the chunk's block */
+} Chunk;
+
+template <DType TYPE>
+__device__ static inline void load_chunk(Chunk &ch, const char *const row[MV_ROWS], const uint16_t *const drow[MV_ROWS],
+                                         int c) {
 #pragma unroll
-            for (int r = 0; r < MV_ROWS; r++) raw[r] = __ldg((const uint4 *)row[r] + c);
-#pragma unroll
-            for (int r = 0; r < MV_ROWS; r++) widen8(raw[r], TYPE, w[r]);
-#pragma unroll
-            for (int j = 0; j < TTC; j++) {
-                if (j >= TT) break;
-                const float4 *ap = (const float4 *)(af + (size_t)j * Kp + 8 * c);
-                float4 a0 = ap[0], a1 = ap[1];
-#pragma unroll
-                for (int r = 0; r < MV_ROWS; r++) {
-                    float s = acc[r][j];
-                    s = fmaf(w[r][0], a0.x, s); s = fmaf(w[r][1], a0.y, s);
-                    s = fmaf(w[r][2], a0.z, s); s = fmaf(w[r][3], a0.w, s);
-                    s = fmaf(w[r][4], a1.x, s); s = fmaf(w[r][5], a1.y, s);
-                    s = fmaf(w[r][6], a1.z, s); s = fmaf(w[r][7], a1.w, s);
-                    acc[r][j] = s;
-                }
-            }
-        }
-    } else if (TYPE == DT_F32 && K % 4 == 0) {
-#pragma unroll 2
-        for (int c = kb / 4 + lane; c < ke / 4; c += 32) {
-            float4 w[MV_ROWS];
-#pragma unroll
-            for (int r = 0; r < MV_ROWS; r++) w[r] = __ldg((const float4 *)row[r] + c);
-#pragma unroll
-            for (int j = 0; j < TTC; j++) {
-                if (j >= TT) break;
-                float4 a0 = *(const float4 *)(af + (size_t)j * Kp + 4 * c);
-#pragma unroll
-                for (int r = 0; r < MV_ROWS; r++) {
-                    float s = acc[r][j];
-                    s = fmaf(w[r].x, a0.x, s); s = fmaf(w[r].y, a0.y, s);
-                    s = fmaf(w[r].z, a0.z, s); s = fmaf(w[r].w, a0.w, s);
-                    acc[r][j] = s;
-                }
-            }
-        }
-    } else {   /* odd widths (test shapes): one value per lane per step */
-        for (int k = kb + lane; k < ke; k += 32)
-#pragma unroll
-            for (int r = 0; r < MV_ROWS; r++) {
-                float w = weight_at(row[r], TYPE, k);
-#pragma unroll
-                for (int j = 0; j < TTC; j++) {
-                    if (j >= TT) break;
-                    acc[r][j] = fmaf(w, af[(size_t)j * Kp + k], acc[r][j]);
-                }
-            }
+    for (int r = 0; r < MV_ROWS; r++) {
+        ch.w[r] = __ldg((const uint4 *)row[r] + c);
+        if (TYPE == DT_Q8_0) ch.d[r] = __ldg(drow[r] + c / 2);   /* 32 values a block: two chunks */
     }
 }
 
-/* acc[r][j] += row r . token j for Q8_0 (the planes of gpu_pack_q8_0): lane
- * l reads 16 int8 weights in one load, half a block, chunks l, l+32, ... as
- * the float types do; four __dp4a give their exact int8 sum with the
- * activations', and one float multiply-add by d_w * d_x adds it. */
-template <int TTC>
-__device__ static void dot_q8_0(const char *const row[MV_ROWS], const uint16_t *const drow[MV_ROWS], int K, int kb,
-                                int ke, const int8_t *aq, const float *ad, int TT, float acc[MV_ROWS][TTC]) {
-    int lane = threadIdx.x % 32, nb = K / 32;
-#pragma unroll 2
-    for (int c = kb / 16 + lane; c < ke / 16; c += 32) {
-        int b = c / 2;
-        int4 w[MV_ROWS];
-        float dw[MV_ROWS];
+/* acc[r][j] += chunk c of row r . token j. The float types multiply and add
+ * value by value (matmul_ref's order within the chunk); Q8_0 takes four
+ * __dp4a (the exact int8 sum of the 16 products) and one float multiply-add
+ * by d_w * d_x, as the CPU kernels do. Each chunk of activations is read from
+ * shared memory once for all MV_ROWS rows. */
+template <DType TYPE, int TTC>
+__device__ static inline void fma_chunk(const Chunk &ch, int c, const float *af, int Kp, const int8_t *aq,
+                                        const float *ad, int K, int TT, float acc[MV_ROWS][TTC]) {
 #pragma unroll
-        for (int r = 0; r < MV_ROWS; r++) {
-            w[r] = __ldg((const int4 *)row[r] + c);
-            dw[r] = __half2float(__ushort_as_half(__ldg(drow[r] + b)));
-        }
-#pragma unroll
-        for (int j = 0; j < TTC; j++) {
-            if (j >= TT) break;
+    for (int j = 0; j < TTC; j++) {
+        if (j >= TT) break;
+        if (TYPE == DT_Q8_0) {
             int4 x = *(const int4 *)(aq + (size_t)j * K + 16 * c);
-            float dx = ad[(size_t)j * nb + b];
+            float dx = ad[(size_t)j * (K / 32) + c / 2];
 #pragma unroll
             for (int r = 0; r < MV_ROWS; r++) {
-                int s = __dp4a(w[r].x, x.x, 0);
-                s = __dp4a(w[r].y, x.y, s);
-                s = __dp4a(w[r].z, x.z, s);
-                s = __dp4a(w[r].w, x.w, s);
-                acc[r][j] = fmaf((float)s, dw[r] * dx, acc[r][j]);
+                int4 w = *(const int4 *)&ch.w[r];
+                int s = __dp4a(w.x, x.x, 0);
+                s = __dp4a(w.y, x.y, s);
+                s = __dp4a(w.z, x.z, s);
+                s = __dp4a(w.w, x.w, s);
+                acc[r][j] = fmaf((float)s, __half2float(__ushort_as_half(ch.d[r])) * dx, acc[r][j]);
+            }
+        } else if (TYPE == DT_F32) {
+            float4 a0 = *(const float4 *)(af + (size_t)j * Kp + 4 * c);
+#pragma unroll
+            for (int r = 0; r < MV_ROWS; r++) {
+                float4 w = *(const float4 *)&ch.w[r];
+                float s = acc[r][j];
+                s = fmaf(w.x, a0.x, s); s = fmaf(w.y, a0.y, s);
+                s = fmaf(w.z, a0.z, s); s = fmaf(w.w, a0.w, s);
+                acc[r][j] = s;
+            }
+        } else {
+            const float4 *ap = (const float4 *)(af + (size_t)j * Kp + 8 * c);
+            float4 a0 = ap[0], a1 = ap[1];
+#pragma unroll
+            for (int r = 0; r < MV_ROWS; r++) {
+                float w[8];
+                widen8(ch.w[r], TYPE, w);
+                float s = acc[r][j];
+                s = fmaf(w[0], a0.x, s); s = fmaf(w[1], a0.y, s);
+                s = fmaf(w[2], a0.z, s); s = fmaf(w[3], a0.w, s);
+                s = fmaf(w[4], a1.x, s); s = fmaf(w[5], a1.y, s);
+                s = fmaf(w[6], a1.z, s); s = fmaf(w[7], a1.w, s);
+                acc[r][j] = s;
             }
         }
     }
+}
+
+/* The lane's chunks of its rows run cb, cb+32, cb+64, ... < ce: the warp
+ * reads 512 contiguous bytes of each row per step. Two steps are always in
+ * flight: pipe[0] and pipe[1] were loaded before the prologue (see
+ * mv_kernel), and each is reloaded two steps ahead as soon as it is used. */
+template <DType TYPE, int TTC>
+__device__ static void dot_chunks(Chunk pipe[2], const char *const row[MV_ROWS], const uint16_t *const drow[MV_ROWS],
+                                  int cb, int ce, const float *af, int Kp, const int8_t *aq, const float *ad, int K,
+                                  int TT, float acc[MV_ROWS][TTC]) {
+    for (int c = cb; c < ce; c += 64) {
+        fma_chunk<TYPE, TTC>(pipe[0], c, af, Kp, aq, ad, K, TT, acc);
+        if (c + 64 < ce) load_chunk<TYPE>(pipe[0], row, drow, c + 64);
+        if (c + 32 >= ce) break;
+        fma_chunk<TYPE, TTC>(pipe[1], c + 32, af, Kp, aq, ad, K, TT, acc);
+        if (c + 96 < ce) load_chunk<TYPE>(pipe[1], row, drow, c + 96);
+    }
+}
+
+/* Widths whose rows are not 16-byte aligned (test shapes only): one value
+ * per lane per step, the float types. */
+template <DType TYPE, int TTC>
+__device__ static void dot_scalar(const char *const row[MV_ROWS], int kb, int ke, const float *af, int Kp, int TT,
+                                  float acc[MV_ROWS][TTC]) {
+    for (int k = kb + threadIdx.x % 32; k < ke; k += 32)
+#pragma unroll
+        for (int r = 0; r < MV_ROWS; r++) {
+            float w = weight_at(row[r], TYPE, k);
+#pragma unroll
+            for (int j = 0; j < TTC; j++) {
+                if (j >= TT) break;
+                acc[r][j] = fmaf(w, af[(size_t)j * Kp + k], acc[r][j]);
+            }
+        }
 }
 
 void gpu_pack_q8_0(int8_t *qs, uint16_t *d, const void *rows, int N, int K) {
@@ -280,8 +294,12 @@ void gpu_pack_q8_0(int8_t *qs, uint16_t *d, const void *rows, int N, int K) {
 
 /* ------------------------------------------------------------ the kernel */
 
-template <DType TYPE, int TTC>
-__global__ void __launch_bounds__(MV_THREADS) mv_kernel(DevMat W, MvArgs a, int TTmax, int Kp, int ks) {
+/* EARLY: the lane's first two steps of weights are loaded before the
+ * prologue (and before pdl_wait), which keeps 32 to 40 more registers live
+ * through it; 3 blocks an SM instead of 4 for one token. */
+template <DType TYPE, int TTC, bool EARLY>
+__global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
+    mv_kernel(DevMat W, MvArgs a, int TTmax, int Kp, int ks, int pf) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[32];
     __shared__ float part[MV_WARPS][MV_ROWS][TTC];
@@ -290,9 +308,6 @@ __global__ void __launch_bounds__(MV_THREADS) mv_kernel(DevMat W, MvArgs a, int 
     float *af = (float *)smem;
     int8_t *aq = (int8_t *)smem;
     float *ad = (float *)(smem + (size_t)TTmax * K);
-    if (a.pre == PRE_READY) copy_ready<q8>(a, K, Kp, t0, TT, af, aq, ad);
-    else load_tokens<q8>(a, K, Kp, t0, TT, af, aq, ad, red);
-    __syncthreads();
 
     /* ks warps share a group of MV_ROWS rows, warp sl taking the slice
      * [kb, ke) of K (a whole number of 256 values) */
@@ -309,13 +324,42 @@ __global__ void __launch_bounds__(MV_THREADS) mv_kernel(DevMat W, MvArgs a, int 
         row[r] = (const char *)W.w + n * rb;
         drow[r] = q8 ? W.d + n * (K / 32) : nullptr;
     }
+    /* Before the kernel ahead of this one has finished (programmatic
+     * dependent launch), nothing here may be read but the weights: ask for
+     * the first pf bytes of each of the warp's row slices to be brought into
+     * L2 (lane r, row r; the first token tile only, the others read the same
+     * rows), so memory is busy while the prologue waits for its input. */
+    if (pf > 0 && blockIdx.y == 0 && lane < MV_ROWS && n0 + lane < W.N) {
+        size_t bytes = min((size_t)pf, (size_t)(ke - kb) * (rb / K));
+        prefetch_l2((const char *)W.w + (size_t)(n0 + lane) * rb + kb * (rb / K), bytes);
+    }
+    /* and the lane's first two steps of weights into registers, so they
+     * arrive while the prologue works (rows 16-byte aligned: every real
+     * model; other widths take dot_scalar) */
+    size_t es = rb / K;
+    bool vec = rb % 16 == 0;
+    int cb = (int)(kb * es / 16) + lane, ce = (int)(ke * es / 16);
+    Chunk pipe[2];
+    if (vec && EARLY) {
+        if (cb < ce) load_chunk<TYPE>(pipe[0], row, drow, cb);
+        if (cb + 32 < ce) load_chunk<TYPE>(pipe[1], row, drow, cb + 32);
+    }
+    pdl_wait();
+    pdl_release();
+    if (a.pre == PRE_READY) copy_ready<q8>(a, K, Kp, t0, TT, af, aq, ad);
+    else load_tokens<q8>(a, K, Kp, t0, TT, af, aq, ad, red);
+    __syncthreads();
+    if (vec && !EARLY) {
+        if (cb < ce) load_chunk<TYPE>(pipe[0], row, drow, cb);
+        if (cb + 32 < ce) load_chunk<TYPE>(pipe[1], row, drow, cb + 32);
+    }
     float acc[MV_ROWS][TTC];
 #pragma unroll
     for (int r = 0; r < MV_ROWS; r++)
 #pragma unroll
         for (int j = 0; j < TTC; j++) acc[r][j] = 0.0f;
-    if (q8) dot_q8_0<TTC>(row, drow, K, kb, ke, aq, ad, TT, acc);
-    else dot_float<TYPE, TTC>(row, K, kb, ke, af, Kp, TT, acc);
+    if (vec) dot_chunks<TYPE, TTC>(pipe, row, drow, cb, ce, af, Kp, aq, ad, K, TT, acc);
+    else if (!q8) dot_scalar<TYPE, TTC>(row, kb, ke, af, Kp, TT, acc);
 #pragma unroll
     for (int r = 0; r < MV_ROWS; r++)
 #pragma unroll
@@ -353,34 +397,65 @@ static int tile_tokens(const DevMat *W, int T, int *Kp, size_t *smem) {
 /* Warps per group of rows (1, 2, 4 or 8): a matrix of few rows would give
  * too few thread blocks to keep every SM streaming (TinyLlama's wo: 2048
  * rows, 64 blocks of 32 rows for 132 SMs), so its rows' K is cut into
- * slices, one warp each, the slices' sums added in order. The choice
- * depends on N, K and the GPU, never on T: a batch still gives each token
- * its bits alone. */
-static int k_split(int N, int K) {
+ * slices, one warp each, the slices' sums added in order: as many as keep
+ * the blocks within one wave (`fit` blocks an SM can hold at once, for one
+ * token) and each slice at least 256 values. The choice depends on N, K and
+ * the GPU, never on T: a batch still gives each token its bits alone. */
+static int k_split(int N, int K, int fit) {
     static int sms = 0;
     if (!sms && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) sms = 132;
     int ks = 1;
-    while (ks < MV_WARPS && (N + MV_WARPS / ks * MV_ROWS - 1) / (MV_WARPS / ks * MV_ROWS) < 3 * sms && K / (2 * ks) >= 256)
+    while (ks < MV_WARPS && (N + MV_WARPS / ks / 2 * MV_ROWS - 1) / (MV_WARPS / ks / 2 * MV_ROWS) <= fit * sms &&
+           K / (2 * ks) >= 256)
         ks *= 2;
     return ks;
 }
 
+/* Blocks of the one-token kernel an SM holds at once (registers and the
+ * shared memory of one token's activations), for a width K. */
+template <DType TYPE, bool EARLY>
+static int blocks_per_sm(int K) {
+    static int cached_K[8], cached_n[8], used = 0;
+    for (int i = 0; i < used; i++)
+        if (cached_K[i] == K) return cached_n[i];
+    DevMat w = {TYPE, 1, K, NULL, NULL};
+    int Kp, n = 0;
+    size_t smem;
+    tile_tokens(&w, 1, &Kp, &smem);
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mv_kernel<TYPE, 1, EARLY>, MV_THREADS, smem) != cudaSuccess ||
+        n < 1)
+        n = 1;
+    if (used < 8) {
+        cached_K[used] = K;
+        cached_n[used++] = n;
+    }
+    return n;
+}
+
 /* A single token has its own instantiation: a tile of 8 would hold 8 times
  * the accumulators in registers for nothing. */
-template <DType TYPE>
+template <DType TYPE, bool EARLY>
 static void launch_mv(const DevMat *W, const MvArgs *a, cudaStream_t st) {
     static bool raised = false;   /* the opt-in above 48 KB, once per instantiation */
     if (!raised) {
-        cudaFuncSetAttribute(mv_kernel<TYPE, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, MV_SMEM + 16);
-        cudaFuncSetAttribute(mv_kernel<TYPE, GPU_MAX_TT>, cudaFuncAttributeMaxDynamicSharedMemorySize, MV_SMEM + 16);
+        cudaFuncSetAttribute(mv_kernel<TYPE, 1, EARLY>, cudaFuncAttributeMaxDynamicSharedMemorySize, MV_SMEM + 16);
+        cudaFuncSetAttribute(mv_kernel<TYPE, GPU_MAX_TT, EARLY>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             MV_SMEM + 16);
         raised = true;
     }
-    int Kp, ks = k_split(W->N, W->K);
+    int Kp, ks = k_split(W->N, W->K, blocks_per_sm<TYPE, EARLY>(W->K));
     size_t smem;
     int tt = tile_tokens(W, a->T, &Kp, &smem), rows = MV_WARPS / ks * MV_ROWS;
     dim3 grid((W->N + rows - 1) / rows, (a->T + tt - 1) / tt);
-    if (tt == 1) mv_kernel<TYPE, 1><<<grid, MV_THREADS, smem, st>>>(*W, *a, tt, Kp, ks);
-    else mv_kernel<TYPE, GPU_MAX_TT><<<grid, MV_THREADS, smem, st>>>(*W, *a, tt, Kp, ks);
+    int pf = gpu_tune.prefetch;
+    if (tt == 1) gpu_launch(mv_kernel<TYPE, 1, EARLY>, grid, MV_THREADS, smem, st, *W, *a, tt, Kp, ks, pf);
+    else gpu_launch(mv_kernel<TYPE, GPU_MAX_TT, EARLY>, grid, MV_THREADS, smem, st, *W, *a, tt, Kp, ks, pf);
+}
+
+template <DType TYPE>
+static void launch_mv(const DevMat *W, const MvArgs *a, cudaStream_t st) {
+    if (gpu_tune.early) launch_mv<TYPE, true>(W, a, st);
+    else launch_mv<TYPE, false>(W, a, st);
 }
 
 int gpu_matvec(const DevMat *W, const MvArgs *a, cudaStream_t st) {
@@ -399,6 +474,8 @@ int gpu_matvec(const DevMat *W, const MvArgs *a, cudaStream_t st) {
 template <bool Q8>
 __global__ void __launch_bounds__(MV_THREADS) prepare_kernel(char *ready, MvArgs a, int K, int Kp) {
     __shared__ float red[32];
+    pdl_wait();
+    pdl_release();
     int t = blockIdx.x;
     float *af = (float *)ready + (size_t)t * Kp;
     int8_t *aq = (int8_t *)ready + (size_t)t * K;
@@ -413,8 +490,8 @@ size_t gpu_ready_bytes(const DevMat *W, int T) {
 
 int gpu_prepare(void *ready, const DevMat *W, const MvArgs *a, cudaStream_t st) {
     int Kp = (W->K + 7) / 8 * 8;
-    if (W->type == DT_Q8_0) prepare_kernel<true><<<a->T, MV_THREADS, 0, st>>>((char *)ready, *a, W->K, Kp);
-    else prepare_kernel<false><<<a->T, MV_THREADS, 0, st>>>((char *)ready, *a, W->K, Kp);
+    if (W->type == DT_Q8_0) gpu_launch(prepare_kernel<true>, a->T, MV_THREADS, 0, st, (char *)ready, *a, W->K, Kp);
+    else gpu_launch(prepare_kernel<false>, a->T, MV_THREADS, 0, st, (char *)ready, *a, W->K, Kp);
     return 1;
 }
 
@@ -459,11 +536,13 @@ int gpu_dequantize(float *out, const DevMat *W, cudaStream_t st) {
 
 /* grid (T), block 256: x[t] = embedding row token[t], widened. */
 __global__ void embed_kernel(float *x, DevMat E, const int *token) {
+    pdl_wait();
+    pdl_release();
     int t = blockIdx.x;
     for (int k = threadIdx.x; k < E.K; k += blockDim.x) x[(size_t)t * E.K + k] = dequant_at(E, token[t], k);
 }
 
 int gpu_embed(float *x, const DevMat *E, const int *token, int T, cudaStream_t st) {
-    embed_kernel<<<T, 256, 0, st>>>(x, *E, token);
+    gpu_launch(embed_kernel, T, 256, 0, st, x, *E, token);
     return 1;
 }

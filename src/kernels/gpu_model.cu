@@ -226,6 +226,10 @@ extern "C" int gpu_model_create(GpuModel **out, const GpuModelDesc *d, Err *e) {
     snprintf(g->stats.device, sizeof g->stats.device, "%.80s, %d SMs", prop.name, g->sms);
     const char *env = getenv("LLM_CUDA_GRAPHS");
     g->use_graphs = !(env && !strcmp(env, "0"));
+    gpu_tune_from_env();
+    g->stats.pdl = gpu_tune.pdl;
+    g->stats.prefetch = gpu_tune.prefetch;
+    g->stats.early = gpu_tune.early;
     open_blas(g);
 
     g->layers = (DevLayer *)calloc(d->L, sizeof *g->layers);

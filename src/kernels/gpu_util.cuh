@@ -19,4 +19,36 @@ __host__ __device__ static inline size_t dev_row_bytes(DType type, int K) {
     return type == DT_F32 ? (size_t)K * 4 : type == DT_Q8_0 ? (size_t)K : (size_t)K * 2;
 }
 
+/* Programmatic dependent launch (Hopper; notes/cuda.md, "Overlapping the
+ * kernels"). A kernel launched by gpu_launch may start while the kernel
+ * before it in the stream is still running. Until pdl_wait() it may only
+ * read what no kernel of the step writes (the weights) and write nothing;
+ * pdl_wait() returns once the kernel before has finished and its writes are
+ * visible. pdl_release() lets the next kernel start. Every kernel launched
+ * by gpu_launch calls pdl_wait() on every path that touches memory, so the
+ * chain stays ordered: a kernel's wait covers the one before, whose wait
+ * covered the one before it. Where the launch had no such attribute both
+ * are no-ops. */
+__device__ static inline void pdl_wait(void) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ static inline void pdl_release(void) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Ask for `bytes` at p to be brought into L2 (one bulk request, Hopper's
+ * cp.async.bulk.prefetch; nothing waits for it). p 16-byte aligned, bytes
+ * rounded down to a multiple of 16; anything else is skipped. */
+__device__ static inline void prefetch_l2(const void *p, size_t bytes) {
+#if __CUDA_ARCH__ >= 900
+    bytes = bytes / 16 * 16;
+    if (bytes && (uintptr_t)p % 16 == 0)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"((unsigned)bytes) : "memory");
+#endif
+}
+
 #endif
