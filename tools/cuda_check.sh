@@ -15,7 +15,7 @@
 #   6. benchmarks: TinyLlama-shaped F16 and Q8_0 (made by mkmodel): decode of
 #      one sequence as a share of the copy bandwidth, prefill of 512 tokens,
 #      kernels per token; the same decode under each launch setting
-#      (LLM_CUDA_PDL, LLM_CUDA_PREFETCH); batched decode at 1, 16 and 64 sequences
+#      (LLM_CUDA_PDL, _EARLY, _FUSE_ROPE, _PREFETCH); batched decode at 1, 16 and 64 sequences
 #      ("quick" skips this part)
 #
 # Environment: BIN (default build/cuda), FIXTURES (../shared/fixtures), OUT
@@ -38,8 +38,13 @@ grep -m1 "model name" /proc/cpuinfo
 
 step "1. kernels against their C references"
 if timeout 300 "$BIN/kcheck"; then ok "kcheck"; else bad "kcheck"; fi
-if LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 timeout 300 "$BIN/kcheck" > "$tmp/k0" 2>&1; then ok "kcheck, weights loaded after the prologue, no PDL"
-else bad "kcheck, weights loaded after the prologue, no PDL"; grep -i fail "$tmp/k0"; fi
+if LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 LLM_CUDA_FUSE_ROPE=0 timeout 300 "$BIN/kcheck" > "$tmp/k0" 2>&1; then
+    ok "kcheck, every launch setting off"
+else bad "kcheck, every launch setting off"; grep -i fail "$tmp/k0"; fi
+for f in tiny/tiny-f16.gguf tiny/tiny-q8_0.gguf; do
+    if LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_PDL=0 timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 16 \
+        > "$tmp/g0" 2>&1; then ok "$f, every launch setting off"; else bad "$f, every launch setting off"; cat "$tmp/g0"; fi
+done
 
 step "2. compute-sanitizer memcheck"
 if command -v compute-sanitizer >/dev/null; then
@@ -144,16 +149,17 @@ done
 for t in f16 q8_0; do
     timeout 200 "$BIN/gpucheck" --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 512 --decode 128 --runs 5 || bad "bench $t"
 done
-# the launch settings side by side: programmatic dependent launch off and on,
-# and the bytes of each row slice a product asks into L2 before it waits
+# the launch settings side by side (and, where they were carried along,
+# earlier builds' gpucheck-* beside this one's): each setting off in turn
 for t in f16 q8_0; do
-    [ -x "$BIN/gpucheck-base" ] && timeout 100 "$BIN/gpucheck-base" --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 16 \
-        --decode 128 --runs 5 | grep -e "^| /" | cut -d'|' -f3,6-9 | sed "s/^/the build before: /"
-    for cfg in 0:0:0 1:0:0 0:0:1 1:0:1 1:4096:1 1:4096:0; do
-        pdl=${cfg%%:*}; rest=${cfg#*:}; pf=${rest%:*}; early=${rest#*:}
-        LLM_CUDA_PDL=$pdl LLM_CUDA_PREFETCH=$pf LLM_CUDA_EARLY=$early timeout 100 "$BIN/gpucheck" \
-            --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 16 --decode 128 --runs 5 | grep -e "^| /" | cut -d'|' -f3,6-9 \
-            | sed "s/^/PDL $pdl, prefetch $pf, early $early: /"
+    for base in "$BIN"/gpucheck-*; do
+        [ -x "$base" ] && timeout 100 "$base" --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 16 --decode 128 --runs 5 \
+            | grep -e "^| /" | cut -d'|' -f3,6-9 | sed "s|^|$(basename "$base"): |"
+    done
+    for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 LLM_CUDA_PREFETCH=4096 \
+               "LLM_CUDA_PDL=0 LLM_CUDA_EARLY=0 LLM_CUDA_FUSE_ROPE=0"; do
+        env $cfg timeout 100 "$BIN/gpucheck" --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 16 --decode 128 --runs 5 \
+            | grep -e "^| /" | cut -d'|' -f3,6-9 | sed "s/^/$cfg: /"
     done
 done
 LLM_CUDA_GEMM_T=0 timeout 100 "$BIN/gpucheck" --bench "$MODELS/tinyllama-f16.gguf" --prompt-len 512 --decode 16 --runs 3 \

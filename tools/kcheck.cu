@@ -148,7 +148,7 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
     DevMat W = upload_mat(t, N, K, w);
     float *dx = to_dev(x.data(), x.size()), *dn = to_dev(norm.data(), norm.size());
     float *dout = to_dev(out0.data(), out0.size());
-    MvArgs a = {dout, N, accumulate, dx, ldx, NULL, pre, dn, 1e-5f, pre == PRE_SWIGLU ? dx + K : NULL, T};
+    MvArgs a = {dout, N, accumulate, dx, ldx, NULL, pre, dn, 1e-5f, pre == PRE_SWIGLU ? dx + K : NULL, T, 0, {}};
     if (!accumulate) poison(dout, out0.size());
     gpu_matvec(&W, &a, 0);
     CK(cudaGetLastError());
@@ -159,7 +159,7 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
     CK(cudaMemcpy(dout, out0.data(), out0.size() * 4, cudaMemcpyHostToDevice));
     if (!accumulate) poison(dout, out0.size());
     gpu_prepare(ready, &W, &a, 0);
-    MvArgs ra = {dout, N, accumulate, (const float *)ready, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T};
+    MvArgs ra = {dout, N, accumulate, (const float *)ready, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}};
     gpu_matvec(&W, &ra, 0);
     CK(cudaGetLastError());
     std::vector<float> got2 = to_host(dout, out0.size());
@@ -173,7 +173,7 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
         a.accumulate = 0;
         char *rb;   /* timed as the engine runs it: from 4 rows on, the prologue apart */
         CK(cudaMalloc((void **)&rb, gpu_ready_bytes(&W, T)));
-        MvArgs r2 = {dout, N, 0, (const float *)rb, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T};
+        MvArgs r2 = {dout, N, 0, (const float *)rb, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}};
         for (int i = 0; i < 23; i++) {
             CK(cudaEventRecord(e0));
             if (T >= 4) {
@@ -207,6 +207,71 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
     cudaFree(dx);
     cudaFree(dn);
     cudaFree(dout);
+}
+
+/* RoPE and the K/V store in the q|k|v product's epilogue against the
+ * product then gpu_rope_store: the very same bits in q|k|v and in the cache
+ * (T >= 4 through gpu_prepare, as the model runs it). */
+static void check_rope_fused(DType t, int H, int Hkv, int S, int n_rot, int T) {
+    int qd = H * S, kvd = Hkv * S, N = qd + 2 * kvd, K = 256, P = 64, slots = 4 * P;
+    std::vector<uint8_t> w = random_weights(t, N, K);
+    std::vector<float> x((size_t)T * K), norm(K), cs((size_t)P * n_rot), kc((size_t)slots * kvd);
+    for (auto &v : x) v = uniform() * 3.0f;
+    for (auto &v : norm) v = 0.5f + uniform() * 0.5f;
+    for (auto &v : kc) v = uniform();
+    for (int p = 0; p < P; p++)
+        for (int i = 0; i < n_rot / 2; i++) {
+            double a = p * pow(10000.0, -2.0 * i / n_rot);
+            cs[((size_t)p * (n_rot / 2) + i) * 2] = (float)cos(a);
+            cs[((size_t)p * (n_rot / 2) + i) * 2 + 1] = (float)sin(a);
+        }
+    std::vector<int> pos(T), slot(T);
+    for (int j = 0; j < T; j++) {
+        pos[j] = (int)(next_u64() % P);
+        slot[j] = j * 3 + 1;   /* distinct */
+    }
+    DevMat W = upload_mat(t, N, K, w);
+    float *dx = to_dev(x.data(), x.size()), *dn = to_dev(norm.data(), norm.size()), *dcs = to_dev(cs.data(), cs.size());
+    int *dpos = to_dev(pos.data(), T), *dslot = to_dev(slot.data(), T);
+    std::vector<float> got[2][3];
+    for (int fused = 0; fused < 2; fused++) {
+        float *dq, *dkc = to_dev(kc.data(), kc.size()), *dvc = to_dev(kc.data(), kc.size());
+        CK(cudaMalloc((void **)&dq, (size_t)T * N * 4));
+        MvArgs a = {dq, N, 0, dx, K, NULL, PRE_NORM, dn, 1e-5f, NULL, T, 0, {}};
+        a.use_rope = fused;
+        a.rope = (RopeKv){dkc, dvc, dpos, dslot, dcs, H, Hkv, S, n_rot};
+        char *ready = NULL;
+        if (T >= 4) {   /* the prologue apart, as gpu_model.cu's product() from 4 rows */
+            CK(cudaMalloc((void **)&ready, gpu_ready_bytes(&W, T)));
+            gpu_prepare(ready, &W, &a, 0);
+            a.x = (const float *)ready;
+            a.pre = PRE_READY;
+            a.norm = NULL;
+        }
+        gpu_matvec(&W, &a, 0);
+        AttnArgs at = {dq, N, dkc, dvc, dpos, dslot, NULL, NULL, 0, 1, dcs, H, Hkv, S, n_rot, T};
+        if (!fused) gpu_rope_store(&at, 0);
+        CK(cudaGetLastError());
+        got[fused][0] = to_host(dq, (size_t)T * N);
+        got[fused][1] = to_host(dkc, kc.size());
+        got[fused][2] = to_host(dvc, kc.size());
+        cudaFree(dq);
+        cudaFree(dkc);
+        cudaFree(dvc);
+        cudaFree(ready);
+    }
+    int same = 1;
+    for (int i = 0; i < 3; i++) same &= memcmp(got[0][i].data(), got[1][i].data(), got[0][i].size() * 4) == 0;
+    failures += !same;
+    char what[128];
+    snprintf(what, sizeof what, "rope+store fused %-4s H %d Hkv %d S %d rot %d T %d", dtype_name(t), H, Hkv, S, n_rot, T);
+    printf("%-58s %s\n", what, same ? "the same bits as product + rope_store" : "FAIL: bits differ from product + rope_store");
+    free_mat(&W);
+    cudaFree(dx);
+    cudaFree(dn);
+    cudaFree(dcs);
+    cudaFree(dpos);
+    cudaFree(dslot);
 }
 
 static void check_dequant_embed(DType t, int N, int K) {
@@ -342,9 +407,10 @@ int main(int argc, char **argv) {
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     gpu_tune_from_env();
-    printf("device: %s, %d SMs, %.0f MiB; programmatic dependent launch %s, L2 prefetch %d bytes, early weights %s\n",
+    printf("device: %s, %d SMs, %.0f MiB; programmatic dependent launch %s, L2 prefetch %d bytes, early weights %s, "
+           "RoPE in the q|k|v epilogue %s\n",
            prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1048576.0, gpu_tune.pdl ? "on" : "off",
-           gpu_tune.prefetch, gpu_tune.early ? "on" : "off");
+           gpu_tune.prefetch, gpu_tune.early ? "on" : "off", gpu_tune.fuse_rope ? "on" : "off");
     ops_set_isa(OPS_PLAIN);
     const DType types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0};
     for (DType t : types) {
@@ -360,6 +426,9 @@ int main(int argc, char **argv) {
         check_matvec(t, 11264, 2048, 1, PRE_NORM, 0, 1);    /* gate|up */
         check_matvec(t, 11264, 2048, 16, PRE_NORM, 0, 1);
     }
+    check_rope_fused(DT_F16, 8, 2, 16, 16, 1);     /* the tiny fixture's heads */
+    check_rope_fused(DT_Q8_0, 4, 1, 24, 24, 5);    /* rand's; the prologue apart */
+    check_rope_fused(DT_F32, 2, 1, 6, 4, 9);       /* a group of 4 rows across k|v; partial rotary; two tiles */
     check_attention(8, 2, 16, 16, 256, 1);     /* the tiny fixture's shape */
     check_attention(4, 1, 24, 16, 128, 3);     /* rand: multi-query, head size 24 */
     if (!quick) check_attention(32, 4, 64, 16, 700, 1);    /* TinyLlama */

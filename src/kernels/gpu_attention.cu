@@ -9,6 +9,8 @@
  *
  * rope_store_kernel: grid (T), block 128: the threads share out the row's
  * (head, pair) rotations of q and k, then its k and v rows go to the slot.
+ * (Where the q|k|v product runs on the kernels its epilogue does this
+ * instead: gpu_matvec.cu rope_rows, the same operations.)
  *
  * attn_kernel: a thread block per (query head h, row t, split), as vLLM's
  * paged attention v1 gives one to each head and sequence:
@@ -20,7 +22,8 @@
  *       the warp: the chunk's max (shuffles), one rescale of its running
  *               output if the max grew, e^(score - max) per lane, then for
  *               each of the 32 positions every lane adds weight * v for its
- *               dims (lane, lane + 32, ...): each value row read coalesced
+ *               dims (lane, lane + 32, ...): each value row read coalesced,
+ *               the rows of G positions loaded at once, then added in order
  *     the 4 warps' (max, sum, output) merged through shared memory
  *
  * When heads x rows cannot fill the GPU (a decode of one sequence has 32
@@ -32,7 +35,7 @@
 #include "kernels/gpu_kernels.cuh"
 #include "kernels/gpu_util.cuh"
 
-enum { ATT_WARPS = 4, ATT_MAX_S = 256, ATT_DIMS = ATT_MAX_S / 32 };
+enum { ATT_WARPS = 4, ATT_MAX_S = 256 };
 
 /* grid (T), block 128 */
 __global__ void rope_store_kernel(AttnArgs a) {
@@ -66,32 +69,40 @@ size_t gpu_attention_part_floats(int T, int H, int S, int nsplit) {
     return nsplit > 1 ? (size_t)T * H * nsplit * (S + 2) : 0;
 }
 
-/* grid (H, T, nsplit), block 32 * ATT_WARPS */
+/* grid (H, T, nsplit), block 32 * ATT_WARPS. DIMS: the head's values per
+ * lane, ceil(S / 32); G positions' value rows are loaded at once (G * DIMS
+ * registers) before they are added in order. */
+template <int DIMS>
 __global__ void __launch_bounds__(32 * ATT_WARPS) attn_kernel(float *out, AttnArgs a, int nsplit, float *part) {
+    enum { G = 32 / DIMS > 8 ? 32 / DIMS : 8 };
     __shared__ float qs[ATT_MAX_S];
     __shared__ float wm[ATT_WARPS], wl[ATT_WARPS], wo[ATT_WARPS][ATT_MAX_S];
-    pdl_wait();
-    pdl_release();
     int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int S = a.S, qd = a.H * S, kvd = a.Hkv * S, off = (h / (a.H / a.Hkv)) * S;
+    /* The batch (positions, sequences, block tables) is uploaded before the
+     * step and no kernel writes it: read it, and find the lane's first
+     * slot, before waiting for the kernel ahead. */
     int n = a.pos[t] + 1;
     const int *table = a.tables + (size_t)a.seq[t] * a.tstride;
     float scale = 1.0f / sqrtf((float)S);
     int chunks = (n + 31) / 32, per = (chunks + nsplit - 1) / nsplit;
     int c0 = sp * per, c1 = min(chunks, c0 + per);
+    int p = (c0 + warp) * 32 + lane;
+    int slot = c0 + warp < c1 && p < n ? table[p / a.BS] * a.BS + p % a.BS : 0;   /* this lane's position's row */
+    pdl_wait();
+    pdl_release();
 
     const float *q = a.qkv + (size_t)t * a.ld + (size_t)h * S;
     for (int i = threadIdx.x; i < S; i += blockDim.x) qs[i] = q[i];
     __syncthreads();
 
-    float m = -INFINITY, l = 0.0f, o[ATT_DIMS];
+    float m = -INFINITY, l = 0.0f, o[DIMS];
 #pragma unroll
-    for (int i = 0; i < ATT_DIMS; i++) o[i] = 0.0f;
+    for (int i = 0; i < DIMS; i++) o[i] = 0.0f;
     for (int c = c0 + warp; c < c1; c += ATT_WARPS) {
-        int p = c * 32 + lane;
+        p = c * 32 + lane;
         float score = -INFINITY;
-        int slot = p < n ? table[p / a.BS] * a.BS + p % a.BS : 0;   /* this lane's position's row */
         if (p < n) {
             const float *kr = a.kc + (size_t)slot * kvd + off;
             float d = 0.0f;   /* summed in order, as attend_rows does */
@@ -114,33 +125,42 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attn_kernel(float *out, AttnAr
             float r = ops_exp(m - cm);
             l *= r;
 #pragma unroll
-            for (int i = 0; i < ATT_DIMS; i++) o[i] *= r;
+            for (int i = 0; i < DIMS; i++) o[i] *= r;
             m = cm;
         }
         float w = p < n ? ops_exp(score - m) : 0.0f;
         l += warp_sum(w);
-        /* each position's weight and row from the lane that holds it; eight
-         * positions' value loads in flight at once */
+        /* each position's weight and row from the lane that holds it; G
+         * positions' value loads in flight at once, added in order */
         int last = min(32, n - c * 32);
-        for (int j0 = 0; j0 < last; j0 += 8) {
+        for (int j0 = 0; j0 < last; j0 += G) {
+            float vv[G][DIMS], wj[G];
 #pragma unroll
-            for (int jj = 0; jj < 8; jj++) {
+            for (int jj = 0; jj < G; jj++) {
                 int j = j0 + jj;
                 if (j >= last) break;   /* the same for every lane */
-                float wj = __shfl_sync(0xffffffffu, w, j);
+                wj[jj] = __shfl_sync(0xffffffffu, w, j);
                 const float *vr = a.vc + (size_t)__shfl_sync(0xffffffffu, slot, j) * kvd + off;
 #pragma unroll
-                for (int i = 0; i < ATT_DIMS; i++)
-                    if (lane + 32 * i < S) o[i] += wj * vr[lane + 32 * i];
+                for (int i = 0; i < DIMS; i++) vv[jj][i] = lane + 32 * i < S ? vr[lane + 32 * i] : 0.0f;
+            }
+#pragma unroll
+            for (int jj = 0; jj < G; jj++) {
+                if (j0 + jj >= last) break;
+#pragma unroll
+                for (int i = 0; i < DIMS; i++) o[i] += wj[jj] * vv[jj][i];
             }
         }
+        /* the next chunk's slot */
+        int pn = (c + ATT_WARPS) * 32 + lane;
+        slot = c + ATT_WARPS < c1 && pn < n ? table[pn / a.BS] * a.BS + pn % a.BS : 0;
     }
     if (lane == 0) {
         wm[warp] = m;
         wl[warp] = l;
     }
 #pragma unroll
-    for (int i = 0; i < ATT_DIMS; i++)
+    for (int i = 0; i < DIMS; i++)
         if (lane + 32 * i < S) wo[warp][lane + 32 * i] = o[i];
     __syncthreads();
 
@@ -188,7 +208,12 @@ __global__ void attn_reduce_kernel(float *out, const float *part, int H, int S, 
 
 int gpu_attention(float *out, const AttnArgs *a, int nsplit, float *part, cudaStream_t st) {
     if (nsplit < 1) nsplit = 1;
-    gpu_launch(attn_kernel, dim3(a->H, a->T, nsplit), 32 * ATT_WARPS, 0, st, out, *a, nsplit, part);
+    dim3 grid(a->H, a->T, nsplit);
+    int dims = (a->S + 31) / 32;
+    if (dims <= 1) gpu_launch(attn_kernel<1>, grid, 32 * ATT_WARPS, 0, st, out, *a, nsplit, part);
+    else if (dims <= 2) gpu_launch(attn_kernel<2>, grid, 32 * ATT_WARPS, 0, st, out, *a, nsplit, part);
+    else if (dims <= 4) gpu_launch(attn_kernel<4>, grid, 32 * ATT_WARPS, 0, st, out, *a, nsplit, part);
+    else gpu_launch(attn_kernel<8>, grid, 32 * ATT_WARPS, 0, st, out, *a, nsplit, part);
     if (nsplit == 1) return 1;
     gpu_launch(attn_reduce_kernel, dim3(a->H, a->T), 128, 0, st, out, (const float *)part, a->H, a->S, nsplit);
     return 2;

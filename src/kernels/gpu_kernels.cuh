@@ -34,6 +34,18 @@ void gpu_pack_q8_0(int8_t *qs, uint16_t *d, const void *rows, int N, int K);
  * a round trip through memory per sublayer. */
 enum { PRE_NONE = 0, PRE_NORM = 1, PRE_SWIGLU = 2, PRE_READY = 3 };
 
+/* RoPE and the K/V store done by the q|k|v product as it writes its rows
+ * (gpu_rope_store's work, the same operations, so the same bits): rows
+ * q (H*S) | k (Hkv*S) | v (Hkv*S); the pairs (2p, 2p+1) of each q and k head
+ * below n_rot rotated by the row's position, then k and v copied to the
+ * row's slot of this layer's cache. */
+typedef struct {
+    float *kc, *vc;          /* this layer's (NB * BS, Hkv * S) rows */
+    const int *pos, *slot;   /* (T) */
+    const float *rope_cs;    /* (P, n_rot / 2, 2) */
+    int H, Hkv, S, n_rot;
+} RopeKv;
+
 typedef struct {
     float *out;              /* (T, ldo) */
     int ldo;
@@ -46,6 +58,8 @@ typedef struct {
     float eps;
     const float *x2;         /* PRE_SWIGLU: the up half, ldx apart like x */
     int T;
+    int use_rope;            /* rows are q|k|v: apply `rope` as they are written (rows NULL, no accumulate) */
+    RopeKv rope;
 } MvArgs;
 
 /* out = pre(x) @ W^T as matmul_ref (ops.c), one token tile of up to 8 rows per
@@ -104,11 +118,14 @@ size_t gpu_attention_part_floats(int T, int H, int S, int nsplit);
  *             slice a product asks into L2 before it waits for the kernel
  *             before (0: none)
  *   early     LLM_CUDA_EARLY (default 1): a product loads its first weights
- *             into registers before its prologue (and before that wait) */
+ *             into registers before its prologue (and before that wait)
+ *   fuse_rope LLM_CUDA_FUSE_ROPE (default 1): the q|k|v product applies RoPE
+ *             and stores k and v (MvArgs.rope) where the kernels run it */
 typedef struct {
     int pdl;
     int prefetch;
     int early;
+    int fuse_rope;
 } GpuTune;
 extern GpuTune gpu_tune;
 void gpu_tune_from_env(void);

@@ -44,13 +44,15 @@ enum { MV_WARPS = 8, MV_THREADS = MV_WARPS * 32, MV_ROWS = 4, PRO_LOADS = 8 };
 /* Shared memory a block may use for its tokens' activations. */
 enum { MV_SMEM = 96 * 1024 };
 
-GpuTune gpu_tune = {1, 0, 1};
+GpuTune gpu_tune = {1, 0, 1, 1};
 
 void gpu_tune_from_env(void) {
     const char *v = getenv("LLM_CUDA_PDL");
     if (v) gpu_tune.pdl = atoi(v) != 0;
     v = getenv("LLM_CUDA_EARLY");
     if (v) gpu_tune.early = atoi(v) != 0;
+    v = getenv("LLM_CUDA_FUSE_ROPE");
+    if (v) gpu_tune.fuse_rope = atoi(v) != 0;
     v = getenv("LLM_CUDA_PREFETCH");
     if (v) gpu_tune.prefetch = atoi(v) < 0 ? 0 : atoi(v) > (1 << 24) ? 1 << 24 : atoi(v);
 }
@@ -294,6 +296,33 @@ void gpu_pack_q8_0(int8_t *qs, uint16_t *d, const void *rows, int N, int K) {
 
 /* ------------------------------------------------------------ the kernel */
 
+/* rope_store_kernel's work (gpu_attention.cu) on the MV_ROWS rows n0.. of
+ * token t, as the product writes them: n0 is a multiple of 4 and heads have
+ * an even size, so each rotated pair (2p, 2p+1) lies within the group. */
+__device__ static void rope_rows(const RopeKv &R, int t, int n0, float v[MV_ROWS]) {
+    int qd = R.H * R.S, kvd = R.Hkv * R.S;
+    if (n0 < qd + kvd) {
+        const float *cs = R.rope_cs + (size_t)R.pos[t] * R.n_rot;
+#pragma unroll
+        for (int r = 0; r < MV_ROWS; r += 2) {
+            int d = (n0 + r) % R.S;   /* the dimension within its head */
+            if (n0 + r >= qd + kvd || d >= R.n_rot) continue;   /* v, or past the rotary part */
+            float c = cs[d], s = cs[d + 1], x0 = v[r], x1 = v[r + 1];
+            v[r] = fmaf(x0, c, -(x1 * s));   /* as ops.c rope, fused the same way */
+            v[r + 1] = fmaf(x0, s, x1 * c);
+        }
+    }
+    if (n0 + MV_ROWS > qd) {
+        size_t at = (size_t)R.slot[t] * kvd;
+#pragma unroll
+        for (int r = 0; r < MV_ROWS; r++) {
+            int n = n0 + r - qd;
+            if (n >= 0 && n < kvd) R.kc[at + n] = v[r];
+            else if (n >= kvd && n < 2 * kvd) R.vc[at + n - kvd] = v[r];
+        }
+    }
+}
+
 /* EARLY: the lane's first two steps of weights are loaded before the
  * prologue (and before pdl_wait), which keeps 32 to 40 more registers live
  * through it; 3 blocks an SM instead of 4 for one token. */
@@ -371,15 +400,22 @@ __global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
     if (ks > 1) __syncthreads();
     if (lane != 0 || sl != 0) return;
 #pragma unroll
-    for (int r = 0; r < MV_ROWS; r++)
+    for (int j = 0; j < TTC; j++) {
+        if (j >= TT) break;
+        float v[MV_ROWS];
 #pragma unroll
-        for (int j = 0; j < TTC; j++) {
-            if (j >= TT || n0 + r >= W.N) break;
-            float s = acc[r][j];
-            for (int i = 1; i < ks; i++) s += part[warp + i][r][j];   /* the slices in order */
-            float *o = a.out + (size_t)(t0 + j) * a.ldo + n0 + r;
-            *o = a.accumulate ? *o + s : s;
+        for (int r = 0; r < MV_ROWS; r++) {
+            v[r] = acc[r][j];
+            for (int i = 1; i < ks; i++) v[r] += part[warp + i][r][j];   /* the slices in order */
         }
+        if (a.use_rope) rope_rows(a.rope, t0 + j, n0, v);
+#pragma unroll
+        for (int r = 0; r < MV_ROWS; r++) {
+            if (n0 + r >= W.N) break;
+            float *o = a.out + (size_t)(t0 + j) * a.ldo + n0 + r;
+            *o = a.accumulate ? *o + v[r] : v[r];
+        }
+    }
 }
 
 /* Tokens per block: as many as fit MV_SMEM, at most GPU_MAX_TT. */

@@ -7,15 +7,16 @@
  *   x = embedding[token]                          gpu_embed
  *   for each layer:
  *     qkv = rmsnorm(x) Wqkv^T                     one product, the norm fused in
- *     rope q, k; k, v -> their slots              gpu_rope_store
+ *     rope q, k; k, v -> their slots              in that product's epilogue (or gpu_rope_store)
  *     att = paged attention                       gpu_attention (+ a merge when split)
  *     x += att Wo^T                               one product, the residual add fused
  *     gu = rmsnorm(x) [Wgate; Wup]^T              one product, the norm fused
  *     x += swiglu(gu) Wdown^T                     one product, SwiGLU and the add fused
  *   logits = rmsnorm(x[logit rows]) Wout^T        one product, the gather and norm fused
  *
- * Six kernels a layer (seven when attention is split) and two more per step:
- * on TinyLlama's 22 layers, 134 to 156 per decoded token. A step of 4 rows or
+ * Five kernels a layer (six when attention is split; RoPE and the K/V store
+ * are the q|k|v product's epilogue, a kernel of their own after cuBLAS) and
+ * two more per step: on TinyLlama's 22 layers, 112 to 134 per decoded token. A step of 4 rows or
  * more runs each product's prologue as a kernel of its own (gpu_prepare).
  *
  * Weights: q, k and v are stored as one matrix of H*S + 2*Hkv*S rows, gate
@@ -230,6 +231,7 @@ extern "C" int gpu_model_create(GpuModel **out, const GpuModelDesc *d, Err *e) {
     g->stats.pdl = gpu_tune.pdl;
     g->stats.prefetch = gpu_tune.prefetch;
     g->stats.early = gpu_tune.early;
+    g->stats.fuse_rope = gpu_tune.fuse_rope;
     open_blas(g);
 
     g->layers = (DevLayer *)calloc(d->L, sizeof *g->layers);
@@ -350,12 +352,22 @@ static int ensure_pool(GpuModel *g, const GpuBatch *b, Err *e) {
 /* One product: the kernels, or cuBLAS from gemm_T rows on. Q8_0 always
  * takes the kernels: they round the activations to int8 blocks as the CPU
  * does, at any T, where an sgemm would keep them in float. */
+static int on_kernels(const GpuModel *g, const DevMat *W, int T) {
+    return !g->blas || T < g->gemm_T || W->type == DT_Q8_0;
+}
+
 static int product(GpuModel *g, const DevMat *W, MvArgs a) {
-    if (!g->blas || a.T < g->gemm_T || W->type == DT_Q8_0) {
+    if (on_kernels(g, W, a.T)) {
         if (a.T < READY_T) return gpu_matvec(W, &a, g->st);
         /* the prologue once for every row, not once per block of rows */
         int k = gpu_prepare(g->ascratch, W, &a, g->st);
-        MvArgs r = {a.out, a.ldo, a.accumulate, g->ascratch, 0, NULL, PRE_READY, NULL, 0.0f, NULL, a.T};
+        MvArgs r = a;
+        r.x = g->ascratch;
+        r.ldx = 0;
+        r.rows = NULL;
+        r.pre = PRE_READY;
+        r.norm = NULL;
+        r.x2 = NULL;
         return k + gpu_matvec(W, &r, g->st);
     }
     int k = gpu_prologue(g->ascratch, W, &a, g->st);
@@ -381,20 +393,24 @@ static int record(GpuModel *g, int T, int nl, int nsplit) {
     k += gpu_embed(g->x, &g->embd, token, T, g->st);
     for (int l = 0; l < d->L; l++) {
         const DevLayer *w = &g->layers[l];
-        MvArgs a = {g->qkv, qd + 2 * kvd, 0, g->x, D, NULL, PRE_NORM, w->attn_norm, d->eps, NULL, T};
-        k += product(g, &w->qkv, a);
         AttnArgs at = {g->qkv, qd + 2 * kvd, g->kc + l * layer, g->vc + l * layer, pos, slot, seq, tables,
                        g->tstride, g->BS, g->rope_cs, d->H, d->Hkv, d->S, d->n_rot, T};
-        k += gpu_rope_store(&at, g->st);
+        MvArgs a = {g->qkv, qd + 2 * kvd, 0, g->x, D, NULL, PRE_NORM, w->attn_norm, d->eps, NULL, T, 0, {}};
+        /* RoPE and the K/V store in the product's epilogue where the kernels
+         * run it; after cuBLAS, their own kernel */
+        a.use_rope = gpu_tune.fuse_rope && on_kernels(g, &w->qkv, T);
+        a.rope = (RopeKv){at.kc, at.vc, pos, slot, g->rope_cs, d->H, d->Hkv, d->S, d->n_rot};
+        k += product(g, &w->qkv, a);
+        if (!a.use_rope) k += gpu_rope_store(&at, g->st);
         k += gpu_attention(g->att, &at, nsplit, g->part, g->st);
-        a = (MvArgs){g->x, D, 1, g->att, qd, NULL, PRE_NONE, NULL, 0.0f, NULL, T};
+        a = (MvArgs){g->x, D, 1, g->att, qd, NULL, PRE_NONE, NULL, 0.0f, NULL, T, 0, {}};
         k += product(g, &w->wo, a);
-        a = (MvArgs){g->gu, 2 * F, 0, g->x, D, NULL, PRE_NORM, w->ffn_norm, d->eps, NULL, T};
+        a = (MvArgs){g->gu, 2 * F, 0, g->x, D, NULL, PRE_NORM, w->ffn_norm, d->eps, NULL, T, 0, {}};
         k += product(g, &w->gu, a);
-        a = (MvArgs){g->x, D, 1, g->gu, 2 * F, NULL, PRE_SWIGLU, NULL, 0.0f, g->gu + F, T};
+        a = (MvArgs){g->x, D, 1, g->gu, 2 * F, NULL, PRE_SWIGLU, NULL, 0.0f, g->gu + F, T, 0, {}};
         k += product(g, &w->down, a);
     }
-    MvArgs a = {g->logits, d->V, 0, g->x, D, logit_row, PRE_NORM, g->out_norm, d->eps, NULL, nl};
+    MvArgs a = {g->logits, d->V, 0, g->x, D, logit_row, PRE_NORM, g->out_norm, d->eps, NULL, nl, 0, {}};
     k += product(g, &g->output, a);
     return k;
 }
