@@ -15,7 +15,7 @@
 #   6. benchmarks: TinyLlama-shaped F16 and Q8_0 (made by mkmodel): decode of
 #      one sequence as a share of the copy bandwidth, prefill of 512 tokens,
 #      kernels per token; the same decode under each launch setting
-#      (LLM_CUDA_PDL, _EARLY, _FUSE_ROPE, _PREFETCH); batched decode at 1, 16 and 64 sequences
+#      (LLM_CUDA_PDL, _EARLY, _FUSE_ROPE, _ONE_PASS); batched decode at 1, 16 and 64 sequences
 #      ("quick" skips this part)
 #
 # Environment: BIN (default build/cuda), FIXTURES (../shared/fixtures), OUT
@@ -38,11 +38,11 @@ grep -m1 "model name" /proc/cpuinfo
 
 step "1. kernels against their C references"
 if timeout 300 "$BIN/kcheck"; then ok "kcheck"; else bad "kcheck"; fi
-if LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 LLM_CUDA_FUSE_ROPE=0 timeout 300 "$BIN/kcheck" > "$tmp/k0" 2>&1; then
+if LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_ONE_PASS=0 timeout 300 "$BIN/kcheck" > "$tmp/k0" 2>&1; then
     ok "kcheck, every launch setting off"
 else bad "kcheck, every launch setting off"; grep -i fail "$tmp/k0"; fi
 for f in tiny/tiny-f16.gguf tiny/tiny-q8_0.gguf; do
-    if LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_PDL=0 timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 16 \
+    if LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_PDL=0 LLM_CUDA_ONE_PASS=0 timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 16 \
         > "$tmp/g0" 2>&1; then ok "$f, every launch setting off"; else bad "$f, every launch setting off"; cat "$tmp/g0"; fi
 done
 
@@ -156,8 +156,8 @@ for t in f16 q8_0; do
         [ -x "$base" ] && timeout 100 "$base" --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 16 --decode 128 --runs 5 \
             | grep -e "^| /" | cut -d'|' -f3,6-9 | sed "s|^|$(basename "$base"): |"
     done
-    for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 LLM_CUDA_PREFETCH=4096 \
-               "LLM_CUDA_PDL=0 LLM_CUDA_EARLY=0 LLM_CUDA_FUSE_ROPE=0"; do
+    for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_ONE_PASS=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 \
+               "LLM_CUDA_PDL=0 LLM_CUDA_EARLY=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_ONE_PASS=0"; do
         env $cfg timeout 100 "$BIN/gpucheck" --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 16 --decode 128 --runs 5 \
             | grep -e "^| /" | cut -d'|' -f3,6-9 | sed "s/^/$cfg: /"
     done

@@ -213,9 +213,10 @@ static int bench(const char *path, int prompt_len, int decode, int runs, Err *e)
            dtype_name(m.wtype), gs.weight_bytes / 1e6, bpt / 1e6, dmed, td[0], td[runs - 1], bpt * dmed / 1e9,
            100.0 * bpt * dmed / 1e9 / ceiling, kernels, pmed, flops * pmed / 1e12);
     printf("(%ld steps, %ld from CUDA graphs, %ld cuBLAS products; runs %d; programmatic dependent launch %s, "
-           "L2 prefetch %d bytes a row slice, early weights %s, RoPE in the q|k|v epilogue %s)\n",
+           "L2 prefetch %d bytes a row slice, early weights %s, RoPE in the q|k|v epilogue %s, "
+           "one-pass norm %s)\n",
            gs.steps, gs.graph_steps, gs.gemm_calls, runs, gs.pdl ? "on" : "off", gs.prefetch, gs.early ? "on" : "off",
-           gs.fuse_rope ? "on" : "off");
+           gs.fuse_rope ? "on" : "off", gs.one_pass ? "on" : "off");
     mem_free(tok);
     runstate_free(&s);
     model_free(&m);

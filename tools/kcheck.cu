@@ -408,9 +408,10 @@ int main(int argc, char **argv) {
     CK(cudaGetDeviceProperties(&prop, 0));
     gpu_tune_from_env();
     printf("device: %s, %d SMs, %.0f MiB; programmatic dependent launch %s, L2 prefetch %d bytes, early weights %s, "
-           "RoPE in the q|k|v epilogue %s\n",
+           "RoPE in the q|k|v epilogue %s, one-pass norm %s\n",
            prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1048576.0, gpu_tune.pdl ? "on" : "off",
-           gpu_tune.prefetch, gpu_tune.early ? "on" : "off", gpu_tune.fuse_rope ? "on" : "off");
+           gpu_tune.prefetch, gpu_tune.early ? "on" : "off", gpu_tune.fuse_rope ? "on" : "off",
+           gpu_tune.one_pass ? "on" : "off");
     ops_set_isa(OPS_PLAIN);
     const DType types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0};
     for (DType t : types) {

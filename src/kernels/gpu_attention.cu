@@ -71,10 +71,11 @@ size_t gpu_attention_part_floats(int T, int H, int S, int nsplit) {
 
 /* grid (H, T, nsplit), block 32 * ATT_WARPS. DIMS: the head's values per
  * lane, ceil(S / 32); G positions' value rows are loaded at once (G * DIMS
- * registers) before they are added in order. */
+ * registers) before they are added in order; a key row is read KB * 16
+ * bytes at a time (all of it for heads up to 64). */
 template <int DIMS>
 __global__ void __launch_bounds__(32 * ATT_WARPS) attn_kernel(float *out, AttnArgs a, int nsplit, float *part) {
-    enum { G = 32 / DIMS > 8 ? 32 / DIMS : 8 };
+    enum { G = 32 / DIMS > 8 ? 32 / DIMS : 8, KB = 8 * DIMS < 16 ? 8 * DIMS : 16 };
     __shared__ float qs[ATT_MAX_S];
     __shared__ float wm[ATT_WARPS], wl[ATT_WARPS], wo[ATT_WARPS][ATT_MAX_S];
     int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
@@ -107,13 +108,21 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attn_kernel(float *out, AttnAr
             const float *kr = a.kc + (size_t)slot * kvd + off;
             float d = 0.0f;   /* summed in order, as attend_rows does */
             if (S % 4 == 0) {
-#pragma unroll 4
-                for (int i = 0; i < S; i += 4) {
-                    float4 k4 = *(const float4 *)(kr + i);
-                    d += qs[i] * k4.x;
-                    d += qs[i + 1] * k4.y;
-                    d += qs[i + 2] * k4.z;
-                    d += qs[i + 3] * k4.w;
+                /* KB loads of 16 bytes issued before the first is used */
+                for (int i0 = 0; i0 < S; i0 += 4 * KB) {
+                    float4 kk[KB];
+#pragma unroll
+                    for (int b = 0; b < KB; b++)
+                        kk[b] = i0 + 4 * b < S ? *(const float4 *)(kr + i0 + 4 * b) : make_float4(0, 0, 0, 0);
+#pragma unroll
+                    for (int b = 0; b < KB; b++) {
+                        int i = i0 + 4 * b;
+                        if (i >= S) break;
+                        d += qs[i] * kk[b].x;
+                        d += qs[i + 1] * kk[b].y;
+                        d += qs[i + 2] * kk[b].z;
+                        d += qs[i + 3] * kk[b].w;
+                    }
                 }
             } else {
                 for (int i = 0; i < S; i++) d += qs[i] * kr[i];

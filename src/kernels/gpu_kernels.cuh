@@ -120,12 +120,15 @@ size_t gpu_attention_part_floats(int T, int H, int S, int nsplit);
  *   early     LLM_CUDA_EARLY (default 1): a product loads its first weights
  *             into registers before its prologue (and before that wait)
  *   fuse_rope LLM_CUDA_FUSE_ROPE (default 1): the q|k|v product applies RoPE
- *             and stores k and v (MvArgs.rope) where the kernels run it */
+ *             and stores k and v (MvArgs.rope) where the kernels run it
+ *   one_pass  LLM_CUDA_ONE_PASS (default 1): a product's RMSNorm prologue
+ *             reads a row of up to 2048 values once, not twice */
 typedef struct {
     int pdl;
     int prefetch;
     int early;
     int fuse_rope;
+    int one_pass;
 } GpuTune;
 extern GpuTune gpu_tune;
 void gpu_tune_from_env(void);

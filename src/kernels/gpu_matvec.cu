@@ -44,7 +44,7 @@ enum { MV_WARPS = 8, MV_THREADS = MV_WARPS * 32, MV_ROWS = 4, PRO_LOADS = 8 };
 /* Shared memory a block may use for its tokens' activations. */
 enum { MV_SMEM = 96 * 1024 };
 
-GpuTune gpu_tune = {1, 0, 1, 1};
+GpuTune gpu_tune = {1, 0, 1, 1, 1};
 
 void gpu_tune_from_env(void) {
     const char *v = getenv("LLM_CUDA_PDL");
@@ -53,6 +53,8 @@ void gpu_tune_from_env(void) {
     if (v) gpu_tune.early = atoi(v) != 0;
     v = getenv("LLM_CUDA_FUSE_ROPE");
     if (v) gpu_tune.fuse_rope = atoi(v) != 0;
+    v = getenv("LLM_CUDA_ONE_PASS");
+    if (v) gpu_tune.one_pass = atoi(v) != 0;
     v = getenv("LLM_CUDA_PREFETCH");
     if (v) gpu_tune.prefetch = atoi(v) < 0 ? 0 : atoi(v) > (1 << 24) ? 1 << 24 : atoi(v);
 }
@@ -99,46 +101,76 @@ __device__ static inline float pre_value(int pre, float v, float p, float scale)
     return v;
 }
 
-/* The block's tokens into shared memory: as floats (af, rows Kp apart), or
- * rounded to Q8_0 (aq: K int8 per token; ad: K/32 scales per token). One
- * warp rounds one block of 32 values, a value per lane. */
+/* The values k = (c0 + u * MV_WARPS) * 32 + lane, u < PRO_LOADS, of x and
+ * of its partner, every load issued before any is used (0 past K). With
+ * c0 = warp this is norm_scale's k = threadIdx.x + u * MV_THREADS. */
+__device__ static inline void pro_load(const float *x, const float *partner, int K, int c0, float v[PRO_LOADS],
+                                       float pv[PRO_LOADS]) {
+    int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int u = 0; u < PRO_LOADS; u++) {
+        int k = (c0 + u * MV_WARPS) * 32 + lane;
+        v[u] = k < K ? __ldg(x + k) : 0.0f;
+        pv[u] = k < K && partner ? __ldg(partner + k) : 0.0f;
+    }
+}
+
+/* pre() of the values pro_load read, into token j's row of shared memory:
+ * as floats (af, rows Kp apart), or rounded to Q8_0 (aq: K int8 per token;
+ * ad: K/32 scales per token). One warp rounds one block of 32 values, a
+ * value per lane. */
+template <bool Q8>
+__device__ static inline void pro_store(const MvArgs &a, int K, int Kp, int j, int c0, const float v[PRO_LOADS],
+                                        const float pv[PRO_LOADS], float scale, float *af, int8_t *aq, float *ad) {
+    int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int u = 0; u < PRO_LOADS; u++) {
+        int c = c0 + u * MV_WARPS, k = c * 32 + lane;
+        if (c * 32 >= K) break;   /* the same for the whole warp */
+        float val = k < K ? pre_value(a.pre, v[u], pv[u], scale) : 0.0f;
+        if (!Q8) {
+            if (k < K) af[(size_t)j * Kp + k] = val;
+            continue;
+        }
+        /* quantize_row_q8_0_ref: d = max|x| / 127 as fp16, q = round(x * 127 / max) */
+        float amax = warp_max(fabsf(val));
+        int finite = __all_sync(0xffffffffu, isfinite(val));
+        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        if (isinf(id)) id = 0.0f;
+        aq[(size_t)j * K + k] = finite ? (int8_t)__float2int_rn(val * id) : 0;
+        if (lane == 0)
+            ad[(size_t)j * (K / 32) + c] =
+                finite ? __half2float(__float2half_rn(amax / 127.0f)) : __int_as_float(0x7fc00000);
+    }
+}
+
+/* The block's tokens into shared memory, pre() applied (the prologue). A
+ * row of at most PRO_LOADS * MV_THREADS values (2048: TinyLlama's width) is
+ * read once: its RMSNorm scale comes from the values already in registers,
+ * the same sum in the same order as norm_scale's, so the same bits. */
 template <bool Q8>
 __device__ static void load_tokens(const MvArgs &a, int K, int Kp, int t0, int TT, float *af, int8_t *aq,
-                                   float *ad, float *red) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+                                   float *ad, float *red, bool one_pass) {
+    int warp = threadIdx.x / 32;
+    float v[PRO_LOADS], pv[PRO_LOADS];
     for (int j = 0; j < TT; j++) {
         int r = a.rows ? a.rows[t0 + j] : t0 + j;
         const float *x = a.x + (size_t)r * a.ldx;
         const float *x2 = a.x2 ? a.x2 + (size_t)r * a.ldx : nullptr;
-        float scale = a.pre == PRE_NORM ? norm_scale(x, K, a.eps, red) : 1.0f;
         const float *partner = a.pre == PRE_NORM ? a.norm : x2;
+        if (one_pass && a.pre == PRE_NORM && K <= PRO_LOADS * MV_THREADS) {
+            pro_load(x, partner, K, warp, v, pv);
+            float ss = 0.0f;
+#pragma unroll
+            for (int u = 0; u < PRO_LOADS; u++) ss += v[u] * v[u];   /* norm_scale's order */
+            float scale = 1.0f / sqrtf(block_sum(ss, red) / K + a.eps);
+            pro_store<Q8>(a, K, Kp, j, warp, v, pv, scale, af, aq, ad);
+            continue;
+        }
+        float scale = a.pre == PRE_NORM ? norm_scale(x, K, a.eps, red) : 1.0f;
         for (int c0 = warp; c0 * 32 < K; c0 += PRO_LOADS * MV_WARPS) {
-            float v[PRO_LOADS], pv[PRO_LOADS];   /* every load first, then the arithmetic */
-#pragma unroll
-            for (int u = 0; u < PRO_LOADS; u++) {
-                int k = (c0 + u * MV_WARPS) * 32 + lane;
-                v[u] = k < K ? __ldg(x + k) : 0.0f;
-                pv[u] = k < K && partner ? __ldg(partner + k) : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < PRO_LOADS; u++) {
-                int c = c0 + u * MV_WARPS, k = c * 32 + lane;
-                if (c * 32 >= K) break;   /* the same for the whole warp */
-                float val = k < K ? pre_value(a.pre, v[u], pv[u], scale) : 0.0f;
-                if (!Q8) {
-                    if (k < K) af[(size_t)j * Kp + k] = val;
-                    continue;
-                }
-                /* quantize_row_q8_0_ref: d = max|x| / 127 as fp16, q = round(x * 127 / max) */
-                float amax = warp_max(fabsf(val));
-                int finite = __all_sync(0xffffffffu, isfinite(val));
-                float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-                if (isinf(id)) id = 0.0f;
-                aq[(size_t)j * K + k] = finite ? (int8_t)__float2int_rn(val * id) : 0;
-                if (lane == 0)
-                    ad[(size_t)j * (K / 32) + c] =
-                        finite ? __half2float(__float2half_rn(amax / 127.0f)) : __int_as_float(0x7fc00000);
-            }
+            pro_load(x, partner, K, c0, v, pv);
+            pro_store<Q8>(a, K, Kp, j, c0, v, pv, scale, af, aq, ad);
         }
     }
     /* rows Kp apart: zero the padding so a vector read past K adds nothing */
@@ -328,7 +360,7 @@ __device__ static void rope_rows(const RopeKv &R, int t, int n0, float v[MV_ROWS
  * through it; 3 blocks an SM instead of 4 for one token. */
 template <DType TYPE, int TTC, bool EARLY>
 __global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
-    mv_kernel(DevMat W, MvArgs a, int TTmax, int Kp, int ks, int pf) {
+    mv_kernel(DevMat W, MvArgs a, int TTmax, int Kp, int ks, int pf, bool one_pass) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[32];
     __shared__ float part[MV_WARPS][MV_ROWS][TTC];
@@ -376,7 +408,7 @@ __global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
     pdl_wait();
     pdl_release();
     if (a.pre == PRE_READY) copy_ready<q8>(a, K, Kp, t0, TT, af, aq, ad);
-    else load_tokens<q8>(a, K, Kp, t0, TT, af, aq, ad, red);
+    else load_tokens<q8>(a, K, Kp, t0, TT, af, aq, ad, red, one_pass);
     __syncthreads();
     if (vec && !EARLY) {
         if (cb < ce) load_chunk<TYPE>(pipe[0], row, drow, cb);
@@ -484,8 +516,9 @@ static void launch_mv(const DevMat *W, const MvArgs *a, cudaStream_t st) {
     int tt = tile_tokens(W, a->T, &Kp, &smem), rows = MV_WARPS / ks * MV_ROWS;
     dim3 grid((W->N + rows - 1) / rows, (a->T + tt - 1) / tt);
     int pf = gpu_tune.prefetch;
-    if (tt == 1) gpu_launch(mv_kernel<TYPE, 1, EARLY>, grid, MV_THREADS, smem, st, *W, *a, tt, Kp, ks, pf);
-    else gpu_launch(mv_kernel<TYPE, GPU_MAX_TT, EARLY>, grid, MV_THREADS, smem, st, *W, *a, tt, Kp, ks, pf);
+    bool one = gpu_tune.one_pass;
+    if (tt == 1) gpu_launch(mv_kernel<TYPE, 1, EARLY>, grid, MV_THREADS, smem, st, *W, *a, tt, Kp, ks, pf, one);
+    else gpu_launch(mv_kernel<TYPE, GPU_MAX_TT, EARLY>, grid, MV_THREADS, smem, st, *W, *a, tt, Kp, ks, pf, one);
 }
 
 template <DType TYPE>
@@ -508,7 +541,7 @@ int gpu_matvec(const DevMat *W, const MvArgs *a, cudaStream_t st) {
 /* grid (T), block MV_THREADS: row t's prologue, by the code and the thread
  * count of the fused one (so the same bits), into the layout copy_ready reads. */
 template <bool Q8>
-__global__ void __launch_bounds__(MV_THREADS) prepare_kernel(char *ready, MvArgs a, int K, int Kp) {
+__global__ void __launch_bounds__(MV_THREADS) prepare_kernel(char *ready, MvArgs a, int K, int Kp, bool one_pass) {
     __shared__ float red[32];
     pdl_wait();
     pdl_release();
@@ -516,7 +549,7 @@ __global__ void __launch_bounds__(MV_THREADS) prepare_kernel(char *ready, MvArgs
     float *af = (float *)ready + (size_t)t * Kp;
     int8_t *aq = (int8_t *)ready + (size_t)t * K;
     float *ad = (float *)(ready + ready_q8_scales(a.T, K)) + (size_t)t * (K / 32);
-    load_tokens<Q8>(a, K, Kp, t, 1, af, aq, ad, red);
+    load_tokens<Q8>(a, K, Kp, t, 1, af, aq, ad, red, one_pass);
 }
 
 size_t gpu_ready_bytes(const DevMat *W, int T) {
@@ -526,8 +559,9 @@ size_t gpu_ready_bytes(const DevMat *W, int T) {
 
 int gpu_prepare(void *ready, const DevMat *W, const MvArgs *a, cudaStream_t st) {
     int Kp = (W->K + 7) / 8 * 8;
-    if (W->type == DT_Q8_0) gpu_launch(prepare_kernel<true>, a->T, MV_THREADS, 0, st, (char *)ready, *a, W->K, Kp);
-    else gpu_launch(prepare_kernel<false>, a->T, MV_THREADS, 0, st, (char *)ready, *a, W->K, Kp);
+    bool one = gpu_tune.one_pass;
+    if (W->type == DT_Q8_0) gpu_launch(prepare_kernel<true>, a->T, MV_THREADS, 0, st, (char *)ready, *a, W->K, Kp, one);
+    else gpu_launch(prepare_kernel<false>, a->T, MV_THREADS, 0, st, (char *)ready, *a, W->K, Kp, one);
     return 1;
 }
 

@@ -232,6 +232,7 @@ extern "C" int gpu_model_create(GpuModel **out, const GpuModelDesc *d, Err *e) {
     g->stats.prefetch = gpu_tune.prefetch;
     g->stats.early = gpu_tune.early;
     g->stats.fuse_rope = gpu_tune.fuse_rope;
+    g->stats.one_pass = gpu_tune.one_pass;
     open_blas(g);
 
     g->layers = (DevLayer *)calloc(d->L, sizeof *g->layers);
