@@ -5,7 +5,8 @@
 #  2. infer on the compressed file, and with --low-mem: the greedy text of the
 #     original, token for token (both kernel paths for the default model).
 #  3. What it must refuse, with one line: --low-mem on an uncompressed file,
-#     compressing a compressed file, a coded tensor with a damaged payload (at
+#     compressing a compressed file, a plain tensor with a flipped byte (every
+#     tensor's CRC-32, compress --check), a coded tensor with a damaged payload (at
 #     load, in either mode), --decode of a file that is not compressed.
 # Under CI=true a missing fixture is a failure; elsewhere it is skipped.
 # Prints "N passed, N failed"; exits non-zero on any failure.
@@ -72,6 +73,24 @@ done
 "$BIN/compress" --decode "$tmp/damaged.gguf" "$tmp/x.gguf" > /dev/null 2> "$tmp/err"
 [ $? -ne 0 ] && [ ! -e "$tmp/x.gguf" ] && one_line "--decode of a damaged file" "chunk\|damaged\|CRC" \
     || bad "--decode of a damaged file: $(cat "$tmp/err")"
+# every tensor has a CRC-32, the ones stored as they were too: --check lists
+# them; one byte changed in the middle of a plain tensor (a norm) is a refusal
+# naming it, where before it loaded and gave other text
+"$BIN/compress" --check "$tmp/shakespeare.rans.gguf" > "$tmp/check" 2> "$tmp/err" && tail -1 "$tmp/check" | grep -q "every CRC-32 matches" \
+    && ok || bad "--check of a good file: $(tail -1 "$tmp/check") $(cat "$tmp/err")"
+line=$(grep " as is " "$tmp/check" | tail -1)
+name=$(echo "$line" | awk '{print $1}'); off=$(echo "$line" | awk '{print $5}'); len=$(echo "$line" | awk '{print $6}')
+if [ -n "$name" ] && [ "$len" -gt 0 ]; then
+    cp "$tmp/shakespeare.rans.gguf" "$tmp/plain.gguf"
+    printf '\001' | dd of="$tmp/plain.gguf" bs=1 seek=$((off + len / 2)) conv=notrunc 2> /dev/null
+    for mode in "" "--low-mem"; do
+        greedy "$tmp/plain.gguf" $mode > /dev/null
+        [ $? -ne 0 ] && one_line "a damaged plain tensor $mode" "'$name'.*damaged" || bad "a damaged plain tensor loaded ($mode)"
+    done
+    "$BIN/compress" --check "$tmp/plain.gguf" > "$tmp/check2" 2> "$tmp/err"
+    [ $? -ne 0 ] && grep -q "^$name .*DAMAGED" "$tmp/check2" && [ "$(grep -c DAMAGED "$tmp/check2")" -eq 1 ] && ok \
+        || bad "--check missed the damaged $name: $(grep DAMAGED "$tmp/check2")"
+else bad "--check listed no tensor stored as it was"; fi
 
 echo "compress: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

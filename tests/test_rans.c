@@ -106,6 +106,17 @@ static uint32_t crc32_ref(const uint8_t *p, size_t n) {
     }
     return ~crc;
 }
+/* rans_crc32 (eight bytes a step) against the bit-at-a-time definition, at
+ * every length 0..300 and every start 0..7, and zlib's check value. */
+static void rans_crc32_matches_the_definition_at_every_length_and_alignment(void **state) {
+    (void)state;
+    uint8_t buf[320];
+    for (int i = 0; i < 320; i++) buf[i] = (uint8_t)(i * 151 + 7);
+    for (int at = 0; at < 8; at++)
+        for (size_t n = 0; n <= 300; n++) assert_int_equal(rans_crc32(buf + at, n), crc32_ref(buf + at, n));
+    assert_int_equal(rans_crc32((const uint8_t *)"123456789", 9), 0xCBF43926u);
+}
+
 static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> 8 * i);
 }
@@ -693,6 +704,7 @@ static void rans_any_changed_byte_of_a_small_stream_is_refused_or_decodes_to_the
 int main(int argc, char **argv) {
     select_tests(argc, argv);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(rans_crc32_matches_the_definition_at_every_length_and_alignment),
         cmocka_unit_test(rans_normalize_sums_exactly_keeps_present_symbols_and_drops_absent_ones),
         cmocka_unit_test(rans_normalize_finds_a_table_that_no_single_move_improves),
         cmocka_unit_test(rans_entropy_is_eight_bits_for_uniform_one_for_a_fair_coin_zero_for_constant),

@@ -3,6 +3,7 @@
  *
  *   compress IN.gguf OUT.gguf [--bits B] [--states N] [--group G]
  *   compress --decode IN.rans.gguf OUT.gguf       the original, byte for byte
+ *   compress --check IN.rans.gguf                 every tensor against its CRC-32
  *   compress --retype bf16|f16|q8_0|f32 IN.gguf OUT.gguf
  *
  * Compressing prints one row per tensor (stdout): its type, bytes, what was
@@ -12,11 +13,14 @@
  *
  * The file it writes (notes/rans.md, "The compressed file") is a GGUF: every
  * pair of the original, then
- *   rans.version              u32, 1
+ *   rans.version              u32, 2
  *   rans.original.size        u64, bytes of the original file
  *   rans.original.crc32       u32, CRC-32 of the whole original
  *   rans.original.header      u8 array, the original's bytes before its data
  *   rans.original.offsets     u64 array, each tensor's offset in the original's data
+ *   rans.tensor.crc32         u32 array, each tensor's CRC-32 as stored in this
+ *                             file (coded blob or plain bytes), which the loader
+ *                             checks before it uses any of them (version 2)
  * and the tensors in the original's order and names: a matrix that coding
  * shrinks is a 1-D I8 tensor holding its blob; any other tensor as it was.
  * --decode lays the original out again from these: the header, each tensor
@@ -37,7 +41,7 @@
 
 typedef struct {
     const char *in, *out;
-    int decode;
+    int decode, check;
     int retype;            /* -1: no; else the DType */
     RansParams p;
     uint32_t group;
@@ -46,6 +50,7 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f, "usage: compress IN.gguf OUT.gguf [--bits 10..15 (12)] [--states 1|2|4|8|16|32 (32)] [--group G (65536)]\n"
                "       compress --decode IN.gguf OUT.gguf\n"
+               "       compress --check IN.gguf\n"
                "       compress --retype bf16|f16|q8_0|f32 IN.gguf OUT.gguf\n");
 }
 
@@ -67,6 +72,7 @@ static int parse_args(int argc, char **argv, Options *o, Err *e) {
         const char *a = argv[i];
         long v;
         if (!strcmp(a, "--decode")) { o->decode = 1; continue; }
+        if (!strcmp(a, "--check")) { o->check = 1; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
         if (a[0] == '-' && a[1] == '-') {
             if (strcmp(a, "--bits") && strcmp(a, "--states") && strcmp(a, "--group") && strcmp(a, "--retype"))
@@ -95,10 +101,12 @@ static int parse_args(int argc, char **argv, Options *o, Err *e) {
         if (n_pos == 2) return err_set(e, ST_ARG, "one input and one output, not a third: %s", a);
         pos[n_pos++] = a;
     }
-    if (n_pos != 2) return err_set(e, ST_ARG, "want an input and an output file");
+    if (o->check && (o->decode || o->retype >= 0)) return err_set(e, ST_ARG, "--check goes alone");
+    if (o->check && n_pos != 1) return err_set(e, ST_ARG, "--check takes one file");
+    if (!o->check && n_pos != 2) return err_set(e, ST_ARG, "want an input and an output file");
     if (o->decode && o->retype >= 0) return err_set(e, ST_ARG, "--decode and --retype do not go together");
     o->in = pos[0];
-    o->out = pos[1];
+    o->out = o->check ? NULL : pos[1];
     return ST_OK;
 }
 
@@ -161,12 +169,13 @@ static int compress(const Options *o, Err *e) {
     uint64_t nt = g.n_tensors;
     uint8_t **blobs = mem_alloc((nt ? nt : 1) * sizeof *blobs);
     uint64_t *offsets = mem_alloc((nt ? nt : 1) * sizeof *offsets);
+    uint32_t *crcs = mem_alloc((nt ? nt : 1) * sizeof *crcs);
     GgufWriter w;
     gguf_w_init(&w, o->out);
-    if (!blobs || !offsets) st = err_set(e, ST_NOMEM, "out of memory");
+    if (!blobs || !offsets || !crcs) st = err_set(e, ST_NOMEM, "out of memory");
     if (!st) {
         gguf_w_copy_meta(&w, &g, "rans.");
-        gguf_w_add_u32(&w, "rans.version", 1);
+        gguf_w_add_u32(&w, "rans.version", WC_FILE_VERSION);
         gguf_w_add_u64(&w, "rans.original.size", g.size);
         gguf_w_add_u32(&w, "rans.original.crc32", rans_crc32(g.map, g.size));
         gguf_w_add_u8_array(&w, "rans.original.header", g.map, g.data_offset);
@@ -200,6 +209,7 @@ static int compress(const Options *o, Err *e) {
             gguf_w_add_tensor(&w, name, (int)t->n_dims, ne, (DType)type, t->data);
         }
         uint64_t stored = keep ? len : t->nbytes;
+        crcs[i] = keep ? rans_crc32(blobs[i], len) : rans_crc32(t->data, t->nbytes);
         total_in += t->nbytes;
         total_out += stored;
         printf("%-28s %-5s %12zu %12llu %6.3f ", name, type == GGUF_TYPE_I8 ? "I8" : dtype_name(type), t->nbytes,
@@ -227,6 +237,7 @@ static int compress(const Options *o, Err *e) {
     }
     if (!st) {
         progress((int)nt, (int)nt, "");
+        gguf_w_add_u32_array(&w, "rans.tensor.crc32", crcs, nt);   /* metadata is written last, with the data */
         st = gguf_w_write(&w, e);
     }
     if (!st) {
@@ -249,6 +260,45 @@ static int compress(const Options *o, Err *e) {
     for (uint64_t i = 0; blobs && i < nt; i++) mem_free(blobs[i]);
     mem_free(blobs);
     mem_free(offsets);
+    mem_free(crcs);
+    gguf_close(&g);
+    return st;
+}
+
+/* ------------------------------------------------------------ check */
+
+typedef struct {
+    const Gguf *g;
+    int bad;
+} CheckRun;
+
+static void check_one(void *ctx, uint64_t i, uint32_t stored, uint32_t got) {
+    CheckRun *r = ctx;
+    const GgufTensor *t = &r->g->tensors[i];
+    char name[72];
+    name_of(t, name, sizeof name);
+    int coded = t->type == GGUF_TYPE_I8 && t->n_dims == 1 && wc_is_blob(t->data, t->nbytes);
+    printf("%-28s %-5s offset %12llu %12zu bytes  crc %08x  %s\n", name, coded ? "coded" : "as is",
+           (unsigned long long)((const uint8_t *)t->data - r->g->map), t->nbytes, got,
+           stored == got ? "ok" : "DAMAGED");
+    r->bad += stored != got;
+}
+
+/* Every tensor of a compressed file against its CRC-32, one line each. */
+static int check(const Options *o, Err *e) {
+    Gguf g;
+    int st = gguf_open(&g, o->in, e);
+    if (st) return st;
+    int64_t v = 0;
+    if (!gguf_find(&g, "rans.version") || gguf_get_int(&g, "rans.version", &v, e) || v != WC_FILE_VERSION) {
+        gguf_close(&g);
+        return err_set(e, ST_FORMAT, "%s: rans.version %lld: --check reads files compress writes (version %d)", o->in,
+                       (long long)v, WC_FILE_VERSION);
+    }
+    CheckRun r = {&g, 0};
+    st = gguf_check_crcs(&g, "rans.tensor.crc32", check_one, &r, e);
+    if (!st) printf("%s: %llu tensors, every CRC-32 matches\n", o->in, (unsigned long long)g.n_tensors);
+    else if (r.bad) printf("%s: %d of %llu tensors damaged\n", o->in, r.bad, (unsigned long long)g.n_tensors);
     gguf_close(&g);
     return st;
 }
@@ -275,12 +325,18 @@ static int restore(const Options *o, Err *e) {
         gguf_close(&g);
         return st;
     }
-    if (version != 1 || n_off != g.n_tensors || n_head > size || size > ((uint64_t)1 << 42)) {
+    if (version < 1 || version > WC_FILE_VERSION || n_off != g.n_tensors || n_head > size ||
+        size > ((uint64_t)1 << 42)) {
         gguf_close(&g);
         return err_set(e, ST_FORMAT, "%s: rans.version %llu, %llu offsets for %llu tensors, header %llu of %llu "
                        "bytes: not a file compress wrote", o->in, (unsigned long long)version,
                        (unsigned long long)n_off, (unsigned long long)g.n_tensors, (unsigned long long)n_head,
                        (unsigned long long)size);
+    }
+    /* version 2 names a damaged tensor before decoding anything */
+    if (version >= 2 && (st = gguf_check_crcs(&g, "rans.tensor.crc32", NULL, NULL, e))) {
+        gguf_close(&g);
+        return st;
     }
     uint8_t *out = mem_alloc(size ? size : 1);
     if (!out) {
@@ -391,7 +447,7 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    st = o.decode ? restore(&o, &e) : o.retype >= 0 ? retype(&o, &e) : compress(&o, &e);
+    st = o.check ? check(&o, &e) : o.decode ? restore(&o, &e) : o.retype >= 0 ? retype(&o, &e) : compress(&o, &e);
     if (st) {
         fprintf(stderr, "compress: %s\n", e.msg);
         return 1;

@@ -40,6 +40,9 @@ enum {
     WC_MAX_PLANES = 4,
     WC_GROUP_DEFAULT = 65536,    /* weights per group: 64 KiB chunks for byte planes */
     WC_VERSION = 1,
+    /* rans.version of the compressed model files tools/compress.c writes:
+     * 2 adds rans.tensor.crc32, every tensor's checksum (notes/rans.md) */
+    WC_FILE_VERSION = 2,
     /* 12 probability bits, where the fast decoder needs one gather a symbol
      * (rans.h, RANS_PACKED_BITS): on exponent planes 14 bits code no smaller
      * (+0.1% at most) and decode at about half the speed */

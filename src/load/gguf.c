@@ -8,6 +8,7 @@
 #include "base/fileio.h"
 #include "base/mem.h"
 #include "kernels/ops.h"
+#include "rans.h"
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -346,4 +347,28 @@ GgufStr gguf_next_str(const uint8_t **p) {
     s.s = (const char *)*p + 8;
     *p += 8 + s.len;
     return s;
+}
+
+/* ------------------------------------------------------------ checksums */
+
+int gguf_check_crcs(const Gguf *g, const char *key, GgufCrcFn each, void *ctx, Err *e) {
+    const uint8_t *crcs;
+    uint64_t n;
+    int st = gguf_get_array(g, key, GG_U32, &crcs, &n, e);
+    if (st) return st;
+    if (n != g->n_tensors)
+        return err_set(e, ST_FORMAT, "%s: %s has %llu entries for %llu tensors", g->path, key, (unsigned long long)n,
+                       (unsigned long long)g->n_tensors);
+    int bad = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        const GgufTensor *t = &g->tensors[i];
+        uint32_t stored, got = rans_crc32(t->data, t->nbytes);
+        memcpy(&stored, crcs + 4 * i, 4);
+        if (each) each(ctx, i, stored, got);
+        if (stored != got && !bad++)
+            err_set(e, ST_FORMAT, "%s: tensor '%.*s' (%zu bytes at offset %llu) is damaged: its CRC-32 is %08x, "
+                    "the file says %08x", g->path, (int)t->name.len, t->name.s, t->nbytes,
+                    (unsigned long long)((const uint8_t *)t->data - (const uint8_t *)g->map), got, stored);
+    }
+    return bad ? ST_FORMAT : ST_OK;
 }

@@ -78,4 +78,13 @@ GgufStr gguf_next_str(const uint8_t **p);
 
 int gguf_str_eq(GgufStr s, const char *c);
 
+/* Per-tensor checksums: `key` holds one u32 per tensor, in tensor order, the
+ * CRC-32 (rans_crc32) of that tensor's bytes in this file (tools/compress.c
+ * writes them as "rans.tensor.crc32"). Every tensor is hashed; `each`, when
+ * given, hears every tensor's index, stored and computed CRC. ST_OK if all
+ * match; else ST_FORMAT and e names the first tensor that does not (its
+ * name, offset in the file and both CRCs). */
+typedef void (*GgufCrcFn)(void *ctx, uint64_t i, uint32_t stored, uint32_t got);
+int gguf_check_crcs(const Gguf *g, const char *key, GgufCrcFn each, void *ctx, Err *e);
+
 #endif

@@ -281,8 +281,12 @@ static int load_gguf(Model *m, const char *path, const ModelOpts *o, Err *e) {
     if (gguf_find(g, "rans.version")) {   /* compressed by tools/compress.c */
         int64_t v;
         if (gguf_get_int(g, "rans.version", &v, e)) return ST_FORMAT;
-        if (v != 1)
-            return err_set(e, ST_UNSUPPORTED, "%s: rans.version %lld (this engine reads 1)", path, (long long)v);
+        if (v != WC_FILE_VERSION)
+            return err_set(e, ST_UNSUPPORTED, "%s: rans.version %lld (this engine reads %d%s)", path, (long long)v,
+                           WC_FILE_VERSION, v == 1 ? ", which checksums every tensor: compress the original again" : "");
+        /* every tensor, coded or stored as it was, against its CRC-32 before
+         * any of it is used: a flipped byte is a refusal, never other weights */
+        if ((st = gguf_check_crcs(g, "rans.tensor.crc32", NULL, NULL, e))) return st;
         m->coded = mem_alloc((g->n_tensors ? g->n_tensors : 1) * sizeof *m->coded);
         if (!m->coded) return err_set(e, ST_NOMEM, "%s: out of memory", path);
     }

@@ -199,6 +199,10 @@ int gguf_w_add_u64_array(GgufWriter *w, const char *key, const uint64_t *v, uint
     return add_array(w, key, GG_U64, v, 8, n);
 }
 
+int gguf_w_add_u32_array(GgufWriter *w, const char *key, const uint32_t *v, uint64_t n) {
+    return add_array(w, key, GG_U32, v, 4, n);
+}
+
 int gguf_w_add_str_array(GgufWriter *w, const char *key, const char *const *v, uint64_t n) {
     size_t start;
     if (begin_kv(w, key, GG_ARRAY, &start)) return w->status;

@@ -96,6 +96,7 @@ int gguf_w_add_i32_array(GgufWriter *w, const char *key, const int32_t *v, uint6
 int gguf_w_add_u64(GgufWriter *w, const char *key, uint64_t v);
 int gguf_w_add_u8_array(GgufWriter *w, const char *key, const uint8_t *v, uint64_t n);
 int gguf_w_add_u64_array(GgufWriter *w, const char *key, const uint64_t *v, uint64_t n);
+int gguf_w_add_u32_array(GgufWriter *w, const char *key, const uint32_t *v, uint64_t n);
 /* A pair as another file holds it: type and value bytes copied verbatim (a
  * GgufKV's type, val and val_len), so any value, nested arrays included,
  * passes through unchanged. */
