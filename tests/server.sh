@@ -20,6 +20,9 @@
 #     exit cleanly on SIGTERM (under ASan: no leak).
 #  8. With ../shared/fixtures: a sentencepiece model's greedy text, streamed,
 #     equals infer's.
+#  9-12. A low-memory server, bounded body buffering, SIGTERM with requests
+#     open, and connections: a cap, an idle timeout that never cuts a queued
+#     request (below, each with its own server).
 # curl and jq are needed (tools/deps.sh installs them): without them the
 # test is skipped, and under CI that is a failure.
 # Prints "server: N passed, N failed"; exits non-zero on any failure.
@@ -281,6 +284,60 @@ done
 check "a body after them is read whole" "$(code "$URL/v1/completions" --data-binary @"$tmp/big.json")" 400
 kill -TERM $PID; wait $PID
 check "buffered-bytes server exit status" $? 0
+
+# 12. Connections (--max-connections, --idle-timeout): 4 sockets that send
+# nothing fill a cap of 4, and a fifth connection is closed at once; the
+# server closes the idle ones after the timeout (2 s), and then answers
+# again. Waiting for the engine is not idle: 4 streams and a whole answer
+# queued behind --max-seqs 1 with a timeout of 1 s all end in full (a
+# stream waiting long gets ": keep-alive" comment lines meanwhile).
+start conn --max-connections 4 --idle-timeout 2 --max-seqs 1
+if command -v node > /dev/null 2>&1; then
+    URL=$URL node -e '
+const net = require("net"), http = require("http");
+const url = new URL(process.env.URL), t0 = Date.now(), closed = [];
+const get = () => new Promise(res => {
+  const r = http.get({host: url.hostname, port: url.port, path: "/health", agent: false}, a => {
+    a.resume(); a.on("end", () => res(String(a.statusCode))); });
+  r.on("error", e => res("error " + e.code)); r.setTimeout(5000, () => { r.destroy(); res("timeout"); });
+});
+(async () => {
+  for (let i = 0; i < 4; i++) {
+    const s = net.connect(+url.port, url.hostname);
+    s.on("close", () => closed.push(Date.now() - t0)); s.on("error", () => {});
+  }
+  await new Promise(r => setTimeout(r, 300));
+  const over = await get();
+  await new Promise(r => setTimeout(r, 4000));
+  const after = await get();
+  console.log([over.startsWith("error") ? "closed" : over, closed.length, Math.min(...closed) >= 1500 ? "late" : "early", after].join(" "));
+})();' > "$tmp/conn.out" 2>&1
+    check "a connection over the cap closed; the idle ones closed after the timeout, not before; then answered" \
+        "$(cat "$tmp/conn.out")" "closed 4 late 200"
+elif [ "${CI:-}" = true ]; then
+    bad "node is missing, and under CI that is a failure"
+fi
+kill -TERM $PID; wait $PID
+check "connections server exit status" $? 0
+start idle --idle-timeout 1 --max-seqs 1
+curls=""
+for i in 1 2 3 4 5; do
+    stream=true; [ "$i" = 5 ] && stream=false
+    curl -sN -H 'Content-Type: application/json' "$URL/v1/completions" \
+        -d "{\"prompt\": \"ROMEO:\", \"max_tokens\": 250, \"ignore_eos\": true, \"stream\": $stream}" \
+        > "$tmp/idle$i.out" &
+    curls="$curls $!"
+done
+t0=$(date +%s)
+for c in $curls; do wait "$c"; done
+full=0
+for i in 1 2 3 4; do [ "$(grep '^data: ' "$tmp/idle$i.out" | tail -1)" = "data: [DONE]" ] && full=$((full + 1)); done
+jq -e '.choices[0].finish_reason' "$tmp/idle5.out" > /dev/null 2>&1 && full=$((full + 1))
+check "queued requests answered in full under a 1 s idle timeout ($(( $(date +%s) - t0 )) s in all)" "$full" 5
+# the streams that waited were kept alive by SSE comment lines, which clients skip
+cat "$tmp"/idle[1-4].out | grep -q '^: keep-alive$' && ok || bad "no stream waited long enough for a keep-alive line"
+kill -TERM $PID; wait $PID
+check "idle-timeout server exit status" $? 0
 
 # 10. SIGTERM with 16 streams open (4 running, 12 queued) and 4 whole
 # answers waiting: a running stream gets its last chunk (a finish reason)

@@ -98,6 +98,10 @@ typedef struct {
 /* "data: {...}\n\n", malloc'd; NULL if out of memory. */
 char *srv_sse_chunk(const SrvChunk *c);
 #define SRV_SSE_DONE "data: [DONE]\n\n"
+/* An SSE comment (a line that starts with ':'), which every client skips:
+ * sent while a stream waits long for its next token, so that the connection
+ * does not count as idle (serve --idle-timeout). */
+#define SRV_SSE_KEEPALIVE ": keep-alive\n\n"
 
 /* The finish_reason OpenAI names for a FinishReason. */
 const char *srv_finish_reason(FinishReason f);

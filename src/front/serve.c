@@ -24,6 +24,7 @@ typedef struct {
     int port, max_queue;
     long max_body;
     long max_buffered;
+    long max_connections, idle_timeout;
 } Options;
 
 static volatile sig_atomic_t stop_asked;
@@ -41,13 +42,17 @@ static void usage(FILE *f) {
         "  --max-body BYTES     largest request body; larger gets 413 (default 1048576)\n"
         "  --max-buffered BYTES request bodies held while they arrive, all clients together;\n"
         "                       a body that would pass it gets 503 (default 67108864)\n"
+        "  --max-connections N  connections open at once; one more is closed at once\n"
+        "                       (default 256)\n"
+        "  --idle-timeout S     a connection that sends and takes nothing for S seconds is\n"
+        "                       closed (default 60; waiting for the engine is not idle)\n"
         "engine:\n");
     cli_engine_usage(f);
     fprintf(f, "  -h, --help           this text\n");
 }
 
 static const char *const OWN[] = {"--host", "--port", "--max-queue", "--max-body", "--max-buffered", "--model-name",
-                                  NULL};
+                                  "--max-connections", "--idle-timeout", NULL};
 
 /* One of serve's own options and its value; ST_ARG with a line in e. */
 static int own_option(void *ctx, const char *a, const char *v, Err *e) {
@@ -62,6 +67,8 @@ static int own_option(void *ctx, const char *a, const char *v, Err *e) {
     }
     else if (!strcmp(a, "--max-body")) return cli_parse_long(a, v, 1, 1L << 30, &o->max_body, e);
     else if (!strcmp(a, "--max-buffered")) return cli_parse_long(a, v, 4096, 1L << 40, &o->max_buffered, e);
+    else if (!strcmp(a, "--max-connections")) return cli_parse_long(a, v, 1, 1 << 16, &o->max_connections, e);
+    else if (!strcmp(a, "--idle-timeout")) return cli_parse_long(a, v, 1, 86400, &o->idle_timeout, e);
     else if (!strcmp(a, "--port")) {
         if (cli_parse_long(a, v, 0, 65535, &n, e)) return ST_ARG;
         o->port = (int)n;
@@ -74,7 +81,7 @@ static int own_option(void *ctx, const char *a, const char *v, Err *e) {
 
 static int parse_args(int argc, char **argv, Options *o) {
     *o = (Options){.host = "127.0.0.1", .port = 8000, .max_queue = 256, .max_body = 1 << 20,
-                   .max_buffered = 64L << 20};
+                   .max_buffered = 64L << 20, .max_connections = 256, .idle_timeout = 60};
     Err e;
     CliProgram prog = {.own = OWN, .take = own_option, .ctx = o, .usage = usage};
     int st = cli_parse(argc, argv, &o->cli, &prog, &e);
@@ -151,7 +158,8 @@ int main(int argc, char **argv) {
     char id[256];
     model_id(&o, id, sizeof id);
     SrvConfig cfg = {.host = o.host, .port = o.port, .model_id = id, .max_queue = o.max_queue,
-                     .max_body = (size_t)o.max_body, .max_buffered = (size_t)o.max_buffered};
+                     .max_body = (size_t)o.max_body, .max_buffered = (size_t)o.max_buffered,
+                     .max_connections = (int)o.max_connections, .idle_timeout = (int)o.idle_timeout};
     ChatTemplate tmpl = model_template(&m);
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);

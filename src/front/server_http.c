@@ -5,6 +5,7 @@
  * request's whole path. */
 #include "front/server_internal.h"
 #include "front/strbuf.h"
+#include "base/clock.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -98,9 +99,13 @@ static int news(const Job *j) {
 
 /* Wait on the job (its lock held) until ready(j), looking at the socket
  * every 50 ms: -1 if the client went away first (the job is cancelled). */
-static int wait_for(Conn *k, JobReady ready) {
+/* Wait (j->mu held) until ready(j): 0; -1 if the peer left meanwhile (the
+ * job is cancelled); 1 if max_s seconds (> 0) passed first. */
+static int wait_for(Conn *k, JobReady ready, double max_s) {
     Job *j = k->job;
+    double until = max_s > 0 ? clock_seconds() + max_s : 0;
     while (!ready(j)) {
+        if (until && clock_seconds() >= until) return 1;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 50 * 1000000L;
@@ -133,9 +138,18 @@ static int refill(Conn *k) {
     Server *s = k->srv;
     Buf b = {0};
     pthread_mutex_lock(&j->mu);
-    if (wait_for(k, news)) {
+    /* Nothing new for half the idle timeout (a request queued behind
+     * others, a long prefill): an SSE comment line, which clients skip,
+     * keeps the connection from being closed as idle. */
+    int w = wait_for(k, news, s->cfg.idle_timeout / 2.0);
+    if (w) {
         pthread_mutex_unlock(&j->mu);
-        return -1;
+        if (w < 0) return -1;
+        free(k->out);
+        k->out = strdup(SRV_SSE_KEEPALIVE);
+        k->out_len = k->out ? strlen(k->out) : 0;
+        k->out_off = 0;
+        return k->out ? 0 : -1;
     }
     SrvChunk c = {.chat = j->req.chat, .id = j->id, .model = s->cfg.model_id, .created = j->created,
                   .usage_null = j->req.include_usage};
@@ -295,7 +309,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, Conn *k, int ch
     s->answering++;              /* until request_done: srv_free waits for it */
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&j->mu);
-    int gone = wait_for(k, j->req.stream ? accepted : finished);
+    int gone = wait_for(k, j->req.stream ? accepted : finished, 0);
     int state = j->state;
     pthread_mutex_unlock(&j->mu);
     if (gone) return MHD_NO;     /* the engine thread cancels it */
@@ -472,6 +486,8 @@ int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, ChatTemplate tmpl, Er
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
     if (!s->cfg.max_buffered) s->cfg.max_buffered = (size_t)64 << 20;
+    if (!s->cfg.max_connections) s->cfg.max_connections = 256;
+    if (!s->cfg.idle_timeout) s->cfg.idle_timeout = 60;
     s->rt = rt;
     s->start_time = (long)time(NULL);
     RtStats rs = rt_stats(rt);   /* read here, before any HTTP thread starts */
@@ -495,6 +511,12 @@ int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, ChatTemplate tmpl, Er
                                  MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                                  MHD_OPTION_NOTIFY_COMPLETED, request_done, s,
                                  MHD_OPTION_NOTIFY_CONNECTION, connection_event, s,
+                                 /* a connection beyond the cap is closed as it is accepted; one
+                                  * that sends and takes nothing for idle_timeout seconds is closed
+                                  * (a thread waiting in our handler or stream reader for the
+                                  * engine is not polled, so a queued request is never cut) */
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.idle_timeout,
                                  MHD_OPTION_END);
     if (!s->daemon)
         return err_set(e, ST_IO, "cannot listen on %s:%d (in use, or not an address of this machine)",
