@@ -31,6 +31,7 @@
  * each type directly. With --device cuda the whole pass runs in the CUDA wing
  * (kernels/gpu.h), told the batch as plain data. */
 #include "model.h"
+#include "base/fileio.h"
 #include "base/mem.h"
 #include "kernels/gpu.h"
 #include <math.h>
@@ -282,9 +283,20 @@ static float *forward_gpu(const Model *m, RunState *s, const KvStore *kv, const 
     return s->logits;
 }
 
+static float *forward_cpu(const Model *m, RunState *s, const KvStore *kv, const Batch *b);
+
 float *model_forward_batch(const Model *m, RunState *s, const KvStore *kv, const Batch *b) {
     s->err.msg[0] = 0;
-    if (m->gpu) return forward_gpu(m, s, kv, b);
+    float *logits = m->gpu ? forward_gpu(m, s, kv, b) : forward_cpu(m, s, kv, b);
+    /* A file truncated under its mapping reads as zeros past its new end
+     * (base/fileio.h, fio_map): these are not the model's logits, now or
+     * ever again, and the step says why. */
+    if (fio_map_check(m->gguf.map ? (const void *)m->gguf.map : m->map, &s->err))
+        return nan_logits(s, m->cfg.vocab_size, b->n_logits);
+    return logits;
+}
+
+static float *forward_cpu(const Model *m, RunState *s, const KvStore *kv, const Batch *b) {
     const ModelConfig *c = &m->cfg;
     int D = c->dim, F = c->hidden_dim, S = c->head_dim, H = c->n_heads, Hkv = c->n_kv_heads;
     int half = c->n_rot / 2, T = b->T, BS = kv->BS, V = c->vocab_size;

@@ -48,7 +48,7 @@ struct Request {
     RtFinishFn on_finish;
     void *user;
     Telemetry tm;
-    char error[80];              /* why it ended with FIN_ERROR, or "" */
+    char error[560];             /* why it ended with FIN_ERROR, or "" (an Err line and a position) */
     struct Request *all_next;    /* the runtime's list of every request */
 };
 

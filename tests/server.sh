@@ -20,9 +20,10 @@
 #     exit cleanly on SIGTERM (under ASan: no leak).
 #  8. With ../shared/fixtures: a sentencepiece model's greedy text, streamed,
 #     equals infer's.
-#  9-12. A low-memory server, bounded body buffering, SIGTERM with requests
-#     open, and connections: a cap, an idle timeout that never cuts a queued
-#     request (below, each with its own server).
+#  9-13. A low-memory server, bounded body buffering, SIGTERM with requests
+#     open, connections (a cap, an idle timeout that never cuts a queued
+#     request), and the model file truncated under the server (below, each
+#     with its own server).
 # curl and jq are needed (tools/deps.sh installs them): without them the
 # test is skipped, and under CI that is a failure.
 # Prints "server: N passed, N failed"; exits non-zero on any failure.
@@ -338,6 +339,24 @@ check "queued requests answered in full under a 1 s idle timeout ($(( $(date +%s
 cat "$tmp"/idle[1-4].out | grep -q '^: keep-alive$' && ok || bad "no stream waited long enough for a keep-alive line"
 kill -TERM $PID; wait $PID
 check "idle-timeout server exit status" $? 0
+
+# 13. The model file truncated while the server has it mapped: no SIGBUS. The
+# next request gets a 500 naming the file, a stream ends with finish_reason
+# "error" and data: [DONE]; the server stays up and exits 0 on SIGTERM.
+cp "$MODEL" "$tmp/trunc.gguf"
+SERVE_MODEL="$tmp/trunc.gguf" start trunc
+check "before the truncation" "$(post /v1/completions '{"prompt": "ROMEO:", "max_tokens": 4}' | jq -r '.choices[0].finish_reason')" length
+truncate -s 100000 "$tmp/trunc.gguf"
+c=$(code "$URL/v1/completions" -d '{"prompt": "ROMEO:", "max_tokens": 4}')
+[ "$c" = 500 ] && jq -r .error.message "$tmp/err.json" | grep -q "trunc.gguf: the file changed while mapped (now 100000 bytes" \
+    && ok || bad "after the truncation: $c $(cat "$tmp/err.json")"
+curl -sN -H 'Content-Type: application/json' "$URL/v1/completions" -d '{"prompt": "JULIET:", "max_tokens": 4, "stream": true}' \
+    > "$tmp/trunc.sse"
+[ "$(grep '^data: ' "$tmp/trunc.sse" | tail -1)" = "data: [DONE]" ] && grep -q '"finish_reason":"error"' "$tmp/trunc.sse" \
+    && ok || bad "a stream after the truncation: $(cat "$tmp/trunc.sse")"
+check "health after the truncation" "$(curl -s "$URL/health" | jq -r .status)" ok
+kill -TERM $PID; wait $PID
+check "truncated-model server exit status" $? 0
 
 # 10. SIGTERM with 16 streams open (4 running, 12 queued) and 4 whole
 # answers waiting: a running stream gets its last chunk (a finish reason)

@@ -8,7 +8,11 @@
 #include "base/mem.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -92,5 +96,90 @@ int fio_slurp(const char *path, unsigned char **data, size_t *size, Err *e) {
     buf[n] = 0;
     *data = buf;
     *size = n;
+    return ST_OK;
+}
+
+/* ------------------------------------------------------------ watched mappings */
+
+/* The handler reads this table, so a slot is filled before it is marked in
+ * use and cleared after it is marked free (under `maps_mu`, which the handler
+ * never takes: it only reads words and sets `damaged`). */
+typedef struct {
+    volatile sig_atomic_t used, damaged;
+    uintptr_t lo, hi;
+    char path[256];
+} Watched;
+static Watched maps[FIO_MAX_MAPS];
+static pthread_mutex_t maps_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct sigaction old_bus;
+static uintptr_t page_size;
+static int handler_set;
+
+static void on_sigbus(int sig, siginfo_t *si, void *ctx) {
+    uintptr_t a = (uintptr_t)si->si_addr;
+    for (int i = 0; i < FIO_MAX_MAPS; i++) {
+        if (!maps[i].used || a < maps[i].lo || a >= maps[i].hi) continue;
+        void *page = (void *)(a & ~(page_size - 1));
+        /* mmap is a plain system call, safe here in practice though POSIX does not list it */
+        if (mmap(page, page_size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+            maps[i].damaged = 1;
+            return;   /* the read runs again and finds zeros */
+        }
+        break;
+    }
+    /* not ours (or no page to put there): what would have happened anyway */
+    sigaction(SIGBUS, &old_bus, NULL);
+    if (!(old_bus.sa_flags & SA_SIGINFO) && old_bus.sa_handler != SIG_DFL && old_bus.sa_handler != SIG_IGN)
+        old_bus.sa_handler(sig);
+    else if (old_bus.sa_flags & SA_SIGINFO && old_bus.sa_sigaction)
+        old_bus.sa_sigaction(sig, si, ctx);
+}
+
+int fio_map(const char *path, int fd, size_t size, const void **map, Err *e) {
+    *map = NULL;
+    void *m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED) return err_set(e, ST_IO, "%s: cannot map: %m", path);
+    *map = m;
+    pthread_mutex_lock(&maps_mu);
+    if (!handler_set) {
+        page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        handler_set = sigaction(SIGBUS, &sa, &old_bus) == 0;
+    }
+    for (int i = 0; i < FIO_MAX_MAPS; i++)
+        if (!maps[i].used) {
+            snprintf(maps[i].path, sizeof maps[i].path, "%s", path);
+            maps[i].lo = (uintptr_t)m;
+            maps[i].hi = (uintptr_t)m + size;
+            maps[i].damaged = 0;
+            __atomic_store_n(&maps[i].used, 1, __ATOMIC_RELEASE);
+            break;
+        }
+    pthread_mutex_unlock(&maps_mu);
+    return ST_OK;
+}
+
+void fio_unmap(const void *map, size_t size) {
+    if (!map) return;
+    pthread_mutex_lock(&maps_mu);
+    for (int i = 0; i < FIO_MAX_MAPS; i++)
+        if (maps[i].used && maps[i].lo == (uintptr_t)map) __atomic_store_n(&maps[i].used, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&maps_mu);
+    munmap((void *)map, size);
+}
+
+int fio_map_check(const void *map, Err *e) {
+    for (int i = 0; i < FIO_MAX_MAPS; i++) {
+        if (!maps[i].used || maps[i].lo != (uintptr_t)map || !maps[i].damaged) continue;
+        struct stat sb;
+        long long now = stat(maps[i].path, &sb) == 0 ? (long long)sb.st_size : -1;
+        return err_set(e, ST_IO, "%s: the file changed while mapped (now %lld bytes, %llu when loaded): its weights "
+                       "can no longer be read; restart once the file is whole", maps[i].path, now,
+                       (unsigned long long)(maps[i].hi - maps[i].lo));
+    }
     return ST_OK;
 }

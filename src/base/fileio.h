@@ -24,4 +24,20 @@ int fio_fopen(const char *path, FILE **f, size_t *size, Err *e);
  * (the caller mem_frees *data). ST_IO, ST_NOMEM. */
 int fio_slurp(const char *path, unsigned char **data, size_t *size, Err *e);
 
+/* Map `size` (> 0) bytes of fd read-only and private, and watch the mapping.
+ * A file that another program truncates while it is mapped would kill this
+ * process with SIGBUS at the first read past its new end. Instead the
+ * first fio_map installs a SIGBUS handler which, for an address inside a
+ * watched mapping, maps a page of zeros there (so the read completes, with
+ * zeros) and marks the mapping damaged; any other SIGBUS keeps its default
+ * action. Readers call fio_map_check when a result depends on the bytes.
+ * At most FIO_MAX_MAPS mappings are watched at once (more are still mapped,
+ * unwatched). ST_IO if mmap fails. */
+enum { FIO_MAX_MAPS = 16 };
+int fio_map(const char *path, int fd, size_t size, const void **map, Err *e);
+void fio_unmap(const void *map, size_t size);   /* accepts NULL */
+/* ST_OK, or ST_IO naming the file and its size now if a read of the mapping
+ * at map ever faulted: the bytes read since were zeros, not the file's. */
+int fio_map_check(const void *map, Err *e);
+
 #endif

@@ -241,7 +241,7 @@ typedef struct {
     int n_prompt, n_out, n_preempted, prefix_hit_tokens;
     FinishReason finish;
     Telemetry tm;
-    char error[80];
+    char error[560];
 } Sink;
 
 static void sink_line(Sink *k) {

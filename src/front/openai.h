@@ -31,7 +31,7 @@ typedef struct {
     int status;
     const char *type;
     char param[48];
-    char msg[400];
+    char msg[640];           /* long enough for any Err line with its prefix: never cut */
 } SrvError;
 
 /* What a request's body is checked against. */

@@ -35,7 +35,7 @@ struct Job {
     int cancel;                  /* the client went away (set by the HTTP side) */
     int cancel_sent;             /* rt_cancel was called (the engine side's) */
     int n_done, prompt_tokens;
-    char error[128];             /* FIN_ERROR's reason */
+    char error[560];             /* FIN_ERROR's reason (the runtime's, whole) */
     JobChoice *ch;               /* (req.n) */
 };
 

@@ -11,7 +11,6 @@
 #include "rans.h"
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 typedef struct {
@@ -236,9 +235,10 @@ int gguf_open(Gguf *g, const char *path, Err *e) {
         close(fd);
         return err_set(e, ST_FORMAT, "%s: empty file", path);
     }
-    void *m = mmap(NULL, g->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    const void *m;
+    st_ = fio_map(path, fd, g->size, &m, e);   /* watched: a truncation is reported, not a SIGBUS */
     close(fd);
-    if (m == MAP_FAILED) return err_set(e, ST_IO, "%s: cannot map: %m", path);
+    if (st_) return st_;
     g->map = m;
     st_ = parse(g, e);
     if (st_ != ST_OK) gguf_close(g);
@@ -246,7 +246,7 @@ int gguf_open(Gguf *g, const char *path, Err *e) {
 }
 
 void gguf_close(Gguf *g) {
-    if (g->map) munmap((void *)g->map, g->size);
+    fio_unmap(g->map, g->size);
     mem_free(g->kv);
     mem_free(g->tensors);
     const char *path = g->path;

@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 /* Limits that no real model exceeds; a header beyond them is corrupt, and
@@ -453,9 +452,10 @@ static int load_llama2c(Model *m, const char *path, const char *tok_path, Err *e
         return err_set(e, ST_FORMAT, "%s: truncated: %zu bytes is shorter than the 28-byte llama2.c "
                        "header", path, size);
     }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    const void *map;
+    st = fio_map(path, fd, size, &map, e);
     close(fd);
-    if (map == MAP_FAILED) return err_set(e, ST_IO, "%s: cannot map: %m", path);
+    if (st) return st;
     m->map = map;
     m->map_size = size;
 
@@ -575,7 +575,7 @@ void model_free(Model *m) {
     lm_free(m->lowmem);   /* first: its helper thread may be decoding from the mapping */
     tok_free(m->tok);
     gguf_close(&m->gguf);
-    if (m->map) munmap((void *)m->map, m->map_size);
+    fio_unmap(m->map, m->map_size);
     mem_free(m->layers);
     mem_free(m->owned);
     for (int i = 0; i < m->n_coded; i++) wc_close(&m->coded[i].wt);
