@@ -34,18 +34,29 @@ elif sh tools/doc_excerpts.sh --check "$tmp/readme.md" > "$tmp/out" 2>&1; then b
 else ok; fi
 
 # The plain path gives the same bits in every build flavour (notes/model.md):
-# 300 greedy tokens of the default model from each build that is there (make
-# test builds the debug one and this one; make run and make fast add build/fast).
-n=0
-for b in build/infer build/fast/infer "$INFER"; do
-    [ -x "$b" ] || continue
-    n=$((n + 1))
-    "$b" --model data/shakespeare.gguf --prompt "ROMEO:" -n 300 --temperature 0 --isa plain > "$tmp/flavour$n" 2>/dev/null
-    if [ $n -gt 1 ]; then
-        cmp -s "$tmp/flavour1" "$tmp/flavour$n" && ok || bad "the plain path's text differs between build/infer and $b"
-    fi
+# 300 greedy tokens of the default model, and 64 of fixture models of each
+# weight format family, from each build that is there (make test builds the
+# debug one and this one; make run and make fast add build/fast).
+FIX=${FIXTURES:-../shared/fixtures}
+models="data/shakespeare.gguf:300"
+for f in tiny/tiny-f32 tiny/tiny-f16 tiny/tiny-bf16 tiny/tiny-q8_0 quant/quant-q4_k_m quant/quant-q6_k qwen/qwen3/qwen3-q8_0; do
+    if [ -f "$FIX/$f.gguf" ]; then models="$models $FIX/$f.gguf:64"
+    elif [ "${CI:-}" = true ]; then bad "fixture $FIX/$f.gguf is missing, and under CI that is a failure"
+    else echo "SKIP: fixture $FIX/$f.gguf not found (no ../shared here)"; fi
 done
-[ $n -ge 2 ] || bad "fewer than two build flavours to compare"
+for mn in $models; do
+    m=${mn%:*}; n_tok=${mn##*:}; n=0
+    for b in build/infer build/fast/infer "$INFER"; do
+        [ -x "$b" ] || continue
+        n=$((n + 1))
+        "$b" --model "$m" --prompt "ROMEO:" -n "$n_tok" --temperature 0 --isa plain > "$tmp/flavour$n" 2>/dev/null
+        if [ $n -gt 1 ]; then
+            [ -s "$tmp/flavour1" ] && cmp -s "$tmp/flavour1" "$tmp/flavour$n" && ok \
+                || bad "$m: the plain path's text differs between build/infer and $b"
+        fi
+    done
+    [ $n -ge 2 ] || bad "fewer than two build flavours to compare"
+done
 
 echo "docs: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
