@@ -21,7 +21,8 @@
 
 typedef struct Request Request;   /* private to runtime.c */
 
-enum { RT_MAX_STOP = 4, RT_STOP_LEN = 64, RT_MAX_SAMPLES = 64 };
+/* RT_MAX_STOP: editors' completion clients send 9 to 14 stop strings */
+enum { RT_MAX_STOP = 16, RT_STOP_LEN = 64, RT_MAX_SAMPLES = 64 };
 
 /* Called with each piece of request `id`'s text as soon as it is final
  * (whole UTF-8 characters, never a part of a possible stop string), and once

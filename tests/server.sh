@@ -112,6 +112,19 @@ post /v1/completions '{"prompt": "ROMEO:", "max_tokens": 40, "temperature": 0, "
 jq -j '.choices[0].text' "$tmp/stop.json" > "$tmp/stop.txt"
 cmp -s "$tmp/stop.txt" "$tmp/stopref" && ok || bad "a stop string ends the text elsewhere than infer: $(cat "$tmp/stop.txt")"
 check "stop finish" "$(jq -r '.choices[0].finish_reason' "$tmp/stop.json")" stop
+# an editor's completion request: 14 stop strings (13 that never occur, and ",")
+stops='"\n\n\n", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<|endoftext|>", "</code>", "```", "/src/", "#- coding",
+       "\nfunction", "\nclass", "\ndef ", "\n// ", ","'
+post /v1/completions "{\"prompt\": \"ROMEO:\", \"max_tokens\": 40, \"temperature\": 0, \"stop\": [$stops]}" > "$tmp/stop14.json"
+jq -j '.choices[0].text' "$tmp/stop14.json" > "$tmp/stop14.txt"
+cmp -s "$tmp/stop14.txt" "$tmp/stopref" && ok || bad "14 stop strings: $(cat "$tmp/stop14.json")"
+# LibreChat's body: penalties of 0, a user, no max_tokens: answered; a penalty that would change the text: refused by name
+check "LibreChat's default body" "$(curl -s -o "$tmp/lc.json" -w '%{http_code}' -H 'Content-Type: application/json' "$URL/v1/chat/completions" \
+    -d '{"model": "shakespeare", "messages": [{"role": "user", "content": "Hail"}], "temperature": 1, "top_p": 1,
+         "presence_penalty": 0, "frequency_penalty": 0, "user": "u-1", "stream": false}')/$(jq -r '.choices[0].finish_reason' "$tmp/lc.json")" 200/length
+check "a presence penalty refused" "$(curl -s -o "$tmp/err.json" -w '%{http_code}' -H 'Content-Type: application/json' "$URL/v1/completions" \
+    -d '{"prompt": "a", "presence_penalty": 0.5}')/$(jq -r .error.param "$tmp/err.json")" 400/presence_penalty
+check "17 stop strings refused" "$(curl -s -o "$tmp/err.json" -w '%{http_code}' -H 'Content-Type: application/json' "$URL/v1/completions" -d "{\"prompt\": \"a\", \"stop\": [$stops, \"a\", \"b\", \"c\"]}")/$(jq -r .error.param "$tmp/err.json")" 400/stop
 
 # 3. chat, whole and streamed; two samples
 post /v1/chat/completions '{"messages": [{"role": "user", "content": "Who art thou?"}], "max_tokens": 12, "seed": 3}' > "$tmp/chat.json"

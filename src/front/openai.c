@@ -283,6 +283,15 @@ static int parse_fields(const cJSON *body, int chat, const SrvLimits *lim, SrvRe
     if ((got = get_int(body, "best_of", 1, 1, &v, err)) < 0)
         return srv_error_set(err, 400, "best_of", "best_of is not supported (only 1)");
     if (field(body, "tools")) return srv_error_set(err, 400, "tools", "tools are not supported");
+    /* Chat clients send the penalties as 0 with every request (LibreChat):
+     * 0 is what this sampler does; anything else would change the text */
+    static const char *const penalties[] = {"presence_penalty", "frequency_penalty"};
+    for (int i = 0; i < 2; i++) {
+        float pen = 0.0f;
+        if (get_number(body, penalties[i], -2, 2, 0, &pen, err) < 0) return ST_ARG;
+        if (pen != 0.0f)
+            return srv_error_set(err, 400, penalties[i], "%s is not supported (only 0)", penalties[i]);
+    }
     return ST_OK;
 }
 
