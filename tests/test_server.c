@@ -66,6 +66,13 @@ static void defaults_are_openai_s(void **st) {
     assert_int_equal(parse("{\"prompt\": [\"b\"], \"stop\": null, \"seed\": null}", 0, &r, &err), ST_OK);
     assert_string_equal(r.prompt, "b");
     srv_request_free(&r);
+    /* what chat clients send with every request: 16 stop strings, penalties of 0, a user */
+    assert_int_equal(parse("{\"prompt\": \"b\", \"stop\": [\"1\", \"2\", \"3\", \"4\", \"5\", \"6\", \"7\", \"8\", "
+                           "\"9\", \"10\", \"11\", \"12\", \"13\", \"14\", \"15\", \"16\"], \"presence_penalty\": 0, "
+                           "\"frequency_penalty\": 0.0, \"user\": \"u\"}", 0, &r, &err), ST_OK);
+    assert_int_equal(r.n_stop, 16);
+    assert_string_equal(r.stop[15], "16");
+    srv_request_free(&r);
     assert_int_equal(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
                            "\"max_completion_tokens\": 9, \"max_tokens\": 3}", 1, &r, &err), ST_OK);
     assert_int_equal(r.max_tokens, 9);   /* the newer name wins */
@@ -98,7 +105,11 @@ static void each_bad_field_is_refused_by_name(void **st) {
     refused("{\"prompt\": \"a\", \"seed\": -1}", 0, 400, "seed");
     refused("{\"prompt\": \"a\", \"n\": 0}", 0, 400, "n");
     refused("{\"prompt\": \"a\", \"n\": 65}", 0, 400, "n");
-    refused("{\"prompt\": \"a\", \"stop\": [\"1\", \"2\", \"3\", \"4\", \"5\"]}", 0, 400, "stop");
+    refused("{\"prompt\": \"a\", \"stop\": [\"1\", \"2\", \"3\", \"4\", \"5\", \"6\", \"7\", \"8\", \"9\", \"10\", \"11\", "
+            "\"12\", \"13\", \"14\", \"15\", \"16\", \"17\"]}", 0, 400, "stop");
+    refused("{\"prompt\": \"a\", \"presence_penalty\": 0.5}", 0, 400, "presence_penalty");
+    refused("{\"prompt\": \"a\", \"frequency_penalty\": -1}", 0, 400, "frequency_penalty");
+    refused("{\"prompt\": \"a\", \"frequency_penalty\": \"0\"}", 0, 400, "frequency_penalty");
     refused("{\"prompt\": \"a\", \"stop\": \"\"}", 0, 400, "stop");
     refused("{\"prompt\": \"a\", \"stop\": 3}", 0, 400, "stop");
     refused("{\"prompt\": \"a\", \"stream\": \"yes\"}", 0, 400, "stream");
