@@ -20,10 +20,11 @@
 #     exit cleanly on SIGTERM (under ASan: no leak).
 #  8. With ../shared/fixtures: a sentencepiece model's greedy text, streamed,
 #     equals infer's.
-#  9-13. A low-memory server, bounded body buffering, SIGTERM with requests
+#  9-14. A low-memory server, bounded body buffering, SIGTERM with requests
 #     open, connections (a cap, an idle timeout that never cuts a queued
-#     request), and the model file truncated under the server (below, each
-#     with its own server).
+#     request), the model file truncated under the server, and a client
+#     served within 1 s beside 2,500 idle and slowloris connections (below,
+#     each with its own server).
 # curl and jq are needed (tools/deps.sh installs them): without them the
 # test is skipped, and under CI that is a failure.
 # Prints "server: N passed, N failed"; exits non-zero on any failure.
@@ -352,6 +353,44 @@ check "queued requests answered in full under a 1 s idle timeout ($(( $(date +%s
 cat "$tmp"/idle[1-4].out | grep -q '^: keep-alive$' && ok || bad "no stream waited long enough for a keep-alive line"
 kill -TERM $PID; wait $PID
 check "idle-timeout server exit status" $? 0
+
+# 14. Under load: 2,000 sockets that send nothing and 500 that send a header
+# line every half second and never finish, all open at once (the default
+# cap is 4,096), while a client's completion is answered within 1 s.
+if command -v node > /dev/null 2>&1; then
+    start load
+    URL=$URL node -e 'const net = require("net"), http = require("http");
+const url = new URL(process.env.URL), IDLE = 2000, SLOW = 500;
+const socks = [];
+const open = () => new Promise(res => {
+  const s = net.connect(+url.port, url.hostname, () => res(s));
+  s.on("error", () => res(s)); socks.push(s);
+});
+(async () => {
+  for (let i = 0; i < IDLE; i += 100) await Promise.all(Array.from({length: 100}, open));
+  const slow = [];
+  for (let i = 0; i < SLOW; i += 100) slow.push(...await Promise.all(Array.from({length: 100}, open)));
+  for (const s of slow) s.write("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n");
+  const drip = setInterval(() => { for (const s of slow) if (!s.destroyed) s.write("X-Slow: 1\r\n"); }, 500);
+  await new Promise(r => setTimeout(r, 1000));
+  const alive = socks.filter(s => !s.destroyed).length;
+  const t0 = Date.now();
+  const status = await new Promise(res => {
+    const r = http.request({host: url.hostname, port: url.port, path: "/v1/completions", method: "POST", agent: false,
+      headers: {"Content-Type": "application/json"}}, a => { a.resume(); a.on("end", () => res(a.statusCode)); });
+    r.on("error", e => res("error " + e.code)); r.end('"'"'{"prompt": "ROMEO:", "max_tokens": 8}'"'"');
+  });
+  const ms = Date.now() - t0;
+  clearInterval(drip); for (const s of socks) s.destroy();
+  console.log(`${alive} ${status} ${ms < 1000 ? "within 1 s" : "slow"} (${ms} ms)`);
+})();
+' > "$tmp/load.out" 2>&1
+    grep -q "^2500 200 within 1 s" "$tmp/load.out" && ok || bad "a client under 2,500 idle and slow connections: $(cat "$tmp/load.out")"
+    kill -TERM $PID; wait $PID
+    check "loaded server exit status" $? 0
+elif [ "${CI:-}" = true ]; then
+    bad "node is missing, and under CI that is a failure"
+fi
 
 # 13. The model file truncated while the server has it mapped: no SIGBUS. The
 # next request gets a 500 naming the file, a stream ends with finish_reason

@@ -6,6 +6,7 @@
 # one line naming the problem if the server did not start within 30 s.
 serve_start() {
     serve_bin=$1; serve_log=$2; shift 2
+    : > "$serve_log"   # there before the first look at it
     "$serve_bin/serve" --model "${SERVE_MODEL:-data/shakespeare.gguf}" --port 0 "$@" 2> "$serve_log" &
     SERVE_PID=$!
     serve_port=""

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 typedef struct {
     CliEngine cli;
@@ -42,8 +43,8 @@ static void usage(FILE *f) {
         "  --max-body BYTES     largest request body; larger gets 413 (default 1048576)\n"
         "  --max-buffered BYTES request bodies held while they arrive, all clients together;\n"
         "                       a body that would pass it gets 503 (default 67108864)\n"
-        "  --max-connections N  connections open at once; one more is closed at once\n"
-        "                       (default 256)\n"
+        "  --max-connections N  connections open at once, a thread each; one more is\n"
+        "                       closed at once (default 4096)\n"
         "  --idle-timeout S     a connection that sends and takes nothing for S seconds is\n"
         "                       closed (default 60; waiting for the engine is not idle)\n"
         "engine:\n");
@@ -81,7 +82,7 @@ static int own_option(void *ctx, const char *a, const char *v, Err *e) {
 
 static int parse_args(int argc, char **argv, Options *o) {
     *o = (Options){.host = "127.0.0.1", .port = 8000, .max_queue = 256, .max_body = 1 << 20,
-                   .max_buffered = 64L << 20, .max_connections = 256, .idle_timeout = 60};
+                   .max_buffered = 64L << 20, .max_connections = 4096, .idle_timeout = 60};
     Err e;
     CliProgram prog = {.own = OWN, .take = own_option, .ctx = o, .usage = usage};
     int st = cli_parse(argc, argv, &o->cli, &prog, &e);
@@ -157,6 +158,22 @@ int main(int argc, char **argv) {
     }
     char id[256];
     model_id(&o, id, sizeof id);
+    /* Every connection is a descriptor: the soft limit goes up to the hard
+     * one (as far as 65536), and the cap stays below what it allows. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rlim_t want = rl.rlim_max < 65536 ? rl.rlim_max : 65536;
+        if (rl.rlim_cur < want) {
+            rl.rlim_cur = want;
+            if (setrlimit(RLIMIT_NOFILE, &rl) != 0) getrlimit(RLIMIT_NOFILE, &rl);
+        }
+        long room = (long)rl.rlim_cur - 64;
+        if (o.max_connections > room) {
+            fprintf(stderr, "serve: --max-connections %ld lowered to %ld (the process may open %ld files)\n",
+                    o.max_connections, room > 16 ? room : 16, (long)rl.rlim_cur);
+            o.max_connections = room > 16 ? room : 16;
+        }
+    }
     SrvConfig cfg = {.host = o.host, .port = o.port, .model_id = id, .max_queue = o.max_queue,
                      .max_body = (size_t)o.max_body, .max_buffered = (size_t)o.max_buffered,
                      .max_connections = (int)o.max_connections, .idle_timeout = (int)o.idle_timeout};

@@ -37,7 +37,7 @@ typedef struct {
     size_t max_body;             /* bytes; 413 beyond */
     size_t max_buffered;         /* bytes of unfinished bodies held, all connections together;
                                     a body that would pass it gets 503 (0: 64 MiB) */
-    int max_connections;         /* connections open at once; one more is closed at once (0: 256) */
+    int max_connections;         /* connections open at once; one more is closed at once (0: 4096) */
     int idle_timeout;            /* seconds a connection may send or take nothing before it is
                                     closed (0: 60); waiting for the engine is not idle */
 } SrvConfig;

@@ -486,7 +486,7 @@ int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, ChatTemplate tmpl, Er
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
     if (!s->cfg.max_buffered) s->cfg.max_buffered = (size_t)64 << 20;
-    if (!s->cfg.max_connections) s->cfg.max_connections = 256;
+    if (!s->cfg.max_connections) s->cfg.max_connections = 4096;
     if (!s->cfg.idle_timeout) s->cfg.idle_timeout = 60;
     s->rt = rt;
     s->start_time = (long)time(NULL);
@@ -517,6 +517,11 @@ int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, ChatTemplate tmpl, Er
                                   * engine is not polled, so a queued request is never cut) */
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.idle_timeout,
+                                 /* a connection's thread parses JSON (cJSON recurses at most
+                                  * 1000 deep) and renders a prompt: 2 MiB is room to spare even
+                                  * under ASan, and 4096 of them are 8 GiB of address space, not
+                                  * of memory */
+                                 MHD_OPTION_THREAD_STACK_SIZE, (size_t)2 << 20,
                                  MHD_OPTION_END);
     if (!s->daemon)
         return err_set(e, ST_IO, "cannot listen on %s:%d (in use, or not an address of this machine)",
