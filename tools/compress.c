@@ -21,6 +21,9 @@
  *   rans.tensor.crc32         u32 array, each tensor's CRC-32 as stored in this
  *                             file (coded blob or plain bytes), which the loader
  *                             checks before it uses any of them (version 2)
+ *   rans.header.crc32         u32, the CRC-32 of this file's bytes before its
+ *                             data, taken with these 4 bytes as zeros: written
+ *                             as zeros, then patched in once the file is whole
  * and the tensors in the original's order and names: a matrix that coding
  * shrinks is a 1-D I8 tensor holding its blob; any other tensor as it was.
  * --decode lays the original out again from these: the header, each tensor
@@ -37,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 typedef struct {
@@ -154,6 +158,24 @@ static int check_padding(const Gguf *g, Err *e) {
     return st;
 }
 
+/* rans.header.crc32 into the file just written (its header is final now). */
+static int patch_header_crc(const char *path, Err *e) {
+    Gguf g;
+    int st = gguf_open(&g, path, e);
+    if (st) return st;
+    uint32_t crc;
+    size_t off;
+    st = gguf_header_crc(&g, "rans.header.crc32", &crc, &off, e);
+    gguf_close(&g);
+    if (st) return st;
+    uint8_t b[4] = {(uint8_t)crc, (uint8_t)(crc >> 8), (uint8_t)(crc >> 16), (uint8_t)(crc >> 24)};
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return err_set(e, ST_IO, "%s: cannot reopen to write its header CRC: %m", path);
+    ssize_t n = pwrite(fd, b, 4, (off_t)off);
+    if (close(fd) != 0 || n != 4) return err_set(e, ST_IO, "%s: cannot write its header CRC: %m", path);
+    return ST_OK;
+}
+
 static int compress(const Options *o, Err *e) {
     Gguf g;
     int st = gguf_open(&g, o->in, e);
@@ -238,7 +260,9 @@ static int compress(const Options *o, Err *e) {
     if (!st) {
         progress((int)nt, (int)nt, "");
         gguf_w_add_u32_array(&w, "rans.tensor.crc32", crcs, nt);   /* metadata is written last, with the data */
+        gguf_w_add_u32(&w, "rans.header.crc32", 0);
         st = gguf_w_write(&w, e);
+        if (!st) st = patch_header_crc(o->out, e);
     }
     if (!st) {
         uint64_t file = gguf_w_file_size(&w);
@@ -296,7 +320,15 @@ static int check(const Options *o, Err *e) {
                        (long long)v, WC_FILE_VERSION);
     }
     CheckRun r = {&g, 0};
+    Err he = {{0}};
+    int hst = gguf_check_header_crc(&g, "rans.header.crc32", &he);
+    printf("%-28s       offset %12d %12zu bytes  %s\n", "(header)", 0, g.data_offset, hst ? "DAMAGED" : "ok");
     st = gguf_check_crcs(&g, "rans.tensor.crc32", check_one, &r, e);
+    if (hst) {
+        r.bad++;
+        if (!st) *e = he;
+        st = ST_FORMAT;
+    }
     if (!st) printf("%s: %llu tensors, every CRC-32 matches\n", o->in, (unsigned long long)g.n_tensors);
     else if (r.bad) printf("%s: %d of %llu tensors damaged\n", o->in, r.bad, (unsigned long long)g.n_tensors);
     gguf_close(&g);
@@ -333,8 +365,9 @@ static int restore(const Options *o, Err *e) {
                        (unsigned long long)n_off, (unsigned long long)g.n_tensors, (unsigned long long)n_head,
                        (unsigned long long)size);
     }
-    /* version 2 names a damaged tensor before decoding anything */
-    if (version >= 2 && (st = gguf_check_crcs(&g, "rans.tensor.crc32", NULL, NULL, e))) {
+    /* version 2 names a damaged header or tensor before decoding anything */
+    if (version >= 2 && ((st = gguf_check_header_crc(&g, "rans.header.crc32", e)) ||
+                         (st = gguf_check_crcs(&g, "rans.tensor.crc32", NULL, NULL, e)))) {
         gguf_close(&g);
         return st;
     }

@@ -372,3 +372,29 @@ int gguf_check_crcs(const Gguf *g, const char *key, GgufCrcFn each, void *ctx, E
     }
     return bad ? ST_FORMAT : ST_OK;
 }
+
+int gguf_header_crc(const Gguf *g, const char *key, uint32_t *crc, size_t *off, Err *e) {
+    const GgufKV *kv = gguf_find(g, key);
+    if (!kv || kv->type != GG_U32)
+        return err_set(e, ST_FORMAT, "%s: %s is missing or not a u32", g->path, key);
+    *off = (size_t)(kv->val - g->map);
+    uint8_t *copy = mem_alloc(g->data_offset);
+    if (!copy) return err_set(e, ST_NOMEM, "%s: cannot hold its %zu-byte header", g->path, g->data_offset);
+    memcpy(copy, g->map, g->data_offset);
+    memset(copy + *off, 0, 4);
+    *crc = rans_crc32(copy, g->data_offset);
+    mem_free(copy);
+    return ST_OK;
+}
+
+int gguf_check_header_crc(const Gguf *g, const char *key, Err *e) {
+    uint32_t got, stored;
+    size_t off;
+    int st = gguf_header_crc(g, key, &got, &off, e);
+    if (st) return st;
+    memcpy(&stored, g->map + off, 4);
+    if (got != stored)
+        return err_set(e, ST_FORMAT, "%s: its header (the %zu bytes before the tensor data) is damaged: its CRC-32 is "
+                       "%08x, the file says %08x", g->path, g->data_offset, got, stored);
+    return ST_OK;
+}

@@ -86,5 +86,12 @@ int gguf_str_eq(GgufStr s, const char *c);
  * name, offset in the file and both CRCs). */
 typedef void (*GgufCrcFn)(void *ctx, uint64_t i, uint32_t stored, uint32_t got);
 int gguf_check_crcs(const Gguf *g, const char *key, GgufCrcFn each, void *ctx, Err *e);
+/* The header's checksum: `key`, a u32, holds the CRC-32 of the file's bytes
+ * before its data section (the key/value pairs and the tensor table) taken
+ * with the key's own 4 value bytes as zeros. gguf_header_crc computes it
+ * (for a writer to patch in, or to compare); gguf_check_header_crc compares:
+ * ST_OK, or ST_FORMAT naming both CRCs. *off: where the value bytes are. */
+int gguf_header_crc(const Gguf *g, const char *key, uint32_t *crc, size_t *off, Err *e);
+int gguf_check_header_crc(const Gguf *g, const char *key, Err *e);
 
 #endif

@@ -285,7 +285,9 @@ static int load_gguf(Model *m, const char *path, const ModelOpts *o, Err *e) {
                            WC_FILE_VERSION, v == 1 ? ", which checksums every tensor: compress the original again" : "");
         /* every tensor, coded or stored as it was, against its CRC-32 before
          * any of it is used: a flipped byte is a refusal, never other weights */
-        if ((st = gguf_check_crcs(g, "rans.tensor.crc32", NULL, NULL, e))) return st;
+        if ((st = gguf_check_header_crc(g, "rans.header.crc32", e)) ||
+            (st = gguf_check_crcs(g, "rans.tensor.crc32", NULL, NULL, e)))
+            return st;
         m->coded = mem_alloc((g->n_tensors ? g->n_tensors : 1) * sizeof *m->coded);
         if (!m->coded) return err_set(e, ST_NOMEM, "%s: out of memory", path);
     }
