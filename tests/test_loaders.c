@@ -250,8 +250,9 @@ static void rope_scaling_types_not_implemented_are_refused(void **st) {
  * with bytes that are not its rows: the codec keeps such types whole and
  * checks no size, so the loader does. Made from the Q4_K_M fixture:
  * blk.0.attn_q.weight (256 x 256 Q4_K, 36864 bytes) becomes a 1-D byte
- * tensor holding a coded blob of one block less, and rans.version (with a
- * padding key, 64 bytes in all with the dimension dropped) marks the file. */
+ * tensor holding a coded blob of one block less, and the keys compress
+ * writes (rans.version 2 and the CRCs, right, and a padding key) mark the
+ * file. */
 static void coded_small_format_matrix_of_the_wrong_size_is_refused(void **st) {
     Blob b;
     if (!load_fixture(&b, "quant/quant-q4_k_m.gguf")) return;
@@ -279,19 +280,32 @@ static void coded_small_format_matrix_of_the_wrong_size_is_refused(void **st) {
                                planes, &np, &e), ST_OK);
     assert_true(len <= 36864);
 
-    unsigned char kv[72], *p = kv;
-    uint64_t kl = 12, vl = 12;
-    uint32_t t32 = GG_U32, one = 1, tstr = GG_STRING;
-    memcpy(p, &kl, 8), memcpy(p + 8, "rans.version", 12), p += 20;
-    memcpy(p, &t32, 4), memcpy(p + 4, &one, 4), p += 8;
-    memcpy(p, &kl, 8), memcpy(p + 8, "test.padding", 12), p += 20;
-    memcpy(p, &tstr, 4), memcpy(p + 4, &vl, 8), memcpy(p + 12, "twelve bytes", 12), p += 24;
-    assert_int_equal(p - kv, 72);
-    Blob c = {calloc(1, b.size + 64), b.size + 64};
+    /* the keys compress writes (rans.version 2, the header's and every
+     * tensor's CRC-32, filled in below), and a padding string that keeps the
+     * data section's shift (the keys, less the 8 bytes of the dropped
+     * dimension) a multiple of the 32-byte alignment */
+    uint64_t nt;
+    memcpy(&nt, b.bytes + 8, 8);
+    size_t fixed = 28 + 33 + 41 + 4 * nt + 32, pad = (32 - (fixed - 8) % 32) % 32, kvn = fixed + pad;
+    unsigned char *kv = calloc(1, kvn), *p = kv;
+    assert_non_null(kv);
+    uint64_t l12 = 12, l17 = 17, lpad = pad;
+    uint32_t t32 = GG_U32, two = 2, zero = 0, tarr = GG_ARRAY, tstr = GG_STRING;
+    memcpy(p, &l12, 8), memcpy(p + 8, "rans.version", 12), memcpy(p + 20, &t32, 4), memcpy(p + 24, &two, 4), p += 28;
+    size_t hcrc_at = (size_t)(p - kv) + 29;   /* the header CRC's value bytes, within kv */
+    memcpy(p, &l17, 8), memcpy(p + 8, "rans.header.crc32", 17), memcpy(p + 25, &t32, 4), memcpy(p + 29, &zero, 4), p += 33;
+    size_t tcrc_at = (size_t)(p - kv) + 41;   /* the first tensor CRC, within kv */
+    memcpy(p, &l17, 8), memcpy(p + 8, "rans.tensor.crc32", 17), memcpy(p + 25, &tarr, 4), memcpy(p + 29, &t32, 4);
+    memcpy(p + 33, &nt, 8), p += 41 + 4 * nt;
+    memcpy(p, &l12, 8), memcpy(p + 8, "test.padding", 12), memcpy(p + 20, &tstr, 4), memcpy(p + 24, &lpad, 8), p += 32;
+    memset(p, 'x', pad), p += pad;
+    assert_int_equal((size_t)(p - kv), kvn);
+    size_t shift = kvn - 8;
+    Blob c = {calloc(1, b.size + shift), b.size + shift};
     assert_non_null(c.bytes);
     size_t o = 0;
     memcpy(c.bytes, b.bytes, 24), o = 24;
-    memcpy(c.bytes + o, kv, 72), o += 72;
+    memcpy(c.bytes + o, kv, kvn), o += kvn;
     memcpy(c.bytes + o, b.bytes + 24, at.dims - 4 - 24), o += at.dims - 4 - 24;   /* up to n_dims */
     uint32_t dims1 = 1, i8 = GGUF_TYPE_I8;
     uint64_t blob_len = len;
@@ -302,9 +316,27 @@ static void coded_small_format_matrix_of_the_wrong_size_is_refused(void **st) {
     assert_int_equal(o, c.size);
     uint64_t n_kv;
     memcpy(&n_kv, c.bytes + 16, 8);
-    n_kv += 2;
+    n_kv += 4;
     memcpy(c.bytes + 16, &n_kv, 8);
-    memcpy(c.bytes + data_at + 64, blob, len);
+    memcpy(c.bytes + data_at + shift, blob, len);
+    /* the checksums, as compress computes them, so the loader gets as far as the size */
+    write_temp(path, sizeof path, c.bytes, c.size);
+    assert_int_equal(gguf_open(&g, path, &e), ST_OK);
+    for (uint64_t k = 0; k < nt; k++) {
+        uint32_t crc = rans_crc32(g.tensors[k].data, g.tensors[k].nbytes);
+        memcpy(c.bytes + 24 + tcrc_at + 4 * k, &crc, 4);
+    }
+    gguf_close(&g);
+    write_temp(path, sizeof path, c.bytes, c.size);
+    assert_int_equal(gguf_open(&g, path, &e), ST_OK);
+    uint32_t hcrc;
+    size_t hoff;
+    assert_int_equal(gguf_header_crc(&g, "rans.header.crc32", &hcrc, &hoff, &e), ST_OK);
+    assert_int_equal(hoff, 24 + hcrc_at);
+    gguf_close(&g);
+    unlink(path);
+    memcpy(c.bytes + hoff, &hcrc, 4);
+    free(kv);
     expect_refused(&c, c.size, "codes 36720 bytes of Q4_K, want 36864 (256 rows of 256)");
     mem_free(blob), free(c.bytes), free(b.bytes);
 }
