@@ -24,6 +24,13 @@
  * Few rows (N / 32 blocks would leave SMs idle): ks warps (2, 4 or 8) share
  * 4 rows, each taking a slice of K, the slices' sums added in order.
  *
+ * A lane holds two steps of its rows in registers (Chunk pipe[2]): the
+ * first two are loaded before the prologue, and before pdl_wait (the
+ * kernel ahead may still be running: gpu_util.cuh), so the weights travel
+ * while the block computes its input; each is reloaded two steps ahead.
+ * The q|k|v product may also rotate q and k and store k and v in the KV
+ * cache as it writes them (rope_rows).
+ *
  * The sum of (row n, token t) is added in an order fixed by K and ks (chosen
  * from N, K and the GPU, never T): lane l's chunks in sequence, then the
  * butterfly, then the slices. So a token gets the same bits whether it runs
