@@ -167,7 +167,7 @@ TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train s
 EX_ENV = CC="$(CC)" EX_FLAGS="$(ASAN_FLAGS)" EX_LIBS="$(LIBS)" FIXTURES=$(FIXTURES)
 # tests/gdb.sh steps through the debug build: the walkthroughs of notes/gdb.
 test: $(patsubst tests/%.c,build/asan/%,$(TEST_SRC)) build/asan/infer build/asan/serve $(TESTED_TOOLS) \
-      build/infer build/rans_bench
+      build/infer build/rans_bench build/fast/infer
 	@$(EX_ENV) INFER=build/asan/infer sh tests/run_all.sh $(patsubst tests/%.c,build/asan/%,$(TEST_SRC))
 
 # --- exercises (exercises/README.md) ---------------------------------------

@@ -53,14 +53,17 @@ run() {
         { echo "doc_excerpts: run $name failed: $(tail -1 "$runs/$name.err")" >&2; exit 2; }
 }
 # readme_run NAME: the command README.md (or the file checked) shows in the sh block after
-# "<!-- command: NAME -->", run as written, except $INFER for build/fast/infer
-# (on the plain path every build gives the same bits) and this run's files
-# for the two it writes in /tmp.
+# "<!-- command: NAME -->", run as written (build/fast/infer, which make test
+# builds; $INFER only where it is missing: on the plain path every build
+# gives the same bits, which tests/docs.sh checks) but for this run's files
+# in place of the two it writes in /tmp.
 readme_run() {
     cmd=$(awk -v m="<!-- command: $1 -->" '$0 == m { on = 1; next } on && /^```sh/ { in_ = 1; next }
           in_ && /^```/ { exit } in_ { sub(/\\$/, ""); printf "%s ", $0 }' "$(grep -l "<!-- command: $1 -->" $files README.md | head -1)")
     [ -n "$cmd" ] || { echo "doc_excerpts: README.md shows no command named $1" >&2; exit 2; }
-    cmd=$(printf '%s' "$cmd" | sed "s#build/fast/infer#$INFER#; s#2> */tmp/trace.txt#2> $runs/$1.err#; s#> */tmp/text.txt#> $runs/$1.out#")
+    fast=build/fast/infer
+    [ -x "$fast" ] || fast=$INFER
+    cmd=$(printf '%s' "$cmd" | sed "s#build/fast/infer#$fast#; s#2> */tmp/trace.txt#2> $runs/$1.err#; s#> */tmp/text.txt#> $runs/$1.out#")
     sh -c "$cmd" || { echo "doc_excerpts: the README's command $1 failed: $(tail -1 "$runs/$1.err")" >&2; exit 2; }
 }
 # gdb_run NAME: notes/gdb/NAME.gdb in gdb; keeps the lines it printed itself
