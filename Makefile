@@ -141,7 +141,7 @@ build/asan/%: tools/%.c build/asan/libengine.a $(TOOL_H)
 # with its own version of one library object (tools/exercise.sh).
 TEST_OBJ := $(patsubst tests/%.c,build/asan/tobj/%.o,$(TEST_SRC))
 .SECONDARY: $(TEST_OBJ)
-build/asan/tobj/test_%.o: tests/test_%.c tests/testutil.h $(SRC_H) | deps
+build/asan/tobj/test_%.o: tests/test_%.c tests/testutil.h tests/utf8_ref.h $(SRC_H) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN_FLAGS) -Itests -c $< -o $@
 build/asan/test_%: build/asan/tobj/test_%.o build/asan/libengine.a
@@ -151,7 +151,7 @@ build/asan/test_%: build/asan/tobj/test_%.o build/asan/libengine.a
 # sources as make fuzz, built with gcc and linked with a small driver.
 FUZZ_SRC    := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,build/asan/%,$(FUZZ_SRC))
-build/asan/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz.h build/asan/libengine.a
+build/asan/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz.h tests/utf8_ref.h build/asan/libengine.a
 	$(CC) $(ASAN_FLAGS) -Itests/fuzz $(filter %.c,$^) build/asan/libengine.a -o $@ $(LIBS)
 
 # The tools the shell tests run (tests/train.sh, tests/tools.sh, tests/soak.sh,

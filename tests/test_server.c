@@ -5,6 +5,7 @@
  * over HTTP. */
 #include "front/server.h"
 #include "testutil.h"
+#include "utf8_ref.h"
 #include <cjson/cJSON.h>
 
 static const SrvLimits LIM = {.model_id = "shakespeare", .tmpl = TMPL_PLAIN, .max_tokens_default = 16,
@@ -153,25 +154,6 @@ static void an_error_object_has_message_type_param_and_code(void **st) {
     assert_true(cJSON_IsNull(cJSON_GetObjectItem(e, "code")));
     cJSON_Delete(o);
     free(s);
-}
-
-/* Well-formed UTF-8 (Unicode's table 3-7), byte by byte: the test's own. */
-static int valid_utf8(const unsigned char *p, size_t n) {
-    for (size_t i = 0; i < n;) {
-        unsigned char c = p[i];
-        size_t need = c < 0x80 ? 1 : c >= 0xC2 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3 : c >= 0xF0 && c < 0xF5 ? 4 : 0;
-        if (!need || i + need > n) return 0;
-        for (size_t k = 1; k < need; k++) {
-            unsigned lo = 0x80, hi = 0xBF;
-            if (k == 1 && c == 0xE0) lo = 0xA0;
-            if (k == 1 && c == 0xED) hi = 0x9F;
-            if (k == 1 && c == 0xF0) lo = 0x90;
-            if (k == 1 && c == 0xF4) hi = 0x8F;
-            if (p[i + k] < lo || p[i + k] > hi) return 0;
-        }
-        i += need;
-    }
-    return 1;
 }
 
 /* An error that quotes the client's bytes is still valid JSON, valid UTF-8:
