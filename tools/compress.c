@@ -31,6 +31,7 @@
  * into place. Compressing refuses an original whose padding is not zeros,
  * since that could not be restored. */
 #include "base/err.h"
+#include "base/le.h"
 #include "load/gguf.h"
 #include "train/gguf_write.h"
 #include "base/mem.h"
@@ -168,7 +169,8 @@ static int patch_header_crc(const char *path, Err *e) {
     st = gguf_header_crc(&g, "rans.header.crc32", &crc, &off, e);
     gguf_close(&g);
     if (st) return st;
-    uint8_t b[4] = {(uint8_t)crc, (uint8_t)(crc >> 8), (uint8_t)(crc >> 16), (uint8_t)(crc >> 24)};
+    uint8_t b[4];
+    put_u32(b, crc);
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0) return err_set(e, ST_IO, "%s: cannot reopen to write its header CRC: %m", path);
     ssize_t n = pwrite(fd, b, 4, (off_t)off);

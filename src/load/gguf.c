@@ -6,6 +6,7 @@
  * bounds, so later readers (the tokenizer) can walk them without checks. */
 #include "load/gguf.h"
 #include "base/fileio.h"
+#include "base/le.h"
 #include "base/mem.h"
 #include "kernels/ops.h"
 #include "rans.h"
@@ -362,8 +363,7 @@ int gguf_check_crcs(const Gguf *g, const char *key, GgufCrcFn each, void *ctx, E
     int bad = 0;
     for (uint64_t i = 0; i < n; i++) {
         const GgufTensor *t = &g->tensors[i];
-        uint32_t stored, got = rans_crc32(t->data, t->nbytes);
-        memcpy(&stored, crcs + 4 * i, 4);
+        uint32_t stored = get_u32(crcs + 4 * i), got = rans_crc32(t->data, t->nbytes);
         if (each) each(ctx, i, stored, got);
         if (stored != got && !bad++)
             err_set(e, ST_FORMAT, "%s: tensor '%.*s' (%zu bytes at offset %llu) is damaged: its CRC-32 is %08x, "
@@ -388,11 +388,11 @@ int gguf_header_crc(const Gguf *g, const char *key, uint32_t *crc, size_t *off, 
 }
 
 int gguf_check_header_crc(const Gguf *g, const char *key, Err *e) {
-    uint32_t got, stored;
+    uint32_t got;
     size_t off;
     int st = gguf_header_crc(g, key, &got, &off, e);
     if (st) return st;
-    memcpy(&stored, g->map + off, 4);
+    uint32_t stored = get_u32(g->map + off);
     if (got != stored)
         return err_set(e, ST_FORMAT, "%s: its header (the %zu bytes before the tensor data) is damaged: its CRC-32 is "
                        "%08x, the file says %08x", g->path, g->data_offset, got, stored);
