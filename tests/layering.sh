@@ -33,6 +33,7 @@ plant engine.h '#include "front/cli_opts.h"' "engine.h includes front/cli_opts.h
 plant text/sampler.c '#include "scheduler.h"' "text/sampler.c includes scheduler.h"
 plant base/mem.c '#include "kernels/ops.h"' "base/mem.c includes kernels/ops.h"
 plant load/gguf.c '#include "train/gguf_write.h"' "load/gguf.c includes train/gguf_write.h"
+plant chat/jinja_eval.c '#include "text/tokenizer.h"' "chat/jinja_eval.c includes text/tokenizer.h"
 plant kernels/gpu_model.cu '#include "model.h"' "kernels/gpu_model.cu includes model.h"
 plant kernels/gpu.h '#include "kv_paged.h"' "kernels/gpu.h includes kv_paged.h"
 # a front end, or the runtime, reading the fields of the stages below the one it calls
