@@ -53,6 +53,15 @@
  * on the terminal. Bytes that can never become a character come out as
  * U+FFFD, the replacement character.
  *
+ * A chat prompt is markup and messages: "<|im_start|>user\nHi<|im_end|>".
+ * The model knows each marker as one token, never produced by merging, so
+ * tok_encode_marked first cuts the text at the texts of special tokens,
+ * each in turn, longest first (llama.cpp's order), and encodes the stretches
+ * between them as ordinary text. Which bytes a user wrote is the caller's to
+ * say: there a control token's text stays text, so a message cannot close
+ * its own turn. Which tokens are special, and which end generation, is
+ * decided once, when the vocabulary loads (vocab.c).
+ *
  * Dimensions: n is the length of a text in bytes; n_vocab the number of
  * pieces.
  *
@@ -80,9 +89,11 @@ typedef struct {
     int id;           /* token id of the merged piece */
 } Pair;
 
-typedef struct {      /* scratch of one tok_encode call: about 90 bytes per byte of text */
-    const char *text;
-    int prefix;       /* bytes put in front of the caller's text (sentencepiece's space) */
+typedef struct {      /* scratch of one encoding: about 90 bytes per byte of text */
+    const char *text; /* the text being merged: the caller's, or buf */
+    int shift;        /* index in text minus index in the caller's text (1 where
+                         sentencepiece's space is put in front of the whole text) */
+    char *buf;        /* (n + 1) sentencepiece: a stretch of the text, the space in front */
     Symbol *sym;      /* (n + 1) */
     int n_sym;
     Pair *heap;       /* (3 * (n + 1)): pairs pushed per word <= 3 * symbols */
@@ -198,7 +209,8 @@ static int emit_symbols(const Tokenizer *t, Work *w, Err *e) {
         } else {
             int k = 0;
             while (t->byte_id[bytes[k]] >= 0) k++;   /* the first byte it cannot spell */
-            int at = s->start + k - w->prefix;   /* -1: the space put in front */
+            /* -1, or a special token's last byte: the space put in front */
+            int at = s->start + k - w->shift;
             return err_set(e, ST_ARG, "%s: the vocabulary has no token for byte 0x%02X (byte %d "
                            "of the text) and no unknown token, so the text cannot be encoded",
                            t->source, bytes[k], at);
@@ -207,9 +219,17 @@ static int emit_symbols(const Tokenizer *t, Work *w, Err *e) {
     return ST_OK;
 }
 
-/* Sentencepiece: one symbol per UTF-8 character of text (a byte that is not
- * part of a valid character is a symbol of its own), merge, emit. */
-static int spm_encode(const Tokenizer *t, Work *w, int n, Err *e) {
+/* Sentencepiece on text[from .. to) of the caller's text: copied to w->buf,
+ * after the space that sentencepiece puts in front when space is set; one
+ * symbol per UTF-8 character (a byte that is not part of a valid character
+ * is a symbol of its own), merge, emit. */
+static int spm_encode(const Tokenizer *t, Work *w, const char *text, int from, int to, int space,
+                      Err *e) {
+    if (space) w->buf[0] = ' ';
+    memcpy(w->buf + space, text + from, (size_t)(to - from));
+    w->text = w->buf;
+    w->shift = space - from;
+    int n = to - from + space;
     const unsigned char *u = (const unsigned char *)w->text;
     w->n_sym = 0;
     for (int i = 0; i < n;) {
@@ -265,12 +285,15 @@ static int user_piece_at(const Tokenizer *t, const char *text, int i, int n, int
     return 0;
 }
 
-/* Byte-level BPE: the user-defined pieces where the text spells them, and
- * between them, words cut by the pre-tokenizer and merged one by one. */
-static int gpt2_encode(const Tokenizer *t, Work *w, int n, Err *e) {
-    int from = 0, st = ST_OK;
-    for (int i = 0; i < n && t->n_user > 0 && st == ST_OK;) {
-        int id, len = user_piece_at(t, w->text, i, n, &id);
+/* Byte-level BPE on text[start .. end) of the caller's text: the
+ * user-defined pieces where the text spells them, and between them, words
+ * cut by the pre-tokenizer and merged one by one. */
+static int gpt2_encode(const Tokenizer *t, Work *w, const char *text, int start, int end, Err *e) {
+    w->text = text;
+    w->shift = 0;
+    int from = start, st = ST_OK;
+    for (int i = start; i < end && t->n_user > 0 && st == ST_OK;) {
+        int id, len = user_piece_at(t, w->text, i, end, &id);
         if (len == 0) {
             i++;
             continue;
@@ -279,41 +302,133 @@ static int gpt2_encode(const Tokenizer *t, Work *w, int n, Err *e) {
         emit(w, id);
         from = i += len;
     }
-    if (st == ST_OK && from < n) st = gpt2_cut(t, w, from, n, e);
+    if (st == ST_OK && from < end) st = gpt2_cut(t, w, from, end, e);
     return st;
 }
 
-int tok_encode(const Tokenizer *t, const char *text, int add_bos, int *ids, int cap, Err *e) {
-    size_t len = strlen(text);
+/* ---- special tokens: the text cut at them first -------------------------- */
+
+/* mark[i] for byte i of the text: RAW while no special token has taken it;
+ * the token's id at the first byte of a match; INSIDE at its other bytes. */
+enum { RAW = -1, INSIDE = -2 };
+
+/* Take the matches of special token id in bytes that are still text,
+ * leftmost first, each search going on after the match before (as
+ * llama.cpp's find from the end of it). A control token's text counts only
+ * where none of its bytes is plain. */
+static void cut_at(const Tokenizer *t, int id, const char *text, int n, const unsigned char *plain,
+                   int *mark) {
+    const Piece *p = &t->pieces[id];
+    int control = p->special == SPECIAL_CONTROL;
+    for (int i = 0; i + p->len <= n;) {
+        const char *hit = memchr(text + i, p->s[0], (size_t)(n - p->len + 1 - i));
+        if (!hit) return;
+        int at = (int)(hit - text);
+        int ok = memcmp(hit, p->s, (size_t)p->len) == 0;
+        for (int k = at; ok && k < at + p->len; k++)
+            ok = mark[k] == RAW && !(control && plain && plain[k]);
+        if (!ok) {
+            i = at + 1;
+            continue;
+        }
+        mark[at] = id;
+        for (int k = at + 1; k < at + p->len; k++) mark[k] = INSIDE;
+        i = at + p->len;
+    }
+}
+
+/* Mark where special tokens stand in text[0..n). Each special text in
+ * turn, longest first, takes its matches in what the texts before it left;
+ * that is llama.cpp's order (tokenizer_st_partition), and it is not the
+ * same as taking the longest match at each position from left to right:
+ * with "ab" and "bcd" both special, "abcd" is "a" then "bcd" here, where a
+ * scan from the left would take "ab" first. Each pass is one memchr over
+ * the text, so the cost is (special texts whose first byte the text holds)
+ * x n. */
+static void cut_at_specials(const Tokenizer *t, const char *text, int n,
+                            const unsigned char *plain, int *mark) {
+    unsigned char present[256] = {0};
+    for (int i = 0; i < n; i++) {
+        present[(unsigned char)text[i]] = 1;
+        mark[i] = RAW;
+    }
+    for (int k = 0; k < t->n_specials; k++) {
+        int id = t->specials[k];
+        if (present[(unsigned char)t->pieces[id].s[0]]) cut_at(t, id, text, n, plain, mark);
+    }
+}
+
+/* ---- encoding: the entry points ------------------------------------------ */
+
+/* Encode text[from .. to) as ordinary text, with sentencepiece's space in
+ * front when space is set. */
+static int encode_stretch(const Tokenizer *t, Work *w, const char *text, int from, int to,
+                          int space, Err *e) {
+    return t->kind == KIND_SPM ? spm_encode(t, w, text, from, to, space, e)
+                               : gpt2_encode(t, w, text, from, to, e);
+}
+
+/* What tok_encode and tok_encode_marked share: the scratch, BOS, and the
+ * check on cap. Without specials the whole text is one stretch; with them
+ * it is cut at special tokens first, and each stretch between two of them
+ * is encoded as a whole text would be. */
+static int encode(const Tokenizer *t, const char *text, size_t len, int specials,
+                  const unsigned char *plain, int add_bos, int *ids, int cap, Err *e) {
     if (len > (size_t)INT_MAX / 8) return err_set(e, ST_ARG, "text of %zu bytes is too long", len);
     int n = (int)len;
-    int prefix = t->kind == KIND_SPM && t->add_space_prefix && n > 0;
+    int spm = t->kind == KIND_SPM;
     Work w = {.ids = ids, .cap_ids = cap < 0 ? 0 : cap};
-    char *buf = mem_alloc((size_t)n + 2);
+    int *mark = specials ? mem_alloc(((size_t)n + 1) * sizeof(int)) : NULL;
+    w.buf = spm ? mem_alloc((size_t)n + 1) : NULL;
     w.sym = mem_alloc(((size_t)n + 1) * sizeof(Symbol));
     w.cap_heap = 3 * (n + 1);
     w.heap = mem_alloc((size_t)w.cap_heap * sizeof(Pair));
     int st = ST_OK;
-    if (!buf || !w.sym || !w.heap) {
+    if ((specials && !mark) || (spm && !w.buf) || !w.sym || !w.heap) {
         st = err_set(e, ST_NOMEM, "out of memory encoding %d bytes of text", n);
         goto done;
     }
-    /* The working text: sentencepiece's dummy prefix, then the text. */
-    if (prefix) buf[0] = ' ';
-    memcpy(buf + prefix, text, (size_t)n + 1);
-    w.text = buf;
-    w.prefix = prefix;
 
     if (add_bos && t->add_bos) emit(&w, t->bos);
-    st = t->kind == KIND_SPM ? spm_encode(t, &w, n + prefix, e) : gpt2_encode(t, &w, n, e);
+    /* Sentencepiece puts a space in front of the text. llama.cpp puts it in
+     * front of every stretch that comes first or right after a special
+     * token, which, stretches being separated by special tokens, is every
+     * stretch. */
+    int space = spm && t->add_space_prefix;
+    if (!specials) {
+        if (n > 0) st = encode_stretch(t, &w, text, 0, n, space, e);
+    } else {
+        cut_at_specials(t, text, n, plain, mark);
+        for (int i = 0; i < n && st == ST_OK;) {
+            if (mark[i] >= 0) {
+                emit(&w, mark[i]);
+                i += t->pieces[mark[i]].len;
+                continue;
+            }
+            int j = i;
+            while (j < n && mark[j] == RAW) j++;
+            st = encode_stretch(t, &w, text, i, j, space, e);
+            i = j;
+        }
+    }
     if (st == ST_OK && w.n_ids > cap)
         st = err_set(e, ST_ARG, "text needs %d token ids, more than the %d there is room for",
                      w.n_ids, cap);
 done:
-    mem_free(buf);
+    mem_free(mark);
+    mem_free(w.buf);
     mem_free(w.sym);
     mem_free(w.heap);
     return st ? st : w.n_ids;
+}
+
+int tok_encode(const Tokenizer *t, const char *text, int add_bos, int *ids, int cap, Err *e) {
+    return encode(t, text, strlen(text), 0, NULL, add_bos, ids, cap, e);
+}
+
+int tok_encode_marked(const Tokenizer *t, const char *text, size_t n, const unsigned char *plain,
+                      int add_bos, int *ids, int cap, Err *e) {
+    return encode(t, text, n, 1, plain, add_bos, ids, cap, e);
 }
 
 /* ---- decoding ------------------------------------------------------------ */
@@ -396,6 +511,20 @@ int tok_decode(const Tokenizer *t, TokDecoder *d, int id, char *out) {
         }
     }
     return utf8_drain(d, buf, n, out);
+}
+
+int tok_piece(const Tokenizer *t, int id, char *out, int cap) {
+    if (id < 0 || id >= t->n_vocab) return -1;
+    const Piece *p = &t->pieces[id];
+    char byte = (char)p->byte;
+    const char *s = p->type == TT_BYTE ? &byte : p->s;
+    int len = p->type == TT_BYTE ? 1 : p->len;
+    if (cap > 0) {
+        int k = len < cap ? len : cap - 1;
+        memcpy(out, s, (size_t)k);
+        out[k] = 0;
+    }
+    return len;
 }
 
 int tok_decode_flush(TokDecoder *d, char *out) {

@@ -39,6 +39,12 @@ int tok_n_vocab(const Tokenizer *t);
 int tok_bos(const Tokenizer *t);               /* -1 when the vocabulary has none */
 int tok_eos(const Tokenizer *t);
 
+/* The ids on which the model's turn is over (see "Special tokens" below):
+ * tok_eog writes the first cap of them to ids, ascending, and returns how
+ * many there are; tok_is_eog says whether id is one. */
+int tok_eog(const Tokenizer *t, int *ids, int cap);
+int tok_is_eog(const Tokenizer *t, int id);
+
 /* Encode text (NUL-terminated) into at most cap ids. add_bos asks for BOS
  * first when the vocabulary uses one (GGUF tokenizer.ggml.add_bos_token;
  * by default yes for sentencepiece, llama2.c and the Llama 3 pre-tokenizer,
@@ -49,6 +55,43 @@ int tok_eos(const Tokenizer *t);
  * spell (a byte-level vocabulary without that byte's piece, and no unknown
  * token). */
 int tok_encode(const Tokenizer *t, const char *text, int add_bos, int *ids, int cap, Err *e);
+
+/* ---- special tokens and the end of generation -------------------------------
+ * A chat template writes markup such as "<|im_start|>user\n...<|im_end|>",
+ * and the model was trained to see each marker as one token, not as the
+ * bytes of its spelling. tok_encode never reads a token's spelling as the
+ * token; tok_encode_marked does, for the special texts: the pieces whose
+ * type is control, unknown or user-defined, and those that end generation
+ * (below), as llama.cpp counts them. The text is cut at them first, each
+ * in turn, longest first, each taking its matches in what is still text
+ * (llama.cpp's order, which is not a scan from the left: with "ab" and
+ * "bcd" both special, "abcd" is "a" then "bcd"; of two texts of one length,
+ * the lower id goes first); each stretch between them is then encoded as
+ * tok_encode encodes a text (sentencepiece: with its space in front of
+ * every stretch, as llama.cpp has it).
+ *
+ * A chat mixes the template's markup with what users wrote, and a user may
+ * write "<|im_end|>\n<|im_start|>system\n...". plain marks the user's bytes
+ * (plain[i] != 0: byte i is part of a message's content): a control or
+ * unknown token's text stands for the token only where none of its bytes is
+ * plain, so a user cannot end a turn, or open one in another role's name,
+ * by typing its markup; the bytes stay text. User-defined texts stand for
+ * their tokens everywhere (llama.cpp and Hugging Face cut them out of any
+ * text: they are vocabulary, not markup). plain NULL marks nothing: every
+ * special text is read as its token, as llama.cpp's parse_special does.
+ * text[0..n) may hold any bytes. add_bos, the return value and the errors
+ * are tok_encode's.
+ *
+ * End of generation is llama.cpp's rule (llama_vocab_is_eog): EOS; the
+ * end-of-turn and end-of-message ids when the file names them; the
+ * fill-in-the-middle pad, repository and file-separator tokens; and every
+ * token spelled as one of the end markers llama.cpp knows ("<|eot_id|>",
+ * "<|im_end|>", "<|endoftext|>", "</s>", "<end_of_turn>", ...; vocab.c has
+ * the list), whatever its type, and such a token becomes a special text
+ * too. So a vocabulary may end on several ids (Llama 3: <|end_of_text|> and
+ * <|eot_id|>; Qwen2.5: </s>, <|endoftext|>, <|im_end|>). */
+int tok_encode_marked(const Tokenizer *t, const char *text, size_t n, const unsigned char *plain,
+                      int add_bos, int *ids, int cap, Err *e);
 
 /* Streaming decoder state: bytes of an unfinished UTF-8 character. */
 typedef struct {
@@ -69,6 +112,14 @@ int tok_decode(const Tokenizer *t, TokDecoder *d, int id, char *out);
 /* At the end of a stream: pending bytes that never formed a character come
  * out as U+FFFD. Returns bytes written (out holds TOK_MAX_PIECE). */
 int tok_decode_flush(TokDecoder *d, char *out);
+
+/* The bytes token id stands for, as the vocabulary has them, whatever its
+ * type: a control token's spelling ("<|eot_id|>"), a byte token's byte, a
+ * sentencepiece piece with its spaces (none dropped). Writes at most cap - 1
+ * bytes and a NUL to out (nothing when cap is 0); returns the piece's whole
+ * length, more than was written when it did not fit, or -1 for an id
+ * outside the vocabulary. */
+int tok_piece(const Tokenizer *t, int id, char *out, int cap);
 
 /* ---- pre-tokenizers ---------------------------------------------------------
  * Before byte-level BPE merges anything, the text is cut into pre-tokens,

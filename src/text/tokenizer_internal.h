@@ -16,6 +16,12 @@ enum { KIND_SPM, KIND_GPT2 };
 /* Token types, numbered as GGUF numbers them (tokenizer.ggml.token_type). */
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 
+/* Where tok_encode_marked recognises a piece's text as the token itself
+ * (tokenizer.h): never; only where no byte of it is the user's (control and
+ * unknown tokens, and those vocab.c makes control by their text); anywhere
+ * (user-defined pieces). */
+enum { SPECIAL_NONE = 0, SPECIAL_CONTROL = 1, SPECIAL_USER = 2 };
+
 /* The decoder turns one byte into at most one 3-byte U+FFFD and may hold 3
  * pending bytes, so a piece of this many bytes always fits in TOK_MAX_PIECE.
  * Longer pieces load and encode; decoding cuts them here (tokenizer.h). */
@@ -29,6 +35,7 @@ typedef struct {
     float score;      /* sentencepiece: higher merges first; 0 for GPT-2 */
     int type;         /* TT_* */
     int byte;         /* TT_BYTE: the byte it stands for; -1 otherwise */
+    int special;      /* SPECIAL_*: may the text stand for this token? */
 } Piece;
 
 typedef struct {
@@ -58,6 +65,12 @@ struct Tokenizer {
     int *user;                /* (n_user) user-defined pieces, by first byte, longest first */
     int n_user;
     int user_from[257];       /* user[user_from[b] .. user_from[b+1]) start with byte b */
+    /* special tokens (vocab.c's index_specials) */
+    int *specials;            /* (n_specials) ids whose special is set, longest text first,
+                                 then lower id: the order text is cut at them */
+    int n_specials;
+    int *eog;                 /* (n_eog) the ids that end generation, ascending */
+    int n_eog;
 };
 
 /* ---- the piece table ---------------------------------------------------- */

@@ -92,6 +92,8 @@ void tok_free(Tokenizer *t) {
     mem_free(t->merges);
     mem_free(t->merge_slots);
     mem_free(t->user);
+    mem_free(t->specials);
+    mem_free(t->eog);
     tok_pattern_free(&t->pattern);
     mem_free(t);
 }
@@ -99,6 +101,247 @@ void tok_free(Tokenizer *t) {
 int tok_n_vocab(const Tokenizer *t) { return t->n_vocab; }
 int tok_bos(const Tokenizer *t) { return t->bos; }
 int tok_eos(const Tokenizer *t) { return t->eos; }
+
+int tok_eog(const Tokenizer *t, int *ids, int cap) {
+    for (int i = 0; i < t->n_eog && i < cap; i++) ids[i] = t->eog[i];
+    return t->n_eog;
+}
+
+int tok_is_eog(const Tokenizer *t, int id) {
+    for (int i = 0; i < t->n_eog; i++)   /* a handful of ids */
+        if (t->eog[i] == id) return 1;
+    return 0;
+}
+
+/* ---- special tokens and the end of generation -------------------------- */
+
+/* Texts that end generation whatever the token's id or type: llama.cpp's
+ * list (src/llama-vocab.cpp, special_eog_ids), spelled as the vocabularies
+ * spell them. Llama 3's "<|eot_id|>", Qwen's "<|im_end|>", Gemma's
+ * "<end_of_turn>", gpt-oss's "<|return|>" and "<|call|>", DeepSeek's
+ * "<｜end▁of▁sentence｜>" (full-width bars) ... A token so spelled is made a
+ * control token too, even where the file calls it ordinary: Qwen's
+ * vocabulary has "</s>" as an ordinary piece (id 128247), and llama.cpp both
+ * stops on it and reads the text "</s>" in a prompt as that token. */
+static const char *const EOG_TEXTS[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>", "[e~[",
+};
+enum { N_EOG_TEXTS = (int)(sizeof EOG_TEXTS / sizeof EOG_TEXTS[0]) };
+
+/* The fill-in-the-middle tokens of code models. Their ids come from the
+ * file; where it lacks the key, llama.cpp takes the token spelled one of
+ * these ways (we take the lowest such id; llama.cpp, whichever its hash map
+ * meets first) and makes it a control token. The last three end
+ * generation. (llama.cpp finds an end-of-turn and an end-of-message token
+ * the same way; all their spellings are among EOG_TEXTS.) */
+typedef struct {
+    const char *key, *old_key;   /* old_key: the earlier name, which wins when both are there */
+    int ends;                    /* does the token end generation? */
+    const char *texts[9];        /* NULL-terminated */
+} FimRole;
+
+static const FimRole FIM_ROLES[] = {
+    {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id", 0,
+     {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+      "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>", "<PRE>", "\xE2\x96\x81<PRE>",
+      "<|code_prefix|>", "<|prefix|>"}},
+    {"tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id", 0,
+     {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+      "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>", "<SUF>", "\xE2\x96\x81<SUF>",
+      "<|code_suffix|>", "<|suffix|>"}},
+    {"tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id", 0,
+     {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+      "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>", "<MID>", "\xE2\x96\x81<MID>",
+      "<|code_middle|>", "<|middle|>"}},
+    {"tokenizer.ggml.fim_pad_token_id", NULL, 1,
+     {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}},
+    {"tokenizer.ggml.fim_rep_token_id", NULL, 1,
+     {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+    {"tokenizer.ggml.fim_sep_token_id", NULL, 1, {"<|file_sep|>"}},
+};
+enum { N_FIM_ROLES = (int)(sizeof FIM_ROLES / sizeof FIM_ROLES[0]) };
+
+/* The tokens spelled text in the file: the ordinary or user-defined piece of
+ * those bytes, found in the piece table, and the control and unknown pieces
+ * among ctl[0..n_ctl), which are kept as the file spells them. In a
+ * sentencepiece vocabulary, text's "▁" is the space the loader put in its
+ * place; in a byte-level one, the ASCII texts above look the same in the
+ * disguise, and the others are stored outside it. Writes the first cap ids
+ * to ids; returns how many there are. */
+static int spelled_ids(const Tokenizer *t, const char *text, const int *ctl, int n_ctl, int *ids,
+                       int cap) {
+    char form[64];
+    int len = 0, n = 0;
+    for (const char *c = text; *c;) {
+        int space = t->kind == KIND_SPM && strncmp(c, "\xE2\x96\x81", 3) == 0;
+        assert(len < (int)sizeof form);
+        form[len++] = space ? ' ' : *c;
+        c += space ? 3 : 1;
+    }
+    int id = piece_find(t, form, len);
+    if (id >= 0) {
+        if (n < cap) ids[n] = id;
+        n++;
+    }
+    int stored = (int)strlen(text);
+    for (int i = 0; i < n_ctl; i++) {
+        const Piece *p = &t->pieces[ctl[i]];
+        if (p->len != stored || memcmp(p->s, text, (size_t)stored) != 0) continue;
+        if (n < cap) ids[n] = ctl[i];
+        n++;
+    }
+    return n;
+}
+
+static int eog_text_index(const char *text) {
+    for (int k = 0; k < N_EOG_TEXTS; k++)
+        if (strcmp(EOG_TEXTS[k], text) == 0) return k;
+    assert(0 && "not one of EOG_TEXTS");
+    return -1;
+}
+
+/* A token id the file may give: -1 when the key is absent, not an integer,
+ * or outside the vocabulary (llama.cpp ignores such a value too). */
+static int gguf_optional_id(const Gguf *g, const char *key, int n_vocab) {
+    int64_t v;
+    if (!g || !key || !gguf_find(g, key) || gguf_get_int(g, key, &v, NULL) != ST_OK) return -1;
+    return v >= 0 && v < n_vocab ? (int)v : -1;
+}
+
+static int by_id(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    int len, id;
+} SpecialText;
+
+static int longest_first(const void *a, const void *b) {
+    const SpecialText *x = a, *y = b;
+    if (x->len != y->len) return y->len - x->len;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* The ids that end generation (t->eog), and a list of them and of the
+ * fill-in-the-middle tokens found by spelling, all made control tokens;
+ * ctl[0..n_ctl) are the control and unknown pieces. */
+static int find_eog(Tokenizer *t, const Gguf *g, const int *ctl, int n_ctl, const char *path,
+                    Err *e) {
+    /* The ids the file gives, and the fill-in-the-middle ones it does not. */
+    int role_id[N_FIM_ROLES + 3], n_roles = 0;
+    role_id[n_roles++] = t->eos;
+    role_id[n_roles++] = gguf_optional_id(g, "tokenizer.ggml.eot_token_id", t->n_vocab);
+    role_id[n_roles++] = gguf_optional_id(g, "tokenizer.ggml.eom_token_id", t->n_vocab);
+    for (int r = 0; r < N_FIM_ROLES; r++) {
+        const FimRole *f = &FIM_ROLES[r];
+        int id = gguf_optional_id(g, f->key, t->n_vocab);
+        int old = gguf_optional_id(g, f->old_key, t->n_vocab);
+        if (old >= 0) id = old;
+        if (id < 0) {
+            int ids[8];
+            for (int j = 0; f->texts[j]; j++) {
+                int n = spelled_ids(t, f->texts[j], ctl, n_ctl, ids, 8);
+                for (int i = 0; i < n && i < 8; i++)
+                    if (id < 0 || ids[i] < id) id = ids[i];
+            }
+            if (id >= 0) t->pieces[id].special = SPECIAL_CONTROL;
+        }
+        if (f->ends) role_id[n_roles++] = id;
+    }
+
+    /* The tokens spelled as an end of generation, less llama.cpp's two
+     * exceptions: in gpt-oss and Solar Open "<|end|>" closes one message of
+     * a reply that may go on, so it does not end generation where
+     * "<|return|>" or "<|flush|>" is there with "<|call|>" or "<|calls|>";
+     * and "</s>" does not where "<|tool_response>" is there (Gemma 4).
+     * llama.cpp also retypes some tokens at this point: that "<|end|>", and
+     * gpt-oss's "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>",
+     * become user-defined, so that they are printed, and that "</s>"
+     * ordinary. Those we leave as the file has them: a user-defined text
+     * stands for its token even inside a message, and a chat's markup must
+     * not be forged from what a user wrote. */
+    int count[N_EOG_TEXTS], n_spelled = 0;
+    for (int k = 0; k < N_EOG_TEXTS; k++)
+        count[k] = spelled_ids(t, EOG_TEXTS[k], ctl, n_ctl, NULL, 0);
+    int call = count[eog_text_index("<|call|>")] || count[eog_text_index("<|calls|>")];
+    int drop_end = (count[eog_text_index("<|return|>")] && call) ||
+                   (call && count[eog_text_index("<|flush|>")]);
+    int dropped[2] = {drop_end ? eog_text_index("<|end|>") : -1,
+                      count[eog_text_index("<|tool_response>")] ? eog_text_index("</s>") : -1};
+    for (int k = 0; k < N_EOG_TEXTS; k++) n_spelled += count[k];
+    t->eog = mem_alloc((size_t)(n_spelled + n_roles) * sizeof(int));
+    if (!t->eog)
+        return err_set(e, ST_NOMEM, "%s: out of memory for the end-of-generation ids", path);
+    int n = 0, gone[8], n_gone = 0;
+    for (int r = 0; r < n_roles; r++)
+        if (role_id[r] >= 0) t->eog[n++] = role_id[r];
+    for (int k = 0; k < N_EOG_TEXTS; k++) {
+        if (k == dropped[0] || k == dropped[1]) {   /* not even when the file names it */
+            int m = spelled_ids(t, EOG_TEXTS[k], ctl, n_ctl, gone + n_gone, 4);
+            n_gone += m < 4 ? m : 4;
+            continue;
+        }
+        int m = spelled_ids(t, EOG_TEXTS[k], ctl, n_ctl, t->eog + n, count[k]);
+        for (int i = n; i < n + m; i++) t->pieces[t->eog[i]].special = SPECIAL_CONTROL;
+        n += m;
+    }
+    qsort(t->eog, (size_t)n, sizeof(int), by_id);
+    t->n_eog = 0;
+    for (int i = 0; i < n; i++) {   /* drop repeats, and the exceptions */
+        int id = t->eog[i], keep = t->n_eog == 0 || t->eog[t->n_eog - 1] != id;
+        for (int j = 0; j < n_gone; j++) keep &= gone[j] != id;
+        if (keep) t->eog[t->n_eog++] = id;
+    }
+    return ST_OK;
+}
+
+/* Which pieces' texts stand for the token itself (Piece.special), in the
+ * order text is cut at them (t->specials), and the ids that end generation
+ * (t->eog), as llama.cpp decides them when it loads a vocabulary. g is
+ * NULL for llama2.c's file, which has no keys. */
+static int index_specials(Tokenizer *t, const Gguf *g, const char *path, Err *e) {
+    int n_ctl = 0;
+    for (int id = 0; id < t->n_vocab; id++) {
+        int type = t->pieces[id].type;
+        t->pieces[id].special = type == TT_CONTROL || type == TT_UNKNOWN ? SPECIAL_CONTROL
+                                : type == TT_USER                        ? SPECIAL_USER
+                                                                         : SPECIAL_NONE;
+        n_ctl += t->pieces[id].special == SPECIAL_CONTROL;
+    }
+    int *ctl = mem_alloc(((size_t)n_ctl + 1) * sizeof(int));
+    if (!ctl) return err_set(e, ST_NOMEM, "%s: out of memory for %d control tokens", path, n_ctl);
+    n_ctl = 0;
+    for (int id = 0; id < t->n_vocab; id++)
+        if (t->pieces[id].special == SPECIAL_CONTROL) ctl[n_ctl++] = id;
+    int st = find_eog(t, g, ctl, n_ctl, path, e);
+    mem_free(ctl);
+    if (st) return st;
+
+    /* The special texts, longest first: llama.cpp cuts the text at each in
+     * turn (tokenizer.c). It sorts by length alone, and its sort is not
+     * stable; of two texts of one length, we take the lower id first. */
+    t->n_specials = 0;
+    for (int id = 0; id < t->n_vocab; id++)
+        t->n_specials += t->pieces[id].special != SPECIAL_NONE && t->pieces[id].len > 0;
+    SpecialText *order = mem_alloc((size_t)(t->n_specials + 1) * sizeof *order);
+    t->specials = mem_alloc((size_t)(t->n_specials + 1) * sizeof(int));
+    if (!order || !t->specials) {
+        mem_free(order);
+        return err_set(e, ST_NOMEM, "%s: out of memory for %d special tokens", path, t->n_specials);
+    }
+    int m = 0;
+    for (int id = 0; id < t->n_vocab; id++)
+        if (t->pieces[id].special != SPECIAL_NONE && t->pieces[id].len > 0)
+            order[m++] = (SpecialText){t->pieces[id].len, id};
+    qsort(order, (size_t)m, sizeof *order, longest_first);
+    for (int i = 0; i < m; i++) t->specials[i] = order[i].id;
+    mem_free(order);
+    return ST_OK;
+}
 
 /* ---- llama2.c tokenizer.bin --------------------------------------------- */
 
@@ -202,6 +445,7 @@ int tok_from_llama2c(Tokenizer **out, const char *path, int n_vocab, Err *e) {
     t->add_space_prefix = 1;
     snprintf(t->source, sizeof t->source, "%s", path);
     st = index_pieces(t, path, e);
+    if (!st) st = index_specials(t, NULL, path, e);
 done:
     mem_free(data);
     if (st) tok_free(t);
@@ -400,11 +644,17 @@ static int load_pieces(Tokenizer **tp, const Gguf *g, int kind, Err *e) {
         int32_t type = TT_NORMAL;
         if (types) memcpy(&type, types + 4 * (size_t)id, 4);
         /* A user-defined piece of a byte-level vocabulary is plain UTF-8,
-         * not disguised: DeepSeek's "ü" is the two bytes C3 BC. */
+         * not disguised: DeepSeek's "ü" is the two bytes C3 BC. Control and
+         * unknown pieces are kept as the file spells them, in both families:
+         * they are never looked up by encoding, and that spelling is the
+         * text that stands for them (tok_encode_marked) and that tok_piece
+         * gives back, as in llama.cpp. */
         char *dst = t->arena + used;   /* unmapping never grows a piece */
-        int len = kind == KIND_SPM ? spm_unmap(s.s, (int)s.len, dst)
-                  : type == TT_USER ? -1
-                                    : gpt2_unmap(s.s, (int)s.len, cp_to_byte, dst);
+        int as_stored = type == TT_CONTROL || type == TT_UNKNOWN ||
+                        (kind == KIND_GPT2 && type == TT_USER);
+        int len = as_stored ? -1
+                  : kind == KIND_SPM ? spm_unmap(s.s, (int)s.len, dst)
+                                     : gpt2_unmap(s.s, (int)s.len, cp_to_byte, dst);
         set_piece(t, id, len < 0 ? s.s : dst, len < 0 ? (int)s.len : len, &used);
         Piece *pc = &t->pieces[id];
         if (scores) memcpy(&pc->score, scores + 4 * (size_t)id, 4);
@@ -477,6 +727,7 @@ int tok_from_gguf(Tokenizer **out, const Gguf *g, Err *e) {
         if (!st) st = load_pre(t, g, e);
         if (!st) st = index_user_pieces(t, g->path, e);
     }
+    if (!st) st = index_specials(t, g, g->path, e);
     if (st) {
         tok_free(t);
         return st;
