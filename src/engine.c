@@ -174,6 +174,13 @@ static void fork_samples(Engine *en, Sequence *first, int i);
 /* exercises/engine_output/ hollows these two functions: built with
  * -DEXERCISE_ENGINE_OUTPUT, the file that macro names stands in their place
  * (tools/exercise.sh). */
+/* Does token end q (one of its end-of-generation tokens)? */
+static int ends_on(const Sequence *q, int token) {
+    for (int i = 0; i < q->n_eog; i++)
+        if (q->eog[i] == token) return 1;
+    return 0;
+}
+
 #ifdef EXERCISE_ENGINE_OUTPUT
 #include EXERCISE_ENGINE_OUTPUT
 #else
@@ -183,7 +190,7 @@ static void append(Engine *en, Sequence *q, int token, const Sequence *forked_fr
     q->n_out++;
     en->tokens_out++;
     FinishReason why = FIN_NONE;
-    if (token == q->eos) why = FIN_EOS;
+    if (ends_on(q, token)) why = FIN_EOS;
     else if (q->n_out >= q->max_tokens) why = FIN_LENGTH;
     else if (q->n_tokens >= q->cap) why = FIN_CONTEXT;   /* cap < prompt + max_tokens: context full */
     StepOutput *o = &en->report.out[en->report.n_out++];

@@ -190,7 +190,10 @@ static Request *new_request(const Runtime *rt, const RtParams *p, const int *ids
     q->cap = cap;
     q->n_prompt = q->n_tokens = n;
     q->max_tokens = p->max_tokens;
-    q->eos = p->ignore_eos ? -1 : tok_eos(m->tok);
+    if (!p->ignore_eos) {
+        int n_eog = tok_eog(m->tok, q->eog, SEQ_MAX_EOG);
+        q->n_eog = n_eog < SEQ_MAX_EOG ? n_eog : SEQ_MAX_EOG;
+    }
     q->slot = -1;
     q->arrival_step = -1;
     /* The output continues the prompt's text: run the prompt through the
@@ -230,10 +233,12 @@ int rt_submit(Runtime *rt, const RtParams *p, Err *e) {
     if (st) return st;
 
     const char *text = p->prompt ? p->prompt : "";
-    size_t cap_ids = strlen(text) + 3;   /* at most one id per byte, plus BOS and a leading space */
+    size_t len = strlen(text);
+    size_t cap_ids = len + 3;   /* at most one id per byte, plus BOS and a leading space */
     int *ids = mem_alloc(cap_ids * sizeof(int));
     if (!ids) return err_set(e, ST_NOMEM, "request: cannot allocate %zu token ids", cap_ids);
-    int n = tok_encode(m->tok, text, p->add_bos, ids, (int)cap_ids, e);
+    int n = p->parse_special ? tok_encode_marked(m->tok, text, len, p->prompt_plain, p->add_bos, ids, (int)cap_ids, e)
+                             : tok_encode(m->tok, text, p->add_bos, ids, (int)cap_ids, e);
     if (n < 0) {
         mem_free(ids);
         return n;

@@ -40,6 +40,11 @@ typedef void (*RtFinishFn)(int id, const Sequence *q, const Telemetry *t, const 
 
 typedef struct {
     const char *prompt;          /* UTF-8 text */
+    int parse_special;           /* 0: the prompt is all text (the CLI's); 1: special-token texts
+                                    in it are read as their tokens (tok_encode_marked), except on
+                                    the bytes prompt_plain marks */
+    const unsigned char *prompt_plain;   /* (strlen(prompt)) 1: a user's byte (a chat message's),
+                                    never a special token; NULL: none */
     int add_bos;                 /* put BOS first when the vocabulary has one */
     SamplerParams sampling;      /* temperature, top_k, top_p, seed */
     int max_tokens;              /* >= 1 */

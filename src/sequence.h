@@ -40,6 +40,8 @@ typedef enum {
     FIN_ERROR,       /* the model produced non-finite logits (NaN or infinity) for it */
 } FinishReason;
 
+enum { SEQ_MAX_EOG = 8 };   /* end-of-generation tokens a sequence stops on, at most */
+
 typedef struct Sequence {
     int id;
     Priority priority;
@@ -50,7 +52,9 @@ typedef struct Sequence {
     int cap;                     /* min(prompt + max_tokens, P + 1): the last token needs no K/V */
     int n_prompt, n_tokens, n_out;
     int max_tokens;
-    int eos;                     /* the token that ends it, or -1 (none, or ignore_eos) */
+    int eog[SEQ_MAX_EOG];        /* (n_eog) the tokens that end it: the vocabulary's end of
+                                    generation (EOS, end of turn, ...; tok_eog) */
+    int n_eog;                   /* 0: nothing ends it but its length (or ignore_eos) */
     Sampler sampler;             /* its own parameters and random stream */
     /* the scheduler's */
     int n_computed;              /* leading tokens whose K/V are in the cache */

@@ -84,9 +84,9 @@ A_PID=$PID
 
 # 1. the simple endpoints
 check "health" "$(curl -s "$URL/health" | jq -r .status)" ok
-check "models" "$(curl -s "$URL/v1/models" | jq -r '.data[0].id + " " + .data[0].chat_template')" "shakespeare plain"
+check "models" "$(curl -s "$URL/v1/models" | jq -r '.data[0].id + " " + .data[0].chat_template')" "shakespeare fallback"
 curl -s -D "$tmp/h" -o /dev/null "$URL/v1/models"
-grep -qi '^X-Chat-Template: plain' "$tmp/h" && ok || bad "no X-Chat-Template header: $(cat "$tmp/h")"
+grep -qi '^X-Chat-Template: fallback' "$tmp/h" && ok || bad "no X-Chat-Template header: $(cat "$tmp/h")"
 curl -s "$URL/metrics" > "$tmp/m0"
 grep -q '^# TYPE llm_time_to_first_token_seconds histogram$' "$tmp/m0" && grep -q '^llm_kv_blocks{state="free"} ' "$tmp/m0" &&
     ok || bad "/metrics is not what it should be: $(head -5 "$tmp/m0")"
@@ -250,6 +250,42 @@ elif [ "${CI:-}" = true ]; then
 else
     echo "server: the sentencepiece model check skipped ($tiny not found: no ../shared here)"
 fi
+
+# 8b. real instruct vocabularies and chat templates (../shared/fixtures/chat):
+# the server renders each model's own template as llama.cpp's /apply-template
+# did, its /tokenize reads special texts as llama.cpp's does, and a chat
+# request whose user typed the template's markup is fed the ids where that
+# markup stays text (usage.prompt_tokens is their count); /detokenize spells
+# both back to the same text
+for case in llama3 qwen2.5; do
+    dir=${FIXTURES:-../shared/fixtures}/chat/$case
+    if [ ! -f "$dir/model.gguf" ]; then
+        if [ "${CI:-}" = true ]; then bad "$dir/model.gguf is missing, and under CI that is a failure"
+        else echo "server: the $case chat check skipped (no ../shared here)"; fi
+        continue
+    fi
+    start "chat-$case" --model "$dir/model.gguf"
+    for conv in single_user long_shakespeare injection; do
+        body=$(jq -c --arg n $conv '.[] | select(.name == $n) | {messages, chat_template_kwargs}' "$dir/conversations.json")
+        want=$(jq -c --arg n $conv 'select(.name == $n)' "$dir/expected.jsonl")
+        post /apply-template "$body" | jq -j .prompt > "$tmp/prompt"
+        printf '%s' "$want" | jq -j .prompt > "$tmp/prompt.want"
+        cmp -s "$tmp/prompt" "$tmp/prompt.want" && ok || bad "$case/$conv: /apply-template differs from llama.cpp's"
+        check "$case/$conv: /tokenize" "$(post /tokenize "$(jq -n --rawfile c "$tmp/prompt" '{content: $c, add_special: true}')" |
+            jq -c .tokens)" "$(printf '%s' "$want" | jq -c .ids_parse_special)"
+        safe=$(printf '%s' "$want" | jq -c '.ids_safe // .ids_parse_special')
+        check "$case/$conv: prompt_tokens of a chat request" "$(post /v1/chat/completions "$(printf '%s' "$body" |
+            jq -c '. + {max_tokens: 1, temperature: 0}')" | jq .usage.prompt_tokens)" "$(printf '%s' "$safe" | jq length)"
+        [ $conv = injection ] && check "$case/$conv: both readings spell the same text" \
+            "$(post /detokenize "{\"tokens\": $safe}" | jq -r .content | md5sum)" \
+            "$(post /detokenize "{\"tokens\": $(printf '%s' "$want" | jq -c .ids_parse_special)}" | jq -r .content | md5sum)"
+    done
+    check "$case: /tokenize with_pieces spells the text back" "$(post /tokenize \
+        '{"content": "a<|im_end|> é", "with_pieces": true, "parse_special": false}' | jq -r '[.tokens[].piece] | join("")')" \
+        "a<|im_end|> é"
+    kill -TERM $PID; wait $PID
+    check "$case server exit status" $? 0
+done
 
 # 9. --low-mem, a coded tensor damaged in the file while it is served (its
 # mapping sees the change): the request ends in a 500 that names the decode,

@@ -398,7 +398,9 @@ static void a_request_ends_by_eos_length_or_context_whichever_comes_first(void *
         p.max_tokens = max[c];
         int id = rt_submit(&rt, &p, &e);
         assert_true(id >= 0);
-        ((Sequence *)rt_sequence(&rt, id))->eos = j.out[k - 1];   /* a test's liberty: the runtime set it */
+        Sequence *sq = (Sequence *)rt_sequence(&rt, id);   /* a test's liberty: the runtime set it */
+        sq->eog[0] = j.out[k - 1];
+        sq->n_eog = 1;
         assert_int_equal(rt_run(&rt, &e), ST_OK);
         const Sequence *q = rt_sequence(&rt, id);
         assert_int_equal(q->finish, want[c]);

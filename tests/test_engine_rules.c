@@ -74,7 +74,8 @@ static void seq_init(Sequence *q, int id, Priority prio, const int *prompt, int 
     q->cap = cap;
     q->n_prompt = q->n_tokens = n;
     q->max_tokens = max_tokens;
-    q->eos = eos;
+    q->eog[0] = eos;
+    q->n_eog = eos >= 0;
     q->slot = -1;
     q->arrival_step = -1;
     SamplerParams sp = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};

@@ -103,7 +103,7 @@ static void seq_init(Sequence *q, int id, Priority prio, int n_prompt, int max_o
     for (int i = 0; i < n_prompt; i++) q->tokens[i] = id * 1000 + i;
     q->n_prompt = q->n_tokens = n_prompt;
     q->max_tokens = max_out;
-    q->eos = -1;
+    q->n_eog = 0;
     q->slot = -1;
     q->arrival_step = -1;
     assert_int_equal(kv_seq_init(&q->kv, (q->cap + BS - 1) / BS, &e), ST_OK);

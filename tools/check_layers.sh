@@ -47,7 +47,7 @@ forbid "rans.c rans.h" "$(in_wing codec) model.h runtime.h engine.h scheduler.h 
     "the codec is told which bytes to decode; it knows no model"
 # The front ends and the trainer sit above everything: no stage, and no
 # wing but their own, includes them.
-forbid "$(cd "$dir" && ls *.c *.h 2>/dev/null) $(in_wing base) $(in_wing kernels) $(in_wing text) $(in_wing trace) $(in_wing codec) $(in_wing load)" \
+forbid "$(cd "$dir" && ls *.c *.h 2>/dev/null) $(in_wing base) $(in_wing kernels) $(in_wing text) $(in_wing trace) $(in_wing codec) $(in_wing load) $(in_wing chat)" \
     "$(in_wing front) $(in_wing train)" "the front ends are on top: no stage includes them"
 
 # The wings: a file in a folder includes only headers of the folders (and
@@ -59,6 +59,7 @@ sees() {
         base)    echo "base" ;;
         kernels) echo "base kernels" ;;
         text)    echo "base text load/gguf.h" ;;
+        chat)    echo "base chat" ;;
         trace)   echo "base trace" ;;
         codec)   echo "base kernels codec rans.h" ;;
         load)    echo "base kernels codec text load model.h rans.h" ;;

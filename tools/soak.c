@@ -251,7 +251,7 @@ static int decode_output(const Soak *s, const Sequence *q, char *out, int cap) {
 
 static void check_finish(Soak *s, int id, const Sequence *q, const Gen *g) {
     const RtParams *p = &g->p;
-    int eos = tok_eos(s->m->tok), P = s->m->cfg.seq_len;
+    int P = s->m->cfg.seq_len;
     const char *why = rt_finish_name(q->finish);
     if (q->n_out > p->max_tokens) failure(s, "#%d: %d tokens out, max_tokens %d", id, q->n_out, p->max_tokens);
     switch (q->finish) {
@@ -264,7 +264,8 @@ static void check_finish(Soak *s, int id, const Sequence *q, const Gen *g) {
                     q->n_out, p->max_tokens);
         break;
     case FIN_EOS:
-        if (q->n_out < 1 || q->tokens[q->n_tokens - 1] != eos) failure(s, "#%d: eos without the EOS token", id);
+        if (q->n_out < 1 || !tok_is_eog(s->m->tok, q->tokens[q->n_tokens - 1]))
+            failure(s, "#%d: eos without an end-of-generation token", id);
         break;
     case FIN_STOP:
         if (!p->stop[0]) failure(s, "#%d: stop without stop strings", id);

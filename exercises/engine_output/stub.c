@@ -9,7 +9,8 @@
  * en->tokens_out); the step report gets one StepOutput for it (en->report.out
  * [en->report.n_out++]: seq, token, finish, and fork = {from, slot, blocks,
  * tokens} when q was just forked from forked_from, else fork.from = -1); and
- * if the token ends q (its eos; max_tokens generated; n_tokens reaching
+ * if the token ends q (one of its end-of-generation tokens: ends_on(q,
+ * token), FIN_EOS; max_tokens generated; n_tokens reaching
  * q->cap, the context), q finishes with that reason (engine_finish).
  *
  * step_outputs: for each item i of the plan, sampled[i] is the token it

@@ -14,7 +14,7 @@ static void append(Engine *en, Sequence *q, int token, const Sequence *forked_fr
     q->n_out++;
     en->tokens_out++;
     FinishReason why = FIN_NONE;
-    if (token == q->eos) why = FIN_EOS;
+    if (ends_on(q, token)) why = FIN_EOS;
     else if (q->n_out >= q->max_tokens) why = FIN_LENGTH;
     else if (q->n_tokens >= q->cap) why = FIN_CONTEXT;
     StepOutput *o = &en->report.out[en->report.n_out++];

@@ -1,7 +1,9 @@
 /* mem.c - counting allocator (see mem.h).
  *
  * Each block carries a 16-byte header holding its size, so mem_free can keep
- * live_bytes exact without the caller passing the size back. */
+ * live_bytes exact without the caller passing the size back. The counters
+ * are updated with atomic operations: the server's HTTP threads tokenize
+ * (POST /tokenize) while the engine thread runs. */
 #include "base/mem.h"
 #include <stdlib.h>
 #include <stdint.h>
@@ -15,8 +17,17 @@ static MemStats g_stats;
 static long g_fail_countdown;   /* > 0: fail when it reaches 0 */
 
 static int should_fail(void) {
-    if (g_fail_countdown <= 0) return 0;
-    return --g_fail_countdown == 0;
+    if (__atomic_load_n(&g_fail_countdown, __ATOMIC_RELAXED) <= 0) return 0;
+    return __atomic_sub_fetch(&g_fail_countdown, 1, __ATOMIC_RELAXED) == 0;
+}
+
+/* live_bytes += add - sub, and the peak raised to it. */
+static void count(size_t add, size_t sub) {
+    size_t live = __atomic_add_fetch(&g_stats.live_bytes, add - sub, __ATOMIC_RELAXED);
+    size_t peak = __atomic_load_n(&g_stats.peak_bytes, __ATOMIC_RELAXED);
+    while (live > peak && !__atomic_compare_exchange_n(&g_stats.peak_bytes, &peak, live, 1, __ATOMIC_RELAXED,
+                                                       __ATOMIC_RELAXED)) {
+    }
 }
 
 void *mem_alloc(size_t bytes) {
@@ -24,10 +35,9 @@ void *mem_alloc(size_t bytes) {
     Header *h = calloc(1, sizeof(Header) + bytes);
     if (!h) return NULL;
     h->size = bytes;
-    g_stats.live_bytes += bytes;
-    g_stats.live_count++;
-    g_stats.total_count++;
-    if (g_stats.live_bytes > g_stats.peak_bytes) g_stats.peak_bytes = g_stats.live_bytes;
+    __atomic_add_fetch(&g_stats.live_count, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&g_stats.total_count, 1, __ATOMIC_RELAXED);
+    count(bytes, 0);
     return h + 1;
 }
 
@@ -39,17 +49,16 @@ void *mem_realloc(void *p, size_t bytes) {
     Header *h = realloc(old, sizeof(Header) + bytes);
     if (!h) return NULL;
     h->size = bytes;
-    g_stats.live_bytes = g_stats.live_bytes - old_size + bytes;
-    g_stats.total_count++;
-    if (g_stats.live_bytes > g_stats.peak_bytes) g_stats.peak_bytes = g_stats.live_bytes;
+    __atomic_add_fetch(&g_stats.total_count, 1, __ATOMIC_RELAXED);
+    count(bytes, old_size);
     return h + 1;
 }
 
 void mem_free(void *p) {
     if (!p) return;
     Header *h = (Header *)p - 1;
-    g_stats.live_bytes -= h->size;
-    g_stats.live_count--;
+    __atomic_sub_fetch(&g_stats.live_bytes, h->size, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&g_stats.live_count, 1, __ATOMIC_RELAXED);
     free(h);
 }
 
@@ -60,9 +69,16 @@ char *mem_strdup(const char *s) {
     return d;
 }
 
-MemStats mem_stats(void) { return g_stats; }
+MemStats mem_stats(void) {
+    MemStats s;
+    s.live_bytes = __atomic_load_n(&g_stats.live_bytes, __ATOMIC_RELAXED);
+    s.peak_bytes = __atomic_load_n(&g_stats.peak_bytes, __ATOMIC_RELAXED);
+    s.live_count = __atomic_load_n(&g_stats.live_count, __ATOMIC_RELAXED);
+    s.total_count = __atomic_load_n(&g_stats.total_count, __ATOMIC_RELAXED);
+    return s;
+}
 
-void mem_fail_after(long n) { g_fail_countdown = n; }
+void mem_fail_after(long n) { __atomic_store_n(&g_fail_countdown, n, __ATOMIC_RELAXED); }
 
 size_t mem_resident_bytes(const void *p, size_t n) {
     if (!p || n == 0) return 0;

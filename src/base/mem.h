@@ -3,7 +3,7 @@
  * Every heap allocation in src/ goes through mem_alloc / mem_free, so a test can
  * count bytes and calls, find leaks (live count back to zero) and inject
  * failures (fail the N-th allocation) without touching the code under test.
- * Counters are process-wide and not thread-safe: allocate from one thread. */
+ * Counters are process-wide, updated atomically: any thread may allocate. */
 #ifndef MEM_H
 #define MEM_H
 #include <stddef.h>

@@ -1,9 +1,10 @@
 /* openai.c - the OpenAI wire format (see openai.h and notes/server.md):
- * chat templates recognised by their markers and rendered, a request body
+ * a request body (chat messages rendered by the model's template, chat.c)
  * parsed and checked field by field (every refusal names the field), and
  * responses and SSE chunks shaped as OpenAI's. Pure functions: any thread
  * may call them, and they allocate with malloc (strbuf.h says why). */
 #include "front/openai.h"
+#include "front/chat.h"
 #include "front/json_nul.h"
 #include "front/strbuf.h"
 #include "base/utf8.h"
@@ -14,82 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ==== chat templates ======================================================== */
-
-const char *srv_template_name(ChatTemplate t) {
-    static const char *const names[] = {"plain", "chatml", "llama2", "llama3", "zephyr"};
-    return t >= TMPL_PLAIN && t <= TMPL_ZEPHYR ? names[t] : "unknown";
-}
-
-static int has(const char *s, size_t n, const char *marker) {
-    return s && memmem(s, n, marker, strlen(marker)) != NULL;
-}
-
-/* As llama.cpp does, by the markers a Jinja template writes out: it is
- * never run, only recognised. Phi-3 also writes <|user|> but ends turns
- * with <|end|>: not Zephyr, so plain. */
-ChatTemplate srv_template_detect(const char *t, size_t n) {
-    if (has(t, n, "<|im_start|>")) return TMPL_CHATML;
-    if (has(t, n, "<|start_header_id|>") && has(t, n, "<|end_header_id|>")) return TMPL_LLAMA3;
-    if (has(t, n, "[INST]")) return TMPL_LLAMA2;
-    if (has(t, n, "<|user|>") && !has(t, n, "<|end|>")) return TMPL_ZEPHYR;
-    return TMPL_PLAIN;
-}
-
-/* BOS is not written: the runtime puts it first (RtParams.add_bos). */
-char *srv_chat_render(ChatTemplate t, const SrvMessage *m, int n) {
-    Buf b = {0};
-    int i = 0;
-    switch (t) {
-    case TMPL_CHATML:
-        for (; i < n; i++) buf_printf(&b, "<|im_start|>%s\n%s<|im_end|>\n", m[i].role, m[i].content);
-        buf_str(&b, "<|im_start|>assistant\n");
-        break;
-    case TMPL_LLAMA3:
-        for (; i < n; i++)
-            buf_printf(&b, "<|start_header_id|>%s<|end_header_id|>\n\n%s<|eot_id|>", m[i].role, m[i].content);
-        buf_str(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-        break;
-    case TMPL_LLAMA2: {
-        /* [INST] <<SYS>>\nsystem\n<</SYS>>\n\nuser [/INST] answer</s><s>[INST] ...
-         * The format has room for system text only at the top of an [INST]:
-         * system messages wait there (several in a row joined by a blank
-         * line) for the next user turn; one with no user turn after it, or
-         * before an answer, gets an [INST] of its own. Nothing is dropped. */
-        Buf sys = {0};
-        int first = 1;
-        for (; i <= n; i++) {
-            int user = i < n && !strcmp(m[i].role, "user");
-            if (i < n && !strcmp(m[i].role, "system")) {
-                if (sys.len) buf_str(&sys, "\n\n");
-                buf_str(&sys, m[i].content);
-                continue;
-            }
-            if (user || sys.len) {
-                buf_str(&b, first ? "[INST] " : "<s>[INST] ");
-                if (sys.len) buf_printf(&b, "<<SYS>>\n%s\n<</SYS>>\n\n", sys.s);
-                buf_printf(&b, "%s [/INST]", user ? m[i].content : "");
-                sys.len = 0;
-                first = 0;
-            }
-            if (i < n && !user) buf_printf(&b, " %s</s>", m[i].content);
-        }
-        if (sys.failed) b.failed = 1;
-        free(sys.s);
-        break;
-    }
-    case TMPL_ZEPHYR:
-        for (; i < n; i++) buf_printf(&b, "<|%s|>\n%s</s>\n", m[i].role, m[i].content);
-        buf_str(&b, "<|assistant|>\n");
-        break;
-    default:
-        for (; i < n; i++) buf_printf(&b, "%s: %s\n", m[i].role, m[i].content);
-        buf_str(&b, "assistant:");
-        break;
-    }
-    return buf_take(&b);
-}
+#include <time.h>
 
 /* ==== a request body ======================================================== */
 
@@ -140,72 +66,21 @@ static int get_bool(const cJSON *o, const char *key, int *out, SrvError *err) {
     return 1;
 }
 
-/* A message's content: a string, or an array of {"type": "text", "text": ...}
- * parts joined. malloc'd; NULL with err. */
-static char *message_content(const cJSON *c, int i, SrvError *err) {
-    char param[48];
-    snprintf(param, sizeof param, "messages[%d].content", i);
-    if (cJSON_IsString(c)) return strdup(c->valuestring);
-    if (!cJSON_IsArray(c)) {
-        srv_error_set(err, 400, param, "%s must be a string or an array of text parts", param);
-        return NULL;
-    }
-    Buf b = {0};
-    const cJSON *part;
-    cJSON_ArrayForEach(part, c) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
-        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
-        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text)) {
-            free(b.s);
-            srv_error_set(err, 400, param, "%s: only parts of type \"text\" are supported", param);
-            return NULL;
-        }
-        buf_str(&b, text->valuestring);
-    }
-    char *s = buf_take(&b);
-    if (!s) srv_error_set(err, 500, "", "out of memory");
-    return s;
-}
-
+/* A chat request's prompt, by the model's template (front/chat.c). */
 static int parse_messages(const cJSON *body, const SrvLimits *lim, SrvRequest *r, SrvError *err) {
-    const cJSON *ms = field(body, "messages");
-    if (!ms) return srv_error_set(err, 400, "messages", "messages is required");
-    int n = cJSON_GetArraySize(ms);
-    if (!cJSON_IsArray(ms) || n < 1 || n > 1024)
-        return srv_error_set(err, 400, "messages", "messages must be an array of 1 to 1024 messages");
-    SrvMessage *m = calloc((size_t)n, sizeof *m);
-    char **content = calloc((size_t)n, sizeof *content);
-    int st = ST_OK, i = 0;
-    if (!m || !content) st = srv_error_set(err, 500, "", "out of memory");
-    const cJSON *msg;
-    cJSON_ArrayForEach(msg, ms) {
-        if (st) break;
-        char param[48];
-        snprintf(param, sizeof param, "messages[%d].role", i);
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
-        if (!cJSON_IsObject(msg) || !cJSON_IsString(role)) {
-            st = srv_error_set(err, 400, param, "%s must be a string", param);
-            break;
-        }
-        const char *rs = role->valuestring;
-        if (!strcmp(rs, "developer")) rs = "system";   /* OpenAI's newer name for it */
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant")) {
-            st = srv_error_set(err, 400, param, "%s \"%s\" is not system, user or assistant", param, rs);
-            break;
-        }
-        content[i] = message_content(cJSON_GetObjectItemCaseSensitive(msg, "content"), i, err);
-        if (!content[i]) {
-            st = ST_ARG;
-            break;
-        }
-        m[i] = (SrvMessage){.role = rs, .content = content[i]};
-        i++;
+    SrvPrompt p;
+    int status = 400;
+    Err e = {{0}};
+    if (srv_chat_prompt(lim->chat, body, time(NULL), lim->max_prompt, &p, &status, err->param, sizeof err->param, &e)) {
+        char param[sizeof err->param];
+        snprintf(param, sizeof param, "%s", err->param);
+        return srv_error_set(err, status, param, "%s", e.msg);
     }
-    if (!st && !(r->prompt = srv_chat_render(lim->tmpl, m, n))) st = srv_error_set(err, 500, "", "out of memory");
-    for (int k = 0; content && k < n; k++) free(content[k]);
-    free(content);
-    free(m);
-    return st;
+    r->prompt = p.text;
+    r->plain = p.plain;
+    r->prompt_len = p.len;
+    r->parse_special = 1;
+    return ST_OK;
 }
 
 static int parse_stop(const cJSON *body, SrvRequest *r, SrvError *err) {
@@ -239,7 +114,12 @@ static int parse_fields(const cJSON *body, int chat, const SrvLimits *lim, SrvRe
         if (p && cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1) p = cJSON_GetArrayItem(p, 0);
         if (!p) return srv_error_set(err, 400, "prompt", "prompt is required");
         if (!cJSON_IsString(p)) return srv_error_set(err, 400, "prompt", "prompt must be a string (or an array of one)");
+        r->prompt_len = strlen(p->valuestring);
+        if (r->prompt_len > lim->max_prompt)
+            return srv_error_set(err, 413, "prompt", "prompt is %zu bytes, over the limit of %zu", r->prompt_len,
+                                 lim->max_prompt);
         if (!(r->prompt = strdup(p->valuestring))) return srv_error_set(err, 500, "", "out of memory");
+        r->parse_special = 1;   /* a raw prompt's markup is its writer's own, as in llama.cpp */
     }
     long long v = 0;
     int got;
@@ -319,7 +199,9 @@ int srv_parse_request(const char *body, size_t len, int chat, const SrvLimits *l
 
 void srv_request_free(SrvRequest *r) {
     free(r->prompt);
+    free(r->plain);
     r->prompt = NULL;
+    r->plain = NULL;
 }
 
 /* ==== JSON out ================================================================ */
@@ -455,6 +337,146 @@ char *srv_sse_chunk(const SrvChunk *c) {
     return buf_take(&b);
 }
 
+/* ==== llama.cpp's extension endpoints ========================================= */
+
+/* The body as a JSON object, or NULL with err. */
+static cJSON *body_object(const char *body, size_t len, SrvError *err) {
+    cJSON *j = cJSON_ParseWithLength(body, len);
+    if (!j) srv_error_set(err, 400, "", "the body is not valid JSON");
+    else if (!cJSON_IsObject(j)) srv_error_set(err, 400, "", "the body must be a JSON object");
+    else return j;
+    cJSON_Delete(j);
+    return NULL;
+}
+
+/* A boolean field with a default; -1 (err set) when it is not a boolean. */
+static int flag(const cJSON *o, const char *key, int dflt, SrvError *err) {
+    int v = dflt;
+    return get_bool(o, key, &v, err) < 0 ? -1 : v;
+}
+
+/* A piece's bytes as JSON: a string when they are whole UTF-8, else the
+ * byte values (as llama.cpp answers with_pieces). */
+static cJSON *piece_json(const char *s, int n) {
+    for (int i = 0; i < n;) {
+        int k = utf8_char_len((const unsigned char *)s + i, (size_t)(n - i));
+        if (!k) {
+            cJSON *a = cJSON_CreateArray();
+            for (int j = 0; j < n; j++) cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)s[j]));
+            return a;
+        }
+        i += k;
+    }
+    char *z = strndup(s, (size_t)n);
+    cJSON *str = z ? cJSON_CreateString(z) : NULL;
+    free(z);
+    return str;
+}
+
+char *srv_tokenize_json(const Tokenizer *tok, const char *body, size_t len, SrvError *err) {
+    cJSON *j = body_object(body, len, err);
+    if (!j) return NULL;
+    const cJSON *content = field(j, "content");
+    int add_special = flag(j, "add_special", 0, err), parse_special = add_special < 0 ? -1 : flag(j, "parse_special", 1, err);
+    int pieces = parse_special < 0 ? -1 : flag(j, "with_pieces", 0, err);
+    char *out = NULL;
+    if (pieces < 0) {
+        /* err says which */
+    } else if (!cJSON_IsString(content)) {
+        srv_error_set(err, 400, "content", "content must be a string");
+    } else {
+        size_t n = strlen(content->valuestring);
+        int *ids = malloc((n + 3) * sizeof *ids);
+        unsigned char *plain = parse_special ? NULL : malloc(n ? n : 1);
+        Err e = {{0}};
+        int k = -1;
+        if (ids && (parse_special || plain)) {
+            if (plain) memset(plain, 1, n);
+            k = tok_encode_marked(tok, content->valuestring, n, plain, add_special, ids, (int)(n + 3), &e);
+            if (k < 0) srv_error_set(err, 400, "content", "%s", e.msg);
+        } else {
+            srv_error_set(err, 500, "", "out of memory");
+        }
+        if (k >= 0) {
+            cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "tokens");
+            for (int i = 0; i < k; i++) {
+                if (!pieces) {
+                    cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+                    continue;
+                }
+                char piece[TOK_MAX_PIECE];
+                int pn = tok_piece(tok, ids[i], piece, sizeof piece);
+                cJSON *item = cJSON_CreateObject();
+                cJSON_AddNumberToObject(item, "id", ids[i]);
+                cJSON_AddItemToObject(item, "piece", piece_json(piece, pn < (int)sizeof piece ? pn : (int)sizeof piece - 1));
+                cJSON_AddItemToArray(arr, item);
+            }
+            if (!(out = print_json(o))) srv_error_set(err, 500, "", "out of memory");
+        }
+        free(ids);
+        free(plain);
+    }
+    cJSON_Delete(j);
+    return out;
+}
+
+char *srv_detokenize_json(const Tokenizer *tok, const char *body, size_t len, SrvError *err) {
+    cJSON *j = body_object(body, len, err);
+    if (!j) return NULL;
+    const cJSON *tokens = field(j, "tokens"), *t;
+    char *out = NULL;
+    if (!cJSON_IsArray(tokens)) {
+        srv_error_set(err, 400, "tokens", "tokens must be an array of token ids");
+        cJSON_Delete(j);
+        return NULL;
+    }
+    Buf b = {0};
+    int i = 0, ok = 1;
+    cJSON_ArrayForEach(t, tokens) {
+        double v = cJSON_IsNumber(t) ? t->valuedouble : -1;
+        if (!(v >= 0 && v < tok_n_vocab(tok)) || v != (double)(int)v) {
+            srv_error_set(err, 400, "tokens", "tokens[%d] is not an id of this vocabulary (0..%d)", i, tok_n_vocab(tok) - 1);
+            ok = 0;
+            break;
+        }
+        char piece[TOK_MAX_PIECE];
+        int pn = tok_piece(tok, (int)v, piece, sizeof piece);
+        buf_add(&b, piece, (size_t)(pn < (int)sizeof piece ? pn : (int)sizeof piece - 1));
+        i++;
+    }
+    if (ok) {
+        buf_add(&b, "", 0);
+        char *text = b.failed ? NULL : utf8_clean(b.s ? b.s : "");
+        cJSON *o = cJSON_CreateObject();
+        if (text) cJSON_AddStringToObject(o, "content", text);
+        free(text);
+        if (!text || !(out = print_json(o))) srv_error_set(err, 500, "", "out of memory");
+    }
+    free(b.s);
+    cJSON_Delete(j);
+    return out;
+}
+
+char *srv_apply_template_json(const SrvLimits *lim, const char *body, size_t len, SrvError *err) {
+    cJSON *j = body_object(body, len, err);
+    if (!j) return NULL;
+    SrvPrompt p;
+    int status = 400;
+    char param[sizeof err->param];
+    Err e = {{0}};
+    char *out = NULL;
+    if (srv_chat_prompt(lim->chat, j, time(NULL), lim->max_prompt, &p, &status, param, sizeof param, &e)) {
+        srv_error_set(err, status, param, "%s", e.msg);
+    } else {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "prompt", p.text);
+        if (!(out = print_json(o))) srv_error_set(err, 500, "", "out of memory");
+        srv_prompt_free(&p);
+    }
+    cJSON_Delete(j);
+    return out;
+}
+
 char *srv_models_json(const char *id, long created, int max_model_len, const char *chat_template) {
     cJSON *o = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
@@ -463,6 +485,7 @@ char *srv_models_json(const char *id, long created, int max_model_len, const cha
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)created);
     cJSON_AddStringToObject(m, "owned_by", "local");
+    cJSON_AddStringToObject(m, "root", id);
     cJSON_AddNumberToObject(m, "max_model_len", max_model_len);
     cJSON_AddStringToObject(m, "chat_template", chat_template);
     return print_json(o);

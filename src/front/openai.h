@@ -1,28 +1,12 @@
 /* openai.h - the OpenAI wire format, as pure functions: a body in, a
  * request or an OpenAI error out; a choice or a chunk in, its JSON or SSE
- * bytes out; the chat templates. No socket, no thread, no engine: the
+ * bytes out. No socket, no thread, no engine: the
  * server (server.h) calls these, and tests/test_server.c tests them
  * directly. See notes/server.md. */
 #ifndef OPENAI_H
 #define OPENAI_H
 #include "runtime.h"
 #include <stddef.h>
-
-/* ---- chat templates: recognised by markers, rendered here ---- */
-
-typedef enum { TMPL_PLAIN = 0, TMPL_CHATML, TMPL_LLAMA2, TMPL_LLAMA3, TMPL_ZEPHYR } ChatTemplate;
-
-typedef struct {
-    const char *role, *content;
-} SrvMessage;
-
-const char *srv_template_name(ChatTemplate t);   /* "plain", "chatml", "llama2", "llama3", "zephyr" */
-/* The template a model's tokenizer.chat_template (len bytes, NULL: none)
- * is, recognised by the markers it contains; TMPL_PLAIN if none matches. */
-ChatTemplate srv_template_detect(const char *tmpl, size_t len);
-/* The prompt for messages m[0..n) ending where the assistant speaks next,
- * malloc'd (free it); NULL if out of memory. */
-char *srv_chat_render(ChatTemplate t, const SrvMessage *m, int n);
 
 /* ---- a request body, parsed and checked ---- */
 
@@ -37,7 +21,8 @@ typedef struct {
 /* What a request's body is checked against. */
 typedef struct {
     const char *model_id;        /* the name in /v1/models; "model" must be it when given */
-    ChatTemplate tmpl;           /* how chat messages become a prompt */
+    const struct SrvChat *chat;  /* how chat messages become a prompt (front/chat.h) */
+    size_t max_prompt;           /* bytes of a prompt, rendered or given: more is a 413, never cut */
     int max_tokens_default;      /* when the body gives none (completions: 16, as OpenAI) */
     int chat_max_tokens_default; /* chat: up to the context */
 } SrvLimits;
@@ -45,6 +30,11 @@ typedef struct {
 typedef struct {
     int chat;                    /* /v1/chat/completions */
     char *prompt;                /* malloc'd: the text, or the rendered messages */
+    unsigned char *plain;        /* malloc'd (prompt_len flags): 1 on the bytes a chat's messages
+                                    put there, which never become special tokens; NULL for a
+                                    completion's raw prompt */
+    size_t prompt_len;
+    int parse_special;           /* special-token texts are read as their tokens (outside plain) */
     int max_tokens, n, stream, include_usage, ignore_eos;
     SamplerParams sp;
     int seed_given;              /* 0: the server picks a seed */
@@ -110,6 +100,19 @@ const char *srv_finish_reason(FinishReason f);
  * returns ST_ARG. */
 int srv_error_set(SrvError *err, int status, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* ---- llama.cpp's extension endpoints, with its shapes ----
+ * Each takes the request body and returns the answer, malloc'd JSON, or
+ * NULL with err (400 naming the field; 500 out of memory). */
+/* POST /tokenize {"content", "add_special" (false), "parse_special" (true),
+ * "with_pieces" (false)} -> {"tokens": [id, ...]} or [{"id", "piece"}, ...]. */
+char *srv_tokenize_json(const Tokenizer *tok, const char *body, size_t len, SrvError *err);
+/* POST /detokenize {"tokens": [id, ...]} -> {"content": text}: every token's
+ * bytes, control tokens spelled out. */
+char *srv_detokenize_json(const Tokenizer *tok, const char *body, size_t len, SrvError *err);
+/* POST /apply-template {"messages", "chat_template_kwargs"} -> {"prompt"}:
+ * exactly what a chat request with those messages feeds the tokenizer. */
+char *srv_apply_template_json(const SrvLimits *lim, const char *body, size_t len, SrvError *err);
 
 /* /v1/models: the one model this server runs, malloc'd JSON. */
 char *srv_models_json(const char *id, long created, int max_model_len, const char *chat_template);

@@ -8,6 +8,7 @@
  * line "serve: listening on http://HOST:PORT ..." goes to stderr once the
  * socket is bound (with --port 0 it names the port chosen), then the trace
  * if asked. See notes/server.md. */
+#include "base/fileio.h"
 #include "front/cli_opts.h"
 #include "front/server.h"
 #include "trace/trace.h"
@@ -21,7 +22,7 @@
 
 typedef struct {
     CliEngine cli;
-    const char *host, *model_name;
+    const char *host, *model_name, *chat_template;
     int port, max_queue;
     long max_body;
     long max_buffered;
@@ -47,19 +48,22 @@ static void usage(FILE *f) {
         "                       closed at once (default 4096)\n"
         "  --idle-timeout S     a connection that sends and takes nothing for S seconds is\n"
         "                       closed (default 60; waiting for the engine is not idle)\n"
+        "  --chat-template FILE a Jinja chat template to use instead of the model file's\n"
+        "                       tokenizer.chat_template (notes/chat.md)\n"
         "engine:\n");
     cli_engine_usage(f);
     fprintf(f, "  -h, --help           this text\n");
 }
 
 static const char *const OWN[] = {"--host", "--port", "--max-queue", "--max-body", "--max-buffered", "--model-name",
-                                  "--max-connections", "--idle-timeout", NULL};
+                                  "--max-connections", "--idle-timeout", "--chat-template", NULL};
 
 /* One of serve's own options and its value; ST_ARG with a line in e. */
 static int own_option(void *ctx, const char *a, const char *v, Err *e) {
     Options *o = ctx;
     long n = 0;
     if (!strcmp(a, "--host")) o->host = v;
+    else if (!strcmp(a, "--chat-template")) o->chat_template = v;
     else if (!strcmp(a, "--model-name")) {
         /* the id is kept in 256 bytes: a longer one would be cut, and no client could name it */
         if (!*v || strlen(v) > 255)
@@ -110,13 +114,32 @@ static void model_id(const Options *o, char *out, size_t cap) {
     if (dot && dot != out) *dot = 0;
 }
 
-/* The chat template the model's file names (tokenizer.chat_template), recognised. */
-static ChatTemplate model_template(const Model *m) {
-    if (strcmp(m->format, "gguf")) return TMPL_PLAIN;
-    GgufStr t;
-    Err e;
-    if (gguf_get_str(&m->gguf, "tokenizer.chat_template", &t, &e)) return TMPL_PLAIN;
-    return srv_template_detect(t.s, (size_t)t.len);
+/* The model's chat: --chat-template FILE, else the file's
+ * tokenizer.chat_template, else the fallback (chat.h); with the texts of
+ * its BOS and EOS, and whether the vocabulary puts BOS first itself. */
+static int model_chat(const Options *o, const Model *m, SrvChat *c, Err *e) {
+    const Tokenizer *t = m->tok;
+    char bos[256] = "", eos[256] = "";
+    if (tok_bos(t) >= 0 && tok_piece(t, tok_bos(t), bos, sizeof bos) >= (int)sizeof bos) bos[0] = 0;
+    if (tok_eos(t) >= 0 && tok_piece(t, tok_eos(t), eos, sizeof eos) >= (int)sizeof eos) eos[0] = 0;
+    int ids[4];
+    int adds_bos = tok_bos(t) >= 0 && tok_encode(t, "", 1, ids, 4, e) >= 1 && ids[0] == tok_bos(t);
+    if (o->chat_template) {
+        size_t n;
+        unsigned char *src;
+        if (fio_slurp(o->chat_template, &src, &n, e)) return ST_IO;
+        char origin[200];
+        snprintf(origin, sizeof origin, "--chat-template %s", o->chat_template);
+        int st = srv_chat_init(c, (const char *)src, n, "file", origin, bos, eos, adds_bos, e);
+        mem_free(src);
+        return st;
+    }
+    GgufStr s;
+    Err ge;
+    if (!strcmp(m->format, "gguf") && !gguf_get_str(&m->gguf, "tokenizer.chat_template", &s, &ge))
+        return srv_chat_init(c, s.s, (size_t)s.len, "model", "the model's tokenizer.chat_template", bos, eos, adds_bos, e);
+    return srv_chat_init(c, NULL, 0, "fallback", "the fallback template (the model file has none): "
+                         "\"role: content\" lines, then \"assistant:\"", bos, eos, adds_bos, e);
 }
 
 int main(int argc, char **argv) {
@@ -136,6 +159,7 @@ int main(int argc, char **argv) {
     Runtime rt;
     Trace trace = {0};
     Server srv = {0};
+    SrvChat chat = {0};
     int rc = 1;
     if (model_load_opts(&m, o.cli.model, o.cli.tokenizer, &o.cli.mo, &e)) {
         fprintf(stderr, "serve: %s\n", e.msg);
@@ -177,18 +201,23 @@ int main(int argc, char **argv) {
     SrvConfig cfg = {.host = o.host, .port = o.port, .model_id = id, .max_queue = o.max_queue,
                      .max_body = (size_t)o.max_body, .max_buffered = (size_t)o.max_buffered,
                      .max_connections = (int)o.max_connections, .idle_timeout = (int)o.idle_timeout};
-    ChatTemplate tmpl = model_template(&m);
+    if (model_chat(&o, &m, &chat, &e)) {
+        fprintf(stderr, "serve: %s\n", e.msg);
+        goto out;
+    }
+    cfg.chat = &chat;
+    cfg.tok = m.tok;
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     MemStats ready = mem_stats();
-    if (srv_init(&srv, &rt, &cfg, tmpl, &e)) {
+    if (srv_init(&srv, &rt, &cfg, &e)) {
         fprintf(stderr, "serve: %s\n", e.msg);
         goto out;
     }
     fprintf(stderr, "serve: listening on http://%s:%d (model %s, chat template %s, %d sequences, "
-            "KV pool %d blocks of %d tokens)\n", o.host, srv.port, id, srv_template_name(tmpl),
+            "KV pool %d blocks of %d tokens)\n", o.host, srv.port, id, chat.origin,
             sc->max_seqs, rt_stats(&rt).engine.kv.n_blocks, rt_stats(&rt).engine.kv.block_size);
     fflush(stderr);
     rc = srv_run(&srv, &stop_asked, &e) ? 1 : 0;
@@ -201,6 +230,7 @@ int main(int argc, char **argv) {
         trace_memory_report(&trace, stderr, &mem);
     }
 out:
+    srv_chat_free(&chat);
     trace_free(&trace);
     rt_free(&rt);
     model_free(&m);

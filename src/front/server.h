@@ -20,6 +20,7 @@
 #ifndef SERVER_H
 #define SERVER_H
 #include "base/err.h"
+#include "front/chat.h"
 #include "front/metrics.h"
 #include "front/openai.h"
 #include "runtime.h"
@@ -40,6 +41,10 @@ typedef struct {
     int max_connections;         /* connections open at once; one more is closed at once (0: 4096) */
     int idle_timeout;            /* seconds a connection may send or take nothing before it is
                                     closed (0: 60); waiting for the engine is not idle */
+    const SrvChat *chat;         /* the model's chat template (front/chat.h); must outlive the server */
+    const Tokenizer *tok;        /* the model's vocabulary, for /tokenize and /detokenize: read-only,
+                                    so the HTTP threads may share it with the engine's */
+    size_t max_prompt;           /* bytes of a prompt, given or rendered (0: 4 MiB); 413 beyond */
 } SrvConfig;
 
 typedef struct Job Job;          /* private to the server (server_internal.h) */
@@ -71,7 +76,7 @@ typedef struct {
 
 /* Bind and start listening (HTTP threads start answering; requests wait
  * for srv_run). The runtime must outlive the server. */
-int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, ChatTemplate tmpl, Err *e);
+int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, Err *e);
 /* The engine loop, on the calling thread, until *stop becomes non-zero:
  * then every request still running is cancelled and the loop returns. */
 int srv_run(Server *s, volatile sig_atomic_t *stop, Err *e);

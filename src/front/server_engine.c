@@ -199,6 +199,8 @@ static void submit_job(Server *s, Job *j) {
     }
     RtParams p = rt_params_default();
     p.prompt = j->req.prompt;
+    p.parse_special = j->req.parse_special;
+    p.prompt_plain = j->req.plain;
     p.sampling = j->req.sp;
     p.max_tokens = j->req.max_tokens;
     p.n = j->req.n;

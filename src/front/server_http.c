@@ -229,7 +229,7 @@ static enum MHD_Result reply(struct MHD_Connection *c, Conn *k, int status, char
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    MHD_add_response_header(r, "X-Chat-Template", srv_template_name(k->srv->lim.tmpl));
+    MHD_add_response_header(r, "X-Chat-Template", k->srv->cfg.chat->kind);
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     k->status = status;
@@ -243,8 +243,8 @@ static enum MHD_Result reply_error(struct MHD_Connection *c, Conn *k, const SrvE
 
 static enum MHD_Result answer_models(struct MHD_Connection *c, Conn *k) {
     Server *s = k->srv;
-    return reply(c, k, 200, srv_models_json(s->cfg.model_id, s->start_time, s->context,
-                                            srv_template_name(s->lim.tmpl)), "application/json");
+    return reply(c, k, 200, srv_models_json(s->cfg.model_id, s->start_time, s->context, s->cfg.chat->kind),
+                 "application/json");
 }
 
 static enum MHD_Result answer_metrics(struct MHD_Connection *c, Conn *k) {
@@ -259,6 +259,22 @@ static void count_invalid(Server *s) {
     pthread_mutex_lock(&s->mu);
     s->metrics.rejected_invalid++;
     pthread_mutex_unlock(&s->mu);
+}
+
+/* /tokenize, /detokenize, /apply-template: answered on the HTTP thread
+ * (the vocabulary and the template are read-only). */
+static enum MHD_Result answer_extension(struct MHD_Connection *c, Conn *k, const char *url) {
+    Server *s = k->srv;
+    SrvError err;
+    const char *body = k->body ? k->body : "";
+    char *json = !strcmp(url, "/tokenize") ? srv_tokenize_json(s->cfg.tok, body, k->len, &err)
+               : !strcmp(url, "/detokenize") ? srv_detokenize_json(s->cfg.tok, body, k->len, &err)
+               : srv_apply_template_json(&s->lim, body, k->len, &err);
+    if (!json) {
+        count_invalid(s);
+        return reply_error(c, k, &err);
+    }
+    return reply(c, k, 200, json, "application/json");
 }
 
 /* Onto the server's queue; 503 (in err) when full or stopping. */
@@ -322,7 +338,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, Conn *k, int ch
         if (!r) return MHD_NO;
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        MHD_add_response_header(r, "X-Chat-Template", srv_template_name(s->lim.tmpl));
+        MHD_add_response_header(r, "X-Chat-Template", s->cfg.chat->kind);
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
         k->status = 200;
@@ -423,7 +439,9 @@ static enum MHD_Result handle_request(void *cls, struct MHD_Connection *c, const
     if (!strcmp(url, "/metrics") && get) return answer_metrics(c, k);
     if (!strcmp(url, "/v1/completions") && post) return answer_generate(c, k, 0);
     if (!strcmp(url, "/v1/chat/completions") && post) return answer_generate(c, k, 1);
-    int known = !strcmp(url, "/health") || !strcmp(url, "/v1/models") || !strcmp(url, "/metrics") ||
+    int extension = !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize") || !strcmp(url, "/apply-template");
+    if (extension && post) return answer_extension(c, k, url);
+    int known = extension || !strcmp(url, "/health") || !strcmp(url, "/v1/models") || !strcmp(url, "/metrics") ||
                 !strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions");
     if (known) srv_error_set(&err, 405, "", "%s is not allowed on %s", method, url);
     else srv_error_set(&err, 404, "", "no such endpoint: %s %s", method, url);
@@ -482,7 +500,7 @@ static void connection_event(void *cls, struct MHD_Connection *c, void **socket_
     srv_note(s, "conn %ld: opened from %s", n, addr);
 }
 
-int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, ChatTemplate tmpl, Err *e) {
+int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, Err *e) {
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
     if (!s->cfg.max_buffered) s->cfg.max_buffered = (size_t)64 << 20;
@@ -493,8 +511,9 @@ int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, ChatTemplate tmpl, Er
     RtStats rs = rt_stats(rt);   /* read here, before any HTTP thread starts */
     s->max_seqs = rs.engine.sched.max_seqs;
     s->context = rs.context;
-    s->lim = (SrvLimits){.model_id = cfg->model_id, .tmpl = tmpl, .max_tokens_default = 16,
-                         .chat_max_tokens_default = rs.context};
+    if (!s->cfg.max_prompt) s->cfg.max_prompt = (size_t)4 << 20;
+    s->lim = (SrvLimits){.model_id = cfg->model_id, .chat = cfg->chat, .max_prompt = s->cfg.max_prompt,
+                         .max_tokens_default = 16, .chat_max_tokens_default = rs.context};
     srv_metrics_init(&s->metrics);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);

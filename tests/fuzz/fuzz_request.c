@@ -3,7 +3,8 @@
  * the rendering of the messages through a template.
  *
  * The first byte picks the endpoint (bit 0: chat) and the chat template
- * (the rest, modulo the five); the remaining bytes are the body. What must
+ * (bit 1: a ChatML template, else the fallback); the remaining bytes are
+ * the body. What must
  * hold: no crash, leak or undefined behaviour (clang's float-cast-overflow
  * on: a number out of every range must be refused before it is converted);
  * a refusal is an HTTP status of 4xx (or 500 for out of memory) with a message, and its error object
@@ -15,15 +16,30 @@
  * Seeds (tests/fuzz/fuzz_request/): bodies with every field, chat messages
  * in each form, and refusals. */
 #include "fuzz.h"
+#include "front/chat.h"
 #include "front/openai.h"
 #include "../utf8_ref.h"
 #include <cjson/cJSON.h>
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) { return 0; }
+static SrvChat fallback, chatml;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    static const char src[] = "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content | trim + "
+                              "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    Err e;
+    if (srv_chat_init(&fallback, NULL, 0, "fallback", "fallback", "", "", 0, &e) ||
+        srv_chat_init(&chatml, src, strlen(src), "model", "chatml", "<s>", "<|im_end|>", 0, &e)) {
+        fprintf(stderr, "fuzz_request: %s\n", e.msg);
+        abort();
+    }
+    return 0;
+}
 
 static void check_accepted(const SrvRequest *r) {
     if (!r->prompt) fuzz_fail("accepted with no prompt");
-    (void)strlen(r->prompt);   /* ASan: a whole C string */
+    if (strlen(r->prompt) != r->prompt_len) fuzz_fail("a prompt of %zu bytes, said to be %zu", strlen(r->prompt), r->prompt_len);
+    if (r->chat && !r->plain) fuzz_fail("a chat prompt without its plain flags");
+    for (size_t i = 0; r->plain && i < r->prompt_len; i++) (void)r->plain[i];   /* ASan: one flag a byte */
     if (r->max_tokens < 1) fuzz_fail("max_tokens %d", r->max_tokens);
     if (r->n < 1 || r->n > RT_MAX_SAMPLES) fuzz_fail("n %d", r->n);
     if (!(r->sp.temperature >= 0)) fuzz_fail("temperature %g", (double)r->sp.temperature);
@@ -54,8 +70,8 @@ static void check_refused(const SrvError *err) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     int chat = data[0] & 1;
-    SrvLimits lim = {.model_id = "m", .tmpl = (ChatTemplate)((data[0] >> 1) % 5), .max_tokens_default = 16,
-                     .chat_max_tokens_default = 128};
+    SrvLimits lim = {.model_id = "m", .chat = data[0] & 2 ? &chatml : &fallback, .max_prompt = 1 << 20,
+                     .max_tokens_default = 16, .chat_max_tokens_default = 128};
     SrvRequest r;
     SrvError err;
     memset(&err, 0, sizeof err);
