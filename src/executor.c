@@ -131,7 +131,8 @@ const int *exec_run(Executor *x, const StepPlan *p) {
         }
         if (it->seq->fork_next && !it->seq->fork_parent)
             memcpy(x->fork_logits + (size_t)i * V, row, (size_t)V * sizeof(float));
-        x->sampled[i] = sampler_sample(&it->seq->sampler, row);
+        const Sequence *q = it->seq;
+        x->sampled[i] = sampler_pick(&it->seq->sampler, row, q->tokens + q->n_prompt, q->n_tokens - q->n_prompt);
     }
     double t3 = clock_seconds();
     x->t_build = t1 - t0;
@@ -147,5 +148,5 @@ const char *exec_error(const Executor *x) {
 int exec_sample_fork(Executor *x, int i, Sequence *child) {
     size_t V = (size_t)x->model->cfg.vocab_size;
     memcpy(x->fork_scratch, x->fork_logits + (size_t)i * V, V * sizeof(float));   /* sampling scales it */
-    return sampler_sample(&child->sampler, x->fork_scratch);
+    return sampler_pick(&child->sampler, x->fork_scratch, NULL, 0);   /* its first token: nothing generated yet */
 }

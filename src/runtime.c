@@ -45,6 +45,7 @@ struct Request {
     char piece[TOK_MAX_PIECE];   /* the text of the last token */
     int n_piece;
     RtStreamFn on_text;
+    RtTokenFn on_token;
     RtFinishFn on_finish;
     void *user;
     Telemetry tm;
@@ -209,6 +210,7 @@ static Request *new_request(const Runtime *rt, const RtParams *p, const int *ids
         r->n_stop++;
     }
     r->on_text = p->on_text;
+    r->on_token = p->on_token;
     r->on_finish = p->on_finish;
     r->user = p->user;
     r->tm.first_scheduled = r->tm.first_token = r->tm.finished = -1.0;
@@ -430,6 +432,7 @@ static void deliver(Runtime *rt, const StepOutput *o, double now) {
     }
     if (q->n_out == 1) r->tm.first_token = now;
     if (o->finish != FIN_EOS) {
+        if (r->on_token) r->on_token(q->id, o->token, q->sampler.p.logprobs ? &q->sampler.last : NULL, r->user);
         r->n_piece = tok_decode(rt->model->tok, &r->dec, o->token, r->piece);
         if (emit(r, r->piece, r->n_piece)) engine_finish(&rt->en, q, FIN_STOP);
     }

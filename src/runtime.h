@@ -29,6 +29,13 @@ enum { RT_MAX_STOP = 16, RT_STOP_LEN = 64, RT_MAX_SAMPLES = 64 };
  * more with len 0 when the request finishes. */
 typedef void (*RtStreamFn)(int id, const char *text, int len, void *user);
 
+/* Called with each token request `id` generates, before its text: the
+ * token, and when the request asked for logprobs (sampling.logprobs) what
+ * the sampler saw (SamplerLast: the token's log-probability and the most
+ * likely alternatives), else NULL. Not called for the end-of-generation
+ * token that finishes it (it has no text). */
+typedef void (*RtTokenFn)(int id, int token, const SamplerLast *lp, void *user);
+
 typedef struct RtTelemetry Telemetry;
 
 /* Called once when request `id` has ended, after its last text: its
@@ -55,6 +62,7 @@ typedef struct {
     const char *stop[RT_MAX_STOP];   /* stop strings (NULL-terminated list, may be empty) */
     Priority priority;
     RtStreamFn on_text;          /* may be NULL */
+    RtTokenFn on_token;          /* may be NULL */
     RtFinishFn on_finish;        /* may be NULL */
     void *user;
 } RtParams;

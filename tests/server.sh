@@ -119,12 +119,21 @@ stops='"\n\n\n", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<|endoftext|>"
 post /v1/completions "{\"prompt\": \"ROMEO:\", \"max_tokens\": 40, \"temperature\": 0, \"stop\": [$stops]}" > "$tmp/stop14.json"
 jq -j '.choices[0].text' "$tmp/stop14.json" > "$tmp/stop14.txt"
 cmp -s "$tmp/stop14.txt" "$tmp/stopref" && ok || bad "14 stop strings: $(cat "$tmp/stop14.json")"
-# LibreChat's body: penalties of 0, a user, no max_tokens: answered; a penalty that would change the text: refused by name
+# LibreChat's body: penalties, a user, no max_tokens: answered
 check "LibreChat's default body" "$(curl -s -o "$tmp/lc.json" -w '%{http_code}' -H 'Content-Type: application/json' "$URL/v1/chat/completions" \
     -d '{"model": "shakespeare", "messages": [{"role": "user", "content": "Hail"}], "temperature": 1, "top_p": 1,
          "presence_penalty": 0, "frequency_penalty": 0, "user": "u-1", "stream": false}')/$(jq -r '.choices[0].finish_reason' "$tmp/lc.json")" 200/length
-check "a presence penalty refused" "$(curl -s -o "$tmp/err.json" -w '%{http_code}' -H 'Content-Type: application/json' "$URL/v1/completions" \
-    -d '{"prompt": "a", "presence_penalty": 0.5}')/$(jq -r .error.param "$tmp/err.json")" 400/presence_penalty
+check "a presence penalty out of range refused" "$(curl -s -o "$tmp/err.json" -w '%{http_code}' -H 'Content-Type: application/json' "$URL/v1/completions" \
+    -d '{"prompt": "a", "presence_penalty": 2.5}')/$(jq -r .error.param "$tmp/err.json")" 400/presence_penalty
+# the penalties and logit_bias change greedy text (the sampler's own tests check by how much)
+post /v1/completions '{"prompt": "ROMEO:", "max_tokens": 40, "temperature": 0, "frequency_penalty": 2}' | jq -j '.choices[0].text' > "$tmp/pen.txt"
+cmp -s "$tmp/pen.txt" "$tmp/ref" && bad "a frequency penalty of 2 left greedy text as it was" || ok
+post /v1/completions '{"prompt": "ROMEO:", "max_tokens": 1, "temperature": 0}' | jq -j '.choices[0].text' > "$tmp/first.txt"
+bias=$(post /tokenize "$(jq -Rs '{content: .}' "$tmp/first.txt")" | jq -c '[.tokens[] | {key: tostring, value: -100}] | from_entries')
+post /v1/completions "{\"prompt\": \"ROMEO:\", \"max_tokens\": 1, \"temperature\": 0, \"logit_bias\": $bias}" |
+    jq -j '.choices[0].text' > "$tmp/biased.txt"
+[ -s "$tmp/first.txt" ] && ! cmp -s "$tmp/biased.txt" "$tmp/first.txt" && ok ||
+    bad "logit_bias -100 on greedy's first token ($bias) left it: $(cat "$tmp/biased.txt")"
 check "17 stop strings refused" "$(curl -s -o "$tmp/err.json" -w '%{http_code}' -H 'Content-Type: application/json' "$URL/v1/completions" -d "{\"prompt\": \"a\", \"stop\": [$stops, \"a\", \"b\", \"c\"]}")/$(jq -r .error.param "$tmp/err.json")" 400/stop
 
 # 3. chat, whole and streamed; two samples
@@ -280,6 +289,14 @@ for case in llama3 qwen2.5; do
             "$(post /detokenize "{\"tokens\": $safe}" | jq -r .content | md5sum)" \
             "$(post /detokenize "{\"tokens\": $(printf '%s' "$want" | jq -c .ids_parse_special)}" | jq -r .content | md5sum)"
     done
+    # every end-of-generation id of the vocabulary (eog.txt, the set llama.cpp uses) ends a
+    # chat with "stop" when logit_bias forces it, and no marker text is streamed
+    for id in $(grep -v '^#' "$dir/eog.txt" | cut -f1); do
+        post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 5,
+            \"logit_bias\": {\"$id\": 100}, \"stream\": true}" > "$tmp/eog.sse"
+        check "$case: token $id forced ends the chat, its text unsent" \
+            "$(sed -n 's/^data: {/{/p' "$tmp/eog.sse" | jq -j '.choices[0] | (.delta.content // "") + (.finish_reason // "")')" stop
+    done
     check "$case: /tokenize with_pieces spells the text back" "$(post /tokenize \
         '{"content": "a<|im_end|> é", "with_pieces": true, "parse_special": false}' | jq -r '[.tokens[].piece] | join("")')" \
         "a<|im_end|> é"
@@ -429,8 +446,9 @@ elif [ "${CI:-}" = true ]; then
 fi
 
 # 13. The model file truncated while the server has it mapped: no SIGBUS. The
-# next request gets a 500 naming the file, a stream ends with finish_reason
-# "error" and data: [DONE]; the server stays up and exits 0 on SIGTERM.
+# next request gets a 500 naming the file, a stream ends with an error event
+# naming it, finish_reason "stop" and data: [DONE]; the server stays up and
+# exits 0 on SIGTERM.
 cp "$MODEL" "$tmp/trunc.gguf"
 SERVE_MODEL="$tmp/trunc.gguf" start trunc
 check "before the truncation" "$(post /v1/completions '{"prompt": "ROMEO:", "max_tokens": 4}' | jq -r '.choices[0].finish_reason')" length
@@ -440,7 +458,8 @@ c=$(code "$URL/v1/completions" -d '{"prompt": "ROMEO:", "max_tokens": 4}')
     && ok || bad "after the truncation: $c $(cat "$tmp/err.json")"
 curl -sN -H 'Content-Type: application/json' "$URL/v1/completions" -d '{"prompt": "JULIET:", "max_tokens": 4, "stream": true}' \
     > "$tmp/trunc.sse"
-[ "$(grep '^data: ' "$tmp/trunc.sse" | tail -1)" = "data: [DONE]" ] && grep -q '"finish_reason":"error"' "$tmp/trunc.sse" \
+[ "$(grep '^data: ' "$tmp/trunc.sse" | tail -1)" = "data: [DONE]" ] && grep -q '"finish_reason":"stop"' "$tmp/trunc.sse" &&
+    grep '^data: {"error"' "$tmp/trunc.sse" | grep -q 'trunc.gguf: the file changed while mapped' \
     && ok || bad "a stream after the truncation: $(cat "$tmp/trunc.sse")"
 check "health after the truncation" "$(curl -s "$URL/health" | jq -r .status)" ok
 kill -TERM $PID; wait $PID

@@ -45,7 +45,7 @@ static void expected(double *p, float temperature, int k, float top_p) {
 static void check_distribution(float temperature, int k, float top_p) {
     Sampler s;
     Err e;
-    assert_int_equal(sampler_init(&s, V, (SamplerParams){temperature, k, top_p, 1234}, &e), ST_OK);
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){.temperature = temperature, .top_k = k, .top_p = top_p, .seed = 1234}, &e), ST_OK);
     int count[V] = {0};
     for (int n = 0; n < DRAWS; n++) {
         float lg[V];
@@ -71,7 +71,7 @@ static void check_distribution(float temperature, int k, float top_p) {
 static void temperature_zero_is_argmax_with_lowest_id_on_ties(void **st) {
     Sampler s;
     Err e;
-    assert_int_equal(sampler_init(&s, V, (SamplerParams){0.0f, 0, 1.0f, 1}, &e), ST_OK);
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 1}, &e), ST_OK);
     float lg[V];
     memcpy(lg, LOGITS, sizeof lg);
     assert_int_equal(sampler_sample(&s, lg), 3);
@@ -99,7 +99,7 @@ static void top_p_keeps_the_smallest_nucleus(void **st) {
 static void draw(float temperature, int k, float top_p, int n, int count[V]) {
     Sampler s;
     Err e;
-    assert_int_equal(sampler_init(&s, V, (SamplerParams){temperature, k, top_p, 99}, &e), ST_OK);
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){.temperature = temperature, .top_k = k, .top_p = top_p, .seed = 99}, &e), ST_OK);
     memset(count, 0, V * sizeof count[0]);
     for (int i = 0; i < n; i++) {
         float lg[V];
@@ -148,7 +148,7 @@ static void a_tiny_top_p_over_two_tokens_still_draws_the_best(void **st) {
     for (int k = 0; k < 3; k++) {
         Sampler s;
         Err e;
-        assert_int_equal(sampler_init(&s, 2, (SamplerParams){1.0f, 0, 0.001f, 5}, &e), ST_OK);
+        assert_int_equal(sampler_init(&s, 2, (SamplerParams){.temperature = 1.0f, .top_k = 0, .top_p = 0.001f, .seed = 5}, &e), ST_OK);
         for (int n = 0; n < 50; n++) {
             float lg[2] = {two[k][0], two[k][1]};
             int id = sampler_sample(&s, lg);
@@ -165,7 +165,7 @@ static void same_seed_repeats_and_other_seed_differs(void **st) {
     for (int r = 0; r < 3; r++) {
         Sampler s;
         Err e;
-        assert_int_equal(sampler_init(&s, V, (SamplerParams){1.0f, 0, 0.95f, seeds[r]}, &e), ST_OK);
+        assert_int_equal(sampler_init(&s, V, (SamplerParams){.temperature = 1.0f, .top_k = 0, .top_p = 0.95f, .seed = seeds[r]}, &e), ST_OK);
         for (int n = 0; n < 64; n++) {
             float lg[V];
             memcpy(lg, LOGITS, sizeof lg);
@@ -180,14 +180,109 @@ static void same_seed_repeats_and_other_seed_differs(void **st) {
 static void bad_parameters_are_refused_with_a_reason(void **st) {
     Sampler s;
     Err e;
-    assert_int_equal(sampler_init(&s, V, (SamplerParams){-0.1f, 0, 1.0f, 1}, &e), ST_ARG);
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){.temperature = -0.1f, .top_k = 0, .top_p = 1.0f, .seed = 1}, &e), ST_ARG);
     assert_non_null(strstr(e.msg, "temperature"));
-    assert_int_equal(sampler_init(&s, V, (SamplerParams){1.0f, 0, 0.0f, 1}, &e), ST_ARG);
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){.temperature = 1.0f, .top_k = 0, .top_p = 0.0f, .seed = 1}, &e), ST_ARG);
     assert_non_null(strstr(e.msg, "top-p"));
-    assert_int_equal(sampler_init(&s, V, (SamplerParams){1.0f, 0, 1.5f, 1}, &e), ST_ARG);
-    assert_int_equal(sampler_init(&s, V, (SamplerParams){1.0f, -2, 1.0f, 1}, &e), ST_ARG);
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){.temperature = 1.0f, .top_k = 0, .top_p = 1.5f, .seed = 1}, &e), ST_ARG);
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){.temperature = 1.0f, .top_k = -2, .top_p = 1.0f, .seed = 1}, &e), ST_ARG);
     assert_non_null(strstr(e.msg, "top-k"));
-    assert_int_equal(sampler_init(&s, V, (SamplerParams){NAN, 0, 1.0f, 1}, &e), ST_ARG);
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){.temperature = NAN, .top_k = 0, .top_p = 1.0f, .seed = 1}, &e), ST_ARG);
+}
+
+/* OpenAI's adjustments, computed here in double: the biases, then for each
+ * generated token its count times frequency_penalty and presence_penalty
+ * once; then the log-softmax the logprobs report. */
+static void adjusted_logprobs(double *lp, const SamplerParams *p, const int *out, int n_out) {
+    double a[V];
+    for (int i = 0; i < V; i++) {
+        a[i] = LOGITS[i];
+        int count = 0;
+        for (int j = 0; j < n_out; j++) count += out[j] == i;
+        for (int j = 0; j < p->n_bias; j++) if (p->bias[j].id == i) a[i] += p->bias[j].bias;
+        a[i] -= count * (double)p->frequency_penalty + (count > 0) * (double)p->presence_penalty;
+    }
+    double max = a[0], sum = 0;
+    for (int i = 1; i < V; i++) max = a[i] > max ? a[i] : max;
+    for (int i = 0; i < V; i++) sum += exp(a[i] - max);
+    for (int i = 0; i < V; i++) lp[i] = a[i] - max - log(sum);
+}
+
+static void a_bias_of_100_forces_a_token_and_minus_100_bans_one(void **st) {
+    Sampler s;
+    Err e;
+    SamplerParams p = {.temperature = 0.0f, .top_p = 1.0f, .n_bias = 1};
+    p.bias[0] = (struct SamplerBias){4, 100.0f};                 /* the least likely */
+    assert_int_equal(sampler_init(&s, V, p, &e), ST_OK);
+    float lg[V];
+    memcpy(lg, LOGITS, sizeof lg);
+    assert_int_equal(sampler_pick(&s, lg, NULL, 0), 4);
+    sampler_free(&s);
+    p.bias[0] = (struct SamplerBias){3, -100.0f};                /* the most likely: 6 is next */
+    p.temperature = 1.0f;
+    p.seed = 7;
+    assert_int_equal(sampler_init(&s, V, p, &e), ST_OK);
+    for (int k = 0; k < 2000; k++) {
+        memcpy(lg, LOGITS, sizeof lg);
+        assert_int_not_equal(sampler_pick(&s, lg, NULL, 0), 3);
+    }
+    sampler_free(&s);
+}
+
+/* The logprobs a pick reports are the adjusted distribution's, before the
+ * temperature: the picked token's and the top ones', most likely first. */
+static void logprobs_are_the_log_softmax_after_bias_and_penalties(void **st) {
+    static const int out[] = {3, 3, 6, 0, 3};
+    static const float temps[] = {0.0f, 0.7f, 1.5f};
+    for (int t = 0; t < 3; t++) {
+        SamplerParams p = {.temperature = temps[t], .top_p = 0.9f, .seed = 11, .presence_penalty = 0.5f,
+                           .frequency_penalty = 0.75f, .n_bias = 2, .logprobs = 1, .top_logprobs = 5};
+        p.bias[0] = (struct SamplerBias){1, 2.0f};
+        p.bias[1] = (struct SamplerBias){6, -0.25f};
+        double want[V];
+        adjusted_logprobs(want, &p, out, 5);
+        Sampler s;
+        Err e;
+        assert_int_equal(sampler_init(&s, V, p, &e), ST_OK);
+        for (int k = 0; k < 50; k++) {
+            float lg[V];
+            memcpy(lg, LOGITS, sizeof lg);
+            int id = sampler_pick(&s, lg, out, 5);
+            assert_int_equal(s.last.id, id);
+            if (fabs(s.last.logprob - want[id]) > 1e-5) fail_msg("token %d: logprob %g, want %g", id, s.last.logprob, want[id]);
+            assert_int_equal(s.last.n_top, 5);
+            for (int i = 0; i < 5; i++) {
+                int tid = s.last.top[i].id;
+                if (fabs(s.last.top[i].logprob - want[tid]) > 1e-5) fail_msg("top %d", i);
+                if (i && s.last.top[i].logprob > s.last.top[i - 1].logprob) fail_msg("top %d out of order", i);
+                for (int j = 0; j < V; j++)                      /* nothing left out is likelier */
+                    if (want[j] > want[tid] + 1e-9) {
+                        int listed = 0;
+                        for (int m = 0; m < i; m++) listed |= s.last.top[m].id == j;
+                        if (!listed) fail_msg("token %d (%g) is likelier than top %d (%g)", j, want[j], i, want[tid]);
+                    }
+            }
+            if (temps[t] == 0.0f) {                            /* greedy picks the adjusted argmax */
+                for (int j = 0; j < V; j++) assert_true(want[j] <= want[id] + 1e-9);
+            }
+        }
+        sampler_free(&s);
+    }
+}
+
+static void penalties_and_biases_out_of_range_are_refused(void **st) {
+    Sampler s;
+    Err e;
+    SamplerParams p = {.temperature = 1.0f, .top_p = 1.0f, .presence_penalty = 2.5f};
+    assert_int_equal(sampler_init(&s, V, p, &e), ST_ARG);
+    p = (SamplerParams){.temperature = 1.0f, .top_p = 1.0f, .n_bias = 1};
+    p.bias[0] = (struct SamplerBias){V, 1.0f};
+    assert_int_equal(sampler_init(&s, V, p, &e), ST_ARG);
+    assert_non_null(strstr(e.msg, "token 8"));
+    p.bias[0] = (struct SamplerBias){1, 101.0f};
+    assert_int_equal(sampler_init(&s, V, p, &e), ST_ARG);
+    p = (SamplerParams){.temperature = 1.0f, .top_p = 1.0f, .logprobs = 1, .top_logprobs = 21};
+    assert_int_equal(sampler_init(&s, V, p, &e), ST_ARG);
 }
 
 int main(int argc, char **argv) {
@@ -203,6 +298,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(a_tiny_top_p_over_two_tokens_still_draws_the_best),
         cmocka_unit_test(same_seed_repeats_and_other_seed_differs),
         cmocka_unit_test(bad_parameters_are_refused_with_a_reason),
+        cmocka_unit_test(a_bias_of_100_forces_a_token_and_minus_100_bans_one),
+        cmocka_unit_test(logprobs_are_the_log_softmax_after_bias_and_penalties),
+        cmocka_unit_test(penalties_and_biases_out_of_range_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

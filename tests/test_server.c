@@ -19,7 +19,7 @@ static const char CHATML_SRC[] =
     "{%- if add_generation_prompt %}\n"
     "    {{- '<|im_start|>assistant\\n' }}\n"
     "{%- endif %}\n";
-static SrvLimits LIM = {.model_id = "shakespeare", .chat = &FALLBACK, .max_prompt = 1 << 20,
+static SrvLimits LIM = {.model_id = "shakespeare", .n_vocab = 512, .chat = &FALLBACK, .max_prompt = 1 << 20,
                         .max_tokens_default = 16, .chat_max_tokens_default = 256};
 
 static int setup_templates(void **st) {
@@ -101,6 +101,26 @@ static void defaults_are_openai_s(void **st) {
     assert_int_equal(r.n_stop, 16);
     assert_string_equal(r.stop[15], "16");
     srv_request_free(&r);
+    /* LibreChat's body: no max_tokens (chat: up to the context), penalties, a user */
+    assert_int_equal(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"temperature\": 0.8, "
+                           "\"top_p\": 0.9, \"presence_penalty\": 0.5, \"frequency_penalty\": -0.25, \"user\": \"u1\", "
+                           "\"stream\": true, \"stream_options\": {\"include_usage\": true, \"include_obfuscation\": false}}",
+                           1, &r, &err), ST_OK);
+    assert_int_equal(r.max_tokens, 256);
+    assert_true(r.sp.presence_penalty == 0.5f && r.sp.frequency_penalty == -0.25f);
+    srv_request_free(&r);
+    /* logit_bias, and logprobs as each endpoint spells them */
+    assert_int_equal(parse("{\"prompt\": \"a\", \"logit_bias\": {\"7\": -100, \"42\": 5.5}, \"logprobs\": 3}", 0, &r,
+                           &err), ST_OK);
+    assert_int_equal(r.sp.n_bias, 2);
+    assert_true(r.sp.bias[0].id == 7 && r.sp.bias[0].bias == -100.0f && r.sp.bias[1].id == 42 &&
+                r.sp.bias[1].bias == 5.5f);
+    assert_true(r.sp.logprobs == 1 && r.sp.top_logprobs == 3);
+    srv_request_free(&r);
+    assert_int_equal(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": true, "
+                           "\"top_logprobs\": 20}", 1, &r, &err), ST_OK);
+    assert_true(r.sp.logprobs == 1 && r.sp.top_logprobs == 20);
+    srv_request_free(&r);
     assert_int_equal(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
                            "\"max_completion_tokens\": 9, \"max_tokens\": 3}", 1, &r, &err), ST_OK);
     assert_int_equal(r.max_tokens, 9);   /* the newer name wins */
@@ -135,9 +155,20 @@ static void each_bad_field_is_refused_by_name(void **st) {
     refused("{\"prompt\": \"a\", \"n\": 65}", 0, 400, "n");
     refused("{\"prompt\": \"a\", \"stop\": [\"1\", \"2\", \"3\", \"4\", \"5\", \"6\", \"7\", \"8\", \"9\", \"10\", \"11\", "
             "\"12\", \"13\", \"14\", \"15\", \"16\", \"17\"]}", 0, 400, "stop");
-    refused("{\"prompt\": \"a\", \"presence_penalty\": 0.5}", 0, 400, "presence_penalty");
-    refused("{\"prompt\": \"a\", \"frequency_penalty\": -1}", 0, 400, "frequency_penalty");
+    refused("{\"prompt\": \"a\", \"presence_penalty\": 2.5}", 0, 400, "presence_penalty");
+    refused("{\"prompt\": \"a\", \"frequency_penalty\": -2.01}", 0, 400, "frequency_penalty");
     refused("{\"prompt\": \"a\", \"frequency_penalty\": \"0\"}", 0, 400, "frequency_penalty");
+    refused("{\"prompt\": \"a\", \"logit_bias\": {\"512\": 1}}", 0, 400, "logit_bias");      /* past the vocabulary */
+    refused("{\"prompt\": \"a\", \"logit_bias\": {\"7x\": 1}}", 0, 400, "logit_bias");
+    refused("{\"prompt\": \"a\", \"logit_bias\": {\"7\": 101}}", 0, 400, "logit_bias");
+    refused("{\"prompt\": \"a\", \"logit_bias\": [7]}", 0, 400, "logit_bias");
+    refused("{\"prompt\": \"a\", \"logprobs\": 21}", 0, 400, "logprobs");
+    refused("{\"prompt\": \"a\", \"logprobs\": true}", 0, 400, "logprobs");
+    refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 3}", 1, 400, "top_logprobs");
+    refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": true, \"top_logprobs\": 21}", 1,
+            400, "top_logprobs");
+    refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": 3}", 1, 400, "logprobs");
+    refused("{\"prompt\": \"a\", \"user\": 5}", 0, 400, "user");
     refused("{\"prompt\": \"a\", \"stop\": \"\"}", 0, 400, "stop");
     refused("{\"prompt\": \"a\", \"stop\": 3}", 0, 400, "stop");
     refused("{\"prompt\": \"a\", \"stream\": \"yes\"}", 0, 400, "stream");
@@ -146,7 +177,6 @@ static void each_bad_field_is_refused_by_name(void **st) {
             "stream_options.include_usage");
     refused("{\"prompt\": \"a\", \"priority\": \"urgent\"}", 0, 400, "priority");
     refused("{\"prompt\": \"a\", \"echo\": true}", 0, 400, "echo");
-    refused("{\"prompt\": \"a\", \"logprobs\": 2}", 0, 400, "logprobs");
     refused("{\"prompt\": 5}", 0, 400, "prompt");
     refused("{\"max_tokens\": 5}", 0, 400, "prompt");
     refused("{\"prompt\": \"a\", \"model\": \"gpt-4\"}", 0, 404, "model");
@@ -413,8 +443,8 @@ static void an_sse_chunk_is_one_data_line_shaped_as_openai_s(void **st) {
 }
 
 static void a_whole_response_has_choices_and_usage(void **st) {
-    SrvChoice c[2] = {{"one", 3, "stop"}, {"two!", 3, "length"}};
-    SrvUsage u = {4, 6};
+    SrvChoice c[2] = {{.text = "one", .len = 3, .finish = "stop"}, {.text = "two!", .len = 3, .finish = "length"}};
+    SrvUsage u = {.prompt_tokens = 4, .completion_tokens = 6, .cached_tokens = 2};
     char *s = srv_response_json(1, "chatcmpl-9", "m", 5, c, 2, &u);
     cJSON *o = cJSON_Parse(s), *chs = cJSON_GetObjectItem(o, "choices");
     assert_string_equal(cJSON_GetObjectItem(o, "object")->valuestring, "chat.completion");
@@ -424,6 +454,8 @@ static void a_whole_response_has_choices_and_usage(void **st) {
     assert_string_equal(cJSON_GetObjectItem(m1, "content")->valuestring, "two");
     assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(chs, 1), "finish_reason")->valuestring, "length");
     assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "total_tokens")->valueint, 10);
+    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "prompt_tokens_details"),
+                                         "cached_tokens")->valueint, 2);
     cJSON_Delete(o);
     free(s);
     s = srv_response_json(0, "cmpl-9", "m", 5, c, 1, &u);
@@ -439,7 +471,15 @@ static void finish_reasons_are_openai_s_words(void **st) {
     assert_string_equal(srv_finish_reason(FIN_CONTEXT), "length");
     assert_string_equal(srv_finish_reason(FIN_EOS), "stop");
     assert_string_equal(srv_finish_reason(FIN_STOP), "stop");
-    assert_string_equal(srv_finish_reason(FIN_CANCEL), "abort");
+    assert_string_equal(srv_finish_reason(FIN_CANCEL), "stop");   /* OpenAI's words only: the stream says why */
+    assert_string_equal(srv_finish_reason(FIN_ERROR), "stop");
+    SrvError err;
+    srv_error_set(&err, 500, "", "error: at position 7: the file changed");
+    char *s = srv_sse_error(&err);
+    assert_non_null(s);
+    assert_true(!strncmp(s, "data: {\"error\":", 15) && !strcmp(s + strlen(s) - 2, "\n\n"));
+    assert_non_null(strstr(s, "the file changed"));
+    free(s);
 }
 
 static void metrics_are_prometheus_text_with_cumulative_buckets(void **st) {

@@ -9,6 +9,7 @@
 #include "front/strbuf.h"
 #include "base/utf8.h"
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -100,6 +101,46 @@ static int parse_stop(const cJSON *body, SrvRequest *r, SrvError *err) {
     return ST_OK;
 }
 
+/* logprobs: chat's true/false with top_logprobs 0..20; the completions'
+ * number of alternatives 0..20 (OpenAI's own limit there is 5). */
+static int parse_logprobs(const cJSON *body, int chat, SrvRequest *r, SrvError *err) {
+    long long v = 0;
+    int got;
+    if (chat) {
+        if (get_bool(body, "logprobs", &r->sp.logprobs, err) < 0) return ST_ARG;
+        if ((got = get_int(body, "top_logprobs", 0, SAMPLER_MAX_TOP, &v, err)) < 0) return ST_ARG;
+        if (got && !r->sp.logprobs)
+            return srv_error_set(err, 400, "top_logprobs", "top_logprobs needs logprobs: true");
+        r->sp.top_logprobs = (int)v;
+        return ST_OK;
+    }
+    if ((got = get_int(body, "logprobs", 0, SAMPLER_MAX_TOP, &v, err)) < 0) return ST_ARG;
+    r->sp.logprobs = got;
+    r->sp.top_logprobs = (int)v;
+    return ST_OK;
+}
+
+/* logit_bias: {"token id": bias in -100..100, ...}, at most SAMPLER_MAX_BIAS. */
+static int parse_logit_bias(const cJSON *body, const SrvLimits *lim, SrvRequest *r, SrvError *err) {
+    const cJSON *lb = field(body, "logit_bias"), *e;
+    if (!lb) return ST_OK;
+    if (!cJSON_IsObject(lb)) return srv_error_set(err, 400, "logit_bias", "logit_bias must be an object");
+    if (cJSON_GetArraySize(lb) > SAMPLER_MAX_BIAS)
+        return srv_error_set(err, 400, "logit_bias", "logit_bias holds more than %d tokens", SAMPLER_MAX_BIAS);
+    cJSON_ArrayForEach(e, lb) {
+        char *end;
+        errno = 0;
+        long id = strtol(e->string, &end, 10);
+        if (!e->string[0] || *end || errno || id < 0 || id >= lim->n_vocab)
+            return srv_error_set(err, 400, "logit_bias", "logit_bias: \"%.40s\" is not a token id (0..%d)", e->string,
+                                 lim->n_vocab - 1);
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
+            return srv_error_set(err, 400, "logit_bias", "logit_bias: the bias of %ld must be a number in -100..100", id);
+        r->sp.bias[r->sp.n_bias++] = (struct SamplerBias){(int)id, (float)e->valuedouble};
+    }
+    return ST_OK;
+}
+
 /* The rest of the fields, on a parsed object. */
 static int parse_fields(const cJSON *body, int chat, const SrvLimits *lim, SrvRequest *r, SrvError *err) {
     const cJSON *model = field(body, "model");
@@ -145,6 +186,10 @@ static int parse_fields(const cJSON *body, int chat, const SrvLimits *lim, SrvRe
         if (!cJSON_IsObject(so)) return srv_error_set(err, 400, "stream_options", "stream_options must be an object");
         if (get_bool(so, "include_usage", &r->include_usage, err) < 0)
             return srv_error_set(err, 400, "stream_options.include_usage", "stream_options.include_usage must be true or false");
+        int obfuscation;                                /* padding against side channels: nothing to pad here */
+        if (get_bool(so, "include_obfuscation", &obfuscation, err) < 0)
+            return srv_error_set(err, 400, "stream_options.include_obfuscation",
+                                 "stream_options.include_obfuscation must be true or false");
     }
     if (get_bool(body, "ignore_eos", &r->ignore_eos, err) < 0) return ST_ARG;
     r->priority = PRIO_NORMAL;
@@ -154,24 +199,18 @@ static int parse_fields(const cJSON *body, int chat, const SrvLimits *lim, SrvRe
         if (!cJSON_IsString(pr) || rt_parse_priority(pr->valuestring, &r->priority, &e))
             return srv_error_set(err, 400, "priority", "priority must be \"low\", \"normal\" or \"high\"");
     }
+    if (parse_logprobs(body, chat, r, err) || parse_logit_bias(body, lim, r, err)) return ST_ARG;
+    if (get_number(body, "presence_penalty", -2, 2, 0, &r->sp.presence_penalty, err) < 0) return ST_ARG;
+    if (get_number(body, "frequency_penalty", -2, 2, 0, &r->sp.frequency_penalty, err) < 0) return ST_ARG;
+    const cJSON *user = field(body, "user");            /* an end user's id: accepted, not used */
+    if (user && !cJSON_IsString(user)) return srv_error_set(err, 400, "user", "user must be a string");
     /* What this engine does not do is refused by name, not ignored. */
     int flag = 0;
     if (get_bool(body, "echo", &flag, err) < 0 || flag)
         return srv_error_set(err, 400, "echo", "echo is not supported");
-    if (field(body, "logprobs") && !cJSON_IsFalse(field(body, "logprobs")))
-        return srv_error_set(err, 400, "logprobs", "logprobs is not supported");
     if ((got = get_int(body, "best_of", 1, 1, &v, err)) < 0)
         return srv_error_set(err, 400, "best_of", "best_of is not supported (only 1)");
     if (field(body, "tools")) return srv_error_set(err, 400, "tools", "tools are not supported");
-    /* Chat clients send the penalties as 0 with every request (LibreChat):
-     * 0 is what this sampler does; anything else would change the text */
-    static const char *const penalties[] = {"presence_penalty", "frequency_penalty"};
-    for (int i = 0; i < 2; i++) {
-        float pen = 0.0f;
-        if (get_number(body, penalties[i], -2, 2, 0, &pen, err) < 0) return ST_ARG;
-        if (pen != 0.0f)
-            return srv_error_set(err, 400, penalties[i], "%s is not supported (only 0)", penalties[i]);
-    }
     return ST_OK;
 }
 
@@ -249,13 +288,18 @@ char *srv_error_json(const SrvError *err) {
 }
 
 const char *srv_finish_reason(FinishReason f) {
-    switch (f) {
-    case FIN_LENGTH: case FIN_CONTEXT: return "length";
-    case FIN_EOS: case FIN_STOP: return "stop";
-    case FIN_CANCEL: return "abort";
-    case FIN_ERROR: return "error";
-    default: return "none";
-    }
+    /* OpenAI's words only: a cancelled or failed choice ends with "stop",
+     * after an error event that says why (srv_sse_error) */
+    return f == FIN_LENGTH || f == FIN_CONTEXT ? "length" : "stop";
+}
+
+char *srv_sse_error(const SrvError *err) {
+    char *json = srv_error_json(err);
+    if (!json) return NULL;
+    Buf b = {0};
+    buf_printf(&b, "data: %s\n\n", json);
+    free(json);
+    return buf_take(&b);
 }
 
 /* A string of exactly len bytes (text may hold no NUL; the model's text never does). */
@@ -284,6 +328,71 @@ static void add_usage(cJSON *o, const SrvUsage *u) {
     cJSON_AddNumberToObject(us, "prompt_tokens", u->prompt_tokens);
     cJSON_AddNumberToObject(us, "completion_tokens", u->completion_tokens);
     cJSON_AddNumberToObject(us, "total_tokens", u->prompt_tokens + u->completion_tokens);
+    cJSON *details = cJSON_AddObjectToObject(us, "prompt_tokens_details");
+    cJSON_AddNumberToObject(details, "cached_tokens", u->cached_tokens);
+}
+
+/* A token's bytes: its text (made valid UTF-8) and, for chat, the bytes themselves. */
+static int token_text(const Tokenizer *tok, int id, char *piece, int cap) {
+    int n = tok_piece(tok, id, piece, cap);
+    return n < 0 ? 0 : n < cap ? n : cap - 1;
+}
+
+static cJSON *chat_token_json(const Tokenizer *tok, int id, float logprob) {
+    char piece[TOK_MAX_PIECE];
+    int n = token_text(tok, id, piece, sizeof piece);
+    cJSON *o = cJSON_CreateObject(), *bytes;
+    char *text = utf8_clean(piece);
+    cJSON_AddStringToObject(o, "token", text ? text : "");
+    free(text);
+    cJSON_AddNumberToObject(o, "logprob", logprob);
+    bytes = cJSON_AddArrayToObject(o, "bytes");
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)piece[i]));
+    return o;
+}
+
+/* "logprobs" of a choice or chunk: null when not asked for. */
+static void add_logprobs(cJSON *ch, int chat, const SrvLogprobs *l) {
+    if (!l->lp) {
+        cJSON_AddNullToObject(ch, "logprobs");
+        return;
+    }
+    cJSON *o = cJSON_AddObjectToObject(ch, "logprobs");
+    if (chat) {
+        cJSON *content = cJSON_AddArrayToObject(o, "content");
+        for (int i = 0; i < l->n; i++) {
+            cJSON *t = chat_token_json(l->tok, l->lp[i].id, l->lp[i].logprob);
+            cJSON *tops = cJSON_AddArrayToObject(t, "top_logprobs");
+            for (int k = 0; k < l->lp[i].n_top && k < l->top; k++)
+                cJSON_AddItemToArray(tops, chat_token_json(l->tok, l->lp[i].top[k].id, l->lp[i].top[k].logprob));
+            cJSON_AddItemToArray(content, t);
+        }
+        cJSON_AddNullToObject(o, "refusal");
+        return;
+    }
+    cJSON *tokens = cJSON_AddArrayToObject(o, "tokens"), *lps = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs"), *offs = cJSON_AddArrayToObject(o, "text_offset");
+    size_t at = l->offset;
+    for (int i = 0; i < l->n; i++) {
+        char piece[TOK_MAX_PIECE];
+        int n = token_text(l->tok, l->lp[i].id, piece, sizeof piece);
+        char *text = utf8_clean(piece);
+        cJSON_AddItemToArray(tokens, cJSON_CreateString(text ? text : ""));
+        free(text);
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(l->lp[i].logprob));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)at));
+        at += (size_t)n;
+        cJSON *top = cJSON_CreateObject();
+        for (int k = 0; k < l->lp[i].n_top && k < l->top; k++) {
+            char tp[TOK_MAX_PIECE];
+            token_text(l->tok, l->lp[i].top[k].id, tp, sizeof tp);
+            char *tt = utf8_clean(tp);
+            if (tt && !cJSON_GetObjectItemCaseSensitive(top, tt))
+                cJSON_AddNumberToObject(top, tt, l->lp[i].top[k].logprob);
+            free(tt);
+        }
+        cJSON_AddItemToArray(tops, top);
+    }
 }
 
 char *srv_response_json(int chat, const char *id, const char *model, long created, const SrvChoice *c,
@@ -300,7 +409,7 @@ char *srv_response_json(int chat, const char *id, const char *model, long create
         } else {
             add_text(ch, "text", c[i].text, c[i].len);
         }
-        cJSON_AddNullToObject(ch, "logprobs");
+        add_logprobs(ch, chat, &c[i].logprobs);
         cJSON_AddStringToObject(ch, "finish_reason", c[i].finish);
     }
     add_usage(o, u);
@@ -320,7 +429,7 @@ char *srv_sse_chunk(const SrvChunk *c) {
         } else {
             add_text(ch, "text", c->text, c->text ? c->len : 0);
         }
-        cJSON_AddNullToObject(ch, "logprobs");
+        add_logprobs(ch, c->chat, &c->logprobs);
         if (c->finish) cJSON_AddStringToObject(ch, "finish_reason", c->finish);
         else cJSON_AddNullToObject(ch, "finish_reason");
         if (c->usage_null) cJSON_AddNullToObject(o, "usage");

@@ -21,6 +21,7 @@ typedef struct {
 /* What a request's body is checked against. */
 typedef struct {
     const char *model_id;        /* the name in /v1/models; "model" must be it when given */
+    int n_vocab;                 /* token ids in logit_bias are below it */
     const struct SrvChat *chat;  /* how chat messages become a prompt (front/chat.h) */
     size_t max_prompt;           /* bytes of a prompt, rendered or given: more is a 413, never cut */
     int max_tokens_default;      /* when the body gives none (completions: 16, as OpenAI) */
@@ -58,13 +59,26 @@ char *srv_error_json(const SrvError *err);
 
 typedef struct {
     int prompt_tokens, completion_tokens;
+    int cached_tokens;           /* of the prompt, found in the prefix cache */
 } SrvUsage;
+
+/* The log-probabilities of a choice's tokens (from the sampler), with the
+ * vocabulary to spell them: chat's "logprobs": {"content": [...]}, or the
+ * completions' {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. */
+typedef struct {
+    const SamplerLast *lp;       /* (n) NULL: the request asked for none */
+    int n;
+    int top;                     /* alternatives asked for per token */
+    size_t offset;               /* completions: text bytes before lp[0] */
+    const Tokenizer *tok;
+} SrvLogprobs;
 
 /* One choice of a whole response. */
 typedef struct {
     const char *text;
     size_t len;
     const char *finish;          /* "stop", "length", ... */
+    SrvLogprobs logprobs;
 } SrvChoice;
 
 /* A whole (not streamed) response, malloc'd JSON. */
@@ -83,6 +97,7 @@ typedef struct {
     const char *finish;          /* NULL while the choice runs */
     const SrvUsage *usage;       /* the closing usage chunk (choices empty), or NULL */
     int usage_null;              /* stream_options.include_usage: "usage": null on the others */
+    SrvLogprobs logprobs;        /* the tokens whose text this chunk brings */
 } SrvChunk;
 
 /* "data: {...}\n\n", malloc'd; NULL if out of memory. */
@@ -93,8 +108,14 @@ char *srv_sse_chunk(const SrvChunk *c);
  * does not count as idle (serve --idle-timeout). */
 #define SRV_SSE_KEEPALIVE ": keep-alive\n\n"
 
-/* The finish_reason OpenAI names for a FinishReason. */
+/* The finish_reason OpenAI names for a FinishReason: "length" for max
+ * tokens or a full context, "stop" for the rest (an end-of-generation
+ * token, a stop string; a cancelled or failed choice too, whose stream
+ * carries an error event before it). */
 const char *srv_finish_reason(FinishReason f);
+/* An error in the middle of a stream, as OpenAI sends one: "data:
+ * {"error": {...}}\n\n", malloc'd. */
+char *srv_sse_error(const SrvError *err);
 
 /* Fill err (status, its OpenAI type, the field at fault, the message);
  * returns ST_ARG. */

@@ -57,7 +57,10 @@ void srv_job_unref(Job *j) {
     int left = --j->refs;
     pthread_mutex_unlock(&j->mu);
     if (left) return;
-    for (int i = 0; i < j->req.n; i++) free(j->ch[i].text);
+    for (int i = 0; i < j->req.n; i++) {
+        free(j->ch[i].text);
+        free(j->ch[i].lp);
+    }
     free(j->ch);
     srv_request_free(&j->req);
     pthread_mutex_destroy(&j->mu);
@@ -144,6 +147,27 @@ static void on_text(int id, const char *text, int len, void *user) {
     pthread_mutex_unlock(&j->mu);
 }
 
+/* A token's logprobs, kept until the HTTP side sends them with its text. */
+static void on_token(int id, int token, const SamplerLast *lp, void *user) {
+    Job *j = user;
+    if (!lp) return;
+    pthread_mutex_lock(&j->mu);
+    JobChoice *c = &j->ch[id - j->first_id];
+    if (c->n_lp == c->cap_lp) {
+        int cap = c->cap_lp ? 2 * c->cap_lp : 64;
+        SamplerLast *grown = realloc(c->lp, (size_t)cap * sizeof *grown);
+        if (!grown) {           /* the logprobs of this token are lost: said, not hidden */
+            snprintf(j->error, sizeof j->error, "out of memory keeping the logprobs of token %d", token);
+            pthread_mutex_unlock(&j->mu);
+            return;
+        }
+        c->lp = grown;
+        c->cap_lp = cap;
+    }
+    c->lp[c->n_lp++] = *lp;
+    pthread_mutex_unlock(&j->mu);
+}
+
 static void on_finish(int id, const Sequence *q, const Telemetry *t, const char *error, void *user) {
     Job *j = user;
     Server *s = j->srv;
@@ -153,6 +177,7 @@ static void on_finish(int id, const Sequence *q, const Telemetry *t, const char 
     c->finish = q->finish;
     c->n_out = q->n_out;
     j->prompt_tokens = q->n_prompt;
+    j->cached_tokens = q->prefix_hit_tokens < q->n_prompt ? q->prefix_hit_tokens : q->n_prompt;
     if (error) snprintf(j->error, sizeof j->error, "%s", error);
     if (++j->n_done == j->req.n) j->state = J_DONE;
     pthread_cond_broadcast(&j->cv);
@@ -209,6 +234,7 @@ static void submit_job(Server *s, Job *j) {
     for (int i = 0; i < j->req.n_stop; i++) p.stop[i] = j->req.stop[i];
     p.on_text = on_text;
     p.on_finish = on_finish;
+    p.on_token = on_token;
     p.user = j;
     Err e = {{0}};
     /* The id is known before any callback: they come from rt_step, later. */

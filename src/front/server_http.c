@@ -133,6 +133,23 @@ static void out_add(Conn *k, Buf *b, char *chunk) {
 /* The next SSE bytes of a streamed job into k->out: its new text, a final
  * chunk per choice that ended, then usage and [DONE]. -1: the client went
  * away (or memory ran out). */
+/* The logprobs of ch not yet sent (under j->mu): none when not asked for. */
+static SrvLogprobs logprobs_of(const Server *s, const Job *j, const JobChoice *ch) {
+    static const SamplerLast none[1];   /* asked for, none yet: an empty list, not null */
+    if (!j->req.sp.logprobs) return (SrvLogprobs){0};
+    return (SrvLogprobs){.lp = ch->lp ? ch->lp + ch->lp_sent : none, .n = ch->n_lp - ch->lp_sent,
+                         .top = j->req.sp.top_logprobs, .offset = ch->lp_offset, .tok = s->cfg.tok};
+}
+
+/* They went out: the next chunk starts after them. */
+static void logprobs_sent(const Server *s, JobChoice *ch) {
+    for (int i = ch->lp_sent; i < ch->n_lp; i++) {
+        int n = tok_piece(s->cfg.tok, ch->lp[i].id, NULL, 0);
+        ch->lp_offset += n > 0 ? (size_t)n : 0;
+    }
+    ch->lp_sent = ch->n_lp;
+}
+
 static int refill(Conn *k) {
     Job *j = k->job;
     Server *s = k->srv;
@@ -157,6 +174,8 @@ static int refill(Conn *k) {
         JobChoice *ch = &j->ch[i];
         c.index = i;
         c.finish = NULL;
+        /* the logprobs of the tokens made so far go with the text that is ready */
+        c.logprobs = logprobs_of(s, j, ch);
         if (ch->sent < ch->len) {
             c.text = ch->text + ch->sent;
             c.len = ch->len - ch->sent;
@@ -164,18 +183,28 @@ static int refill(Conn *k) {
             out_add(k, &b, srv_sse_chunk(&c));
             ch->sent = ch->len;
             ch->role_sent = 1;
+            logprobs_sent(s, ch);
+            c.logprobs = logprobs_of(s, j, ch);
         }
         if (ch->done && !ch->final_sent) {
+            if (ch->finish == FIN_ERROR || ch->finish == FIN_CANCEL) {
+                SrvError err;
+                srv_error_set(&err, ch->finish == FIN_ERROR ? 500 : 503, "", "%s",
+                              ch->finish == FIN_ERROR ? (j->error[0] ? j->error : "error") : "cancelled: the server is stopping");
+                err.type = "server_error";
+                out_add(k, &b, srv_sse_error(&err));
+            }
             c.text = j->req.chat ? NULL : "";
             c.len = 0;
             c.role = !ch->role_sent;
             c.finish = srv_finish_reason(ch->finish);
             out_add(k, &b, srv_sse_chunk(&c));
             ch->final_sent = ch->role_sent = 1;
+            logprobs_sent(s, ch);
         }
     }
     if (j->state == J_DONE) {
-        SrvUsage u = {.prompt_tokens = j->prompt_tokens};
+        SrvUsage u = {.prompt_tokens = j->prompt_tokens, .cached_tokens = j->cached_tokens};
         for (int i = 0; i < j->req.n; i++) u.completion_tokens += j->ch[i].n_out;
         if (j->req.include_usage) {
             SrvChunk uc = c;
@@ -347,9 +376,10 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, Conn *k, int ch
     /* Whole: every choice has ended. */
     pthread_mutex_lock(&j->mu);
     SrvChoice ch[RT_MAX_SAMPLES];
-    SrvUsage u = {.prompt_tokens = j->prompt_tokens};
+    SrvUsage u = {.prompt_tokens = j->prompt_tokens, .cached_tokens = j->cached_tokens};
     for (int i = 0; i < j->req.n; i++) {
-        ch[i] = (SrvChoice){.text = j->ch[i].text, .len = j->ch[i].len, .finish = srv_finish_reason(j->ch[i].finish)};
+        ch[i] = (SrvChoice){.text = j->ch[i].text, .len = j->ch[i].len, .finish = srv_finish_reason(j->ch[i].finish),
+                            .logprobs = logprobs_of(s, j, &j->ch[i])};
         u.completion_tokens += j->ch[i].n_out;
     }
     char *body = NULL;
@@ -512,7 +542,8 @@ int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, Err *e) {
     s->max_seqs = rs.engine.sched.max_seqs;
     s->context = rs.context;
     if (!s->cfg.max_prompt) s->cfg.max_prompt = (size_t)4 << 20;
-    s->lim = (SrvLimits){.model_id = cfg->model_id, .chat = cfg->chat, .max_prompt = s->cfg.max_prompt,
+    s->lim = (SrvLimits){.model_id = cfg->model_id, .n_vocab = tok_n_vocab(cfg->tok), .chat = cfg->chat,
+                         .max_prompt = s->cfg.max_prompt,
                          .max_tokens_default = 16, .chat_max_tokens_default = rs.context};
     srv_metrics_init(&s->metrics);
     pthread_mutex_init(&s->mu, NULL);

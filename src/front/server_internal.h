@@ -16,6 +16,10 @@ typedef struct {
     int done;
     FinishReason finish;
     int n_out;
+    SamplerLast *lp;             /* (n_lp, cap_lp) each token's logprobs, when asked for */
+    int n_lp, cap_lp;
+    int lp_sent;                 /* streamed so far (the HTTP side's) */
+    size_t lp_offset;            /* text bytes of the tokens streamed so far (the HTTP side's) */
 } JobChoice;
 
 struct Job {
@@ -34,7 +38,7 @@ struct Job {
     int first_id;                /* the runtime's id of choice 0 */
     int cancel;                  /* the client went away (set by the HTTP side) */
     int cancel_sent;             /* rt_cancel was called (the engine side's) */
-    int n_done, prompt_tokens;
+    int n_done, prompt_tokens, cached_tokens;
     char error[560];             /* FIN_ERROR's reason (the runtime's, whole) */
     JobChoice *ch;               /* (req.n) */
 };

@@ -10,6 +10,7 @@
 #include <assert.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct SamplerCand Cand;
 
@@ -21,16 +22,34 @@ int sampler_init(Sampler *s, int V, SamplerParams p, Err *e) {
         return err_set(e, ST_ARG, "top-p %g must be in (0, 1]", (double)p.top_p);
     if (p.top_k < 0) return err_set(e, ST_ARG, "top-k %d must be >= 0", p.top_k);
     if (V < 1) return err_set(e, ST_ARG, "vocabulary size %d must be >= 1", V);
+    if (!(fabsf(p.presence_penalty) <= 2.0f) || !(fabsf(p.frequency_penalty) <= 2.0f))
+        return err_set(e, ST_ARG, "presence and frequency penalties %g, %g must be in [-2, 2]",
+                       (double)p.presence_penalty, (double)p.frequency_penalty);
+    if (p.n_bias < 0 || p.n_bias > SAMPLER_MAX_BIAS)
+        return err_set(e, ST_ARG, "%d logit biases: at most %d", p.n_bias, SAMPLER_MAX_BIAS);
+    for (int i = 0; i < p.n_bias; i++)
+        if (p.bias[i].id < 0 || p.bias[i].id >= V || !(fabsf(p.bias[i].bias) <= 100.0f))
+            return err_set(e, ST_ARG, "logit bias %d: token %d (vocabulary 0..%d), bias %g (want -100..100)", i,
+                           p.bias[i].id, V - 1, (double)p.bias[i].bias);
+    if (p.top_logprobs < 0 || p.top_logprobs > SAMPLER_MAX_TOP)
+        return err_set(e, ST_ARG, "top_logprobs %d must be in 0..%d", p.top_logprobs, SAMPLER_MAX_TOP);
     s->p = p;
     s->V = V;
     s->rng = p.seed ? p.seed : 0x9E3779B97F4A7C15ull;   /* xorshift must not start at 0 */
     s->cand = mem_alloc((size_t)V * sizeof(Cand));
-    if (!s->cand) return err_set(e, ST_NOMEM, "sampler: out of memory");
+    if (p.presence_penalty != 0.0f) s->seen = mem_alloc((size_t)V);
+    if (p.logprobs) s->row = mem_alloc((size_t)V * sizeof(float));
+    if (!s->cand || (p.presence_penalty != 0.0f && !s->seen) || (p.logprobs && !s->row)) {
+        sampler_free(s);
+        return err_set(e, ST_NOMEM, "sampler: out of memory");
+    }
     return ST_OK;
 }
 
 void sampler_free(Sampler *s) {
     mem_free(s->cand);
+    mem_free(s->seen);
+    mem_free(s->row);
     *s = (Sampler){0};
 }
 
@@ -153,4 +172,61 @@ int sampler_sample(Sampler *s, float *logits) {
         if (r < cdf) return c[i].id;
     }
     return c[last].id;
+}
+
+/* OpenAI's adjustments, in its order: the biases, then the penalties. */
+static void adjust(Sampler *s, float *logits, const int *out, int n_out) {
+    const SamplerParams *p = &s->p;
+    for (int i = 0; i < p->n_bias; i++) logits[p->bias[i].id] += p->bias[i].bias;
+    if (p->frequency_penalty != 0.0f)
+        for (int i = 0; i < n_out; i++) logits[out[i]] -= p->frequency_penalty;
+    if (p->presence_penalty != 0.0f) {
+        for (int i = 0; i < n_out; i++) s->seen[out[i]] = 0;
+        for (int i = 0; i < n_out; i++)
+            if (!s->seen[out[i]]) {
+                s->seen[out[i]] = 1;
+                logits[out[i]] -= p->presence_penalty;
+            }
+    }
+}
+
+/* log(sum(exp(logits))), computed from the largest. */
+static double log_sum_exp(const float *logits, int V) {
+    float max = logits[0];
+    for (int i = 1; i < V; i++) max = fmaxf(max, logits[i]);
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) sum += exp((double)logits[i] - max);
+    return max + log(sum);
+}
+
+int sampler_pick(Sampler *s, float *logits, const int *out, int n_out) {
+    adjust(s, logits, out, n_out);
+    if (!s->p.logprobs) return sampler_sample(s, logits);
+    /* the top alternatives, before sampling scales the row: a min-heap of the k best */
+    int V = s->V, k = s->p.top_logprobs < V ? s->p.top_logprobs : V, n = 0;
+    Cand *c = s->cand;
+    for (int i = 0; i < V && k > 0; i++) {
+        Cand x = {logits[i], i};
+        if (n < k) {
+            c[n++] = x;
+            if (n == k)
+                for (int j = k / 2 - 1; j >= 0; j--) sift_down(c, k, j);
+        } else if (by_prob_desc(&x, &c[0]) < 0) {
+            c[0] = x;
+            sift_down(c, k, 0);
+        }
+    }
+    qsort(c, (size_t)n, sizeof(Cand), by_prob_desc);
+    double lse = log_sum_exp(logits, V);
+    SamplerLast *last = &s->last;
+    last->n_top = n;
+    for (int i = 0; i < n; i++) last->top[i] = (struct SamplerTop){c[i].id, (float)(c[i].prob - lse)};
+    /* Sampling turns the row into probabilities at the temperature; the
+     * picked token's log-probability is its adjusted logit's, so the row is
+     * kept until the pick is known. */
+    memcpy(s->row, logits, (size_t)V * sizeof(float));
+    int id = sampler_sample(s, logits);
+    last->id = id;
+    last->logprob = (float)(s->row[id] - lse);
+    return id;
 }

@@ -20,6 +20,7 @@
 #include "front/openai.h"
 #include "../utf8_ref.h"
 #include <cjson/cJSON.h>
+#include <math.h>
 
 static SrvChat fallback, chatml;
 
@@ -47,6 +48,12 @@ static void check_accepted(const SrvRequest *r) {
     if (r->sp.top_k < 0) fuzz_fail("top_k %d", r->sp.top_k);
     if (r->priority < PRIO_LOW || r->priority > PRIO_HIGH) fuzz_fail("priority %d", (int)r->priority);
     if (r->n_stop < 0 || r->n_stop > RT_MAX_STOP) fuzz_fail("%d stop strings", r->n_stop);
+    if (!(fabsf(r->sp.presence_penalty) <= 2) || !(fabsf(r->sp.frequency_penalty) <= 2)) fuzz_fail("a penalty out of range");
+    if (r->sp.n_bias < 0 || r->sp.n_bias > SAMPLER_MAX_BIAS) fuzz_fail("%d biases", r->sp.n_bias);
+    for (int i = 0; i < r->sp.n_bias; i++)
+        if (r->sp.bias[i].id < 0 || r->sp.bias[i].id >= 1000 || !(fabsf(r->sp.bias[i].bias) <= 100))
+            fuzz_fail("bias %d: token %d, %g", i, r->sp.bias[i].id, (double)r->sp.bias[i].bias);
+    if (r->sp.top_logprobs < 0 || r->sp.top_logprobs > SAMPLER_MAX_TOP) fuzz_fail("top_logprobs %d", r->sp.top_logprobs);
     for (int i = 0; i < r->n_stop; i++) {
         size_t len = strnlen(r->stop[i], RT_STOP_LEN + 1);
         if (len < 1 || len > RT_STOP_LEN) fuzz_fail("stop string %d of %zu bytes", i, len);
@@ -70,7 +77,7 @@ static void check_refused(const SrvError *err) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     int chat = data[0] & 1;
-    SrvLimits lim = {.model_id = "m", .chat = data[0] & 2 ? &chatml : &fallback, .max_prompt = 1 << 20,
+    SrvLimits lim = {.model_id = "m", .n_vocab = 1000, .chat = data[0] & 2 ? &chatml : &fallback, .max_prompt = 1 << 20,
                      .max_tokens_default = 16, .chat_max_tokens_default = 128};
     SrvRequest r;
     SrvError err;
