@@ -31,6 +31,9 @@
 typedef struct {
     CliEngine cli;                    /* the engine options, shared with serve (cli_opts.h) */
     const char *prompt, *workload, *out_dir;
+    const char *trace_html;           /* --trace-html FILE: the run as a page (infer's own: a
+                                         server's run never ends) */
+    char title[1024];                 /* the command line, for the page's header */
     const char *stop[RT_MAX_STOP];
     int n_stop, max_tokens;
     SamplerParams sp;
@@ -60,6 +63,9 @@ static void usage(FILE *f) {
         "                       top_k, top_p, seed, priority, stop, n, arrival_ms), replayed\n"
         "                       at their arrival times\n"
         "  --out-dir DIR        write request i's text to DIR/i.txt instead of stdout\n"
+        "  --trace-html FILE    the run as one web page that replays it step by step: the\n"
+        "                       batch, the scheduler's decisions, the KV pool block by block,\n"
+        "                       each request's text as it grows (open it in a browser)\n"
         "engine:\n");
     cli_engine_usage(f);
     fprintf(f, "  -h, --help           this text\n");
@@ -67,7 +73,7 @@ static void usage(FILE *f) {
 
 /* infer's own options (each takes a value). */
 static const char *const OWN[] = {"--prompt", "-n", "--max-tokens", "--temperature", "--top-k", "--top-p",
-                                  "--seed", "--stop", "--workload", "--out-dir", NULL};
+                                  "--seed", "--stop", "--workload", "--out-dir", "--trace-html", NULL};
 
 /* Options that describe the one request of --prompt; a workload's lines
  * set their own, so with --workload these would be ignored: refused. */
@@ -106,6 +112,7 @@ static int own_option(void *ctx, const char *a, const char *v, Err *e) {
         o->stop[o->n_stop++] = v;
     } else if (!strcmp(a, "--workload")) o->workload = v;
     else if (!strcmp(a, "--out-dir")) o->out_dir = v;
+    else if (!strcmp(a, "--trace-html")) o->trace_html = v;
     return ST_OK;
 }
 
@@ -124,6 +131,18 @@ static int parse_args(int argc, char **argv, Options *o) {
                 "(see notes/serving.md)\n", o->one_prompt_option);
         return -1;
     }
+    /* the page's header: the command, less the page's own file name (so
+     * the same run written to two files is the same bytes) */
+    int n = snprintf(o->title, sizeof o->title, "infer");
+    for (int i = 1; i < argc && n < (int)sizeof o->title; i++) {
+        if (!strcmp(argv[i], "--trace-html") && i + 1 < argc) {
+            i++;
+            continue;
+        }
+        int plain = argv[i][strcspn(argv[i], " \t\n\"'\\$`;&|<>()*?")] == 0 && argv[i][0];
+        n += snprintf(o->title + n, sizeof o->title - (size_t)n, plain ? " %s" : " '%s'", argv[i]);
+    }
+    if (n >= (int)sizeof o->title) strcpy(o->title + sizeof o->title - 5, " ...");
     return 0;
 }
 
@@ -174,7 +193,8 @@ static const char *why_name(FinishReason f) {
     }
 }
 
-static int run_prompt(const Options *o, const Model *m, Runtime *rt) {
+/* closing (cap bytes): the line printed last, kept for the page. */
+static int run_prompt(const Options *o, const Model *m, Runtime *rt, char *closing, size_t cap) {
     Err e = {{0}};
     RtParams p = rt_params_default();
     p.prompt = o->prompt;
@@ -187,6 +207,7 @@ static int run_prompt(const Options *o, const Model *m, Runtime *rt) {
         fprintf(stderr, "infer: %s\n", e.msg);
         return 1;
     }
+    if (rt->trace) trace_page_prompt(rt->trace, id, o->prompt);
     /* Echo the prompt as its tokens decode (what llama2.c prints). */
     const Sequence *q = rt_sequence(rt, id);
     TokDecoder d;
@@ -205,19 +226,21 @@ static int run_prompt(const Options *o, const Model *m, Runtime *rt) {
         return 1;
     }
     if (o->cli.ec.clock == CLOCK_STEPS) {   /* no speeds: the clock counts steps, not seconds */
-        fprintf(stderr, "infer: %s %s, prompt %d tokens, generated %d (%s); %ld steps on the step "
-                "clock\n", m->format, dtype_name(m->wtype), q->n_prompt, q->n_out, why_name(q->finish),
-                rt_stats(rt).engine.steps);
+        snprintf(closing, cap, "infer: %s %s, prompt %d tokens, generated %d (%s); %ld steps on the step "
+                 "clock\n", m->format, dtype_name(m->wtype), q->n_prompt, q->n_out, why_name(q->finish),
+                 rt_stats(rt).engine.steps);
+        fputs(closing, stderr);
         return 0;
     }
     double prefill = t->first_token - t->first_scheduled, decode = t->finished - t->first_token;
     char hint[192];
     load_hint(o->cli.threads, hint, sizeof hint);
-    fprintf(stderr, "infer: %s %s, prompt %d tokens, generated %d (%s); prefill %.1f tok/s, "
-            "decode %.1f tok/s, %d thread%s%s\n", m->format, dtype_name(m->wtype), q->n_prompt,
-            q->n_out, why_name(q->finish), prefill > 0 ? q->n_prompt / prefill : 0.0,
-            q->n_out > 1 && decode > 0 ? (q->n_out - 1) / decode : 0.0, o->cli.threads,
-            o->cli.threads == 1 ? "" : "s", hint);
+    snprintf(closing, cap, "infer: %s %s, prompt %d tokens, generated %d (%s); prefill %.1f tok/s, "
+             "decode %.1f tok/s, %d thread%s%s\n", m->format, dtype_name(m->wtype), q->n_prompt,
+             q->n_out, why_name(q->finish), prefill > 0 ? q->n_prompt / prefill : 0.0,
+             q->n_out > 1 && decode > 0 ? (q->n_out - 1) / decode : 0.0, o->cli.threads,
+             o->cli.threads == 1 ? "" : "s", hint);
+    fputs(closing, stderr);
     return 0;
 }
 
@@ -302,7 +325,8 @@ static double percentile(const double *v, int n, double pct) {
     return v[k < 1 ? 0 : k - 1];
 }
 
-static void summary(const Runtime *rt, Sink *sinks, int n, int lines, double seconds) {
+static void summary(const Runtime *rt, Sink *sinks, int n, int lines, double seconds, char *closing,
+                    size_t cap) {
     fprintf(stderr, "\n%4s %5s %-6s %6s %5s %-7s %9s %9s %9s %9s %7s %6s\n", "id", "line", "prio",
             "prompt", "out", "finish", "queue ms", "TTFT ms", "TPOT ms", "e2e ms", "preempt", "hit");
     double *ttft = mem_alloc((size_t)n * sizeof(double)), *tpot = mem_alloc((size_t)n * sizeof(double));
@@ -341,17 +365,18 @@ static void summary(const Runtime *rt, Sink *sinks, int n, int lines, double sec
     else
         snprintf(rate, sizeof rate, "in %.2f s: %.2f requests/s, %ld output tokens, %.1f output tok/s",
                  seconds, served / seconds, out, out / seconds);
-    fprintf(stderr, "totals: %d requests served%s, %d refused, %s; TTFT p50 %.1f ms, p99 %.1f ms; "
-            "TPOT p50 %.2f ms, p99 %.2f ms; %ld steps, %ld preemptions, KV pool %d blocks of %d "
-            "tokens (peak %d held)\n", served, from, refused, rate,
-            ttft ? percentile(ttft, n_ttft, 50) : 0.0, ttft ? percentile(ttft, n_ttft, 99) : 0.0,
-            tpot ? percentile(tpot, n_tpot, 50) : 0.0, tpot ? percentile(tpot, n_tpot, 99) : 0.0,
-            es.steps, es.sched.preemptions, es.kv.n_blocks, es.kv.block_size, es.kv.peak_held);
+    snprintf(closing, cap, "totals: %d requests served%s, %d refused, %s; TTFT p50 %.1f ms, p99 %.1f ms; "
+             "TPOT p50 %.2f ms, p99 %.2f ms; %ld steps, %ld preemptions, KV pool %d blocks of %d "
+             "tokens (peak %d held)\n", served, from, refused, rate,
+             ttft ? percentile(ttft, n_ttft, 50) : 0.0, ttft ? percentile(ttft, n_ttft, 99) : 0.0,
+             tpot ? percentile(tpot, n_tpot, 50) : 0.0, tpot ? percentile(tpot, n_tpot, 99) : 0.0,
+             es.steps, es.sched.preemptions, es.kv.n_blocks, es.kv.block_size, es.kv.peak_held);
+    fputs(closing, stderr);
     mem_free(ttft);
     mem_free(tpot);
 }
 
-static int run_workload(const Options *o, Runtime *rt) {
+static int run_workload(const Options *o, Runtime *rt, char *closing, size_t cap) {
     Err e = {{0}};
     Workload w;
     if (workload_load(&w, o->workload, &e)) {
@@ -390,11 +415,13 @@ static int run_workload(const Options *o, Runtime *rt) {
                 *k = (Sink){.line = it->line, .used = 1, .refused = 1};
                 snprintf(k->why, sizeof k->why, "%s", e.msg);
                 fprintf(stderr, "infer: %s:%d: request refused: %s\n", o->workload, it->line, e.msg);
+                if (rt->trace) trace_note(rt->trace, now, "line %d refused: %s", it->line, e.msg);
                 used++;
                 continue;
             }
             lines++;   /* a line served: its n requests follow */
             for (int j = 0; j < it->params.n; j++, used++) {
+                if (rt->trace) trace_page_prompt(rt->trace, id + j, it->params.prompt);
                 k = &sinks[used];
                 k->id = id + j;
                 k->line = it->line;
@@ -413,7 +440,7 @@ static int run_workload(const Options *o, Runtime *rt) {
         rt_step(rt);
     }
     if (rt->trace) trace_finish(rt->trace);
-    summary(rt, sinks, used, lines, rt_now(rt) - start);
+    summary(rt, sinks, used, lines, rt_now(rt) - start, closing, cap);
     rc = 0;
     for (int i = 0; i < used; i++)
         if (sinks[i].done && sinks[i].error[0]) {
@@ -451,7 +478,8 @@ int main(int argc, char **argv) {
     Model m;
     Runtime rt;
     Trace trace = {0};
-    FILE *json = NULL;
+    FILE *json = NULL, *html = NULL;
+    char closing[600] = "";
     int rc = 1;
     if (model_load_opts(&m, o.cli.model, o.cli.tokenizer, &o.cli.mo, &e)) {
         fprintf(stderr, "infer: %s\n", e.msg);
@@ -472,7 +500,8 @@ int main(int argc, char **argv) {
         return st == ST_ARG ? 2 : 1;
     }
     if (o.cli.trace_json && !(json = open_output("--trace-json ", o.cli.trace_json))) goto out;
-    if (o.cli.trace || json || o.cli.trace_svg) {
+    if (o.trace_html && !(html = open_output("--trace-html ", o.trace_html))) goto out;
+    if (o.cli.trace || json || o.cli.trace_svg || html) {
         if (trace_init(&trace, o.cli.trace, stderr, json, o.cli.trace_svg ? 1 << 18 : 0,
                        o.cli.ec.clock == CLOCK_STEPS, &e) ||
             rt_set_trace(&rt, &trace, &e)) {
@@ -481,8 +510,19 @@ int main(int argc, char **argv) {
         }
         trace.kv_map_every = o.cli.kv_map;
     }
+    if (html) {
+        EngineStats es = rt_stats(&rt).engine;
+        TracePageInfo info = {.title = o.title, .n_blocks = es.kv.n_blocks, .block_size = es.kv.block_size,
+                              .max_seqs = es.sched.max_seqs, .cap_blocks = es.cap_blocks,
+                              .token_budget = es.sched.token_budget};
+        if (trace_page_begin(&trace, html, &info, &e)) {
+            fprintf(stderr, "infer: --trace-html %s: %s\n", o.trace_html, e.msg);
+            goto out;
+        }
+    }
     MemStats ready = mem_stats();
-    rc = o.workload ? run_workload(&o, &rt) : run_prompt(&o, &m, &rt);
+    rc = o.workload ? run_workload(&o, &rt, closing, sizeof closing)
+                    : run_prompt(&o, &m, &rt, closing, sizeof closing);
     if (rc == 0 && o.cli.trace_svg) {
         FILE *f = open_output("--trace-svg ", o.cli.trace_svg);
         if (!f) {
@@ -500,12 +540,27 @@ int main(int argc, char **argv) {
         TraceMemory mem = rt_memory(&rt, ready);
         trace_memory_report(&trace, stderr, &mem);
     }
+    if (html) {   /* ended even after a failed run: the page shows how far it got */
+        TraceMemory mem = rt_memory(&rt, ready);
+        if (trace_page_end(&trace, &mem, closing, &e)) {
+            fprintf(stderr, "infer: --trace-html %s: %s\n", o.trace_html, e.msg);
+            rc = 1;
+        }
+    }
 out:
     if (json) {   /* a full disk shows at the flush or the close: either is an error */
         int bad = fflush(json) != 0 || ferror(json), why = errno ? errno : EIO;
         if (fclose(json) && !bad) bad = 1, why = errno;
         if (bad) {
             fprintf(stderr, "infer: --trace-json %s: cannot write: %s\n", o.cli.trace_json, strerror(why));
+            rc = 1;
+        }
+    }
+    if (html) {
+        int bad = fflush(html) != 0 || ferror(html), why = errno ? errno : EIO;
+        if (fclose(html) && !bad) bad = 1, why = errno;
+        if (bad) {
+            fprintf(stderr, "infer: --trace-html %s: cannot write: %s\n", o.trace_html, strerror(why));
             rc = 1;
         }
     }

@@ -1,5 +1,6 @@
-/* trace.c - the engine, told three ways: text for reading, JSON for Perfetto,
- * SVG for a glance.
+/* trace.c - the engine, told four ways: text for reading, JSON for Perfetto,
+ * SVG for a glance, and a page to replay the run (written by page.c, which
+ * every hook below tells what it was told).
  *
  * Text: each line starts with the time since the engine started, then the
  * request (#id) or the step it is about:
@@ -30,6 +31,8 @@
  * inside a step) and shrunk when it finishes. */
 #include "trace/trace.h"
 #include "base/mem.h"
+#include "trace/trace_internal.h"
+#include <assert.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -56,6 +59,8 @@ int trace_init(Trace *t, int level, FILE *text, FILE *json, int svg_spans, int v
 }
 
 void trace_free(Trace *t) {
+    page_free(t->page);
+    t->page = NULL;
     mem_free(t->spans);
     mem_free(t->reqs);
     t->spans = NULL;
@@ -200,7 +205,7 @@ static void event(Trace *t) {
 }
 
 void trace_note(Trace *t, double now, const char *fmt, ...) {
-    if (!t->text) return;
+    if (!t->text && !t->page) return;
     event(t);
     char line[512];
     va_list ap;
@@ -208,14 +213,22 @@ void trace_note(Trace *t, double now, const char *fmt, ...) {
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     say(t, now, "%s", line);
+    if (t->page) page_note(t->page, now, line);
 }
 
-int trace_wants_kv_map(const Trace *t, long step, int n_preempted) {
+/* What the text trace draws after a step; the page wants more (below). */
+static int text_wants_kv_map(const Trace *t, long step, int n_preempted) {
     return t->text && (t->level >= TRACE_VERBOSE || (t->kv_map_every > 0 && step % t->kv_map_every == 0) ||
                        (t->level >= TRACE_ON && n_preempted > 0));
 }
 
-int trace_wants_block_tables(const Trace *t) { return t->text && t->level >= TRACE_VERBOSE; }
+static int text_wants_block_tables(const Trace *t) { return t->text && t->level >= TRACE_VERBOSE; }
+
+int trace_wants_kv_map(const Trace *t, long step, int n_preempted) {
+    return t->page || text_wants_kv_map(t, step, n_preempted);
+}
+
+int trace_wants_block_tables(const Trace *t) { return t->page || text_wants_block_tables(t); }
 
 /* ---- hooks ---- */
 
@@ -245,6 +258,7 @@ int trace_arrived(Trace *t, double now, const TraceArrival *a) {
         json_instant(t, "arrived", a->id + 1, now, args);
     }
     enter(t, r, PH_QUEUED, now);
+    if (t->page) page_arrived(t->page, now, a);
     return ST_OK;
 }
 
@@ -258,6 +272,7 @@ void trace_preempted(Trace *t, double now, long step, int id, int blocks_freed, 
              id, blocks_freed, tokens, step);
     enter(t, req(t, id), PH_QUEUED, now);
     mark(t, id, "preempted", 'p', now, args);
+    if (t->page) page_preempted(t->page, now, id, blocks_freed, tokens);
 }
 
 void trace_cow(Trace *t, double now, long step, int id, int position, int block_size) {
@@ -268,6 +283,7 @@ void trace_cow(Trace *t, double now, long step, int id, int position, int block_
     char args[96];
     snprintf(args, sizeof args, "\"request\": %d, \"position\": %d, \"step\": %ld", id, position, step);
     mark(t, id, "copy-on-write", 0, now, args);
+    if (t->page) page_cow(t->page, now, id, position, position % block_size);
 }
 
 void trace_admitted(Trace *t, double now, long step, int id, int slot, int hit_tokens,
@@ -291,6 +307,7 @@ void trace_admitted(Trace *t, double now, long step, int id, int slot, int hit_t
         }
     }
     enter(t, r, PH_PREFILL, now);
+    if (t->page) page_admitted(t->page, now, id, slot, hit_tokens, n_preempted);
 }
 
 void trace_item(Trace *t, double now, int id, int from, int n, int sample) {
@@ -298,6 +315,7 @@ void trace_item(Trace *t, double now, int id, int from, int n, int sample) {
         say(t, now, "#%d prefill [%d, %d)%s", id, from, from + n, sample ? "" : " (a chunk: more to come)");
     else if (t->level >= TRACE_VERBOSE)
         say(t, now, "#%d decode at position %d", id, from);
+    if (t->page) page_item(t->page, id, from, n, sample);
 }
 
 /* The text of a token, escaped and cut short if long. */
@@ -324,6 +342,7 @@ void trace_forked(Trace *t, double now, int id, int from_id, int slot, int block
         json_instant(t, "forked", id + 1, now, args);
     }
     enter(t, req(t, id), PH_PREFILL, now);   /* a prefill of no length: its prompt came with the fork */
+    if (t->page) page_forked(t->page, now, id, from_id, slot, blocks, tokens);
 }
 
 void trace_token(Trace *t, double now, int id, int token, const char *piece, int len, int n_out,
@@ -342,6 +361,7 @@ void trace_token(Trace *t, double now, int id, int token, const char *piece, int
         say(t, now, "#%d token %d \"%s\" at position %d", id, token, text, position);
     }
     if (r->phase == PH_PREFILL) enter(t, r, PH_DECODE, now);
+    if (t->page) page_token(t->page, id, token, piece, len, n_out, position);
 }
 
 void trace_finished(Trace *t, double now, const TraceFinish *f) {
@@ -360,6 +380,7 @@ void trace_finished(Trace *t, double now, const TraceFinish *f) {
         json_instant(t, "finished", f->id + 1, now, args);
     }
     forget(t, f->id);
+    if (t->page) page_finished(t->page, now, f);
 }
 
 static void json_step(Trace *t, const TraceStep *s) {
@@ -392,9 +413,13 @@ static int plain_step(const TraceStep *s) {
 
 void trace_step_done(Trace *t, const TraceStep *s) {
     if (t->json) json_step(t, s);
+    if (t->page) page_step(t->page, s, t->virtual_clock);
+    /* the pictures the text asked for (a page asks for them at every step) */
+    const char *kv_map = text_wants_kv_map(t, s->step, s->preempted) ? s->kv_map : NULL;
+    const char *tables = text_wants_block_tables(t) ? s->block_tables : NULL;
     int plain = plain_step(s) && t->step_events == 0;
     t->step_events = 0;
-    if (t->level < TRACE_VERBOSE && plain && !s->kv_map) {   /* add to the run of plain steps */
+    if (t->level < TRACE_VERBOSE && plain && !kv_map) {   /* add to the run of plain steps */
         if (t->run_first == 0) {
             t->run_first = s->step;
             t->run_tokens = 0;
@@ -421,8 +446,8 @@ void trace_step_done(Trace *t, const TraceStep *s) {
     say(t, s->end, "step %ld: %d seq%s (%d prefill, %d decode tokens), %d of %d tokens; KV "
         "%d held, %d cached, %d free%s", s->step, s->seqs, s->seqs == 1 ? "" : "s", s->prefill_tokens,
         s->decode_tokens, s->tokens, s->budget, s->kv_held, s->kv_cached, s->kv_free, times);
-    if (s->block_tables) fputs(s->block_tables, t->text);
-    if (s->kv_map) fputs(s->kv_map, t->text);
+    if (tables) fputs(tables, t->text);
+    if (kv_map) fputs(kv_map, t->text);
 }
 
 void trace_finish(Trace *t) {
@@ -575,33 +600,54 @@ int trace_write_svg(const Trace *t, FILE *f) {
     return ferror(f) ? ST_IO : ST_OK;
 }
 
-void trace_memory_report(const Trace *t, FILE *f, const TraceMemory *m) {
+/* Append to buf[*n .. cap) like snprintf, counting what it needed past cap. */
+static void addf(char *buf, int cap, int *n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void addf(char *buf, int cap, int *n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(*n < cap ? buf + *n : NULL, *n < cap ? (size_t)(cap - *n) : 0, fmt, ap);
+    va_end(ap);
+    if (k > 0) *n += k;
+}
+
+int trace_memory_text(const Trace *t, const TraceMemory *m, char *buf, int cap) {
+    int n = 0;
+    if (cap > 0) buf[0] = 0;
     char resident[48] = "", rss[40] = "";
     if (!t->virtual_clock) {   /* what the machine and its load decide */
         snprintf(resident, sizeof resident, ", %.1f MB resident", m->weights_resident / 1e6);
         snprintf(rss, sizeof rss, "; peak RSS %.1f MB", m->peak_rss_kb / 1e3);
     }
-    fprintf(f, "memory: weights %.1f MB mapped%s; KV pool %.1f MB (%d blocks of %.1f KB, peak %d "
-            "held = %.1f MB); activations and scratch %.1f MB; heap peak %.1f MB%s; allocations "
-            "after start-up: %zu inside engine steps, %zu outside them (requests, workload)\n",
-            m->weights_mapped / 1e6, resident, m->kv_bytes / 1e6, m->kv_blocks,
-            m->kv_block_bytes / 1e3, m->kv_peak_held, m->kv_peak_held * (double)m->kv_block_bytes / 1e6,
-            m->activations / 1e6, m->heap_peak / 1e6, rss, m->allocs_in_steps, m->allocs_outside);
-    if (!m->weights_coded) return;
+    addf(buf, cap, &n, "memory: weights %.1f MB mapped%s; KV pool %.1f MB (%d blocks of %.1f KB, peak %d "
+         "held = %.1f MB); activations and scratch %.1f MB; heap peak %.1f MB%s; allocations "
+         "after start-up: %zu inside engine steps, %zu outside them (requests, workload)\n",
+         m->weights_mapped / 1e6, resident, m->kv_bytes / 1e6, m->kv_blocks,
+         m->kv_block_bytes / 1e3, m->kv_peak_held, m->kv_peak_held * (double)m->kv_block_bytes / 1e6,
+         m->activations / 1e6, m->heap_peak / 1e6, rss, m->allocs_in_steps, m->allocs_outside);
+    if (!m->weights_coded) return n;
     /* a compressed model: what is held coded, what decoded, and what decoding cost */
-    fprintf(f, "codec: %.1f MB of coded matrices in the file; ", m->weights_coded / 1e6);
+    addf(buf, cap, &n, "codec: %.1f MB of coded matrices in the file; ", m->weights_coded / 1e6);
     if (!m->low_mem) {
-        fprintf(f, "decoded at load into %.1f MB", m->weights_decoded / 1e6);
-        if (!t->virtual_clock) fprintf(f, " in %.3f s", m->decode_load_s);
-        fprintf(f, "\n");
-        return;
+        addf(buf, cap, &n, "decoded at load into %.1f MB", m->weights_decoded / 1e6);
+        if (!t->virtual_clock) addf(buf, cap, &n, " in %.3f s", m->decode_load_s);
+        addf(buf, cap, &n, "\n");
+        return n;
     }
-    fprintf(f, "--low-mem: kept coded, decoded a layer at a time into two buffers of %.1f MB; %ld "
-            "units decoded", m->weights_decoded / 2e6, m->decodes);
+    addf(buf, cap, &n, "--low-mem: kept coded, decoded a layer at a time into two buffers of %.1f MB; %ld "
+         "units decoded", m->weights_decoded / 2e6, m->decodes);
     if (!t->virtual_clock && m->decodes)
-        fprintf(f, ", %.2f ms each (%.2f-%.2f), %.3f s in all, the forward pass waited %.3f s of it; peak "
-                "resident weights %.1f MB (the resident file and both buffers)", 1e3 * m->decode_s / m->decodes,
-                1e3 * m->decode_min_s, 1e3 * m->decode_max_s, m->decode_s, m->decode_wait_s,
-                (m->weights_resident + m->weights_decoded) / 1e6);
-    fprintf(f, "\n");
+        addf(buf, cap, &n, ", %.2f ms each (%.2f-%.2f), %.3f s in all, the forward pass waited %.3f s of it; peak "
+             "resident weights %.1f MB (the resident file and both buffers)", 1e3 * m->decode_s / m->decodes,
+             1e3 * m->decode_min_s, 1e3 * m->decode_max_s, m->decode_s, m->decode_wait_s,
+             (m->weights_resident + m->weights_decoded) / 1e6);
+    addf(buf, cap, &n, "\n");
+    return n;
+}
+
+void trace_memory_report(const Trace *t, FILE *f, const TraceMemory *m) {
+    char text[1024];
+    int n = trace_memory_text(t, m, text, sizeof text);
+    assert(n < (int)sizeof text);   /* two lines of bounded fields */
+    (void)n;
+    fputs(text, f);
 }

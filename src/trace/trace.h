@@ -19,6 +19,10 @@
  *          events), one track of engine steps with their stages, counters.
  *   svg    a timeline of requests, written at the end from spans recorded in
  *          a buffer allocated at trace_init (no allocation while running).
+ *   page   one self-contained HTML file (--trace-html): every event and, after
+ *          every step, the KV pool's map and block tables as the text trace
+ *          draws them, written as they happen, then a viewer that replays the
+ *          run step by step (page.c; notes/tracing.md).
  *
  * On the step clock (virtual: one millisecond per step, see clock.h) the
  * trace leaves out every duration it was told that the virtual clock did not
@@ -128,6 +132,7 @@ typedef struct Trace {
     TraceSpan *spans;
     int n_spans, cap_spans, dropped;
     int max_req;                       /* highest request id seen */
+    struct TracePage *page;            /* --trace-html, or NULL (page.c) */
 } Trace;
 
 /* level: TRACE_OFF/ON/VERBOSE for text (text may be NULL); json: an open
@@ -144,7 +149,8 @@ void trace_free(Trace *t);                           /* accepts a zeroed one */
 /* Print what is pending (a run of decode steps). */
 void trace_flush(Trace *t);
 
-/* Does step `step` (which preempted n) want the KV map, the block tables? */
+/* Does step `step` (which preempted n) want the KV map, the block tables?
+ * A page wants both after every step. */
 int trace_wants_kv_map(const Trace *t, long step, int n_preempted);
 int trace_wants_block_tables(const Trace *t);
 
@@ -177,6 +183,26 @@ void trace_step_done(Trace *t, const TraceStep *s);
  * (the server's HTTP requests: arrived, first byte sent, disconnected). */
 void trace_note(Trace *t, double now, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* The page: what it says of the run in its header, and the room its KV
+ * pictures need (the pool's blocks; per sequence, at most cap_blocks). */
+typedef struct {
+    const char *title;       /* the command that made the run */
+    int n_blocks, block_size, max_seqs, cap_blocks, token_budget;
+} TracePageInfo;
+
+/* Start the page on f (open, the caller's): its head, style and the run's
+ * description are written now, each event as it happens. ST_NOMEM, or
+ * ST_IO if f cannot be written. */
+int trace_page_begin(Trace *t, FILE *f, const TracePageInfo *info, Err *e);
+/* A front end tells the page a request's prompt (the runtime tells the
+ * trace only its length). */
+void trace_page_prompt(Trace *t, int id, const char *text);
+/* End the page: the memory report (m, as trace_memory_report prints it),
+ * the program's closing line, and the viewer. ST_IO with a line in e if a
+ * write failed, or if a step's KV picture did not fit what the page was
+ * told (it says which). Call after trace_finish. */
+int trace_page_end(Trace *t, const TraceMemory *m, const char *closing, Err *e);
+
 /* The timeline: one row per request, spans coloured by phase. */
 int trace_write_svg(const Trace *t, FILE *f);
 
@@ -186,5 +212,8 @@ int trace_write_svg(const Trace *t, FILE *f);
  * and outside them (each request gets its token array and sampler at
  * submission). On the step clock, resident bytes and RSS are left out. */
 void trace_memory_report(const Trace *t, FILE *f, const TraceMemory *m);
+/* The same report as text in buf (lines ending in '\n'); the length it
+ * needed, so a result >= cap means it was cut. */
+int trace_memory_text(const Trace *t, const TraceMemory *m, char *buf, int cap);
 
 #endif
