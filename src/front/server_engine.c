@@ -134,7 +134,9 @@ static void on_text(int id, const char *text, int len, void *user) {
         size_t cap = c->cap ? 2 * c->cap : 256;
         while (cap < c->len + (size_t)len + 1) cap *= 2;
         char *grown = realloc(c->text, cap);
-        if (!grown) {           /* the text is cut short; the request goes on */
+        if (!grown) {           /* the text cannot be held whole: the answer is an error, never cut */
+            snprintf(j->error, sizeof j->error, "out of memory holding %zu bytes of text", c->len + (size_t)len);
+            pthread_cond_broadcast(&j->cv);
             pthread_mutex_unlock(&j->mu);
             return;
         }

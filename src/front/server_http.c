@@ -187,10 +187,10 @@ static int refill(Conn *k) {
             c.logprobs = logprobs_of(s, j, ch);
         }
         if (ch->done && !ch->final_sent) {
-            if (ch->finish == FIN_ERROR || ch->finish == FIN_CANCEL) {
+            if (ch->finish == FIN_ERROR || ch->finish == FIN_CANCEL || j->error[0]) {
                 SrvError err;
-                srv_error_set(&err, ch->finish == FIN_ERROR ? 500 : 503, "", "%s",
-                              ch->finish == FIN_ERROR ? (j->error[0] ? j->error : "error") : "cancelled: the server is stopping");
+                srv_error_set(&err, ch->finish == FIN_CANCEL ? 503 : 500, "", "%s",
+                              j->error[0] ? j->error : ch->finish == FIN_ERROR ? "error" : "cancelled: the server is stopping");
                 err.type = "server_error";
                 out_add(k, &b, srv_sse_error(&err));
             }

@@ -14,6 +14,8 @@
 #   fuzz_request    request bodies: every field, chat in each form, refusals
 #   fuzz_rans       streams the encoder wrote (tools/mkcorpus)
 #   fuzz_wcodec     coded tensors of each layout (tools/mkcorpus)
+#   fuzz_jinja      small chat templates written by hand in the shapes real
+#                   ones have (kept as they are: this script leaves them)
 set -e
 B=${BIN:-build/fast}
 FX=${FIXTURES:-../shared/fixtures}
