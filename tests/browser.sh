@@ -2,11 +2,12 @@
 # browser.sh - the page of infer --trace-html in a real browser: Debian's
 # chromium, headless, driven by playwright-core (the version pinned in
 # tests/browser/package-lock.json, installed by npm ci into build/browser
-# once, and again when the lock file changes). tests/browser/check.mjs says
-# what is checked: at the first preemption of data/workload-preempt.jsonl the
-# page shows the KV map, the counts and every request's state that the text
-# trace of the same run printed; the keys work; the console stays clean; a
-# planted change to the page's KV map fails the comparison. Then the scale:
+# once, and again when the lock file changes: tools/browser_setup.sh).
+# tests/browser/check.mjs says what is checked: at the first preemption of
+# data/workload-preempt.jsonl the page shows the KV map, the counts and
+# every request's state that the text trace of the same run printed; the
+# keys work; the console stays clean; a planted change to the page's KV map
+# fails the comparison. Then the scale:
 # a run of about ten thousand steps (tools/soak_workload.sh, made with
 # build/fast/infer) opens and steps without lag, and its size, load time and
 # time per step are printed. About 15 s, most of it the long run.
@@ -25,17 +26,12 @@ missing() {
 broken() { echo "FAIL: $1"; echo "browser: 0 passed, 1 failed"; exit 1; }
 [ -x "$CHROMIUM" ] || missing "no chromium at $CHROMIUM: apt-get install chromium"
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || missing "node and npm are not installed"
-dir=build/browser
-mkdir -p $dir
-cp tests/browser/check.mjs $dir/
-if ! cmp -s tests/browser/package-lock.json $dir/package-lock.json || [ ! -d $dir/node_modules/playwright-core ]; then
-    cp tests/browser/package.json tests/browser/package-lock.json $dir/
-    if ! (cd $dir && npm ci --no-audit --no-fund --loglevel=error >npm.log 2>&1); then
-        rm -f $dir/package-lock.json; broken "npm ci in $dir: $(tail -5 $dir/npm.log)"
-    fi
-fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+dir=build/browser
+. tools/browser_setup.sh
+browser_setup $dir 2> "$tmp/npm.err" || broken "$(cat "$tmp/npm.err")"
+cp tests/browser/check.mjs $dir/
 export OMP_NUM_THREADS=1
 "$INFER" --model $MODEL --workload data/workload-preempt.jsonl --policy priority --kv-blocks 10 --max-seqs 4 \
     --clock steps --threads 1 --trace --trace-html "$tmp/page.html" > /dev/null 2> "$tmp/trace.txt" ||

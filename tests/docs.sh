@@ -1,7 +1,8 @@
 #!/bin/sh
 # docs.sh - the trace excerpts in README.md and notes/ are what the code
 # prints now (tools/doc_excerpts.sh regenerates each one from a step-clock
-# run), and the check really fails when an excerpt is edited by hand.
+# run), and the check really fails when an excerpt is edited by hand; so are
+# the pictures of the --trace-html page (tools/doc_screenshots.sh).
 INFER=${INFER:-build/asan/infer}
 export INFER
 pass=0; fail=0
@@ -32,6 +33,19 @@ sed 's/--seed 42 --clock steps --isa plain/--seed 43 --clock steps --isa plain/'
 if cmp -s README.md "$tmp/readme.md"; then bad "could not change the README's command"
 elif sh tools/doc_excerpts.sh --check "$tmp/readme.md" > "$tmp/out" 2>&1; then bad "the excerpts matched another command"
 else ok; fi
+
+# The pictures of the --trace-html page are of the page the code writes now
+# (tools/doc_screenshots.sh: a hash of the page in each marker and in its
+# PNG; no browser needed), and the check fails when a marker is not.
+n=$(grep -c '^<!-- screenshot: ' README.md notes/*.md | awk -F: '{ s += $2 } END { print s }')
+[ "$n" -ge 2 ] && ok || bad "only $n pictures of the page are marked in README.md and notes/"
+if sh tools/doc_screenshots.sh --check > "$tmp/shots" 2>&1; then ok
+else bad "a picture of the page is stale:"; cat "$tmp/shots"; fi
+sed 's/^\(<!-- screenshot: .* sha256:\)[0-9a-f]\{8\}/\100000000/' notes/tracing.md > "$tmp/shot.md"
+if cmp -s notes/tracing.md "$tmp/shot.md"; then bad "could not plant a stale picture"
+elif sh tools/doc_screenshots.sh --check "$tmp/shot.md" > "$tmp/out" 2>&1; then bad "a stale picture passed the check"
+elif grep -q "shot.md: notes/img/trace-page.png shows a page the code no longer writes" "$tmp/out"; then ok
+else bad "the failed picture check did not name the file: $(cat "$tmp/out")"; fi
 
 # The plain path gives the same bits in every build flavour (notes/model.md):
 # 300 greedy tokens of the default model, and 64 of fixture models of each
