@@ -380,7 +380,7 @@ int trace_page_begin(Trace *t, FILE *f, const TracePageInfo *in, Err *e) {
     fprintf(f, ",\"kv_blocks\":%d,\"block_size\":%d,\"max_seqs\":%d,\"token_budget\":%d,\"clock\":\"%s\"}"
             "</script>\n<script type=\"application/json\" id=\"trace-events\">[\n", in->n_blocks,
             in->block_size, in->max_seqs, in->token_budget, t->virtual_clock ? "steps" : "wall");
-    return ferror(f) ? err_set(e, ST_IO, "cannot write") : ST_OK;
+    return ST_OK;
 }
 
 int trace_page_end(Trace *t, const TraceMemory *m, const char *closing, Err *e) {
@@ -397,8 +397,7 @@ int trace_page_end(Trace *t, const TraceMemory *m, const char *closing, Err *e) 
     fputs(",\"problem\":", f);
     put_string(f, p->problem);
     fprintf(f, "}</script>\n<script>\n%s</script>\n</body>\n</html>\n", PAGE_SCRIPT);
-    if (p->problem[0]) return err_set(e, ST_FORMAT, "%s", p->problem);
-    return ferror(f) ? err_set(e, ST_IO, "cannot write") : ST_OK;
+    return p->problem[0] ? err_set(e, ST_FORMAT, "%s", p->problem) : ST_OK;
 }
 
 void page_free(TracePage *p) {

@@ -190,17 +190,18 @@ typedef struct {
     int n_blocks, block_size, max_seqs, cap_blocks, token_budget;
 } TracePageInfo;
 
-/* Start the page on f (open, the caller's): its head, style and the run's
- * description are written now, each event as it happens. ST_NOMEM, or
- * ST_IO if f cannot be written. */
+/* Start the page on f (open, the caller's: it checks f's errors when it
+ * closes it, as for the JSON trace): its head, style and the run's
+ * description are written now, each event as it happens. ST_NOMEM. */
 int trace_page_begin(Trace *t, FILE *f, const TracePageInfo *info, Err *e);
 /* A front end tells the page a request's prompt (the runtime tells the
  * trace only its length). */
 void trace_page_prompt(Trace *t, int id, const char *text);
 /* End the page: the memory report (m, as trace_memory_report prints it),
- * the program's closing line, and the viewer. ST_IO with a line in e if a
- * write failed, or if a step's KV picture did not fit what the page was
- * told (it says which). Call after trace_finish. */
+ * the program's closing line, and the viewer. ST_FORMAT with a line in e
+ * if a step's KV pictures could not be kept (the page says so too): its
+ * map had another number of blocks than info said, or they outgrew the
+ * room info's sizes gave them. Call after trace_finish. */
 int trace_page_end(Trace *t, const TraceMemory *m, const char *closing, Err *e);
 
 /* The timeline: one row per request, spans coloured by phase. */
