@@ -7,7 +7,8 @@
 # data/workload-preempt.jsonl the page shows the KV map, the counts and
 # every request's state that the text trace of the same run printed; the
 # keys work; the console stays clean; a planted change to the page's KV map
-# fails the comparison. Then the scale:
+# fails the comparison; a wall-clock run with samples draws their shared
+# block and its copies on write. Then the scale:
 # a run of about ten thousand steps (tools/soak_workload.sh, made with
 # build/fast/infer) opens and steps without lag, and its size, load time and
 # time per step are printed. About 15 s, most of it the long run.
@@ -36,6 +37,9 @@ export OMP_NUM_THREADS=1
 "$INFER" --model $MODEL --workload data/workload-preempt.jsonl --policy priority --kv-blocks 10 --max-seqs 4 \
     --clock steps --threads 1 --trace --trace-html "$tmp/page.html" > /dev/null 2> "$tmp/trace.txt" ||
     broken "the traced run failed: $(tail -1 "$tmp/trace.txt")"
+printf '%s\n' '{"prompt": "ROMEO:", "max_tokens": 12, "n": 3, "temperature": 0.9, "seed": 3}' > "$tmp/fork.jsonl"
+"$INFER" --model $MODEL --workload "$tmp/fork.jsonl" --threads 1 --trace-html "$tmp/fork.html" > /dev/null 2> "$tmp/fork.err" ||
+    broken "the run with samples failed: $(tail -1 "$tmp/fork.err")"
 soak=""
 if [ -x "$FAST" ]; then
     sh tools/soak_workload.sh 520 1 15000 64 > "$tmp/soak.jsonl"
@@ -50,4 +54,4 @@ else
     echo "browser: the scale test skipped ($FAST is not built: make build/fast/infer)"
 fi
 timeout 300 node $dir/check.mjs --playwright $dir/node_modules/playwright-core/index.mjs --chromium "$CHROMIUM" \
-    --page "$tmp/page.html" --trace "$tmp/trace.txt" $soak
+    --page "$tmp/page.html" --trace "$tmp/trace.txt" --fork "$tmp/fork.html" $soak

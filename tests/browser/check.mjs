@@ -11,8 +11,11 @@
 // keyboard and must show the same. Then the keys, the console (no error),
 // the network (nothing but the file), and a planted change: a copy of the
 // page whose data moves one block to another owner at that step must fail
-// the same comparison. With --soak, a page of N steps is opened and stepped,
-// and its size, load time and time per step are printed.
+// the same comparison. With --fork, the page of a wall-clock run whose
+// request has three samples: the fork's shared block ('*') and the copy on
+// write are drawn, and the step's stage times shown. With --soak, a page of
+// N steps is opened and stepped, and its size, load time and time per step
+// are printed.
 // Prints "browser: N passed, N failed"; exits 1 on any failure.
 import fs from 'node:fs';
 import path from 'node:path';
@@ -21,7 +24,7 @@ const arg = (name, dflt) => {
   const i = process.argv.indexOf('--' + name);
   return i > 0 ? process.argv[i + 1] : dflt;
 };
-const PAGE = arg('page'), TRACE = arg('trace'), SOAK = arg('soak'), SOAK_STEPS = +arg('soak-steps', 0);
+const PAGE = arg('page'), TRACE = arg('trace'), SOAK = arg('soak'), SOAK_STEPS = +arg('soak-steps', 0), FORK = arg('fork');
 const CHROMIUM = arg('chromium', '/usr/bin/chromium');
 const { chromium } = await import(path.resolve(arg('playwright', 'node_modules/playwright-core/index.mjs')));
 
@@ -196,10 +199,32 @@ try {
       await key(p2.page, 'p');
       const d2 = differences(want, await shown(p2.page));
       ok(d2.some((x) => x.startsWith('KV map')), 'a planted change of the KV map passed the comparison');
+      ok(p2.errors.some((x) => x.includes('disagree')), 'the planted page did not say its map and tables disagree');
       console.log('browser: planted change (#' + table[0] + "'s last block moved to block " + spare + ') caught: ' +
                   (d2.find((x) => x.startsWith('KV map')) || 'no'));
       await p2.page.close();
     }
+  }
+
+  // forks and copies on write, on the wall clock
+  if (FORK) {
+    const f = await open(browser, FORK);
+    await key(f.page, 'Home');
+    const shared = await f.page.evaluate(() => document.querySelectorAll('#kv-grid .cell[data-ch="*"]').length);
+    ok(shared > 0, 'no block is drawn shared at the step the samples forked');
+    const cowStep = await key(f.page, 'c');
+    const cow = await f.page.evaluate(() => ({
+      said: document.querySelectorAll('#events li[data-kind=C]').length,
+      marked: document.querySelectorAll('#kv-grid .mark.cow').length,
+      bad: document.querySelectorAll('#kv-grid .cell.bad').length,
+      when: document.getElementById('counts').textContent,
+    }));
+    ok(cowStep > 1 && cow.said > 0 && cow.marked === cow.said && cow.bad === 0,
+       `c does not show the copies on write (step ${cowStep}: ${cow.said} told, ${cow.marked} blocks marked, ${cow.bad} in doubt)`);
+    ok(/schedule [\d.]+, build [\d.]+, forward [\d.]+/.test(cow.when), 'a wall-clock step does not show its stage times: ' + cow.when);
+    await key(f.page, 'End');
+    ok(f.errors.length === 0, 'the fork page logged: ' + f.errors.join('; '));
+    await f.page.close();
   }
 
   // the scale: a long run's page opens and steps without lag
