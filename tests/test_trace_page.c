@@ -213,7 +213,8 @@ static void page_holds_every_step_s_kv_pool_as_the_engine_drew_it(void **state) 
         if (strcmp(tables, want_tables))
             fail_msg("step %ld: the page's block tables %s, the engine's %s", steps, tables, want_tables);
         char *ntok = cJSON_PrintUnformatted(cJSON_GetArrayItem(rec, 19));
-        if (strcmp(ntok, want_ntok)) fail_msg("step %ld: the page's tokens %s, the engine's %s", steps, ntok, want_ntok);
+        if (strcmp(ntok, want_ntok))
+            fail_msg("step %ld: the page's tokens %s, the engine's %s", steps, ntok, want_ntok);
         cJSON_free(ntok);
         assert_true(cJSON_IsNumber(cJSON_GetArrayItem(rec, 17)));   /* no stage times on the step clock */
     }

@@ -479,7 +479,7 @@ int main(int argc, char **argv) {
     Runtime rt;
     Trace trace = {0};
     FILE *json = NULL, *html = NULL;
-    char closing[600] = "";
+    char closing[1024] = "";   /* the last line printed: the summary (a few hundred bytes) */
     int rc = 1;
     if (model_load_opts(&m, o.cli.model, o.cli.tokenizer, &o.cli.mo, &e)) {
         fprintf(stderr, "infer: %s\n", e.msg);
