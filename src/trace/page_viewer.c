@@ -431,6 +431,7 @@ const char PAGE_SCRIPT[] =
 "    var t = textAt(r, i);\n"
 "    tx.appendChild(document.createTextNode(t.before));\n"
 "    if (t.fresh) tx.appendChild(el('mark', {}, t.fresh));\n"
+"    tx.scrollTop = tx.scrollHeight;   /* the newest text in view */\n"
 "  }\n"
 "\n"
 "  /* ---- the step: its figures, what the scheduler decided, the batch ---- */\n"
