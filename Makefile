@@ -130,7 +130,12 @@ build/rans_bench build/fast/rans_bench build/asan/rans_bench: LIBS += -lzstd
 # --- tests (sanitizers on) -----------------------------------------------
 build/asan/obj/%.o: src/%.c $(SRC_H) | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(ASAN_FLAGS) -c $< -o $@
+	$(CC) $(ASAN_FLAGS) $(ASAN_OPT) -c $< -o $@
+# The kernels' loops (and the forward pass's own, in model.c) run a hundred
+# times longer under the sanitizers than anything else; optimised (still
+# instrumented), the model suites take a fraction of the time.
+# (and the float64 references the model suite computes them against)
+build/asan/obj/kernels/%.o build/asan/obj/model.o build/asan/tobj/test_model.o: ASAN_OPT := -O2
 build/asan/libengine.a: $(patsubst src/%.c,build/asan/obj/%.o,$(LIB_SRC))
 	rm -f $@ && ar rcs $@ $^
 build/asan/infer build/asan/serve: build/asan/%: src/front/%.c build/asan/libengine.a
@@ -143,7 +148,7 @@ TEST_OBJ := $(patsubst tests/%.c,build/asan/tobj/%.o,$(TEST_SRC))
 .SECONDARY: $(TEST_OBJ)
 build/asan/tobj/test_%.o: tests/test_%.c tests/testutil.h tests/utf8_ref.h $(SRC_H) | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(ASAN_FLAGS) -Itests -c $< -o $@
+	$(CC) $(ASAN_FLAGS) $(ASAN_OPT) -Itests -c $< -o $@
 build/asan/test_%: build/asan/tobj/test_%.o build/asan/libengine.a
 	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LIBS) -lcmocka
 
@@ -166,8 +171,13 @@ TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train s
 # the flags and libraries given here.
 EX_ENV = CC="$(CC)" EX_FLAGS="$(ASAN_FLAGS)" EX_LIBS="$(LIBS)" FIXTURES=$(FIXTURES)
 # tests/gdb.sh steps through the debug build: the walkthroughs of notes/gdb.
-test: $(patsubst tests/%.c,build/asan/%,$(TEST_SRC)) build/asan/infer build/asan/serve $(TESTED_TOOLS) \
-      build/infer build/rans_bench build/fast/infer
+# The builds are independent of each other, so make test builds on every
+# core (the tests themselves run one at a time, each with 2 threads).
+TEST_BUILD := $(patsubst tests/%.c,build/asan/%,$(TEST_SRC)) build/asan/infer build/asan/serve $(TESTED_TOOLS) \
+              build/infer build/rans_bench build/fast/infer build/fast/train
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+test:
+	@$(MAKE) --no-print-directory -j$(NPROC) $(TEST_BUILD)
 	@$(EX_ENV) INFER=build/asan/infer sh tests/run_all.sh $(patsubst tests/%.c,build/asan/%,$(TEST_SRC))
 
 # --- exercises (exercises/README.md) ---------------------------------------

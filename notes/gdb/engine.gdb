@@ -18,8 +18,10 @@ break engine.c:append
 commands
   silent
   # (an if, not ?: on two strings: gdb would have to put the strings in the
-  # program's memory, calling into it, which some CPUs' register state stops)
-  if token == q->eos
+  # program's memory, calling into it, which some CPUs' register state stops;
+  # for the same reason the end-of-generation set is read here, not ends_on
+  # called: the default model's has one token, a chat model's a few)
+  if (q->n_eog > 0 && token == q->eog[0]) || (q->n_eog > 1 && token == q->eog[1]) || (q->n_eog > 2 && token == q->eog[2])
     printf "| step %ld  #%d  token %4d  out %d of %d  tokens %d of cap %d  eos? yes\n", en->steps, q->id, token, q->n_out + 1, q->max_tokens, q->n_tokens + 1, q->cap
   else
     printf "| step %ld  #%d  token %4d  out %d of %d  tokens %d of cap %d  eos? no\n", en->steps, q->id, token, q->n_out + 1, q->max_tokens, q->n_tokens + 1, q->cap
