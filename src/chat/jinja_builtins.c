@@ -839,7 +839,7 @@ static int select_items(JCtx *c, JVal seq, const JArgs *a, const char *attribute
         tbuf[t.s.n] = 0;
         test = tbuf;
     }
-    JArgs rest = {.pos = a->pos + (a->n_pos > first + 1 ? first + 1 : a->n_pos), .n_pos = a->n_pos > first + 1 ? a->n_pos - first - 1 : 0};
+    JArgs rest = {.pos = a->n_pos > first + 1 ? a->pos + first + 1 : NULL, .n_pos = a->n_pos > first + 1 ? a->n_pos - first - 1 : 0};
     for (size_t i = 0; i < items->n; i++) {
         JVal v = items->v[i];
         if (attribute && jinja_getattr(c, v, attribute, &v)) return -1;
@@ -954,7 +954,7 @@ static int do_map(JCtx *c, JVal v, const JArgs *a, JVal *out) {
     if (!attr) {
         if (a->n_pos < 1 || !(filter = cstr(c, &a->pos[0]))) return jinja_fail(c, "map: a filter name or attribute= is needed");
     }
-    JArgs rest = {.pos = a->pos + (a->n_pos ? 1 : 0), .n_pos = a->n_pos ? a->n_pos - 1 : 0};
+    JArgs rest = {.pos = a->n_pos > 1 ? a->pos + 1 : NULL, .n_pos = a->n_pos ? a->n_pos - 1 : 0};
     for (size_t i = 0; i < items->n; i++) {
         JVal x = items->v[i];
         if (attribute) {
