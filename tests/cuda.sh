@@ -24,7 +24,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 if [ ! -x "$NVCC" ]; then
     echo "skipped: the CUDA compile suite ($NVCC not found; CUDA_HOME names the toolkit)"
 else
-    if make -s cuda-compile > "$tmp/log" 2>&1; then ok; else bad "make cuda-compile failed:"; tail -20 "$tmp/log"; fi
+    if make -s -j"$(nproc 2>/dev/null || echo 2)" cuda-compile > "$tmp/log" 2>&1; then ok; else bad "make cuda-compile failed:"; tail -20 "$tmp/log"; fi
     if [ -x build/cuda/infer-asan ]; then
         build/cuda/infer-asan --model $M --prompt a -n 2 --device cuda > /dev/null 2> "$tmp/e"; rc=$?
         if nvidia-smi -L > /dev/null 2>&1; then
