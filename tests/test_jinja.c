@@ -34,18 +34,6 @@ static int render(const char *src, const char *vars_json, JOutput *out, Err *e) 
 
 /* src over vars must print want. */
 static void check(const char *src, const char *vars_json, const char *want) {
-#ifdef JINJA_DUMP
-    FILE *f = fopen("/tmp/jinja_checks.jsonl", "a");
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "src", src);
-    cJSON_AddStringToObject(j, "vars", vars_json);
-    cJSON_AddStringToObject(j, "want", want);
-    char *line = cJSON_PrintUnformatted(j);
-    fprintf(f, "%s\n", line);
-    free(line);
-    cJSON_Delete(j);
-    fclose(f);
-#endif
     JOutput o;
     Err e = {{0}};
     int st = render(src, vars_json, &o, &e);
@@ -63,18 +51,6 @@ static void check(const char *src, const char *vars_json, const char *want) {
 
 /* src over vars must fail, with a message holding want. */
 static void check_fails(const char *src, const char *vars_json, const char *want) {
-#ifdef JINJA_DUMP
-    FILE *f = fopen("/tmp/jinja_checks.jsonl", "a");
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "src", src);
-    cJSON_AddStringToObject(j, "vars", vars_json);
-    cJSON_AddStringToObject(j, "fails", want);
-    char *line = cJSON_PrintUnformatted(j);
-    fprintf(f, "%s\n", line);
-    free(line);
-    cJSON_Delete(j);
-    fclose(f);
-#endif
     JOutput o;
     Err e = {{0}};
     int st = render(src, vars_json, &o, &e);
