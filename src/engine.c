@@ -1,8 +1,10 @@
 /* engine.c - the step loop.
  *
+ *     guess what follows each decoding sequence   (speculation, when asked for)
  *     plan    = scheduler.step()             who runs, how many tokens each
  *     sampled = executor.run(plan)           one forward pass, then sampling
  *     scheduler.commit(plan)                 the K/V written are the sequences' now
+ *                                            (a rejected guess's positions go back)
  *     for each sampled token:
  *         fork the samples waiting on it     (the first token of an n > 1 request)
  *         append it; EOS, length or context? finish: its blocks go back
@@ -16,11 +18,20 @@
  * finishes in step k gives its blocks back before step k + 1 is scheduled, so
  * the next step can admit a waiting one at once: continuous batching.
  *
+ * Speculative decoding (notes/speculative.md) adds the first line and two
+ * rules that need several stages: the guess is made here, from the
+ * sequence's own tokens, and written past its last token; the scheduler
+ * decides whether it runs; the executor says how much of it the model
+ * accepted; the scheduler commits only that much and gives the rest of the
+ * positions back; and the accepted guesses are appended here like sampled
+ * tokens, before the token the model chose after them.
+ *
  * Nothing here calls up. The runtime learns what happened from the
  * StepReport, and tells the engine what only it can know (a stop string in
  * the text, a cancel) through engine_finish. */
 #include "engine.h"
 #include "base/mem.h"
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,7 +41,7 @@ EngineConfig engine_config_default(void) {
         .n_blocks = 0,
         .kv_bytes = 0,
         .sched = {.policy = SCHED_FCFS, .token_budget = 256, .max_seqs = 16, .chunk = 0,
-                  .aging_steps = 32},
+                  .aging_steps = 32, .max_draft = 0, .spec_limit = ENGINE_SPEC_LIMIT},
         .clock = CLOCK_WALL,
     };
     return c;
@@ -67,11 +78,17 @@ int engine_init(Engine *en, const Model *m, const EngineConfig *cfg, Err *e) {
     en->cap_blocks = ctx_blocks;
     int st = kv_pool_init(&en->pool, c->n_layers, kvd, BS, nb, e);
     if (!st) st = sched_init(&en->sched, &cfg->sched, &en->pool, e);
-    if (!st) st = exec_init(&en->exec, m, &en->pool, cfg->sched.token_budget, cfg->sched.max_seqs, e);
+    if (!st)
+        st = exec_init(&en->exec, m, &en->pool, cfg->sched.token_budget, cfg->sched.max_seqs,
+                       cfg->sched.max_draft, e);
     if (!st) {
-        en->report.out = mem_alloc(2 * (size_t)cfg->sched.max_seqs * sizeof *en->report.out);
+        /* a step's outputs: each sequence's token and a fork's first, plus
+         * every draft token it may accept */
+        size_t n_out = (2 + (size_t)cfg->sched.max_draft) * (size_t)cfg->sched.max_seqs;
+        en->report.out = mem_alloc(n_out * sizeof *en->report.out);
         en->view_seqs = mem_alloc((size_t)cfg->sched.max_seqs * sizeof *en->view_seqs);
-        if (!en->report.out || !en->view_seqs)
+        en->rejected = mem_alloc((size_t)cfg->sched.max_seqs * sizeof *en->rejected);
+        if (!en->report.out || !en->view_seqs || !en->rejected)
             st = err_set(e, ST_NOMEM, "engine: cannot allocate the step report");
     }
     if (st) {
@@ -85,6 +102,7 @@ int engine_init(Engine *en, const Model *m, const EngineConfig *cfg, Err *e) {
 void engine_free(Engine *en) {
     mem_free(en->report.out);
     mem_free(en->view_seqs);
+    mem_free(en->rejected);
     exec_free(&en->exec);
     sched_free(&en->sched);
     kv_pool_free(&en->pool);
@@ -103,6 +121,7 @@ int engine_check(const Engine *en, Err *e) { return kv_pool_check(&en->pool, e);
 
 EngineStats engine_stats(const Engine *en) {
     return (EngineStats){.steps = en->steps, .tokens_run = en->tokens_run, .tokens_out = en->tokens_out,
+                         .spec_proposed = en->spec_proposed, .spec_accepted = en->spec_accepted,
                          .step_allocations = en->step_allocations, .clock = en->clock.kind,
                          .cap_blocks = en->cap_blocks, .activations = en->exec.rs.bytes,
                          .sched = sched_stats(&en->sched), .kv = kv_stats(&en->pool)};
@@ -161,6 +180,15 @@ void engine_finish(Engine *en, Sequence *q, FinishReason why) {
     sched_remove(&en->sched, q);
     q->state = SEQ_FINISHED;
     q->finish = why;
+}
+
+void engine_stop(Engine *en, Sequence *q, int n_out) {
+    if (n_out < q->n_out) {
+        en->tokens_out -= q->n_out - n_out;
+        q->n_tokens -= q->n_out - n_out;
+        q->n_out = n_out;
+    }
+    engine_finish(en, q, FIN_STOP);
 }
 
 void engine_drop(Engine *en, Sequence *q) {
@@ -243,6 +271,92 @@ static void fork_samples(Engine *en, Sequence *first, int i) {
     }
 }
 
+/* ---- speculation: guesses from the sequence's own tokens ---- */
+
+/* Prompt lookup (Saxena, "Prompt Lookup Decoding", 2023; llama.cpp's
+ * lookup decoding): find the latest earlier place where q's last g tokens
+ * occur (g = 3, else 2, else 1) and guess that what followed them there
+ * follows again, up to k tokens. Text that quotes its prompt or repeats
+ * itself is guessed well, and a wrong guess costs only the rows it took in
+ * the batch. No end-of-generation token is guessed (nor anything after
+ * one), so an accepted guess never ends the sequence: the token the model
+ * chooses after the guesses may. The guess is written past n_tokens, where
+ * exec_flatten reads it like any token; returns its length. */
+enum { NGRAM_MAX = 3 };
+
+static int propose_draft(Sequence *q, int k) {
+    int n = q->n_tokens, *t = q->tokens;
+    for (int g = NGRAM_MAX; g >= 1; g--) {
+        if (n <= g) continue;
+        const int *tail = t + n - g;
+        for (int at = n - g - 1; at >= 0; at--) {   /* the latest occurrence first */
+            if (memcmp(t + at, tail, (size_t)g * sizeof(int)) != 0) continue;
+            int m = 0;   /* reads stay below n, writes start at n: they never overlap */
+            while (m < k && at + g + m < n && !ends_on(q, t[at + g + m])) {
+                t[n + m] = t[at + g + m];
+                m++;
+            }
+            if (m > 0) return m;
+        }
+    }
+    return 0;
+}
+
+/* Before the plan: a draft for every running sequence that decodes and asks
+ * for one. Its length leaves room for the token that follows an accepted
+ * draft: inside max_tokens and inside the sequence's cap (its context). */
+static void propose_drafts(Engine *en) {
+    int max_draft = en->cfg.sched.max_draft;
+    if (max_draft == 0) return;
+    for (int s = 0; s < en->cfg.sched.max_seqs; s++) {
+        Sequence *q = en->sched.running[s];
+        if (!q) continue;
+        q->n_draft = 0;
+        if (q->speculate <= 0 || q->n_out == 0 || q->n_tokens - q->n_computed != 1) continue;
+        int k = q->speculate < max_draft ? q->speculate : max_draft;
+        if (k > q->cap - q->n_tokens - 1) k = q->cap - q->n_tokens - 1;
+        if (k > q->max_tokens - q->n_out - 1) k = q->max_tokens - q->n_out - 1;
+        if (k > 0) q->n_draft = propose_draft(q, k);
+    }
+}
+
+/* After the pass: how many positions of each item to take back (the
+ * guesses the model did not accept), counted for the report. */
+static void count_rejected(Engine *en, const StepPlan *plan, const int *sampled) {
+    StepReport *rep = &en->report;
+    for (int i = 0; i < plan->n_items; i++) {
+        const StepItem *it = &plan->items[i];
+        int ok = sampled[i] == EXEC_NONFINITE ? 0 : en->exec.accepted[i];
+        en->rejected[i] = it->draft - ok;
+        it->seq->n_draft = 0;
+        if (it->draft == 0) continue;
+        it->seq->spec_proposed += it->draft;
+        it->seq->spec_accepted += ok;
+        rep->spec.accepted += ok;
+        rep->spec.rewinds += en->rejected[i] > 0;
+    }
+    rep->spec.proposed = plan->n_draft_tokens;
+    en->spec_proposed += plan->n_draft_tokens;
+    en->spec_accepted += rep->spec.accepted;
+}
+
+/* The accepted guesses join their sequences like sampled tokens, each
+ * with its own output, before step_outputs appends the token the model
+ * chose after them. They are already in place in q->tokens; by
+ * propose_drafts' limits none of them can finish the sequence. */
+static void append_accepted(Engine *en, const StepPlan *plan, const int *sampled) {
+    for (int i = 0; i < plan->n_items; i++) {
+        Sequence *q = plan->items[i].seq;
+        if (plan->items[i].draft == 0 || sampled[i] == EXEC_NONFINITE) continue;
+        for (int j = 0; j < en->exec.accepted[i]; j++) {
+            int first = en->report.n_out;
+            append(en, q, q->tokens[q->n_tokens], NULL);
+            en->report.out[first].draft = 1;
+            assert(q->state != SEQ_FINISHED);
+        }
+    }
+}
+
 const StepReport *engine_step(Engine *en) {
     size_t allocs = mem_stats().total_count;
     StepReport *rep = &en->report;
@@ -250,7 +364,9 @@ const StepReport *engine_step(Engine *en) {
     rep->start = engine_now(en);
     rep->n_out = 0;
     rep->times = (StageTimes){0};
+    rep->spec.proposed = rep->spec.accepted = rep->spec.rewinds = rep->spec.blocks = 0;
     double t0 = clock_seconds();
+    propose_drafts(en);
     const StepPlan *plan = sched_step(&en->sched);
     rep->plan = plan;
     double t1 = clock_seconds();
@@ -258,7 +374,9 @@ const StepReport *engine_step(Engine *en) {
     if (plan->n_items > 0) {
         const int *sampled = exec_run(&en->exec, plan);
         double t2 = clock_seconds();
-        sched_commit(&en->sched, plan);
+        count_rejected(en, plan, sampled);
+        rep->spec.blocks = sched_commit(&en->sched, plan, en->rejected);
+        append_accepted(en, plan, sampled);
         step_outputs(en, plan, sampled);
         rep->times.build = en->exec.t_build;
         rep->times.forward = en->exec.t_forward;

@@ -18,6 +18,10 @@
 #include "scheduler.h"
 #include "sequence.h"
 
+/* Speculation's default spec_limit (scheduler.h): drafts join a step only
+ * while it has at most this many tokens. Measured: notes/speculative.md. */
+enum { ENGINE_SPEC_LIMIT = 32 };
+
 typedef struct {
     int block_size;       /* tokens per KV block (default 16) */
     int n_blocks;         /* pool size in blocks; 0: from kv_bytes */
@@ -40,6 +44,8 @@ typedef struct {
                              error (the logits of its last position were not all finite) */
     const char *error;    /* FIN_ERROR: what the model said went wrong (a weight that could
                              not be decoded, ...), or NULL: the arithmetic gave NaN */
+    int draft;            /* 1: an accepted draft token (speculation: a step may then give
+                             one sequence several tokens, in order) */
     struct {
         int from;         /* -1, or the id of the sequence whose blocks it now shares */
         int slot, blocks, tokens;   /* where it went, blocks shared, prompt tokens they hold */
@@ -54,6 +60,12 @@ typedef struct {
     StepOutput *out;      /* (2 * max_seqs) tokens in the order they were sampled */
     int n_out;
     StageTimes times;     /* output: the engine's part (appending, finishing, forking) */
+    struct {
+        int proposed;     /* draft tokens verified in this step (plan->n_draft_tokens) */
+        int accepted;     /* of those, accepted */
+        int rewinds;      /* sequences with positions to take back (a rejected guess) */
+        int blocks;       /* blocks those rewinds gave back to the pool */
+    } spec;
 } StepReport;
 
 struct Engine {
@@ -67,6 +79,9 @@ struct Engine {
     long steps;           /* steps taken (engine_step calls), the number of the last one */
     long tokens_run;      /* tokens through the model (prefill + decode) */
     long tokens_out;      /* tokens sampled */
+    long spec_proposed;   /* draft tokens verified (speculation) */
+    long spec_accepted;   /* of those, accepted */
+    int *rejected;        /* (max_seqs) per item of the step: draft positions to rewind */
     StepReport report;
     KvViewSeq *view_seqs;      /* (max_seqs) engine_kv_view's */
     size_t step_allocations;   /* allocations made inside engine_step (should stay 0) */
@@ -98,6 +113,7 @@ int engine_check(const Engine *en, Err *e);
 typedef struct {
     long steps;                  /* steps taken, the number of the last one */
     long tokens_run, tokens_out; /* through the model (prefill + decode); sampled */
+    long spec_proposed, spec_accepted;   /* draft tokens verified; accepted */
     size_t step_allocations;     /* allocations made inside engine_step (should stay 0) */
     ClockKind clock;
     int cap_blocks;              /* block-table capacity of a sequence (the model's context) */
@@ -122,6 +138,11 @@ const StepReport *engine_step(Engine *en);
  * sequence the engine already finished, only the reason changes (a stop
  * string found in its last token outranks "length"). */
 void engine_finish(Engine *en, Sequence *q, FinishReason why);
+
+/* A stop string ended q at its n_out-th output token. A speculative step
+ * appends several tokens at once, so the ones after it are taken back
+ * (n_tokens, n_out) before q finishes with FIN_STOP, as engine_finish. */
+void engine_stop(Engine *en, Sequence *q, int n_out);
 
 /* Forget a sequence, finished or not: out of every queue and list, its block
  * table freed. The caller then frees the Sequence itself. */

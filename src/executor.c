@@ -10,7 +10,13 @@
  * Its second job is sampling: only rows that end a sequence's known tokens
  * need logits (a prefill chunk that stops mid-prompt samples nothing), and each
  * request samples with its own parameters and its own random stream, so its
- * output does not depend on who else shared the batch. */
+ * output does not depend on who else shared the batch.
+ *
+ * Speculative decoding adds a third: an item that ends with k draft tokens
+ * wants logits at each of its last k + 1 positions (logits at the position
+ * before a guess say what the model would have put there), and its guesses
+ * are checked one by one, the first rejection ending the run
+ * (notes/speculative.md). */
 #include "executor.h"
 #include "base/clock.h"
 #include "base/mem.h"
@@ -27,27 +33,32 @@ static int all_finite(const float *x, int n) {
     return acc == 0.0f;
 }
 
-int exec_init(Executor *x, const Model *m, KvPool *pool, int max_T, int max_seqs, Err *e) {
+int exec_init(Executor *x, const Model *m, KvPool *pool, int max_T, int max_seqs, int max_draft,
+              Err *e) {
     memset(x, 0, sizeof *x);
     if (max_seqs > max_T) max_seqs = max_T;   /* each sequence runs at least one token */
-    int st = runstate_init_paged(&x->rs, m, max_T, max_seqs, e);
+    long rows = (long)max_seqs * (1 + (max_draft > 0 ? max_draft : 0));
+    int max_logits = rows < max_T ? (int)rows : max_T;
+    int st = runstate_init_paged(&x->rs, m, max_T, max_logits, e);
     if (st) return st;
     x->model = m;
     x->pool = pool;
     x->max_T = max_T;
     x->max_seqs = max_seqs;
+    x->max_logits = max_logits;
     size_t T = (size_t)max_T, B = (size_t)max_seqs;
     x->token = mem_alloc(T * sizeof(int));
     x->pos = mem_alloc(T * sizeof(int));
     x->seq = mem_alloc(T * sizeof(int));
     x->slot = mem_alloc(T * sizeof(int));
-    x->logit_row = mem_alloc(B * sizeof(int));
+    x->logit_row = mem_alloc((size_t)max_logits * sizeof(int));
     x->table = mem_alloc(B * sizeof(*x->table));
     x->sampled = mem_alloc(B * sizeof(int));
+    x->accepted = mem_alloc(B * sizeof(int));
     size_t V = (size_t)m->cfg.vocab_size;
     x->fork_logits = mem_alloc(B * V * sizeof(float));
     x->fork_scratch = mem_alloc(V * sizeof(float));
-    if (!x->token || !x->pos || !x->seq || !x->slot || !x->logit_row || !x->table || !x->sampled ||
+    if (!x->token || !x->pos || !x->seq || !x->slot || !x->logit_row || !x->table || !x->sampled || !x->accepted ||
         !x->fork_logits || !x->fork_scratch) {
         exec_free(x);
         return err_set(e, ST_NOMEM, "executor: cannot allocate the batch arrays for %d tokens", max_T);
@@ -64,6 +75,7 @@ void exec_free(Executor *x) {
     mem_free(x->logit_row);
     mem_free(x->table);
     mem_free(x->sampled);
+    mem_free(x->accepted);
     mem_free(x->fork_logits);
     mem_free(x->fork_scratch);
     memset(x, 0, sizeof *x);
@@ -94,11 +106,60 @@ int exec_flatten(Executor *x, const StepPlan *p, int *n_logits) {
 }
 #endif
 
+/* exec_flatten asks for one row of logits per sampling item, its last. An
+ * item with a draft of k needs its last k + 1: the list is made again, in
+ * the same ascending order. Returns its length. */
+static int draft_rows(Executor *x, const StepPlan *p) {
+    int T = 0, nl = 0;
+    for (int i = 0; i < p->n_items; i++) {
+        const StepItem *it = &p->items[i];
+        T += it->n;
+        if (!it->sample) continue;
+        for (int j = it->draft; j >= 0; j--) x->logit_row[nl++] = T - 1 - j;
+    }
+    return nl;
+}
+
+/* Item i's draft of k tokens checked against its k + 1 rows of logits
+ * (rows[j] is the model's view of what follows position from + j): accept
+ * while sampler_verify agrees, then the model's own token. Sets
+ * x->accepted[i] and x->sampled[i]. */
+static void verify_draft(Executor *x, int i, Sequence *q, int k, float *rows) {
+    int V = x->model->cfg.vocab_size, n_gen = q->n_tokens - q->n_prompt;
+    const int *out = q->tokens + q->n_prompt, *guess = q->tokens + q->n_tokens;
+    x->accepted[i] = 0;
+    for (int j = 0; j <= k; j++) {
+        float *row = rows + (size_t)j * V;
+        if (!all_finite(row, V)) {
+            /* never sample from NaN; the guess before this row was accepted
+             * from a finite row, so it can stand as the step's last token */
+            if (j == 0) {
+                x->sampled[i] = EXEC_NONFINITE;
+            } else {
+                x->accepted[i] = j - 1;
+                x->sampled[i] = guess[j - 1];
+            }
+            return;
+        }
+        if (j == k) {   /* every guess accepted: the token after them, as in any decode */
+            x->sampled[i] = sampler_pick(&q->sampler, row, out, n_gen + j);
+            return;
+        }
+        int t = sampler_verify(&q->sampler, row, guess[j], out, n_gen + j);
+        if (t != guess[j]) {   /* rejected: t takes its place, the rest are dropped */
+            x->sampled[i] = t;
+            return;
+        }
+        x->accepted[i] = j + 1;
+    }
+}
+
 const int *exec_run(Executor *x, const StepPlan *p) {
     double t0 = clock_seconds();
     const KvPool *pool = x->pool;
     int n_logits;
     int T = exec_flatten(x, p, &n_logits);
+    if (p->n_draft_tokens > 0) n_logits = draft_rows(x, p);
     double t1 = clock_seconds();
 
     const float *logits = NULL;
@@ -120,11 +181,16 @@ const int *exec_run(Executor *x, const StepPlan *p) {
     for (int i = 0; i < p->n_items; i++) {
         const StepItem *it = &p->items[i];
         x->sampled[i] = EXEC_NO_TOKEN;
+        x->accepted[i] = 0;
         if (!it->sample) continue;
         /* logits rows are this executor's own buffer: sampling may scale them,
          * so a sequence whose samples wait to fork keeps a copy for them */
         float *row = (float *)logits + (size_t)k * V;
-        k++;
+        k += 1 + it->draft;
+        if (it->draft > 0) {
+            verify_draft(x, i, it->seq, it->draft, row);
+            continue;
+        }
         if (!all_finite(row, V)) {
             x->sampled[i] = EXEC_NONFINITE;
             continue;

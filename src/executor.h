@@ -15,13 +15,17 @@
 typedef struct {
     const Model *model;
     KvPool *pool;
-    RunState rs;          /* activations for token_budget rows, logits for max_seqs */
+    RunState rs;          /* activations for token_budget rows, logits for max_logits */
     int max_T, max_seqs;
+    int max_logits;       /* max_seqs * (1 + max_draft), at most max_T: a verified draft
+                             needs logits at each of its positions */
     /* the batch, rebuilt every step */
     int *token, *pos, *seq, *slot;   /* (max_T) */
-    int *logit_row;                  /* (max_seqs) */
+    int *logit_row;                  /* (max_logits) */
     const int **table;               /* (max_seqs) */
     int *sampled;                    /* (max_seqs) token sampled for item i, or -1 */
+    int *accepted;                   /* (max_seqs) of item i's draft tokens, how many the
+                                        model agreed with (the first ones): see exec_run */
     float *fork_logits;              /* (max_seqs, V) logits of item i, saved before sampling
                                         when its sequence has samples waiting to fork */
     float *fork_scratch;             /* (V) a copy for each forked sample to sample from */
@@ -33,7 +37,9 @@ typedef struct {
  * (sampling from NaN would pick garbage, and casting it is undefined). */
 enum { EXEC_NO_TOKEN = -1, EXEC_NONFINITE = -2 };
 
-int exec_init(Executor *x, const Model *m, KvPool *pool, int max_T, int max_seqs, Err *e);
+/* max_draft: the most draft tokens one item may carry (0: no speculation). */
+int exec_init(Executor *x, const Model *m, KvPool *pool, int max_T, int max_seqs, int max_draft,
+              Err *e);
 void exec_free(Executor *x);                        /* accepts a zeroed one */
 
 /* The plan as one batch (notes/executor.md, "From items to a batch"): for
@@ -47,7 +53,16 @@ int exec_flatten(Executor *x, const StepPlan *p, int *n_logits);
 /* Run a plan whose KV slots are reserved: write the K/V of every item's
  * tokens, and sample a token for every item whose run ends at its last known
  * token. Returns x->sampled (one entry per item: the token, EXEC_NO_TOKEN, or
- * EXEC_NONFINITE). The caller commits the K/V to the sequences afterwards. */
+ * EXEC_NONFINITE). The caller commits the K/V to the sequences afterwards.
+ *
+ * An item with a draft (item.draft = k: its last k tokens are guesses,
+ * sitting in the sequence's tokens past n_tokens) is verified: the guesses
+ * are checked in order against the logits of the position before each
+ * (sampler_verify), and x->accepted[i] is how many were accepted before the
+ * first that was not; x->sampled[i] is then the token the model put in the
+ * place of that one, or, when all k were accepted, the token after them.
+ * Its output is accepted[i] + 1 tokens; k - accepted[i] positions are to be
+ * rewound. Items without a draft have accepted[i] = 0. */
 const int *exec_run(Executor *x, const StepPlan *p);
 
 /* Why the last exec_run's logits were not finite when the model knows a

@@ -385,6 +385,16 @@ void kv_seq_commit(KvPool *p, KvSeq *s, const int *tokens, int n) {
     }
 }
 
+int kv_seq_rewind(KvPool *p, KvSeq *s) {
+    int keep = (s->n_tokens + p->BS - 1) / p->BS, n = 0;
+    for (int i = s->n_blocks - 1; i >= keep; i--, n++) {
+        assert(!p->registered[s->table[i]]);   /* no committed token: never offered to the cache */
+        drop_ref(p, s->table[i]);
+    }
+    if (s->n_blocks > keep) s->n_blocks = keep;
+    return n;
+}
+
 int kv_seq_release(KvPool *p, KvSeq *s) {
     int n = s->n_blocks;
     /* Last block first. A chain's later blocks are reachable only through

@@ -136,6 +136,13 @@ int kv_seq_slot(const KvSeq *s, int BS, int pos);
  * freed, not cached, when released) and the twin becomes the chain block. */
 void kv_seq_commit(KvPool *p, KvSeq *s, const int *tokens, int n);
 
+/* Speculation's rewind: positions past n_tokens were reserved, and perhaps
+ * written, for draft tokens that were then rejected. Their rows need
+ * nothing (the next write covers them), but blocks that hold no committed
+ * position go back: refcount - 1 each, to the free list (they were never
+ * full of committed tokens, so never registered). Returns how many. */
+int kv_seq_rewind(KvPool *p, KvSeq *s);
+
 /* The copy-on-write log: *log gets its (src, dst, rows) triples, oldest
  * first, and the log is emptied. Returns how many, or -1 when some were
  * lost to a full log (2 NB entries: only a caller that never takes them

@@ -49,6 +49,8 @@ struct Request {
     RtFinishFn on_finish;
     void *user;
     Telemetry tm;
+    int n_delivered;             /* output tokens delivered so far (a step may bring several) */
+    int ended;                   /* finalized: its last text and on_finish are out */
     char error[560];             /* why it ended with FIN_ERROR, or "" (an Err line and a position) */
     struct Request *all_next;    /* the runtime's list of every request */
 };
@@ -82,6 +84,7 @@ RtParams rt_params_default(void) {
     p.max_tokens = 16;
     p.n = 1;
     p.priority = PRIO_NORMAL;
+    p.speculate = -1;
     return p;
 }
 
@@ -157,6 +160,9 @@ static int check_params(const Runtime *rt, const RtParams *p, Err *e) {
         return err_set(e, ST_ARG, "top_k %d must be in 0..%d (0: no limit)", p->sampling.top_k, V);
     if (p->priority < PRIO_LOW || p->priority > PRIO_HIGH)
         return err_set(e, ST_ARG, "unknown priority %d (low 0, normal 1, high 2)", (int)p->priority);
+    if (p->speculate < -1 || p->speculate > SEQ_MAX_DRAFT)
+        return err_set(e, ST_ARG, "speculate %d must be in 0..%d (draft tokens per step)", p->speculate,
+                       SEQ_MAX_DRAFT);
     for (int i = 0; i < RT_MAX_STOP && p->stop[i]; i++) {
         size_t n = strlen(p->stop[i]);
         if (n == 0) return err_set(e, ST_ARG, "stop string %d is empty", i);
@@ -191,6 +197,11 @@ static Request *new_request(const Runtime *rt, const RtParams *p, const int *ids
     q->cap = cap;
     q->n_prompt = q->n_tokens = n;
     q->max_tokens = p->max_tokens;
+    /* the scheduler caps it at max_draft; a draft's tokens would have no
+     * logprobs of their own (sampler_verify fills none) */
+    int max_draft = engine_stats(&rt->en).sched.max_draft;
+    q->speculate = p->speculate < 0 || p->speculate > max_draft ? max_draft : p->speculate;
+    if (p->sampling.logprobs) q->speculate = 0;
     if (!p->ignore_eos) {
         int n_eog = tok_eog(m->tok, q->eog, SEQ_MAX_EOG);
         q->n_eog = n_eog < SEQ_MAX_EOG ? n_eog : SEQ_MAX_EOG;
@@ -408,13 +419,31 @@ static void finalize(Runtime *rt, Request *r, double now) {
         trace_finished(rt->trace, now, &f);
     }
     if (r->on_finish) r->on_finish(q->id, q, t, r->error[0] ? r->error : NULL, r->user);
-    if (rt->release_finished) release(rt, r);
+    r->ended = 1;   /* with release_finished, freed by the caller once nothing refers to it */
+}
+
+/* With release_finished: free every request that has ended. At the end of
+ * a step, when the report's outputs (several per sequence, with
+ * speculation) have all been delivered. */
+static void release_ended(Runtime *rt) {
+    Request **p = &rt->all;
+    while (*p) {
+        Request *r = *p;
+        if (!r->ended) {
+            p = &r->all_next;
+            continue;
+        }
+        *p = r->all_next;
+        engine_drop(&rt->en, &r->seq);
+        free_request(r);
+    }
 }
 
 /* One token the engine produced: its text, a stop string, the end. */
 static void deliver(Runtime *rt, const StepOutput *o, double now) {
     Request *r = request_of(o->seq);
     Sequence *q = &r->seq;
+    if (r->ended) return;   /* a stop string ended it at an earlier token of this step */
     if (o->fork.from >= 0) {
         r->tm.first_scheduled = now;
         if (rt->trace)
@@ -430,15 +459,17 @@ static void deliver(Runtime *rt, const StepOutput *o, double now) {
         finalize(rt, r, now);
         return;
     }
-    if (q->n_out == 1) r->tm.first_token = now;
+    int n_out = ++r->n_delivered;
+    if (n_out == 1) r->tm.first_token = now;
     if (o->finish != FIN_EOS) {
         if (r->on_token) r->on_token(q->id, o->token, q->sampler.p.logprobs ? &q->sampler.last : NULL, r->user);
         r->n_piece = tok_decode(rt->model->tok, &r->dec, o->token, r->piece);
-        if (emit(r, r->piece, r->n_piece)) engine_finish(&rt->en, q, FIN_STOP);
+        if (emit(r, r->piece, r->n_piece)) engine_stop(&rt->en, q, n_out);
     }
     if (rt->trace)
-        trace_token(rt->trace, now, q->id, o->token, r->piece, r->n_piece, q->n_out, q->n_tokens - 1);
-    if (q->state == SEQ_FINISHED) finalize(rt, r, now);
+        trace_token(rt->trace, now, q->id, o->token, r->piece, r->n_piece, n_out, q->n_prompt + n_out - 1);
+    /* finished, and this is its last token (an accepted guess comes before the token that ended it) */
+    if (q->state == SEQ_FINISHED && n_out >= q->n_out) finalize(rt, r, now);
 }
 
 /* q's work in this step: where it began (for an admitted sequence, the
@@ -508,6 +539,7 @@ const StepReport *rt_step(Runtime *rt) {
     }
     if (rt->trace) trace_plan(rt, rep);
     for (int i = 0; i < rep->n_out; i++) deliver(rt, &rep->out[i], rep->end);
+    if (rt->release_finished) release_ended(rt);
     rt->last = rep->times;
     rt->last.output += clock_seconds() - t0;
     if (rt->low_mem) {   /* weights decoded during the step (model.h, lowmem.h) */
@@ -544,6 +576,7 @@ int rt_cancel(Runtime *rt, int id, Err *e) {
                        rt_finish_name(r->seq.finish));
     engine_finish(&rt->en, &r->seq, FIN_CANCEL);
     finalize(rt, r, rt_now(rt));
+    if (rt->release_finished) release(rt, r);
     return ST_OK;
 }
 

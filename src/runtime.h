@@ -61,6 +61,10 @@ typedef struct {
                                     computed: they share its KV blocks, copied on write */
     const char *stop[RT_MAX_STOP];   /* stop strings (NULL-terminated list, may be empty) */
     Priority priority;
+    int speculate;               /* draft tokens to have verified per step (speculative decoding,
+                                    notes/speculative.md): 0 none, up to SEQ_MAX_DRAFT, capped
+                                    by the engine's sched.max_draft; -1 (default): that cap.
+                                    Off for a request that asks for logprobs */
     RtStreamFn on_text;          /* may be NULL */
     RtTokenFn on_token;          /* may be NULL */
     RtFinishFn on_finish;        /* may be NULL */
@@ -116,7 +120,7 @@ int rt_set_trace(Runtime *rt, Trace *t, Err *e);
  * negative Status with a one-line reason in e: an empty prompt when the
  * vocabulary has no BOS, a prompt longer than the context, max_tokens < 1,
  * temperature < 0, top_p outside (0, 1], top_k outside 0..V, an unknown
- * priority, a stop string too long, or a request that needs more KV blocks
+ * priority, speculate outside -1..SEQ_MAX_DRAFT, a stop string too long, or a request that needs more KV blocks
  * than the whole pool holds. Nothing is queued on error. */
 int rt_submit(Runtime *rt, const RtParams *p, Err *e);
 

@@ -25,6 +25,16 @@
  *      the pool, at least one: vLLM keeps such a reserve too), since the
  *      running requests need room to grow.
  *
+ *   4. Speculation (notes/speculative.md): a decoding sequence with a draft
+ *      (tokens guessed by the engine) may run it after its own token, to be
+ *      verified in the same pass, the way a prefill chunk runs several
+ *      positions. Drafts come last, best rank first, and only while the
+ *      step stays small: at most spec_limit tokens in all. A step already
+ *      at that size is compute-bound, where every extra row costs its full
+ *      share of the forward pass, and a guess that may be thrown away would
+ *      take that time from tokens that are sure to be kept. A draft never
+ *      preempts anyone: if its blocks cannot be had, it is dropped.
+ *
  * Rank: FCFS ranks everyone equal, so arrival order decides. The priority
  * policy ranks by level (low 0, normal 1, high 2) plus one level per
  * aging_steps steps since arrival, so a low request is never starved: after
@@ -35,9 +45,11 @@
 #include <string.h>
 
 SchedStats sched_stats(const Scheduler *s) {
-    return (SchedStats){.step = s->step, .preemptions = s->n_preemptions, .running = s->n_running,
+    return (SchedStats){.step = s->step, .preemptions = s->n_preemptions, .rewinds = s->n_rewinds,
+                        .rewound_blocks = s->rewound_blocks, .running = s->n_running,
                         .waiting = s->n_waiting + s->n_preempted_queued, .max_seqs = s->cfg.max_seqs,
-                        .token_budget = s->cfg.token_budget};
+                        .token_budget = s->cfg.token_budget,
+                        .max_draft = s->cfg.max_draft, .spec_limit = s->cfg.spec_limit};
 }
 
 int sched_init(Scheduler *s, const SchedConfig *cfg, KvPool *pool, Err *e) {
@@ -51,6 +63,11 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, KvPool *pool, Err *e) {
     if (cfg->aging_steps < 0)
         return err_set(e, ST_ARG, "scheduler: aging_steps %d must be 0 (no aging) or more",
                        cfg->aging_steps);
+    if (cfg->max_draft < 0 || cfg->max_draft > SEQ_MAX_DRAFT)
+        return err_set(e, ST_ARG, "scheduler: max_draft %d outside 0..%d", cfg->max_draft,
+                       SEQ_MAX_DRAFT);
+    if (cfg->spec_limit < 0)
+        return err_set(e, ST_ARG, "scheduler: spec_limit %d must be 0 or more", cfg->spec_limit);
     s->cfg = *cfg;
     s->pool = pool;
     size_t n = (size_t)cfg->max_seqs;
@@ -187,6 +204,7 @@ static void add_item(Scheduler *s, Sequence *q, int n) {
     it->n = n;
     it->from = q->n_computed;
     it->sample = q->n_computed + n == q->n_tokens;
+    it->draft = 0;
     o->n_tokens += n;
     if (q->n_tokens - q->n_computed == 1 && q->n_out > 0)
         o->n_decode_tokens += n;    /* one new token after the first output: decode */
@@ -213,6 +231,7 @@ const StepPlan *sched_step(Scheduler *s) {
     StepPlan *o = &s->out;
     o->n_items = o->n_tokens = o->n_prefill_tokens = o->n_decode_tokens = 0;
     o->n_preempted = o->n_admitted = o->n_cow = 0;
+    o->n_draft_tokens = o->n_spec_off = 0;
     int budget = s->cfg.token_budget;
     int chunk = s->cfg.chunk > 0 ? s->cfg.chunk : budget;
 
@@ -281,14 +300,41 @@ const StepPlan *sched_step(Scheduler *s) {
         add_item(s, q, take);
         budget -= take;
     }
+
+    /* 4. drafts, best rank first, while the step stays under spec_limit */
+    int limit = s->cfg.spec_limit < s->cfg.token_budget ? s->cfg.spec_limit : s->cfg.token_budget;
+    for (int i = 0; i < o->n_items && s->cfg.max_draft > 0; i++) {
+        StepItem *it = &o->items[i];
+        Sequence *q = it->seq;
+        /* only a decode: one new token, the last known one, already past the prompt */
+        if (q->n_draft == 0 || it->n != 1 || !it->sample || q->n_out == 0) continue;
+        int k = min3(q->n_draft, s->cfg.max_draft, limit - o->n_tokens);
+        if (k <= 0) {
+            o->n_spec_off++;   /* the step is full enough: it decodes without its guess */
+            continue;
+        }
+        if (kv_seq_reserve(s->pool, &q->kv, 1 + k) != ST_OK) continue;   /* no room for a guess */
+        it->n += k;
+        it->draft = k;
+        o->n_tokens += k;
+        o->n_draft_tokens += k;
+    }
     s->step++;
     return o;
 }
 
-void sched_commit(Scheduler *s, const StepPlan *p) {
+int sched_commit(Scheduler *s, const StepPlan *p, const int *rejected) {
+    int given_back = 0;
     for (int i = 0; i < p->n_items; i++) {
         const StepItem *it = &p->items[i];
-        kv_seq_commit(s->pool, &it->seq->kv, it->seq->tokens, it->n);
-        it->seq->n_computed += it->n;
+        int drop = rejected ? rejected[i] : 0, keep = it->n - drop;
+        kv_seq_commit(s->pool, &it->seq->kv, it->seq->tokens, keep);
+        it->seq->n_computed += keep;
+        if (drop > 0) {
+            given_back += kv_seq_rewind(s->pool, &it->seq->kv);
+            s->n_rewinds++;
+        }
     }
+    s->rewound_blocks += given_back;
+    return given_back;
 }

@@ -19,6 +19,9 @@ typedef struct {
     int max_seqs;        /* most sequences running at once (and in one step) */
     int chunk;           /* most prefill tokens of one sequence in one step; 0 = budget */
     int aging_steps;     /* priority policy: a waiting request rises one level per this many steps */
+    int max_draft;       /* speculation: most draft tokens of one sequence in one step; 0 = off */
+    int spec_limit;      /* speculation: drafts join a step only while its tokens stay at most
+                            this many (more: the step is compute-bound; notes/speculative.md) */
 } SchedConfig;
 
 typedef struct {
@@ -31,6 +34,8 @@ typedef struct {
     int n_waiting, n_preempted_queued;
     long step;           /* steps decided so far */
     long n_preemptions;  /* total */
+    long n_rewinds;      /* commits that dropped rejected draft positions */
+    long rewound_blocks; /* blocks those rewinds gave back to the pool */
     StepPlan out;
     Sequence **order;    /* (max_seqs) scratch: running sequences by rank */
 } Scheduler;
@@ -41,8 +46,11 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, KvPool *pool, Err *e);
 typedef struct {
     long step;                   /* steps decided so far */
     long preemptions;            /* total */
+    long rewinds, rewound_blocks;   /* speculation: commits that dropped rejected positions;
+                                       blocks they gave back */
     int running, waiting;        /* sequences in a slot; queued (new or preempted) */
     int max_seqs, token_budget;  /* from its config */
+    int max_draft, spec_limit;   /* from its config: speculation */
 } SchedStats;
 SchedStats sched_stats(const Scheduler *s);
 void sched_free(Scheduler *s);                      /* accepts a zeroed one */
@@ -58,8 +66,11 @@ void sched_add(Scheduler *s, Sequence *q);
 const StepPlan *sched_step(Scheduler *s);
 
 /* The plan's K/V are written: advance each item's n_computed and offer the
- * blocks it completed to the prefix cache. */
-void sched_commit(Scheduler *s, const StepPlan *p);
+ * blocks it completed to the prefix cache. rejected (NULL: none) holds, per
+ * item, how many of its last positions were draft tokens the model
+ * rejected: those are not committed, and blocks that hold only them go back
+ * to the pool (kv_seq_rewind). Returns the blocks given back. */
+int sched_commit(Scheduler *s, const StepPlan *p, const int *rejected);
 
 /* A running or waiting sequence leaves (finished or cancelled): its blocks go
  * back to the pool, its slot is freed; it is taken out of any queue. */

@@ -5,9 +5,11 @@
  * owner; everyone else only reads it):
  *
  *   runtime    creates a Sequence at submission (id, priority, tokens of the
- *              prompt, limits, sampler) and never writes it again
+ *              prompt, limits, speculate, sampler) and never writes it again
  *   engine     appends sampled tokens (n_tokens, n_out), finishes it (state,
- *              finish), links samples of one prompt (fork_parent, fork_next)
+ *              finish), links samples of one prompt (fork_parent, fork_next),
+ *              proposes drafts (n_draft, written past n_tokens in tokens) and
+ *              counts them (spec_proposed, spec_accepted)
  *   scheduler  state WAITING <-> RUNNING, slot, the KV sequence, n_computed,
  *              arrival_step, the counters n_preempted, prefix_hit_tokens,
  *              blocks_released, and its queue link `next`
@@ -41,6 +43,7 @@ typedef enum {
 } FinishReason;
 
 enum { SEQ_MAX_EOG = 8 };   /* end-of-generation tokens a sequence stops on, at most */
+enum { SEQ_MAX_DRAFT = 16 }; /* draft tokens a sequence may ask to have verified per step */
 
 typedef struct Sequence {
     int id;
@@ -56,6 +59,14 @@ typedef struct Sequence {
                                     generation (EOS, end of turn, ...; tok_eog) */
     int n_eog;                   /* 0: nothing ends it but its length (or ignore_eos) */
     Sampler sampler;             /* its own parameters and random stream */
+    /* speculative decoding (notes/speculative.md): up to `speculate` tokens
+     * guessed from its own tokens are checked per step. A draft lives in
+     * tokens[n_tokens .. n_tokens + n_draft), past the last real token,
+     * until the step that verifies it: accepted tokens then stay where they
+     * are, rejected ones are written over. */
+    int speculate;               /* most draft tokens per step it asks for; 0: none */
+    int n_draft;                 /* draft tokens proposed for the next step */
+    long spec_proposed, spec_accepted;   /* draft tokens verified, and accepted, so far */
     /* the scheduler's */
     int n_computed;              /* leading tokens whose K/V are in the cache */
     int slot;                    /* index among the running sequences, or -1 */
@@ -77,6 +88,8 @@ typedef struct {
     int n;               /* tokens to run */
     int from;            /* first position (seq->n_computed when scheduled) */
     int sample;          /* 1 if this run reaches the last known token: sample the next */
+    int draft;           /* of the n, the last `draft` are draft tokens to verify (speculation):
+                            logits for each of the last draft + 1 positions */
 } StepItem;
 
 /* What the scheduler decided for one step: the executor's whole input, and
@@ -86,6 +99,8 @@ typedef struct {
     int n_items;
     int n_tokens;        /* sum of items[].n (<= token budget) */
     int n_prefill_tokens, n_decode_tokens;
+    int n_draft_tokens;  /* sum of items[].draft: guesses to verify (also in n_tokens) */
+    int n_spec_off;      /* sequences with a draft that runs without it: the step was full */
     Sequence **preempted;   /* preempted in this step */
     int n_preempted;
     Sequence **admitted;    /* got a slot in this step (new or resumed) */

@@ -785,6 +785,54 @@ static void kv_pool_check_names_the_block_that_breaks_an_invariant(void **st) {
     fix_done(&f);
 }
 
+/* Speculation: a sequence reserves positions for a guess, writes them, and
+ * the model keeps only some. The rewind gives back exactly the blocks that
+ * hold no kept position; the partly kept block stays, its kept rows intact,
+ * and a later write covers the rejected rows. Nothing rejected ever reaches
+ * the prefix cache, and a fork's shared blocks are not touched. */
+static void kv_rewind_gives_back_only_the_blocks_past_the_kept_positions(void **st) {
+    Fix f;
+    fix_init(&f, 2, 3, 4, 10, 2, 6);
+    KvPool *p = &f.p;
+    KvSeq *a = &f.s[0], *b = &f.s[1];
+    int ta[24] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
+    grow(p, a, ta, 6, 1);                          /* 6 kept: blocks 0 and 1 (2 rows of it) */
+    assert_int_equal(kv_seq_fork(p, b, a), ST_OK); /* b shares both */
+    assert_int_equal(kv_seq_rewind(p, a), 0);      /* nothing past the kept positions: no-op */
+    int free0 = kv_free_blocks(p);
+
+    /* a guesses 9 positions (6..14): block 1 is copied (shared), 2 and 3 are new */
+    assert_int_equal(kv_seq_reserve(p, a, 9), ST_OK);
+    assert_int_equal(a->n_blocks, 4);
+    assert_int_equal(p->cow_copies, 1);
+    write_kv(p, a, 6, 15, 2);
+    int guess_blocks[2] = {a->table[2], a->table[3]};
+    kv_seq_commit(p, a, ta, 1);                    /* the model kept one: position 6 */
+    assert_int_equal(kv_seq_rewind(p, a), 2);      /* blocks 2 and 3 held only rejected rows */
+    assert_int_equal(a->n_blocks, 2);
+    assert_int_equal(a->n_tokens, 7);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(p->refcount[guess_blocks[i]], 0);
+        assert_false(p->registered[guess_blocks[i]]);
+    }
+    assert_int_equal(kv_free_blocks(p), free0 - 1);   /* only the copy of block 1 is still held */
+    expect_kv(p, a, 0, 6, 1);                      /* rows from before the fork, in the copy... */
+    expect_kv(p, a, 6, 7, 2);                      /* ...the kept guess... */
+    expect_kv(p, b, 0, 6, 1);                      /* ...and b's view untouched */
+    assert_sound(p);
+
+    /* the next write covers the rejected rows 7.. and fills block 1: registered
+     * with the kept tokens only */
+    assert_int_equal(kv_seq_reserve(p, a, 1), ST_OK);
+    write_kv(p, a, 7, 8, 3);
+    kv_seq_commit(p, a, ta, 1);
+    assert_true(p->registered[a->table[1]]);
+    assert_memory_equal(p->tokens + (size_t)a->table[1] * 4, ta + 4, 4 * sizeof(int));
+    expect_kv(p, a, 7, 8, 3);
+    assert_int_equal(kv_seq_rewind(p, a), 0);
+    fix_done(&f);
+}
+
 int main(int argc, char **argv) {
     select_tests(argc, argv);
     const struct CMUnitTest tests[] = {
@@ -798,6 +846,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(kv_copy_on_write_is_logged_for_a_cache_kept_elsewhere),
         cmocka_unit_test(kv_fork_after_reserving_ahead_does_not_share_the_unwritten_block),
         cmocka_unit_test(kv_fork_refuses_a_busy_or_small_destination),
+        cmocka_unit_test(kv_rewind_gives_back_only_the_blocks_past_the_kept_positions),
         cmocka_unit_test(kv_cached_blocks_are_evicted_least_recently_released_first),
         cmocka_unit_test(kv_release_evicts_a_chains_last_block_before_its_first),
         cmocka_unit_test(kv_identical_prompts_computed_at_once_leave_one_chain),

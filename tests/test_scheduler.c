@@ -156,7 +156,7 @@ static const StepPlan *step(Bench *b) {
     int before[64];
     assert_true(p->n_items <= 64);
     for (int i = 0; i < p->n_items; i++) before[i] = p->items[i].seq->n_computed;
-    sched_commit(&b->s, p);
+    sched_commit(&b->s, p, NULL);
     for (int i = 0; i < p->n_items; i++) {
         Sequence *q = p->items[i].seq;
         assert_int_equal(q->n_computed, before[i] + p->items[i].n);

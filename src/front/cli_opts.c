@@ -49,6 +49,11 @@ void cli_engine_usage(FILE *f) {
         "  --chunk N            prefill tokens per sequence per step, 0 = budget (default 0)\n"
         "  --policy P           fcfs or priority (default fcfs)\n"
         "  --aging N            priority: a waiting request rises a level every N steps (32)\n"
+        "  --speculate K        speculative decoding: up to K tokens per step guessed from\n"
+        "                       the request's own text and verified in the same pass\n"
+        "                       (0..16, default 0 = off; a request may ask for fewer)\n"
+        "  --spec-limit N       guesses join a step only while it has at most N tokens\n"
+        "                       (default 32; above, the step is compute-bound)\n"
         "  --block-size N       tokens per KV block (default 16)\n"
         "  --kv-blocks N        KV pool size in blocks\n"
         "  --kv-mem MIB         KV pool size in MiB (default: every sequence's full context,\n"
@@ -79,7 +84,8 @@ static int takes_value(const char *a) {
     static const char *const opts[] = {
         "--model", "--tokenizer", "--threads", "--trace-json", "--trace-svg", "--kv-map",
         "--max-seqs", "--token-budget", "--chunk", "--aging", "--policy", "--clock",
-        "--block-size", "--kv-blocks", "--kv-mem", "--isa", "--device", NULL};
+        "--block-size", "--kv-blocks", "--kv-mem", "--isa", "--device", "--speculate",
+        "--spec-limit", NULL};
     for (int k = 0; opts[k]; k++)
         if (!strcmp(a, opts[k])) return 1;
     return 0;
@@ -114,6 +120,8 @@ int cli_engine_option(CliEngine *o, int argc, char **argv, int *i, Err *e) {
     else if (!strcmp(a, "--token-budget")) return set_int(a, v, 1, 1 << 20, &sc->token_budget, e);
     else if (!strcmp(a, "--chunk")) return set_int(a, v, 0, 1 << 20, &sc->chunk, e);
     else if (!strcmp(a, "--aging")) return set_int(a, v, 0, 1 << 30, &sc->aging_steps, e);
+    else if (!strcmp(a, "--speculate")) return set_int(a, v, 0, SEQ_MAX_DRAFT, &sc->max_draft, e);
+    else if (!strcmp(a, "--spec-limit")) return set_int(a, v, 0, 1 << 20, &sc->spec_limit, e);
     else if (!strcmp(a, "--block-size")) return set_int(a, v, 1, 4096, &o->ec.block_size, e);
     else if (!strcmp(a, "--kv-blocks")) return set_int(a, v, 1, INT_MAX, &o->ec.n_blocks, e);
     else if (!strcmp(a, "--kv-mem")) {

@@ -194,6 +194,14 @@ static const char *why_name(FinishReason f) {
 }
 
 /* closing (cap bytes): the line printed last, kept for the page. */
+
+/* "; speculation: P guesses, A accepted (R%)" when the run speculated, else "". */
+static void spec_note(EngineStats es, char *buf, size_t cap) {
+    buf[0] = 0;
+    if (es.spec_proposed > 0)
+        snprintf(buf, cap, "; speculation: %ld guesses, %ld accepted (%.0f%%)", es.spec_proposed,
+                 es.spec_accepted, 100.0 * es.spec_accepted / es.spec_proposed);
+}
 static int run_prompt(const Options *o, const Model *m, Runtime *rt, char *closing, size_t cap) {
     Err e = {{0}};
     RtParams p = rt_params_default();
@@ -233,12 +241,13 @@ static int run_prompt(const Options *o, const Model *m, Runtime *rt, char *closi
         return 0;
     }
     double prefill = t->first_token - t->first_scheduled, decode = t->finished - t->first_token;
-    char hint[192];
+    char hint[192], spec[96];
     load_hint(o->cli.threads, hint, sizeof hint);
+    spec_note(rt_stats(rt).engine, spec, sizeof spec);
     snprintf(closing, cap, "infer: %s %s, prompt %d tokens, generated %d (%s); prefill %.1f tok/s, "
-             "decode %.1f tok/s, %d thread%s%s\n", m->format, dtype_name(m->wtype), q->n_prompt,
+             "decode %.1f tok/s%s, %d thread%s%s\n", m->format, dtype_name(m->wtype), q->n_prompt,
              q->n_out, why_name(q->finish), prefill > 0 ? q->n_prompt / prefill : 0.0,
-             q->n_out > 1 && decode > 0 ? (q->n_out - 1) / decode : 0.0, o->cli.threads,
+             q->n_out > 1 && decode > 0 ? (q->n_out - 1) / decode : 0.0, spec, o->cli.threads,
              o->cli.threads == 1 ? "" : "s", hint);
     fputs(closing, stderr);
     return 0;
@@ -365,12 +374,14 @@ static void summary(const Runtime *rt, Sink *sinks, int n, int lines, double sec
     else
         snprintf(rate, sizeof rate, "in %.2f s: %.2f requests/s, %ld output tokens, %.1f output tok/s",
                  seconds, served / seconds, out, out / seconds);
+    char spec[96];
+    spec_note(es, spec, sizeof spec);
     snprintf(closing, cap, "totals: %d requests served%s, %d refused, %s; TTFT p50 %.1f ms, p99 %.1f ms; "
-             "TPOT p50 %.2f ms, p99 %.2f ms; %ld steps, %ld preemptions, KV pool %d blocks of %d "
+             "TPOT p50 %.2f ms, p99 %.2f ms; %ld steps, %ld preemptions%s, KV pool %d blocks of %d "
              "tokens (peak %d held)\n", served, from, refused, rate,
              ttft ? percentile(ttft, n_ttft, 50) : 0.0, ttft ? percentile(ttft, n_ttft, 99) : 0.0,
              tpot ? percentile(tpot, n_tpot, 50) : 0.0, tpot ? percentile(tpot, n_tpot, 99) : 0.0,
-             es.steps, es.sched.preemptions, es.kv.n_blocks, es.kv.block_size, es.kv.peak_held);
+             es.steps, es.sched.preemptions, spec, es.kv.n_blocks, es.kv.block_size, es.kv.peak_held);
     fputs(closing, stderr);
     mem_free(ttft);
     mem_free(tpot);

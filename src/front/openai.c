@@ -192,6 +192,9 @@ static int parse_fields(const cJSON *body, int chat, const SrvLimits *lim, SrvRe
                                  "stream_options.include_obfuscation must be true or false");
     }
     if (get_bool(body, "ignore_eos", &r->ignore_eos, err) < 0) return ST_ARG;
+    r->speculate = -1;   /* speculative decoding: as many guesses as the server's --speculate */
+    if ((got = get_int(body, "speculate", 0, SEQ_MAX_DRAFT, &v, err)) < 0) return ST_ARG;
+    if (got) r->speculate = (int)v;
     r->priority = PRIO_NORMAL;
     const cJSON *pr = field(body, "priority");
     if (pr) {

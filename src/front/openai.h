@@ -40,6 +40,7 @@ typedef struct {
     SamplerParams sp;
     int seed_given;              /* 0: the server picks a seed */
     Priority priority;
+    int speculate;               /* draft tokens per step (notes/speculative.md); -1: the server's */
     char stop[RT_MAX_STOP][RT_STOP_LEN + 1];
     int n_stop;
 } SrvRequest;

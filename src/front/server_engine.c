@@ -232,6 +232,7 @@ static void submit_job(Server *s, Job *j) {
     p.max_tokens = j->req.max_tokens;
     p.n = j->req.n;
     p.ignore_eos = j->req.ignore_eos;
+    p.speculate = j->req.speculate;
     p.priority = j->req.priority;
     for (int i = 0; i < j->req.n_stop; i++) p.stop[i] = j->req.stop[i];
     p.on_text = on_text;

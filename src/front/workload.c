@@ -80,6 +80,8 @@ static int parse_line(Workload *w, WorkItem *it, const char *text, const char *w
             if (!(st = number(f, where, 0, 9007199254740992.0, 1, &v, e))) p->sampling.seed = (uint64_t)v;
         } else if (!strcmp(k, "n")) {
             if (!(st = number(f, where, 1, RT_MAX_SAMPLES, 1, &v, e))) p->n = (int)v;
+        } else if (!strcmp(k, "speculate")) {
+            if (!(st = number(f, where, 0, SEQ_MAX_DRAFT, 1, &v, e))) p->speculate = (int)v;
         } else if (!strcmp(k, "arrival_ms")) {
             if (!(st = number(f, where, 0, 1e9, 0, &v, e))) it->arrival_ms = v;
         } else if (!strcmp(k, "priority")) {

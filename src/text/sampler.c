@@ -111,11 +111,10 @@ static int nucleus_size(const Cand *c, int n, float top_p) {
 }
 #endif
 
-int sampler_sample(Sampler *s, float *logits) {
+/* softmax(logits / temperature), in place. Returns the sum of the
+ * exponentials (the largest is exp(0) = 1, so 1 / sum is its probability). */
+static double softmax_t(Sampler *s, float *logits) {
     int V = s->V;
-    if (s->p.temperature == 0.0f) return sampler_argmax(logits, V);
-
-    /* softmax(logits / temperature) */
     float max = logits[0];
     for (int i = 1; i < V; i++) max = fmaxf(max, logits[i]);
     double sum = 0.0;
@@ -124,13 +123,20 @@ int sampler_sample(Sampler *s, float *logits) {
         sum += logits[i];
     }
     for (int i = 0; i < V; i++) logits[i] = (float)(logits[i] / sum);
+    return sum;
+}
 
+/* top-k, then top-p, over the probabilities: the candidates left in
+ * s->cand, most likely first, and how many. 0 when neither truncates (the
+ * draw is then from all V tokens, in id order). */
+static int truncate_probs(Sampler *s, const float *probs, double sum) {
+    int V = s->V;
     Cand *c = s->cand;
     int n = 0;
     if (s->p.top_k > 0 && s->p.top_k < V) {
         int k = s->p.top_k;
         for (int i = 0; i < V; i++) {
-            Cand x = {logits[i], i};
+            Cand x = {probs[i], i};
             if (n < k) {
                 c[n++] = x;
                 if (n == k)
@@ -147,14 +153,9 @@ int sampler_sample(Sampler *s, float *logits) {
          * top_p the bound alone would keep no candidate at all */
         cutoff = fminf(cutoff, (float)(1.0 / sum));
         for (int i = 0; i < V; i++)
-            if (logits[i] >= cutoff) c[n++] = (Cand){logits[i], i};
-    } else {   /* no truncation: draw from the whole distribution */
-        float r = sampler_uniform(s), cdf = 0.0f;
-        for (int i = 0; i < V; i++) {
-            cdf += logits[i];
-            if (r < cdf) return i;
-        }
-        return V - 1;   /* rounding left cdf just below 1 */
+            if (probs[i] >= cutoff) c[n++] = (Cand){probs[i], i};
+    } else {
+        return 0;
     }
     qsort(c, (size_t)n, sizeof(Cand), by_prob_desc);
     int kept = nucleus_size(c, n, s->p.top_p);
@@ -162,7 +163,23 @@ int sampler_sample(Sampler *s, float *logits) {
      * it): an empty one is a bug in nucleus_size, said here rather than
      * read as c[-1]. Without asserts (NDEBUG) it keeps the best candidate. */
     assert(kept >= 1 && kept <= n && "nucleus_size returned an empty nucleus (or more than n)");
-    kept = kept < 1 ? 1 : kept > n ? n : kept;
+    return kept < 1 ? 1 : kept > n ? n : kept;
+}
+
+int sampler_sample(Sampler *s, float *logits) {
+    int V = s->V;
+    if (s->p.temperature == 0.0f) return sampler_argmax(logits, V);
+    double sum = softmax_t(s, logits);
+    int kept = truncate_probs(s, logits, sum);
+    if (kept == 0) {   /* no truncation: draw from the whole distribution */
+        float r = sampler_uniform(s), cdf = 0.0f;
+        for (int i = 0; i < V; i++) {
+            cdf += logits[i];
+            if (r < cdf) return i;
+        }
+        return V - 1;   /* rounding left cdf just below 1 */
+    }
+    const Cand *c = s->cand;
     int last = kept - 1;
     double total = 0.0;
     for (int i = 0; i <= last; i++) total += c[i].prob;
@@ -173,6 +190,39 @@ int sampler_sample(Sampler *s, float *logits) {
     }
     return c[last].id;
 }
+
+/* exercises/spec_verify/ hollows this function: built with -DEXERCISE_SPEC_VERIFY,
+ * the file that macro names stands in its place (tools/exercise.sh). */
+#ifdef EXERCISE_SPEC_VERIFY
+#include EXERCISE_SPEC_VERIFY
+#else
+/* Speculative sampling's rule (Leviathan et al. 2023; Chen et al. 2023)
+ * for a draft that came with no distribution of its own: a guess the
+ * drafter was sure of, q(draft) = 1. c[0..n) are the tokens the sampler may
+ * draw, with probabilities p that may sum to less than 1 (top-k and top-p
+ * dropped the rest): renormalise. Accept the draft with probability
+ * min(1, p/q) = p(draft); otherwise draw from (p - q)+, which is p with the
+ * draft taken out, renormalised. Any token y other than the draft then
+ * comes out with (1 - p(draft)) * p(y) / (1 - p(draft)) = p(y), and the
+ * draft with p(draft): exactly p, whatever the guess was. */
+static int spec_accept(Sampler *s, const Cand *c, int n, int draft) {
+    double total = 0.0, p_draft = 0.0;
+    for (int i = 0; i < n; i++) {
+        total += c[i].prob;
+        if (c[i].id == draft) p_draft = c[i].prob;
+    }
+    if (sampler_uniform(s) * total < p_draft) return draft;
+    double rest = total - p_draft, r = sampler_uniform(s) * rest, cdf = 0.0;
+    int last = -1;
+    for (int i = 0; i < n; i++) {
+        if (c[i].id == draft || c[i].prob <= 0.0f) continue;
+        cdf += c[i].prob;
+        last = c[i].id;
+        if (r < cdf) return c[i].id;
+    }
+    return last >= 0 ? last : draft;   /* rounding left cdf just below rest */
+}
+#endif
 
 /* OpenAI's adjustments, in its order: the biases, then the penalties. */
 static void adjust(Sampler *s, float *logits, const int *out, int n_out) {
@@ -197,6 +247,19 @@ static double log_sum_exp(const float *logits, int V) {
     double sum = 0.0;
     for (int i = 0; i < V; i++) sum += exp((double)logits[i] - max);
     return max + log(sum);
+}
+
+int sampler_verify(Sampler *s, float *logits, int draft, const int *out, int n_out) {
+    adjust(s, logits, out, n_out);
+    int V = s->V;
+    if (s->p.temperature == 0.0f) return sampler_argmax(logits, V);   /* p is all on the argmax */
+    double sum = softmax_t(s, logits);
+    int n = truncate_probs(s, logits, sum);
+    if (n == 0) {   /* no truncation: every token is a candidate */
+        for (int i = 0; i < V; i++) s->cand[i] = (Cand){logits[i], i};
+        n = V;
+    }
+    return spec_accept(s, s->cand, n, draft);
 }
 
 int sampler_pick(Sampler *s, float *logits, const int *out, int n_out) {

@@ -60,6 +60,14 @@ int sampler_sample(Sampler *s, float *logits);
  * n_out tokens generated so far, out), and with the log-probabilities
  * recorded in s->last when asked for. */
 int sampler_pick(Sampler *s, float *logits, const int *out, int n_out);
+/* Speculative decoding: check a draft token against what sampler_pick would
+ * draw from these logits (the same adjustments, temperature, top-k, top-p).
+ * Greedy: the argmax (the draft is accepted when it is the argmax).
+ * Sampling: the draft with probability p(draft), else a token drawn from p
+ * without the draft, so the token returned is distributed exactly as
+ * sampler_pick's. Returns the draft when accepted, another token when not.
+ * Fills no logprobs. logits (V) may be overwritten. */
+int sampler_verify(Sampler *s, float *logits, int draft, const int *out, int n_out);
 int sampler_argmax(const float *logits, int V);
 /* Uniform float in [0, 1) from the sampler's stream. */
 float sampler_uniform(Sampler *s);
