@@ -285,6 +285,90 @@ static void penalties_and_biases_out_of_range_are_refused(void **st) {
     assert_int_equal(sampler_init(&s, V, p, &e), ST_ARG);
 }
 
+/* ---- speculative decoding: sampler_verify ---- */
+
+/* Draw n tokens through sampler_verify with the given draft; count them. */
+static void verify_counts(Sampler *s, int draft, int n, int *count) {
+    for (int i = 0; i < V; i++) count[i] = 0;
+    for (int d = 0; d < n; d++) {
+        float lg[V];
+        memcpy(lg, LOGITS, sizeof lg);
+        int id = sampler_verify(s, lg, draft, NULL, 0);
+        assert_true(id >= 0 && id < V);
+        count[id]++;
+    }
+}
+
+/* Whatever the draft, the token sampler_verify returns is distributed as
+ * sampler_sample's: a chi-square goodness-of-fit test against the
+ * probabilities computed here, at a significance of 0.001, for a likely
+ * draft, an unlikely one, and under top-k and top-p. */
+static void verify_draws_exactly_the_sampler_distribution(void **state) {
+    static const struct { float t; int k; float p; int draft; } cases[] = {
+        {1.0f, 0, 1.0f, 0}, {1.0f, 0, 1.0f, 4}, {0.7f, 5, 1.0f, 6}, {1.3f, 0, 0.8f, 7}, {1.0f, 4, 0.9f, 3}};
+    enum { N = 60000 };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        Sampler s;
+        Err e;
+        SamplerParams sp = {.temperature = cases[c].t, .top_k = cases[c].k, .top_p = cases[c].p, .seed = 99 + c};
+        assert_int_equal(sampler_init(&s, V, sp, &e), ST_OK);
+        int count[V];
+        verify_counts(&s, cases[c].draft, N, count);
+        double p[V], chi2 = 0.0;
+        expected(p, cases[c].t, cases[c].k, cases[c].p);
+        int df = -1;
+        for (int i = 0; i < V; i++) {
+            if (p[i] == 0.0) {
+                assert_int_equal(count[i], 0);   /* outside the kept tokens: never, draft or not */
+                continue;
+            }
+            double want = p[i] * N;
+            chi2 += (count[i] - want) * (count[i] - want) / want;
+            df++;
+        }
+        double limit = chi_square_critical(df, 3.0902);
+        if (chi2 > limit)
+            fail_msg("case %zu (draft %d): chi-square %.1f over %d degrees of freedom, above %.1f (0.001)",
+                     c, cases[c].draft, chi2, df, limit);
+        sampler_free(&s);
+    }
+}
+
+/* A draft the sampler could never draw (outside top-k) is never returned;
+ * the replacement is drawn among the kept tokens. */
+static void verify_never_returns_a_draft_outside_the_kept_tokens(void **state) {
+    Sampler s;
+    Err e;
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){.temperature = 1.0f, .top_k = 3, .top_p = 1.0f, .seed = 5}, &e),
+                     ST_OK);
+    int count[V];
+    verify_counts(&s, 4, 5000, count);   /* token 4 has the lowest logit */
+    assert_int_equal(count[4], 0);
+    assert_int_equal(count[3] + count[6] + count[0], 5000);   /* the top 3: logits 3, 2.5, 2 */
+    assert_true(count[3] > count[6] && count[6] > count[0] && count[0] > 0);
+    sampler_free(&s);
+}
+
+/* A draft that holds all of the probability is always accepted; greedy
+ * verification is the argmax, whatever the draft. */
+static void verify_accepts_a_certain_draft_every_time(void **state) {
+    Sampler s;
+    Err e;
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){.temperature = 1.0f, .top_k = 1, .top_p = 1.0f, .seed = 8}, &e),
+                     ST_OK);
+    int count[V];
+    verify_counts(&s, 3, 2000, count);   /* top-k 1 keeps token 3 alone */
+    assert_int_equal(count[3], 2000);
+    sampler_free(&s);
+    assert_int_equal(sampler_init(&s, V, (SamplerParams){.temperature = 0.0f, .top_p = 1.0f}, &e), ST_OK);
+    for (int draft = 0; draft < V; draft++) {
+        float lg[V];
+        memcpy(lg, LOGITS, sizeof lg);
+        assert_int_equal(sampler_verify(&s, lg, draft, NULL, 0), 3);
+    }
+    sampler_free(&s);
+}
+
 int main(int argc, char **argv) {
     select_tests(argc, argv);
     const struct CMUnitTest tests[] = {
@@ -301,6 +385,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(a_bias_of_100_forces_a_token_and_minus_100_bans_one),
         cmocka_unit_test(logprobs_are_the_log_softmax_after_bias_and_penalties),
         cmocka_unit_test(penalties_and_biases_out_of_range_are_refused),
+        cmocka_unit_test(verify_draws_exactly_the_sampler_distribution),
+        cmocka_unit_test(verify_never_returns_a_draft_outside_the_kept_tokens),
+        cmocka_unit_test(verify_accepts_a_certain_draft_every_time),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -354,6 +354,95 @@ static void the_prefix_cache_holds_only_committed_tokens(void **state) {
     rt_free(&rt);
 }
 
+/* ---- sampling: the same distribution ---- */
+
+/* N requests of one prompt at temperature 1, seeds seed0.., six tokens
+ * each; count[j][t]: how many had token t as output token j + 2 (the
+ * second and third tokens: the first comes from the prompt's step, where
+ * nothing is guessed). Returns the engine's figures. */
+static Figures sample_counts(const Model *m, int speculate, int n, uint64_t seed0, int (*count)[4096]) {
+    Runtime rt;
+    Err e = {{0}};
+    EngineConfig c = config(16, speculate, 256, 0);
+    assert_int_equal(rt_init(&rt, m, &c, &e), ST_OK);
+    rt.release_finished = 0;
+    int first = -1;
+    for (int i = 0; i < n; i++) {
+        RtParams p = rt_params_default();
+        p.prompt = "to them, and therefore, and therefore, and";   /* the model repeats it, a little */
+        p.max_tokens = 6;
+        p.ignore_eos = 1;
+        p.sampling.temperature = 1.0f;
+        p.sampling.seed = seed0 + (uint64_t)i;
+        int id = rt_submit(&rt, &p, &e);
+        if (id < 0) fail_msg("submit: %s", e.msg);
+        if (first < 0) first = id;
+    }
+    assert_int_equal(rt_run(&rt, &e), ST_OK);
+    for (int i = 0; i < n; i++) {
+        const Sequence *q = rt_sequence(&rt, first + i);
+        assert_int_equal(q->n_out, 6);
+        for (int j = 0; j < 2; j++) count[j][q->tokens[q->n_prompt + 1 + j]]++;
+    }
+    assert_pool_empty(&rt);
+    EngineStats es = rt_stats(&rt).engine;
+    Figures f = {.proposed = es.spec_proposed, .accepted = es.spec_accepted, .rewinds = es.sched.rewinds};
+    rt_free(&rt);
+    return f;
+}
+
+/* On a tiny fixture, the second and third sampled tokens of 3,000
+ * requests with speculation (K = 4) and of 3,000 without: a two-sample chi-square
+ * test of homogeneity for each position, at a significance of 0.001 each
+ * (0.002 for the pair). Tokens seen fewer than 10 times in both runs
+ * together are pooled into one category, so that no expected count is
+ * small. The two runs draw with different seeds, so that they are
+ * independent samples (with the same seeds they would share most draws,
+ * and agree far better than chance). The seeds are fixed: the verdict
+ * repeats. This model's distributions are flat (it accepts a few percent
+ * of the guesses), so the test guards the whole path (rows, positions,
+ * rewinds) more than the rule's arithmetic, which test_sampler's
+ * verify_draws_exactly_the_sampler_distribution pins down. */
+static void sampled_tokens_keep_their_distribution_with_speculation(void **state) {
+    char path[512];
+    if (!fixture(path, sizeof path, "tiny/tiny-q8_0.gguf")) return;
+    Model m = {0};
+    Err e = {{0}};
+    if (model_load(&m, path, NULL, &e)) fail_msg("%s", e.msg);
+    assert_true(m.cfg.vocab_size <= 4096);
+    enum { N = 3000 };
+    static int off[2][4096], on[2][4096];
+    memset(off, 0, sizeof off);
+    memset(on, 0, sizeof on);
+    sample_counts(&m, 0, N, 1, off);
+    Figures f = sample_counts(&m, 4, N, 1 + N, on);   /* other seeds: two independent samples */
+    assert_speculated(&f, "sampling");
+    for (int j = 0; j < 2; j++) {
+        double chi2 = 0.0;
+        int cats = 0, pooled_off = 0, pooled_on = 0, distinct = 0;
+        for (int t = 0; t < m.cfg.vocab_size; t++) {
+            int a = off[j][t], b = on[j][t];
+            distinct += a + b > 0;
+            if (a + b < 10) {
+                pooled_off += a, pooled_on += b;
+                continue;
+            }
+            chi2 += (double)(a - b) * (a - b) / (a + b);   /* equal sample sizes */
+            cats++;
+        }
+        if (pooled_off + pooled_on > 0) {
+            chi2 += (double)(pooled_off - pooled_on) * (pooled_off - pooled_on) / (pooled_off + pooled_on);
+            cats++;
+        }
+        assert_true(cats >= 4);   /* a distribution, not a certainty */
+        double limit = chi_square_critical(cats - 1, 3.0902);
+        print_message("output token %d: %d distinct tokens in %d categories, chi-square %.1f (limit %.1f at "
+                      "0.001)\n", j + 2, distinct, cats, chi2, limit);
+        if (chi2 > limit) fail_msg("output token %d: chi-square %.1f above %.1f", j + 2, chi2, limit);
+    }
+    model_free(&m);
+}
+
 /* ---- the pool after a soak ---- */
 
 /* Hundreds of requests with speculation on, arriving while others run:
@@ -413,6 +502,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(a_stop_string_in_an_accepted_guess_ends_the_text_there),
         cmocka_unit_test(samples_of_one_prompt_fork_and_speculate_each_on_their_own),
         cmocka_unit_test(the_prefix_cache_holds_only_committed_tokens),
+        cmocka_unit_test(sampled_tokens_keep_their_distribution_with_speculation),
         cmocka_unit_test(a_soak_with_speculation_gives_every_block_back),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

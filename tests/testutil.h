@@ -6,6 +6,7 @@
 #ifndef TESTUTIL_H
 #define TESTUTIL_H
 #include <setjmp.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -91,6 +92,15 @@ static inline const char *write_temp(char *buf, size_t cap, const void *data, si
     assert_int_equal(write(fd, data, n), (ssize_t)n);
     close(fd);
     return buf;
+}
+
+/* The chi-square statistic's critical value for df degrees of freedom at
+ * the significance whose standard normal quantile is z (z = 3.0902: 0.001,
+ * one-sided), by Wilson and Hilferty's cube-root approximation (within a
+ * percent for df >= 3). */
+static inline double chi_square_critical(int df, double z) {
+    double a = 2.0 / (9.0 * df), c = 1.0 - a + z * sqrt(a);
+    return df * c * c * c;
 }
 
 #endif
