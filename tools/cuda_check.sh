@@ -15,8 +15,9 @@
 #   6. benchmarks: TinyLlama-shaped F16 and Q8_0 (made by mkmodel): decode of
 #      one sequence as a share of the copy bandwidth, prefill of 512 tokens,
 #      kernels per token; the same decode under each launch setting
-#      (LLM_CUDA_PDL, _EARLY, _FUSE_ROPE, _ONE_PASS); batched decode at 1, 16 and 64 sequences
-#      ("quick" skips this part)
+#      (LLM_CUDA_PDL, _EARLY, _FUSE_ROPE, _ONE_PASS, _DEEP, _WAVES); batched decode at 1, 16 and 64
+#      sequences ("quick" skips this part)
+#   7. where ncu is: its view of ten kernels of a decode step, into $OUT
 #
 # Environment: BIN (default build/cuda), FIXTURES (../shared/fixtures), OUT
 # (a folder for the log and the models; default a temporary one). Prints
@@ -38,11 +39,22 @@ grep -m1 "model name" /proc/cpuinfo
 
 step "1. kernels against their C references"
 if timeout 300 "$BIN/kcheck"; then ok "kcheck"; else bad "kcheck"; fi
-if LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_ONE_PASS=0 timeout 300 "$BIN/kcheck" > "$tmp/k0" 2>&1; then
+if LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_ONE_PASS=0 LLM_CUDA_DEEP=0 timeout 300 "$BIN/kcheck" > "$tmp/k0" 2>&1; then
     ok "kcheck, every launch setting off"
 else bad "kcheck, every launch setting off"; grep -i fail "$tmp/k0"; fi
+# the deep pipeline (mv_deep_kernel) at the other depths, and off (the register pipeline, mv_kernel)
+for d in 0 2 3 5 6 8; do
+    q=--quick; [ $d = 0 ] && q=
+    if LLM_CUDA_DEEP=$d timeout 300 "$BIN/kcheck" $q > "$tmp/kd" 2>&1; then ok "kcheck $q, LLM_CUDA_DEEP=$d"
+    else bad "kcheck $q, LLM_CUDA_DEEP=$d"; grep -i fail "$tmp/kd"; fi
+    [ $d = 0 ] && grep "GB/s" "$tmp/kd" | sed 's/^/LLM_CUDA_DEEP=0: /'
+done
+for f in tiny/tiny-f16.gguf tiny/tiny-q8_0.gguf llama3/llama3-q8_0.gguf; do
+    if LLM_CUDA_SWIGLU_APART=1 timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 64 > "$tmp/ga" 2>&1; then
+        ok "$f, LLM_CUDA_SWIGLU_APART=1"; else bad "$f, LLM_CUDA_SWIGLU_APART=1"; cat "$tmp/ga"; fi
+done
 for f in tiny/tiny-f16.gguf tiny/tiny-q8_0.gguf; do
-    if LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_PDL=0 LLM_CUDA_ONE_PASS=0 timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 16 \
+    if LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_PDL=0 LLM_CUDA_ONE_PASS=0 LLM_CUDA_DEEP=0 timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 16 \
         > "$tmp/g0" 2>&1; then ok "$f, every launch setting off"; else bad "$f, every launch setting off"; cat "$tmp/g0"; fi
 done
 
@@ -51,6 +63,9 @@ if command -v compute-sanitizer >/dev/null; then
     if timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/kcheck" --quick > "$tmp/ms1" 2>&1; then
         ok "memcheck kcheck --quick: $(tail -1 "$tmp/ms1")"
     else bad "memcheck kcheck --quick"; tail -20 "$tmp/ms1"; fi
+    if LLM_CUDA_DEEP=0 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/kcheck" --quick > "$tmp/ms3" 2>&1; then
+        ok "memcheck kcheck --quick, LLM_CUDA_DEEP=0: $(tail -1 "$tmp/ms3")"
+    else bad "memcheck kcheck --quick, LLM_CUDA_DEEP=0"; tail -20 "$tmp/ms3"; fi
     if timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/gpucheck" --model "$FIXTURES/tiny/tiny-q8_0.gguf" \
         --steps 8 > "$tmp/ms2" 2>&1; then ok "memcheck gpucheck tiny-q8_0: $(tail -1 "$tmp/ms2")"
     else bad "memcheck gpucheck"; tail -20 "$tmp/ms2"; fi
@@ -62,6 +77,10 @@ rand/rand-f16.gguf quant/quant-q4_0.gguf quant/quant-q4_k_m.gguf quant/quant-q6_
 for f in $FIX; do
     [ -f "$FIXTURES/$f" ] || { bad "$f: missing fixture"; continue; }
     if timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 64; then ok "$f"; else bad "$f"; fi
+done
+for f in tiny/tiny-f32.gguf tiny/tiny-f16.gguf tiny/tiny-q8_0.gguf rand/rand-f16.gguf llama3/llama3-q8_0.gguf; do
+    if LLM_CUDA_DEEP=0 timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 64 > "$tmp/gd" 2>&1; then
+        ok "$f, LLM_CUDA_DEEP=0"; else bad "$f, LLM_CUDA_DEEP=0"; cat "$tmp/gd"; fi
 done
 for f in tiny/tiny-f16.gguf tiny/tiny-q8_0.gguf rand/rand-f32.gguf; do
     if LLM_CUDA_GEMM_T=1 timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 16; then
@@ -82,6 +101,8 @@ same_or_tie() {
 }
 
 step "4. greedy text: --device cuda against --device cpu"
+for deep in "" 0; do
+[ -n "$deep" ] && { export LLM_CUDA_DEEP=$deep; echo "(again with LLM_CUDA_DEEP=$deep)"; }
 for f in tiny/tiny-f32.gguf tiny/tiny-f16.gguf tiny/tiny-bf16.gguf tiny/tiny-q8_0.gguf rand/rand-f32.gguf \
          quant/quant-q4_k_m.gguf; do
     for d in cpu cuda; do
@@ -95,6 +116,8 @@ for d in cpu cuda; do
     timeout 60 "$BIN/infer" --model $M --prompt "ROMEO:" -n 300 --temperature 0 --isa plain --device $d > "$tmp/$d.txt" 2>/dev/null
 done
 same_or_tie $M 300
+done
+unset LLM_CUDA_DEEP
 
 step "5. a batch against each request alone, on the GPU"
 i=0
@@ -156,8 +179,9 @@ for t in f16 q8_0; do
         [ -x "$base" ] && timeout 100 "$base" --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 16 --decode 128 --runs 5 \
             | grep -e "^| /" | cut -d'|' -f3,6-9 | sed "s|^|$(basename "$base"): |"
     done
-    for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_ONE_PASS=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 \
-               "LLM_CUDA_PDL=0 LLM_CUDA_EARLY=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_ONE_PASS=0"; do
+    for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_DEEP=0 LLM_CUDA_DEEP=3 LLM_CUDA_DEEP=4 LLM_CUDA_DEEP=5 \
+               LLM_CUDA_SWIGLU_APART=1 "LLM_CUDA_SWIGLU_APART=1 LLM_CUDA_ONE_PASS=0" LLM_CUDA_ONE_PASS=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 \
+               "LLM_CUDA_PDL=0 LLM_CUDA_EARLY=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_ONE_PASS=0 LLM_CUDA_DEEP=0"; do
         env $cfg timeout 100 "$BIN/gpucheck" --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 16 --decode 128 --runs 5 \
             | grep -e "^| /" | cut -d'|' -f3,6-9 | sed "s/^/$cfg: /"
     done
@@ -170,5 +194,18 @@ for t in f16 q8_0; do
     timeout 200 "$BIN/bench_batch" --device cuda --threads 1 --concurrency 1,16,64 --prompt 32 --decode 64 \
         "$MODELS/tinyllama-$t.gguf" || bad "bench_batch $t"
 done
+
+# 7. where the time goes: ncu on ten consecutive products and attentions of a
+# decode step (two layers), F16 and Q8_0, the full report into $OUT
+if command -v ncu > /dev/null; then
+    step "7. ncu: two layers of a decode step"
+    for t in f16 q8_0; do
+        timeout 150 ncu --clock-control none -k 'regex:mv_|attn_' --launch-skip 400 --launch-count 10 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+            "$BIN/gpucheck" --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 16 --decode 24 --runs 1 > "$OUT/ncu-$t.txt" 2>&1
+        grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Achieved Occupancy|Registers Per" "$OUT/ncu-$t.txt" | head -30 \
+            | sed "s/^/ncu $t: /"
+    done
+fi
 echo "cuda_check: $pass passed, $fail failed"
 [ $fail -eq 0 ]

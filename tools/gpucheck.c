@@ -212,11 +212,13 @@ static int bench(const char *path, int prompt_len, int decode, int runs, Err *e)
     printf("| %s | %s | %.0f | %.1f | %.1f (%.1f-%.1f) | %.0f | %.1f%% | %d | %.0f | %.1f |\n", path,
            dtype_name(m.wtype), gs.weight_bytes / 1e6, bpt / 1e6, dmed, td[0], td[runs - 1], bpt * dmed / 1e9,
            100.0 * bpt * dmed / 1e9 / ceiling, kernels, pmed, flops * pmed / 1e12);
+    char deep[16] = "auto";   /* LLM_CUDA_DEEP unset: per type */
+    if (gs.deep >= 0) snprintf(deep, sizeof deep, "%d", gs.deep);
     printf("(%ld steps, %ld from CUDA graphs, %ld cuBLAS products; runs %d; programmatic dependent launch %s, "
            "L2 prefetch %d bytes a row slice, early weights %s, RoPE in the q|k|v epilogue %s, "
-           "one-pass norm %s)\n",
+           "one-pass norm %s, deep pipeline %s)\n",
            gs.steps, gs.graph_steps, gs.gemm_calls, runs, gs.pdl ? "on" : "off", gs.prefetch, gs.early ? "on" : "off",
-           gs.fuse_rope ? "on" : "off", gs.one_pass ? "on" : "off");
+           gs.fuse_rope ? "on" : "off", gs.one_pass ? "on" : "off", deep);
     mem_free(tok);
     runstate_free(&s);
     model_free(&m);

@@ -163,6 +163,18 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
     gpu_matvec(&W, &ra, 0);
     CK(cudaGetLastError());
     std::vector<float> got2 = to_host(dout, out0.size());
+    if (pre == PRE_SWIGLU) {   /* and SwiGLU apart, spread over many blocks: the same bits again */
+        CK(cudaMemcpy(dout, out0.data(), out0.size() * 4, cudaMemcpyHostToDevice));
+        if (!accumulate) poison(dout, out0.size());
+        gpu_swiglu_apart(ready, &W, &a, 0);
+        gpu_matvec(&W, &ra, 0);
+        CK(cudaGetLastError());
+        std::vector<float> got3 = to_host(dout, out0.size());
+        if (memcmp(got.data(), got3.data(), got.size() * 4)) {
+            failures++;
+            printf("matvec %s N %d K %d T %d: FAIL: SwiGLU apart gives other bits\n", dtype_name(t), N, K, T);
+        }
+    }
     cudaFree(ready);
     double gbs = 0.0;
     if (time_it) {
@@ -203,6 +215,45 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
     int same = memcmp(got.data(), got2.data(), got.size() * 4) == 0;
     failures += !same;
     if (!same) printf("%-58s FAIL: the prologue apart gives other bits\n", what);
+    free_mat(&W);
+    cudaFree(dx);
+    cudaFree(dn);
+    cudaFree(dout);
+}
+
+/* A token alone against the same token in a batch of 9 (two tiles): the
+ * very same bits, whichever kernel the one-token product takes (mv_kernel,
+ * or mv_deep_kernel under LLM_CUDA_DEEP); this is what lets a sequence's
+ * text not depend on what else is in the step. */
+static void check_alone_bits(DType t, int N, int K, int pre) {
+    const int T = 9;
+    std::vector<uint8_t> w = random_weights(t, N, K);
+    int ldx = pre == PRE_SWIGLU ? 2 * K : K;
+    std::vector<float> x((size_t)T * ldx), norm(K);
+    for (auto &v : x) v = uniform() * 3.0f;
+    for (auto &v : norm) v = 0.5f + uniform() * 0.5f;
+    DevMat W = upload_mat(t, N, K, w);
+    float *dx = to_dev(x.data(), x.size()), *dn = to_dev(norm.data(), norm.size()), *dout;
+    CK(cudaMalloc((void **)&dout, (size_t)T * N * 4));
+    MvArgs a = {dout, N, 0, dx, ldx, NULL, pre, dn, 1e-5f, pre == PRE_SWIGLU ? dx + K : NULL, T, 0, {}};
+    gpu_matvec(&W, &a, 0);
+    std::vector<float> batch = to_host(dout, (size_t)T * N);
+    int same = 1;
+    for (int j : {0, 5, 8}) {
+        MvArgs one = a;
+        one.x = dx + (size_t)j * ldx;
+        one.x2 = pre == PRE_SWIGLU ? one.x + K : NULL;
+        one.T = 1;
+        poison(dout, N);
+        gpu_matvec(&W, &one, 0);
+        CK(cudaGetLastError());
+        std::vector<float> alone = to_host(dout, N);
+        same &= memcmp(alone.data(), batch.data() + (size_t)j * N, (size_t)N * 4) == 0;
+    }
+    char what[128];
+    snprintf(what, sizeof what, "matvec %-4s N %5d K %5d: tokens alone and in a batch of %d", dtype_name(t), N, K, T);
+    printf("%-58s %s\n", what, same ? "the same bits" : "FAIL: bits differ");
+    failures += !same;
     free_mat(&W);
     cudaFree(dx);
     cudaFree(dn);
@@ -408,10 +459,10 @@ int main(int argc, char **argv) {
     CK(cudaGetDeviceProperties(&prop, 0));
     gpu_tune_from_env();
     printf("device: %s, %d SMs, %.0f MiB; programmatic dependent launch %s, L2 prefetch %d bytes, early weights %s, "
-           "RoPE in the q|k|v epilogue %s, one-pass norm %s\n",
+           "RoPE in the q|k|v epilogue %s, one-pass norm %s, deep pipeline %d\n",
            prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1048576.0, gpu_tune.pdl ? "on" : "off",
            gpu_tune.prefetch, gpu_tune.early ? "on" : "off", gpu_tune.fuse_rope ? "on" : "off",
-           gpu_tune.one_pass ? "on" : "off");
+           gpu_tune.one_pass ? "on" : "off", gpu_tune.deep);   /* -1: auto */
     ops_set_isa(OPS_PLAIN);
     const DType types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0};
     for (DType t : types) {
@@ -420,12 +471,15 @@ int main(int argc, char **argv) {
         check_matvec(t, 64, 96, 3, PRE_NORM, 0, 0);
         check_matvec(t, 130, 352, 9, PRE_SWIGLU, 1, 0);
         check_matvec(t, 96, 128, 17, PRE_NONE, 1, 0);
+        check_matvec(t, 70, 320, 1, PRE_NORM, 1, 0);   /* K a multiple of 64: the deep pipeline, every type */
         check_dequant_embed(t, 300, t == DT_Q8_0 ? 256 : 200);
         if (quick) continue;   /* for compute-sanitizer, which runs each kernel far slower */
         check_matvec(t, 2560, 2048, 1, PRE_NORM, 0, 1);     /* TinyLlama q|k|v */
         check_matvec(t, 2048, 5632, 1, PRE_SWIGLU, 1, 1);   /* down, + the residual */
         check_matvec(t, 11264, 2048, 1, PRE_NORM, 0, 1);    /* gate|up */
         check_matvec(t, 11264, 2048, 16, PRE_NORM, 0, 1);
+        check_alone_bits(t, 2560, 2048, PRE_NORM);
+        check_alone_bits(t, 2048, 5632, PRE_SWIGLU);
     }
     check_rope_fused(DT_F16, 8, 2, 16, 16, 1);     /* the tiny fixture's heads */
     check_rope_fused(DT_Q8_0, 4, 1, 24, 24, 5);    /* rand's; the prologue apart */

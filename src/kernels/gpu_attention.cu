@@ -69,13 +69,41 @@ size_t gpu_attention_part_floats(int T, int H, int S, int nsplit) {
     return nsplit > 1 ? (size_t)T * H * nsplit * (S + 2) : 0;
 }
 
+/* A lane's loads for chunk c of positions (slot: the row of its own
+ * position, live: that position is in range; last: the chunk's positions):
+ * the first KB * 4 values of its key row, and the value rows of the chunk's
+ * first G positions at its dims (lane, lane + 32, ...), each row read by
+ * the whole warp. Keys and values do not depend on each other, so both are
+ * in flight at once. */
+template <int DIMS, int KB, int G>
+__device__ static inline void att_load(const AttnArgs &a, int kvd, int off, int slot, bool live, int last, int j0,
+                                       float4 kk[KB], float vv[G][DIMS]) {
+    int lane = threadIdx.x % 32, S = a.S;
+    if (kk && live && S % 4 == 0) {
+        const float *kr = a.kc + (size_t)slot * kvd + off;
+#pragma unroll
+        for (int b = 0; b < KB; b++) kk[b] = 4 * b < S ? *(const float4 *)(kr + 4 * b) : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int jj = 0; jj < G; jj++) {
+        int j = j0 + jj;
+        if (j >= last) break;   /* the same for every lane */
+        const float *vr = a.vc + (size_t)__shfl_sync(0xffffffffu, slot, j) * kvd + off;
+#pragma unroll
+        for (int i = 0; i < DIMS; i++) vv[jj][i] = lane + 32 * i < S ? vr[lane + 32 * i] : 0.0f;
+    }
+}
+
 /* grid (H, T, nsplit), block 32 * ATT_WARPS. DIMS: the head's values per
- * lane, ceil(S / 32); G positions' value rows are loaded at once (G * DIMS
- * registers) before they are added in order; a key row is read KB * 16
- * bytes at a time (all of it for heads up to 64). */
+ * lane, ceil(S / 32); the value rows of G positions are loaded at once (G *
+ * DIMS registers) before they are added in order; a key row is read KB * 16
+ * bytes at a time (all of it for heads up to 64). A warp's first chunk is
+ * asked for before the query is staged, and each chunk's keys and its first
+ * G value rows travel together: a decode at a short context is a chain of
+ * latencies, and this makes it two (the block table, then the rows). */
 template <int DIMS>
 __global__ void __launch_bounds__(32 * ATT_WARPS) attn_kernel(float *out, AttnArgs a, int nsplit, float *part) {
-    enum { G = 32 / DIMS > 8 ? 32 / DIMS : 8, KB = 8 * DIMS < 16 ? 8 * DIMS : 16 };
+    enum { G = DIMS <= 2 ? 32 : 64 / DIMS, KB = 8 * DIMS < 16 ? 8 * DIMS : 16 };
     __shared__ float qs[ATT_MAX_S];
     __shared__ float wm[ATT_WARPS], wl[ATT_WARPS], wo[ATT_WARPS][ATT_MAX_S];
     int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
@@ -94,6 +122,10 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attn_kernel(float *out, AttnAr
     pdl_wait();
     pdl_release();
 
+    float4 kk[KB];
+    float vv[G][DIMS];
+    if (c0 + warp < c1)   /* the first chunk's rows (the kernel ahead wrote this step's k and v) */
+        att_load<DIMS, KB, G>(a, kvd, off, slot, p < n, min(32, n - (c0 + warp) * 32), 0, kk, vv);
     const float *q = a.qkv + (size_t)t * a.ld + (size_t)h * S;
     for (int i = threadIdx.x; i < S; i += blockDim.x) qs[i] = q[i];
     __syncthreads();
@@ -103,17 +135,18 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attn_kernel(float *out, AttnAr
     for (int i = 0; i < DIMS; i++) o[i] = 0.0f;
     for (int c = c0 + warp; c < c1; c += ATT_WARPS) {
         p = c * 32 + lane;
+        int last = min(32, n - c * 32);
+        if (c != c0 + warp) att_load<DIMS, KB, G>(a, kvd, off, slot, p < n, last, 0, kk, vv);
         float score = -INFINITY;
         if (p < n) {
             const float *kr = a.kc + (size_t)slot * kvd + off;
             float d = 0.0f;   /* summed in order, as attend_rows does */
             if (S % 4 == 0) {
-                /* KB loads of 16 bytes issued before the first is used */
                 for (int i0 = 0; i0 < S; i0 += 4 * KB) {
-                    float4 kk[KB];
+                    if (i0 > 0)   /* heads past 4 * KB values: the next KB loads */
 #pragma unroll
-                    for (int b = 0; b < KB; b++)
-                        kk[b] = i0 + 4 * b < S ? *(const float4 *)(kr + i0 + 4 * b) : make_float4(0, 0, 0, 0);
+                        for (int b = 0; b < KB; b++)
+                            kk[b] = i0 + 4 * b < S ? *(const float4 *)(kr + i0 + 4 * b) : make_float4(0, 0, 0, 0);
 #pragma unroll
                     for (int b = 0; b < KB; b++) {
                         int i = i0 + 4 * b;
@@ -139,25 +172,16 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attn_kernel(float *out, AttnAr
         }
         float w = p < n ? ops_exp(score - m) : 0.0f;
         l += warp_sum(w);
-        /* each position's weight and row from the lane that holds it; G
-         * positions' value loads in flight at once, added in order */
-        int last = min(32, n - c * 32);
+        /* each position's weight from the lane that holds it, times its
+         * value row (loaded G rows at a time), added in order */
         for (int j0 = 0; j0 < last; j0 += G) {
-            float vv[G][DIMS], wj[G];
-#pragma unroll
-            for (int jj = 0; jj < G; jj++) {
-                int j = j0 + jj;
-                if (j >= last) break;   /* the same for every lane */
-                wj[jj] = __shfl_sync(0xffffffffu, w, j);
-                const float *vr = a.vc + (size_t)__shfl_sync(0xffffffffu, slot, j) * kvd + off;
-#pragma unroll
-                for (int i = 0; i < DIMS; i++) vv[jj][i] = lane + 32 * i < S ? vr[lane + 32 * i] : 0.0f;
-            }
+            if (j0 > 0) att_load<DIMS, KB, G>(a, kvd, off, slot, false, last, j0, nullptr, vv);
 #pragma unroll
             for (int jj = 0; jj < G; jj++) {
                 if (j0 + jj >= last) break;
+                float wj = __shfl_sync(0xffffffffu, w, j0 + jj);
 #pragma unroll
-                for (int i = 0; i < DIMS; i++) o[i] += wj[jj] * vv[jj][i];
+                for (int i = 0; i < DIMS; i++) o[i] += wj * vv[jj][i];
             }
         }
         /* the next chunk's slot */

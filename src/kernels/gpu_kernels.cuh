@@ -76,6 +76,9 @@ int gpu_matvec(const DevMat *W, const MvArgs *a, cudaStream_t st);
  * ready holds gpu_ready_bytes(W, T) bytes. */
 int gpu_prepare(void *ready, const DevMat *W, const MvArgs *a, cudaStream_t st);
 size_t gpu_ready_bytes(const DevMat *W, int T);
+/* gpu_prepare for a PRE_SWIGLU product, elementwise over many blocks: the
+ * same bits into the same layout, sooner for few rows. */
+int gpu_swiglu_apart(void *ready, const DevMat *W, const MvArgs *a, cudaStream_t st);
 
 /* pre(x) written out as (T, K) floats: the input of a cuBLAS product. */
 int gpu_prologue(float *out, const DevMat *W, const MvArgs *a, cudaStream_t st);
@@ -122,13 +125,27 @@ size_t gpu_attention_part_floats(int T, int H, int S, int nsplit);
  *   fuse_rope LLM_CUDA_FUSE_ROPE (default 1): the q|k|v product applies RoPE
  *             and stores k and v (MvArgs.rope) where the kernels run it
  *   one_pass  LLM_CUDA_ONE_PASS (default 1): a product's RMSNorm prologue
- *             reads a row of up to 2048 values once, not twice */
+ *             reads a row of up to 2048 values once, not twice
+ *   deep      LLM_CUDA_DEEP (default -1, auto: 4, and 3 for Q8_0): a
+ *             one-token product keeps this many steps of weights in flight
+ *             (2 to 6, or 8), copied into shared memory (gpu_matvec.cu
+ *             mv_deep_kernel); 0: two, in registers (mv_kernel)
+ *   waves     LLM_CUDA_WAVES (default 1): how many waves of thread blocks
+ *             a product may have when k_split cuts K into slices (more
+ *             slices: smaller blocks, the work spread more evenly)
+ *   swiglu_apart LLM_CUDA_SWIGLU_APART (default 1): below 4 rows too, the
+ *             down product's SwiGLU runs once, as gpu_swiglu_apart, and the
+ *             product copies it (PRE_READY) instead of computing it in
+ *             every block */
 typedef struct {
     int pdl;
     int prefetch;
     int early;
     int fuse_rope;
     int one_pass;
+    int deep;
+    int waves;
+    int swiglu_apart;
 } GpuTune;
 extern GpuTune gpu_tune;
 void gpu_tune_from_env(void);

@@ -28,6 +28,8 @@
  * first two are loaded before the prologue, and before pdl_wait (the
  * kernel ahead may still be running: gpu_util.cuh), so the weights travel
  * while the block computes its input; each is reloaded two steps ahead.
+ * One token (a decode step) takes mv_deep_kernel instead: the same lanes,
+ * rows and order, with D steps in flight through a ring in shared memory.
  * The q|k|v product may also rotate q and k and store k and v in the KV
  * cache as it writes them (rope_rows).
  *
@@ -51,7 +53,7 @@ enum { MV_WARPS = 8, MV_THREADS = MV_WARPS * 32, MV_ROWS = 4, PRO_LOADS = 8 };
 /* Shared memory a block may use for its tokens' activations. */
 enum { MV_SMEM = 96 * 1024 };
 
-GpuTune gpu_tune = {1, 0, 1, 1, 1};
+GpuTune gpu_tune = {1, 0, 1, 1, 1, -1, 1, 1};
 
 void gpu_tune_from_env(void) {
     const char *v = getenv("LLM_CUDA_PDL");
@@ -62,6 +64,12 @@ void gpu_tune_from_env(void) {
     if (v) gpu_tune.fuse_rope = atoi(v) != 0;
     v = getenv("LLM_CUDA_ONE_PASS");
     if (v) gpu_tune.one_pass = atoi(v) != 0;
+    v = getenv("LLM_CUDA_DEEP");
+    if (v) gpu_tune.deep = atoi(v) < 0 ? 0 : atoi(v);
+    v = getenv("LLM_CUDA_WAVES");
+    if (v) gpu_tune.waves = atoi(v) < 1 ? 1 : atoi(v) > 8 ? 8 : atoi(v);
+    v = getenv("LLM_CUDA_SWIGLU_APART");
+    if (v) gpu_tune.swiglu_apart = atoi(v) != 0;
     v = getenv("LLM_CUDA_PREFETCH");
     if (v) gpu_tune.prefetch = atoi(v) < 0 ? 0 : atoi(v) > (1 << 24) ? 1 << 24 : atoi(v);
 }
@@ -122,6 +130,18 @@ __device__ static inline void pro_load(const float *x, const float *partner, int
     }
 }
 
+/* quantize_row_q8_0_ref for one block of 32 values, a value per lane of the
+ * warp: d = max|x| / 127 as fp16, q = round(x * 127 / max) to nearest even;
+ * a block with a NaN or infinity gets zeros and a NaN scale. */
+__device__ static inline void q8_round(float val, int8_t *q, float *d) {
+    float amax = warp_max(fabsf(val));
+    int finite = __all_sync(0xffffffffu, isfinite(val));
+    float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    if (isinf(id)) id = 0.0f;
+    *q = finite ? (int8_t)__float2int_rn(val * id) : 0;
+    if (threadIdx.x % 32 == 0) *d = finite ? __half2float(__float2half_rn(amax / 127.0f)) : __int_as_float(0x7fc00000);
+}
+
 /* pre() of the values pro_load read, into token j's row of shared memory:
  * as floats (af, rows Kp apart), or rounded to Q8_0 (aq: K int8 per token;
  * ad: K/32 scales per token). One warp rounds one block of 32 values, a
@@ -139,15 +159,7 @@ __device__ static inline void pro_store(const MvArgs &a, int K, int Kp, int j, i
             if (k < K) af[(size_t)j * Kp + k] = val;
             continue;
         }
-        /* quantize_row_q8_0_ref: d = max|x| / 127 as fp16, q = round(x * 127 / max) */
-        float amax = warp_max(fabsf(val));
-        int finite = __all_sync(0xffffffffu, isfinite(val));
-        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        if (isinf(id)) id = 0.0f;
-        aq[(size_t)j * K + k] = finite ? (int8_t)__float2int_rn(val * id) : 0;
-        if (lane == 0)
-            ad[(size_t)j * (K / 32) + c] =
-                finite ? __half2float(__float2half_rn(amax / 127.0f)) : __int_as_float(0x7fc00000);
+        q8_round(val, aq + (size_t)j * K + k, ad + (size_t)j * (K / 32) + c);
     }
 }
 
@@ -362,72 +374,14 @@ __device__ static void rope_rows(const RopeKv &R, int t, int n0, float v[MV_ROWS
     }
 }
 
-/* EARLY: the lane's first two steps of weights are loaded before the
- * prologue (and before pdl_wait), which keeps 32 to 40 more registers live
- * through it; 3 blocks an SM instead of 4 for one token. */
-template <DType TYPE, int TTC, bool EARLY>
-__global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
-    mv_kernel(DevMat W, MvArgs a, int TTmax, int Kp, int ks, int pf, bool one_pass) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ float red[32];
-    __shared__ float part[MV_WARPS][MV_ROWS][TTC];
-    const bool q8 = TYPE == DT_Q8_0;
-    int K = W.K, t0 = blockIdx.y * TTmax, TT = min(TTmax, a.T - t0);
-    float *af = (float *)smem;
-    int8_t *aq = (int8_t *)smem;
-    float *ad = (float *)(smem + (size_t)TTmax * K);
-
-    /* ks warps share a group of MV_ROWS rows, warp sl taking the slice
-     * [kb, ke) of K (a whole number of 256 values) */
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = warp / ks, sl = warp % ks;
-    int n0 = (blockIdx.x * (MV_WARPS / ks) + g) * MV_ROWS;
-    int per = (K / ks + 255) / 256 * 256, kb = min(K, sl * per), ke = min(K, kb + per);
-    /* rows past N read row 0 (no branch in the loop); their sums are dropped */
-    const char *row[MV_ROWS];
-    size_t rb = dev_row_bytes(TYPE, K);
-    const uint16_t *drow[MV_ROWS];
-#pragma unroll
-    for (int r = 0; r < MV_ROWS; r++) {
-        size_t n = n0 + r < W.N ? n0 + r : 0;
-        row[r] = (const char *)W.w + n * rb;
-        drow[r] = q8 ? W.d + n * (K / 32) : nullptr;
-    }
-    /* Before the kernel ahead of this one has finished (programmatic
-     * dependent launch), nothing here may be read but the weights: ask for
-     * the first pf bytes of each of the warp's row slices to be brought into
-     * L2 (lane r, row r; the first token tile only, the others read the same
-     * rows), so memory is busy while the prologue waits for its input. */
-    if (pf > 0 && blockIdx.y == 0 && lane < MV_ROWS && n0 + lane < W.N) {
-        size_t bytes = min((size_t)pf, (size_t)(ke - kb) * (rb / K));
-        prefetch_l2((const char *)W.w + (size_t)(n0 + lane) * rb + kb * (rb / K), bytes);
-    }
-    /* and the lane's first two steps of weights into registers, so they
-     * arrive while the prologue works (rows 16-byte aligned: every real
-     * model; other widths take dot_scalar) */
-    size_t es = rb / K;
-    bool vec = rb % 16 == 0;
-    int cb = (int)(kb * es / 16) + lane, ce = (int)(ke * es / 16);
-    Chunk pipe[2];
-    if (vec && EARLY) {
-        if (cb < ce) load_chunk<TYPE>(pipe[0], row, drow, cb);
-        if (cb + 32 < ce) load_chunk<TYPE>(pipe[1], row, drow, cb + 32);
-    }
-    pdl_wait();
-    pdl_release();
-    if (a.pre == PRE_READY) copy_ready<q8>(a, K, Kp, t0, TT, af, aq, ad);
-    else load_tokens<q8>(a, K, Kp, t0, TT, af, aq, ad, red, one_pass);
-    __syncthreads();
-    if (vec && !EARLY) {
-        if (cb < ce) load_chunk<TYPE>(pipe[0], row, drow, cb);
-        if (cb + 32 < ce) load_chunk<TYPE>(pipe[1], row, drow, cb + 32);
-    }
-    float acc[MV_ROWS][TTC];
-#pragma unroll
-    for (int r = 0; r < MV_ROWS; r++)
-#pragma unroll
-        for (int j = 0; j < TTC; j++) acc[r][j] = 0.0f;
-    if (vec) dot_chunks<TYPE, TTC>(pipe, row, drow, cb, ce, af, Kp, aq, ad, K, TT, acc);
-    else if (!q8) dot_scalar<TYPE, TTC>(row, kb, ke, af, Kp, TT, acc);
+/* The end of a product, for each of the warp's rows and the block's tokens:
+ * the 32 lanes' sums added by the butterfly, the ks slices of a group added
+ * in order (through shared memory), RoPE and the K/V store where asked, and
+ * the result written (or added, for the residual). */
+template <int TTC>
+__device__ static void mv_finish(const DevMat &W, const MvArgs &a, float acc[MV_ROWS][TTC],
+                                 float part[MV_WARPS][MV_ROWS][TTC], int ks, int n0, int t0, int TT) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sl = warp % ks;
 #pragma unroll
     for (int r = 0; r < MV_ROWS; r++)
 #pragma unroll
@@ -457,6 +411,164 @@ __global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
     }
 }
 
+/* Where a lane works: ks warps share a group of MV_ROWS rows (n0..), warp
+ * sl taking the slice [kb, ke) of K (a whole number of 256 values); the
+ * lane's chunks (16 bytes each) are cb, cb + 32, ... < ce. Rows past N read
+ * row 0 (no branch in the loop); their sums are dropped. vec: rows are
+ * 16-byte aligned (every real model; other widths take dot_scalar). */
+typedef struct {
+    const char *row[MV_ROWS];
+    const uint16_t *drow[MV_ROWS];
+    int n0, kb, ke, cb, ce;
+    bool vec;
+} MvLane;
+
+template <DType TYPE>
+__device__ static inline MvLane mv_lane(const DevMat &W, int ks) {
+    MvLane L;
+    int K = W.K, warp = threadIdx.x / 32, g = warp / ks, sl = warp % ks;
+    L.n0 = (blockIdx.x * (MV_WARPS / ks) + g) * MV_ROWS;
+    int per = (K / ks + 255) / 256 * 256;
+    L.kb = min(K, sl * per);
+    L.ke = min(K, L.kb + per);
+    size_t rb = dev_row_bytes(TYPE, K), es = rb / K;
+#pragma unroll
+    for (int r = 0; r < MV_ROWS; r++) {
+        size_t n = L.n0 + r < W.N ? L.n0 + r : 0;
+        L.row[r] = (const char *)W.w + n * rb;
+        L.drow[r] = TYPE == DT_Q8_0 ? W.d + n * (K / 32) : nullptr;
+    }
+    L.vec = rb % 16 == 0;
+    L.cb = (int)(L.kb * es / 16) + threadIdx.x % 32;
+    L.ce = (int)(L.ke * es / 16);
+    return L;
+}
+
+/* EARLY: the lane's first two steps of weights are loaded before the
+ * prologue (and before pdl_wait), which keeps 32 to 40 more registers live
+ * through it; 3 blocks an SM instead of 4 for one token. */
+template <DType TYPE, int TTC, bool EARLY>
+__global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
+    mv_kernel(DevMat W, MvArgs a, int TTmax, int Kp, int ks, int pf, bool one_pass) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ float red[32];
+    __shared__ float part[MV_WARPS][MV_ROWS][TTC];
+    const bool q8 = TYPE == DT_Q8_0;
+    int K = W.K, t0 = blockIdx.y * TTmax, TT = min(TTmax, a.T - t0);
+    float *af = (float *)smem;
+    int8_t *aq = (int8_t *)smem;
+    float *ad = (float *)(smem + (size_t)TTmax * K);
+
+    MvLane L = mv_lane<TYPE>(W, ks);
+    int lane = threadIdx.x % 32, n0 = L.n0, kb = L.kb, ke = L.ke, cb = L.cb, ce = L.ce;
+    const char *const *row = L.row;
+    const uint16_t *const *drow = L.drow;
+    size_t rb = dev_row_bytes(TYPE, K);
+    /* Before the kernel ahead of this one has finished (programmatic
+     * dependent launch), nothing here may be read but the weights: ask for
+     * the first pf bytes of each of the warp's row slices to be brought into
+     * L2 (lane r, row r; the first token tile only, the others read the same
+     * rows), so memory is busy while the prologue waits for its input. */
+    if (pf > 0 && blockIdx.y == 0 && lane < MV_ROWS && n0 + lane < W.N) {
+        size_t bytes = min((size_t)pf, (size_t)(ke - kb) * (rb / K));
+        prefetch_l2((const char *)W.w + (size_t)(n0 + lane) * rb + kb * (rb / K), bytes);
+    }
+    /* and the lane's first two steps of weights into registers, so they
+     * arrive while the prologue works (rows 16-byte aligned: every real
+     * model; other widths take dot_scalar) */
+    bool vec = L.vec;
+    Chunk pipe[2];
+    if (vec && EARLY) {
+        if (cb < ce) load_chunk<TYPE>(pipe[0], row, drow, cb);
+        if (cb + 32 < ce) load_chunk<TYPE>(pipe[1], row, drow, cb + 32);
+    }
+    pdl_wait();
+    pdl_release();
+    if (a.pre == PRE_READY) copy_ready<q8>(a, K, Kp, t0, TT, af, aq, ad);
+    else load_tokens<q8>(a, K, Kp, t0, TT, af, aq, ad, red, one_pass);
+    __syncthreads();
+    if (vec && !EARLY) {
+        if (cb < ce) load_chunk<TYPE>(pipe[0], row, drow, cb);
+        if (cb + 32 < ce) load_chunk<TYPE>(pipe[1], row, drow, cb + 32);
+    }
+    float acc[MV_ROWS][TTC];
+#pragma unroll
+    for (int r = 0; r < MV_ROWS; r++)
+#pragma unroll
+        for (int j = 0; j < TTC; j++) acc[r][j] = 0.0f;
+    if (vec) dot_chunks<TYPE, TTC>(pipe, row, drow, cb, ce, af, Kp, aq, ad, K, TT, acc);
+    else if (!q8) dot_scalar<TYPE, TTC>(row, kb, ke, af, Kp, TT, acc);
+    mv_finish<TTC>(W, a, acc, part, ks, n0, t0, TT);
+}
+
+/* The one-token product with a deeper pipeline (LLM_CUDA_DEEP = D steps):
+ * a lane's next D steps of weights travel by cp.async into a ring in shared
+ * memory instead of into registers, so D steps (D x 64 bytes a lane, D x 16
+ * KB a block) are in flight where registers held two, and all D are asked
+ * for before pdl_wait. A lane reads back only what it copied itself, so no
+ * barrier guards the ring. The chunks are added in mv_kernel's order: the
+ * same bits for the same ks. Q8_0's 2-byte block scales travel as the
+ * aligned 4 bytes that hold them (cp.async copies 4 bytes at least), so a
+ * Q8_0 matrix takes this kernel when K is a multiple of 64.
+ *
+ *   smem  ring[D][MV_ROWS][MV_THREADS] of 16 bytes (thread-fastest, so a
+ *         warp's copies and reads of one row fall in distinct banks);
+ *         Q8_0: sring[D][MV_ROWS][MV_THREADS] of 4 bytes;
+ *         then the token's pre(x): Kp floats, or K int8 and K / 32 scales */
+template <DType TYPE, int D>
+__global__ void __launch_bounds__(MV_THREADS, 3) mv_deep_kernel(DevMat W, MvArgs a, int Kp, int ks, bool one_pass) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ float red[32];
+    __shared__ float part[MV_WARPS][MV_ROWS][1];
+    const bool q8 = TYPE == DT_Q8_0;
+    uint4 *ring = (uint4 *)smem;
+    uint32_t *sring = (uint32_t *)(smem + (size_t)D * MV_ROWS * MV_THREADS * 16);
+    unsigned char *act = (unsigned char *)(sring + (q8 ? (size_t)D * MV_ROWS * MV_THREADS : 0));
+    float *af = (float *)act, *ad = (float *)(act + W.K);
+    int8_t *aq = (int8_t *)act;
+    MvLane L = mv_lane<TYPE>(W, ks);
+    int steps = L.cb < L.ce ? (L.ce - L.cb + 31) / 32 : 0;
+    /* step s is chunk c = cb + 32 s of each of the lane's rows, in slot s % D
+     * (Q8_0: and the 4 bytes at scale (c / 2) & ~1, which hold c's scale) */
+    auto at = [&](int s, int r) { return ((size_t)(s % D) * MV_ROWS + r) * MV_THREADS + threadIdx.x; };
+    auto fetch = [&](int s) {
+        if (s < steps)
+#pragma unroll
+            for (int r = 0; r < MV_ROWS; r++) {
+                int c = L.cb + 32 * s;
+                cp_async16(ring + at(s, r), (const uint4 *)L.row[r] + c);
+                if (q8) cp_async4(sring + at(s, r), L.drow[r] + (c / 2 & ~1));
+            }
+        cp_async_commit();   /* a group every step, empty or not, so the count in the wait holds */
+    };
+    for (int s = 0; s < D; s++) fetch(s);
+    pdl_wait();
+    pdl_release();
+    if (a.pre == PRE_READY) copy_ready<q8>(a, W.K, Kp, 0, 1, af, aq, ad);
+    else load_tokens<q8>(a, W.K, Kp, 0, 1, af, aq, ad, red, one_pass);
+    __syncthreads();
+    float acc[MV_ROWS][1] = {};
+    for (int s = 0; s < steps; s++) {
+        cp_async_wait<D - 1>();   /* D + s groups issued: step s's is in */
+        Chunk ch;
+        int c = L.cb + 32 * s;
+#pragma unroll
+        for (int r = 0; r < MV_ROWS; r++) {
+            ch.w[r] = ring[at(s, r)];
+            if (q8) ch.d[r] = (uint16_t)(sring[at(s, r)] >> (c / 2 & 1 ? 16 : 0));   /* little-endian halves */
+        }
+        fma_chunk<TYPE, 1>(ch, c, af, Kp, aq, ad, W.K, 1, acc);
+        fetch(s + D);   /* into the slot just read, whose values are already used */
+    }
+    mv_finish<1>(W, a, acc, part, ks, L.n0, 0, 1);
+}
+
+/* Shared memory of mv_deep_kernel<type, D> for a width K (Kp: K rounded up to 8). */
+static size_t deep_smem(DType type, int D, int K, int Kp) {
+    size_t ring = (size_t)D * MV_ROWS * MV_THREADS * (type == DT_Q8_0 ? 20 : 16);
+    return ring + (type == DT_Q8_0 ? (size_t)K + (size_t)K / 32 * 4 : (size_t)Kp * 4) + 16;
+}
+
 /* Tokens per block: as many as fit MV_SMEM, at most GPU_MAX_TT. */
 static int tile_tokens(const DevMat *W, int T, int *Kp, size_t *smem) {
     int K = W->K;
@@ -480,35 +592,60 @@ static int k_split(int N, int K, int fit) {
     static int sms = 0;
     if (!sms && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) sms = 132;
     int ks = 1;
-    while (ks < MV_WARPS && (N + MV_WARPS / ks / 2 * MV_ROWS - 1) / (MV_WARPS / ks / 2 * MV_ROWS) <= fit * sms &&
+    while (ks < MV_WARPS && (N + MV_WARPS / ks / 2 * MV_ROWS - 1) / (MV_WARPS / ks / 2 * MV_ROWS) <= fit * sms * gpu_tune.waves &&
            K / (2 * ks) >= 256)
         ks *= 2;
     return ks;
 }
 
-/* Blocks of the one-token kernel an SM holds at once (registers and the
- * shared memory of one token's activations), for a width K. */
-template <DType TYPE, bool EARLY>
-static int blocks_per_sm(int K) {
-    static int cached_K[8], cached_n[8], used = 0;
+/* Blocks of a kernel an SM holds at once (its registers, and smem bytes of
+ * shared memory), asked once per (kernel, smem). */
+typedef void (*MvFn)(DevMat, MvArgs, int, int, int, int, bool);
+typedef void (*DeepFn)(DevMat, MvArgs, int, int, bool);
+template <typename F>
+static int blocks_per_sm(F fn, size_t smem) {
+    static struct { const void *fn; size_t smem; int n; } cache[32];
+    static int used = 0;
     for (int i = 0; i < used; i++)
-        if (cached_K[i] == K) return cached_n[i];
-    DevMat w = {TYPE, 1, K, NULL, NULL};
-    int Kp, n = 0;
-    size_t smem;
-    tile_tokens(&w, 1, &Kp, &smem);
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mv_kernel<TYPE, 1, EARLY>, MV_THREADS, smem) != cudaSuccess ||
-        n < 1)
-        n = 1;
-    if (used < 8) {
-        cached_K[used] = K;
-        cached_n[used++] = n;
-    }
+        if (cache[i].fn == (const void *)fn && cache[i].smem == smem) return cache[i].n;
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, MV_THREADS, smem) != cudaSuccess || n < 1) n = 1;
+    if (used < 32) cache[used++] = {(const void *)fn, smem, n};
     return n;
 }
 
+/* mv_deep_kernel with gpu_tune.deep steps (2 to 6, or 8; 7 is taken as 6), or
+ * NULL where it does not apply: rows not 16-byte aligned, Q8_0 with K not a
+ * multiple of 64, or a ring and a row of activations that do not fit an
+ * SM's shared memory. */
+template <DType TYPE>
+static DeepFn deep_kernel(const DevMat *W, int Kp, int *D) {
+    static int optin = 0;
+    if (!optin && cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) != cudaSuccess)
+        optin = 48 * 1024;
+    /* auto: 4 for the float types, 3 for Q8_0, whose ring of scales would
+     * otherwise leave 2 blocks an SM instead of 3 (the fastest of each on
+     * an H200: notes/cuda.md) */
+    int want = gpu_tune.deep < 0 ? (TYPE == DT_Q8_0 ? 3 : 4) : gpu_tune.deep;
+    *D = want > 8 ? 8 : want == 7 ? 6 : want;
+    {
+        if (*D < 2 || dev_row_bytes(TYPE, W->K) % 16 || (TYPE == DT_Q8_0 && W->K % 64) ||
+            deep_smem(TYPE, *D, W->K, Kp) + 1024 > (size_t)optin)
+            return NULL;
+        DeepFn fn[7] = {mv_deep_kernel<TYPE, 2>, mv_deep_kernel<TYPE, 3>, mv_deep_kernel<TYPE, 4>,
+                        mv_deep_kernel<TYPE, 5>, mv_deep_kernel<TYPE, 6>, NULL, mv_deep_kernel<TYPE, 8>};
+        static bool raised[7];   /* the opt-in above 48 KB: all the SM allows a block */
+        int i = *D - 2;
+        if (!raised[i]) cudaFuncSetAttribute(fn[i], cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 1024);
+        raised[i] = true;
+        return fn[i];
+    }
+}
+
 /* A single token has its own instantiation: a tile of 8 would hold 8 times
- * the accumulators in registers for nothing. */
+ * the accumulators in registers for nothing (and, with LLM_CUDA_DEEP, a
+ * kernel of its own). ks comes from the one-token kernel in use, whatever
+ * T is, so a batch gives each token the bits it gets alone. */
 template <DType TYPE, bool EARLY>
 static void launch_mv(const DevMat *W, const MvArgs *a, cudaStream_t st) {
     static bool raised = false;   /* the opt-in above 48 KB, once per instantiation */
@@ -518,14 +655,23 @@ static void launch_mv(const DevMat *W, const MvArgs *a, cudaStream_t st) {
                              MV_SMEM + 16);
         raised = true;
     }
-    int Kp, ks = k_split(W->N, W->K, blocks_per_sm<TYPE, EARLY>(W->K));
-    size_t smem;
+    int Kp, D;
+    size_t smem, smem1;
+    DevMat one = *W;
+    one.N = 1;
+    tile_tokens(&one, 1, &Kp, &smem1);
+    DeepFn deep = deep_kernel<TYPE>(W, Kp, &D);
+    MvFn mv1 = mv_kernel<TYPE, 1, EARLY>;
+    size_t dsmem = deep ? deep_smem(TYPE, D, W->K, Kp) : 0;
+    int fit = deep ? blocks_per_sm(deep, dsmem) : blocks_per_sm(mv1, smem1);
+    int ks = k_split(W->N, W->K, fit);
     int tt = tile_tokens(W, a->T, &Kp, &smem), rows = MV_WARPS / ks * MV_ROWS;
     dim3 grid((W->N + rows - 1) / rows, (a->T + tt - 1) / tt);
     int pf = gpu_tune.prefetch;
-    bool one = gpu_tune.one_pass;
-    if (tt == 1) gpu_launch(mv_kernel<TYPE, 1, EARLY>, grid, MV_THREADS, smem, st, *W, *a, tt, Kp, ks, pf, one);
-    else gpu_launch(mv_kernel<TYPE, GPU_MAX_TT, EARLY>, grid, MV_THREADS, smem, st, *W, *a, tt, Kp, ks, pf, one);
+    bool one_pass = gpu_tune.one_pass;
+    if (tt == 1 && deep) gpu_launch(deep, grid, MV_THREADS, dsmem, st, *W, *a, Kp, ks, one_pass);
+    else if (tt == 1) gpu_launch(mv1, grid, MV_THREADS, smem, st, *W, *a, tt, Kp, ks, pf, one_pass);
+    else gpu_launch(mv_kernel<TYPE, GPU_MAX_TT, EARLY>, grid, MV_THREADS, smem, st, *W, *a, tt, Kp, ks, pf, one_pass);
 }
 
 template <DType TYPE>
@@ -569,6 +715,36 @@ int gpu_prepare(void *ready, const DevMat *W, const MvArgs *a, cudaStream_t st) 
     bool one = gpu_tune.one_pass;
     if (W->type == DT_Q8_0) gpu_launch(prepare_kernel<true>, a->T, MV_THREADS, 0, st, (char *)ready, *a, W->K, Kp, one);
     else gpu_launch(prepare_kernel<false>, a->T, MV_THREADS, 0, st, (char *)ready, *a, W->K, Kp, one);
+    return 1;
+}
+
+/* grid (ceil(Kp / 256), T), block 256: SwiGLU of row t, one value a thread
+ * (pre_value, the same operations), into gpu_prepare's layout; for Q8_0 a
+ * warp rounds one block of 32 values. Elementwise, so unlike the RMSNorm it
+ * can be spread over many blocks: the down product's prologue done once
+ * for the step (LLM_CUDA_SWIGLU_APART), not once in every block of rows. */
+template <bool Q8>
+__global__ void __launch_bounds__(256) swiglu_apart_kernel(char *ready, MvArgs a, int K, int Kp) {
+    pdl_wait();
+    pdl_release();
+    int t = blockIdx.y, k = blockIdx.x * blockDim.x + threadIdx.x;
+    int r = a.rows ? a.rows[t] : t;
+    const float *x = a.x + (size_t)r * a.ldx, *x2 = a.x2 + (size_t)r * a.ldx;
+    if (!Q8) {
+        if (k < Kp) ((float *)ready)[(size_t)t * Kp + k] = k < K ? pre_value(PRE_SWIGLU, x[k], x2[k], 1.0f) : 0.0f;
+        return;
+    }
+    if (k - threadIdx.x % 32 >= K) return;   /* the whole warp: K is a multiple of 32 */
+    float val = pre_value(PRE_SWIGLU, x[k], x2[k], 1.0f);
+    q8_round(val, (int8_t *)ready + (size_t)t * K + k,
+             (float *)(ready + ready_q8_scales(a.T, K)) + (size_t)t * (K / 32) + k / 32);
+}
+
+int gpu_swiglu_apart(void *ready, const DevMat *W, const MvArgs *a, cudaStream_t st) {
+    int K = W->K, Kp = (K + 7) / 8 * 8;
+    dim3 grid((Kp + 255) / 256, a->T);
+    if (W->type == DT_Q8_0) gpu_launch(swiglu_apart_kernel<true>, grid, 256, 0, st, (char *)ready, *a, K, Kp);
+    else gpu_launch(swiglu_apart_kernel<false>, grid, 256, 0, st, (char *)ready, *a, K, Kp);
     return 1;
 }
 

@@ -11,13 +11,16 @@
  *     att = paged attention                       gpu_attention (+ a merge when split)
  *     x += att Wo^T                               one product, the residual add fused
  *     gu = rmsnorm(x) [Wgate; Wup]^T              one product, the norm fused
- *     x += swiglu(gu) Wdown^T                     one product, SwiGLU and the add fused
+ *     h = swiglu(gu)                              gpu_swiglu_apart, spread over many blocks
+ *     x += h Wdown^T                              one product, the add fused
  *   logits = rmsnorm(x[logit rows]) Wout^T        one product, the gather and norm fused
  *
- * Five kernels a layer (six when attention is split; RoPE and the K/V store
+ * Six kernels a layer (seven when attention is split; RoPE and the K/V store
  * are the q|k|v product's epilogue, a kernel of their own after cuBLAS) and
- * two more per step: on TinyLlama's 22 layers, 112 to 134 per decoded token. A step of 4 rows or
- * more runs each product's prologue as a kernel of its own (gpu_prepare).
+ * two more per step: on TinyLlama's 22 layers, 134 to 156 per decoded token.
+ * (LLM_CUDA_SWIGLU_APART=0 fuses SwiGLU into the down product's prologue, as
+ * every block of its rows then computes it: five a layer.) A step of 4 rows
+ * or more runs each product's prologue as a kernel of its own (gpu_prepare). 
  *
  * Weights: q, k and v are stored as one matrix of H*S + 2*Hkv*S rows, gate
  * and up as one of 2F rows, so each pair of products is one launch. F32,
@@ -233,6 +236,7 @@ extern "C" int gpu_model_create(GpuModel **out, const GpuModelDesc *d, Err *e) {
     g->stats.early = gpu_tune.early;
     g->stats.fuse_rope = gpu_tune.fuse_rope;
     g->stats.one_pass = gpu_tune.one_pass;
+    g->stats.deep = gpu_tune.deep;
     open_blas(g);
 
     g->layers = (DevLayer *)calloc(d->L, sizeof *g->layers);
@@ -359,9 +363,10 @@ static int on_kernels(const GpuModel *g, const DevMat *W, int T) {
 
 static int product(GpuModel *g, const DevMat *W, MvArgs a) {
     if (on_kernels(g, W, a.T)) {
-        if (a.T < READY_T) return gpu_matvec(W, &a, g->st);
+        bool apart = a.pre == PRE_SWIGLU && gpu_tune.swiglu_apart;
+        if (a.T < READY_T && !apart) return gpu_matvec(W, &a, g->st);
         /* the prologue once for every row, not once per block of rows */
-        int k = gpu_prepare(g->ascratch, W, &a, g->st);
+        int k = apart ? gpu_swiglu_apart(g->ascratch, W, &a, g->st) : gpu_prepare(g->ascratch, W, &a, g->st);
         MvArgs r = a;
         r.x = g->ascratch;
         r.ldx = 0;

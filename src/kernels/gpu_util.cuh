@@ -51,4 +51,24 @@ __device__ static inline void prefetch_l2(const void *p, size_t bytes) {
 #endif
 }
 
+/* Asynchronous copies of 16 bytes (or 4) from global to shared memory
+ * (Ampere's cp.async; .cg: through L2 only). A thread groups the copies it has issued
+ * (cp_async_commit); cp_async_wait<N>() returns once at most N of its groups
+ * are still on their way, and the bytes of the others are then visible to
+ * this thread (not to the others: a thread reads only what it copied, or a
+ * barrier follows). */
+__device__ static inline void cp_async16(void *smem_dst, const void *src) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(smem_dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ static inline void cp_async4(void *smem_dst, const void *src) {   /* 4 bytes, .ca */
+    unsigned d = (unsigned)__cvta_generic_to_shared(smem_dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ static inline void cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ static inline void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 #endif
