@@ -997,7 +997,7 @@ static int do_sort(JCtx *c, JVal v, const JArgs *a, JVal *out, int unique) {
 
 int jinja_filter(JCtx *c, const char *name, JVal v, const JArgs *a, JVal *out) {
     const JVal *x = arg(a, 0, "");
-    long long n;
+    long long n = 0;
     if (!strcmp(name, "tojson")) return do_tojson(c, v, a, out);
     if (!strcmp(name, "safe") || !strcmp(name, "e") || !strcmp(name, "escape") || !strcmp(name, "forceescape")) {
         if (name[0] == 's') {

@@ -157,7 +157,7 @@ static int lex_string(Lexer *L) {
     size_t start = L->pos + 1, i = start;
     while (i < L->n && L->src[i] != q) i += L->src[i] == '\\' ? 2 : 1;
     if (i >= L->n) return err_set(L->e, ST_FORMAT, "template line %d: a string is not closed", L->line);
-    size_t raw_n;
+    size_t raw_n = 0;
     char *raw = normalize_newlines(L->a, L->src + start, i - start, &raw_n);
     char *d = ja_alloc(L->a, raw_n * 2 + 1);   /* an escape never grows past twice its text */
     if (!raw || !d) return err_set(L->e, ST_NOMEM, "template: out of memory");

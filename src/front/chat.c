@@ -156,7 +156,7 @@ int srv_chat_prompt(const SrvChat *c, const void *body_cjson, time_t now, size_t
     const cJSON *kw = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs");
     if (kw && !cJSON_IsNull(kw) && !cJSON_IsObject(kw))
         return bad(status, 400, param, param_cap, "chat_template_kwargs", e, "chat_template_kwargs must be an object");
-    cJSON *msgs;
+    cJSON *msgs = NULL;
     int st = messages_copy(ms, &msgs, status, param, param_cap, e);
     if (st) return st;
     JVars *v = jinja_vars_new();
