@@ -375,6 +375,7 @@ const StepReport *engine_step(Engine *en) {
         const int *sampled = exec_run(&en->exec, plan);
         double t2 = clock_seconds();
         count_rejected(en, plan, sampled);
+        rep->accepted = en->exec.accepted;
         rep->spec.blocks = sched_commit(&en->sched, plan, en->rejected);
         append_accepted(en, plan, sampled);
         step_outputs(en, plan, sampled);

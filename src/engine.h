@@ -66,6 +66,8 @@ typedef struct {
         int rewinds;      /* sequences with positions to take back (a rejected guess) */
         int blocks;       /* blocks those rewinds gave back to the pool */
     } spec;
+    const int *accepted;  /* (plan->n_items) per item, of its items[i].draft guesses, how many
+                             were accepted */
 } StepReport;
 
 struct Engine {

@@ -409,6 +409,8 @@ static void finalize(Runtime *rt, Request *r, double now) {
     t->ttft = t->first_token >= 0 ? t->first_token - t->arrival : -1.0;
     t->tpot = q->n_out > 1 ? (now - t->first_token) / (q->n_out - 1) : 0.0;
     t->e2e = now - t->arrival;
+    t->guesses = q->spec_proposed;
+    t->accepted = q->spec_accepted;
     if (rt->trace) {
         TraceFinish f = {.id = q->id, .reason = r->error[0] ? r->error : rt_finish_name(q->finish),
                          .output_tokens = q->n_out,
@@ -511,6 +513,9 @@ static void trace_step(Runtime *rt, const StepReport *rep, double end) {
                    .prefill_tokens = p->n_prefill_tokens, .decode_tokens = p->n_decode_tokens,
                    .tokens = p->n_tokens, .budget = es.sched.token_budget,
                    .preempted = p->n_preempted, .admitted = p->n_admitted, .cow = p->n_cow,
+                   .guesses = rep->spec.proposed, .accepted = rep->spec.accepted,
+                   .rewinds = rep->spec.rewinds, .rewound_blocks = rep->spec.blocks,
+                   .spec_off = p->n_spec_off,
                    .kv_held = es.kv.held, .kv_cached = es.kv.cached,
                    .kv_free = es.kv.free, .running = es.sched.running,
                    .waiting = es.sched.waiting,
@@ -538,6 +543,11 @@ const StepReport *rt_step(Runtime *rt) {
         if (r->tm.first_scheduled < 0) r->tm.first_scheduled = rep->start;
     }
     if (rt->trace) trace_plan(rt, rep);
+    if (rt->trace)
+        for (int i = 0; i < p->n_items; i++)   /* before the tokens: what was guessed, what was kept */
+            if (p->items[i].draft > 0)
+                trace_spec(rt->trace, rep->end, rep->step, p->items[i].seq->id, p->items[i].draft,
+                           rep->accepted[i]);
     for (int i = 0; i < rep->n_out; i++) deliver(rt, &rep->out[i], rep->end);
     if (rt->release_finished) release_ended(rt);
     rt->last = rep->times;

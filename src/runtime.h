@@ -78,6 +78,7 @@ struct RtTelemetry {
     double ttft;                 /* first_token - arrival */
     double tpot;                 /* (finished - first_token) / (n_out - 1); 0 if n_out < 2 */
     double e2e;                  /* finished - arrival */
+    long guesses, accepted;      /* speculation: its guessed tokens verified, and accepted */
 };
 
 typedef struct {

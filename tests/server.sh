@@ -20,6 +20,9 @@
 #     exit cleanly on SIGTERM (under ASan: no leak).
 #  8. With ../shared/fixtures: a sentencepiece model's greedy text, streamed,
 #     equals infer's.
+#  8c. A server with --speculate 4: greedy text of a prompt it copies, whole
+#     and streamed, equals infer's without speculation; a request's
+#     "speculate": 0 turns it off; /metrics counts the guesses.
 #  9-14. A low-memory server, bounded body buffering, SIGTERM with requests
 #     open, connections (a cap, an idle timeout that never cuts a queued
 #     request), the model file truncated under the server, and a client
@@ -156,6 +159,10 @@ code() { curl -s -o "$tmp/err.json" -w '%{http_code}' -H 'Content-Type: applicat
 check "400" "$(code "$URL/v1/completions" -d '{"prompt": "a", "temperature": -3}') $(jq -r '.error.param + " " + .error.type' "$tmp/err.json")" \
     "400 temperature invalid_request_error"
 check "400 json" "$(code "$URL/v1/chat/completions" -d '{"messages": [')" 400
+check "400 speculate" "$(code "$URL/v1/completions" -d '{"prompt": "a", "speculate": 17}') $(jq -r '.error.param' "$tmp/err.json")" \
+    "400 speculate"
+check "400 speculate type" "$(code "$URL/v1/completions" -d '{"prompt": "a", "speculate": "4"}') $(jq -r '.error.param' "$tmp/err.json")" \
+    "400 speculate"
 check "400 engine" "$(code "$URL/v1/completions" -d "{\"prompt\": \"$(head -c 3000 /dev/zero | tr '\0' x)\"}")" 400
 jq -r .error.message "$tmp/err.json" | grep -q context && ok || bad "a prompt over the context: $(cat "$tmp/err.json")"
 check "404 path" "$(code "$URL/v1/embeddings" -d '{}')" 404
@@ -303,6 +310,31 @@ for case in llama3 qwen2.5; do
     kill -TERM $PID; wait $PID
     check "$case server exit status" $? 0
 done
+
+# 8c. speculative decoding: the text is the same, only the steps are fewer
+line="And, by the world, and Romeo's dead,"
+copy="ROMEO:\\n$line\\n$line\\n$line"   # as JSON; the same text for infer below
+"$INFER" --model $MODEL --prompt "$(printf "ROMEO:\n$line\n$line\n$line")" -n 60 --temperature 0 --threads 1 \
+    > "$tmp/copy.full" 2>/dev/null
+tail -c +$(($(printf "ROMEO:\n$line\n$line\n$line" | wc -c) + 1)) "$tmp/copy.full" | head -c -1 > "$tmp/copyref"
+start spec --speculate 4
+post /v1/completions "{\"prompt\": \"$copy\", \"max_tokens\": 60, \"temperature\": 0}" | jq -j '.choices[0].text' > "$tmp/copy.txt"
+cmp -s "$tmp/copy.txt" "$tmp/copyref" && ok || bad "speculating, the greedy text differs from infer's: $(cat "$tmp/copy.txt")"
+guessed=$(metric llm_spec_draft_tokens_total); accepted=$(metric llm_spec_accepted_tokens_total)
+[ "${guessed:-0}" -gt 0 ] && [ "${accepted:-0}" -gt 0 ] && [ "$accepted" -lt "$guessed" ] && ok ||
+    bad "/metrics: $guessed guesses, $accepted accepted"
+post /v1/completions "{\"prompt\": \"$copy\", \"max_tokens\": 60, \"temperature\": 0, \"stream\": true}" > "$tmp/copy.sse"
+sse_text "$tmp/copy.sse" .text > "$tmp/copys.txt"
+cmp -s "$tmp/copys.txt" "$tmp/copyref" && ok || bad "speculating, the streamed text differs from infer's: $(cat "$tmp/copys.txt")"
+before=$(metric llm_spec_draft_tokens_total)
+post /v1/completions "{\"prompt\": \"$copy\", \"max_tokens\": 60, \"temperature\": 0, \"speculate\": 0}" |
+    jq -j '.choices[0].text' > "$tmp/copy0.txt"
+cmp -s "$tmp/copy0.txt" "$tmp/copyref" && ok || bad "speculate 0: the text differs: $(cat "$tmp/copy0.txt")"
+check "speculate 0 guesses nothing" "$(metric llm_spec_draft_tokens_total)" "$before"
+rate=$(metric llm_spec_acceptance_rate)
+awk -v r="$rate" 'BEGIN { exit !(r > 0 && r < 1) }' && ok || bad "llm_spec_acceptance_rate is '$rate'"
+kill -TERM $PID; wait $PID
+check "spec server exit status" $? 0
 
 # 9. --low-mem, a coded tensor damaged in the file while it is served (its
 # mapping sees the change): the request ends in a 500 that names the decode,

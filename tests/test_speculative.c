@@ -354,6 +354,104 @@ static void the_prefix_cache_holds_only_committed_tokens(void **state) {
     rt_free(&rt);
 }
 
+/* ---- the scheduler's rule ---- */
+
+/* Guesses join a step only while it has at most spec_limit tokens: in a
+ * step whose own tokens already reach the limit they all stay out (the
+ * step is compute-bound), and as the batch thins out they come back. */
+static void guesses_stay_out_of_a_step_that_is_already_full(void **state) {
+    Runtime rt;
+    Err e = {{0}};
+    enum { LIMIT = 12 };
+    EngineConfig c = config(16, 4, LIMIT, 0);
+    assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
+    for (int i = 0; i < 16; i++) {
+        RtParams p = rt_params_default();
+        p.prompt = PROMPTS[i % 2 ? 0 : 4];   /* prompts it copies: guesses every step */
+        p.max_tokens = 10 + 5 * i;
+        assert_true(rt_submit(&rt, &p, &e) >= 0);
+    }
+    int full = 0, guessing = 0;
+    while (!rt_idle(&rt)) {
+        const StepPlan *p = rt_step(&rt)->plan;
+        int own = p->n_tokens - p->n_draft_tokens;
+        if (p->n_draft_tokens > 0) {
+            assert_true(p->n_tokens <= LIMIT);
+            guessing++;
+        }
+        if (own >= LIMIT) assert_int_equal(p->n_draft_tokens, 0);
+        if (p->n_spec_off > 0) {
+            assert_true(p->n_tokens >= LIMIT);   /* a guess is left out only when no room is left */
+            full++;
+        }
+    }
+    print_message("%d steps left guesses out, %d steps verified some\n", full, guessing);
+    assert_true(full > 0 && guessing > 0);
+    assert_pool_empty(&rt);
+    rt_free(&rt);
+}
+
+/* ---- the trace and the figures ---- */
+
+/* The verbose trace says, per step and sequence, how many tokens were
+ * guessed and how many accepted; the step lines say it per step. Both add
+ * up to the engine's totals, and to each request's telemetry. */
+static void the_trace_tells_every_guess_and_the_totals_agree(void **state) {
+    Runtime rt;
+    Err e = {{0}};
+    EngineConfig c = config(4, 4, 64, 0);
+    c.clock = CLOCK_STEPS;
+    assert_int_equal(rt_init(&rt, &M, &c, &e), ST_OK);
+    char *text = NULL;
+    size_t text_n = 0;
+    FILE *tf = open_memstream(&text, &text_n);
+    Trace t;
+    assert_int_equal(trace_init(&t, TRACE_VERBOSE, tf, NULL, 0, 1, &e), ST_OK);
+    assert_int_equal(rt_set_trace(&rt, &t, &e), ST_OK);
+    int id[4];
+    for (int i = 0; i < 4; i++) {
+        RtParams p = rt_params_default();
+        p.prompt = PROMPTS[i];
+        p.max_tokens = 40;
+        id[i] = rt_submit(&rt, &p, &e);
+        assert_true(id[i] >= 0);
+    }
+    assert_int_equal(rt_run(&rt, &e), ST_OK);
+    trace_finish(&t);
+    fclose(tf);
+    long seq_guessed = 0, seq_accepted = 0, step_guessed = 0, step_accepted = 0, per_req[4] = {0};
+    for (char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        int who, g, a, r;
+        long step;
+        const char *at = strchr(line, ']');
+        if (!at) continue;
+        if (sscanf(at + 1, " #%d guessed %d token%*[s ]after its own: %d accepted, %d rewound", &who, &g, &a, &r) == 4) {
+            assert_int_equal(g, a + r);
+            seq_guessed += g, seq_accepted += a;
+            for (int i = 0; i < 4; i++) per_req[i] += who == id[i] ? a : 0;
+        }
+        const char *sp = strstr(line, "; guessed "), *end = strchr(line, '\n');
+        if (sscanf(at + 1, " step %ld:", &step) == 1 && sp && (!end || sp < end) &&
+            sscanf(sp, "; guessed %d, accepted %d", &g, &a) == 2)
+            step_guessed += g, step_accepted += a;
+    }
+    EngineStats es = rt_stats(&rt).engine;
+    assert_true(es.spec_proposed > 0 && es.spec_accepted > 0);
+    assert_int_equal(seq_guessed, es.spec_proposed);
+    assert_int_equal(seq_accepted, es.spec_accepted);
+    assert_int_equal(step_guessed, es.spec_proposed);
+    assert_int_equal(step_accepted, es.spec_accepted);
+    for (int i = 0; i < 4; i++) {
+        const Telemetry *tm = rt_telemetry(&rt, id[i]);
+        assert_int_equal(tm->accepted, per_req[i]);
+        assert_int_equal(tm->accepted, rt_sequence(&rt, id[i])->spec_accepted);
+        assert_true(tm->guesses >= tm->accepted);
+    }
+    trace_free(&t);
+    free(text);
+    rt_free(&rt);
+}
+
 /* ---- sampling: the same distribution ---- */
 
 /* N requests of one prompt at temperature 1, seeds seed0.., six tokens
@@ -502,6 +600,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(a_stop_string_in_an_accepted_guess_ends_the_text_there),
         cmocka_unit_test(samples_of_one_prompt_fork_and_speculate_each_on_their_own),
         cmocka_unit_test(the_prefix_cache_holds_only_committed_tokens),
+        cmocka_unit_test(guesses_stay_out_of_a_step_that_is_already_full),
+        cmocka_unit_test(the_trace_tells_every_guess_and_the_totals_agree),
         cmocka_unit_test(sampled_tokens_keep_their_distribution_with_speculation),
         cmocka_unit_test(a_soak_with_speculation_gives_every_block_back),
     };

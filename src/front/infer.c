@@ -234,9 +234,11 @@ static int run_prompt(const Options *o, const Model *m, Runtime *rt, char *closi
         return 1;
     }
     if (o->cli.ec.clock == CLOCK_STEPS) {   /* no speeds: the clock counts steps, not seconds */
+        char spec[96];
+        spec_note(rt_stats(rt).engine, spec, sizeof spec);
         snprintf(closing, cap, "infer: %s %s, prompt %d tokens, generated %d (%s); %ld steps on the step "
-                 "clock\n", m->format, dtype_name(m->wtype), q->n_prompt, q->n_out, why_name(q->finish),
-                 rt_stats(rt).engine.steps);
+                 "clock%s\n", m->format, dtype_name(m->wtype), q->n_prompt, q->n_out, why_name(q->finish),
+                 rt_stats(rt).engine.steps, spec);
         fputs(closing, stderr);
         return 0;
     }

@@ -67,5 +67,18 @@ char *srv_metrics_text(const SrvMetrics *m) {
     buf_printf(&b, "llm_preemptions_total %ld\n", m->preemptions);
     metric_head(&b, "llm_engine_steps_total", "counter", "Engine steps taken.");
     buf_printf(&b, "llm_engine_steps_total %ld\n", m->steps);
+    metric_head(&b, "llm_spec_draft_tokens_total", "counter",
+                "Speculative decoding: guessed tokens verified by the model.");
+    buf_printf(&b, "llm_spec_draft_tokens_total %ld\n", m->spec_proposed);
+    metric_head(&b, "llm_spec_accepted_tokens_total", "counter",
+                "Speculative decoding: guessed tokens the model accepted.");
+    buf_printf(&b, "llm_spec_accepted_tokens_total %ld\n", m->spec_accepted);
+    metric_head(&b, "llm_spec_acceptance_rate", "gauge",
+                "Speculative decoding: accepted / verified guesses so far (0 before any).");
+    buf_printf(&b, "llm_spec_acceptance_rate %.4f\n",
+               m->spec_proposed > 0 ? (double)m->spec_accepted / m->spec_proposed : 0.0);
+    metric_head(&b, "llm_spec_rewinds_total", "counter",
+                "Speculative decoding: steps in which a sequence gave back rejected positions.");
+    buf_printf(&b, "llm_spec_rewinds_total %ld\n", m->spec_rewinds);
     return buf_take(&b);
 }

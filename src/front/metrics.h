@@ -23,6 +23,8 @@ typedef struct {
     int running, waiting;            /* requests in the engine */
     int http_in_flight;              /* jobs handed to the engine and not finished */
     long preemptions, steps;
+    long spec_proposed, spec_accepted, spec_rewinds;   /* speculation: guesses verified, accepted;
+                                                          rewinds of rejected positions */
 } SrvMetrics;
 
 void srv_metrics_init(SrvMetrics *m);

@@ -306,6 +306,9 @@ static void publish(Server *s) {
     m->waiting = es.sched.waiting;
     m->preemptions = es.sched.preemptions;
     m->steps = es.steps;
+    m->spec_proposed = es.spec_proposed;
+    m->spec_accepted = es.spec_accepted;
+    m->spec_rewinds = es.sched.rewinds;
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -193,8 +193,11 @@ void trace_flush(Trace *t) {
     else
         snprintf(seqs, sizeof seqs, "%d-%d seqs", t->run_seqs_min, t->run_seqs_max);
     stage_times(t, times, sizeof times, t->run_time, t->run_codec, n);
-    say(t, t->run_end, "steps %ld-%ld: decode only, %s, %ld tokens%s", t->run_first, t->run_last,
-        seqs, t->run_tokens, times);
+    char spec[80] = "";
+    if (t->run_guesses > 0)
+        snprintf(spec, sizeof spec, " (%ld guessed, %ld accepted)", t->run_guesses, t->run_accepted);
+    say(t, t->run_end, "steps %ld-%ld: decode only, %s, %ld tokens%s%s", t->run_first, t->run_last,
+        seqs, t->run_tokens, spec, times);
     t->run_first = 0;
 }
 
@@ -273,6 +276,18 @@ void trace_preempted(Trace *t, double now, long step, int id, int blocks_freed, 
     enter(t, req(t, id), PH_QUEUED, now);
     mark(t, id, "preempted", 'p', now, args);
     if (t->page) page_preempted(t->page, now, id, blocks_freed, tokens);
+}
+
+void trace_spec(Trace *t, double now, long step, int id, int guessed, int accepted) {
+    if (t->level >= TRACE_VERBOSE) {   /* a line per sequence and step: verbose only */
+        event(t);
+        say(t, now, "#%d guessed %d token%s after its own: %d accepted, %d rewound", id, guessed,
+            guessed == 1 ? "" : "s", accepted, guessed - accepted);
+    }
+    char args[128];
+    snprintf(args, sizeof args, "\"request\": %d, \"step\": %ld, \"guessed\": %d, \"accepted\": %d", id,
+             step, guessed, accepted);
+    mark(t, id, "speculated", 0, now, args);
 }
 
 void trace_cow(Trace *t, double now, long step, int id, int position, int block_size) {
@@ -387,9 +402,12 @@ static void json_step(Trace *t, const TraceStep *s) {
     static const char *const stage[] = {"schedule", "build batch", "forward", "sample", "output"};
     char name[32], args[200];
     snprintf(name, sizeof name, "step %ld", s->step);
-    snprintf(args, sizeof args, "\"seqs\": %d, \"prefill_tokens\": %d, \"decode_tokens\": %d, "
+    int k = snprintf(args, sizeof args, "\"seqs\": %d, \"prefill_tokens\": %d, \"decode_tokens\": %d, "
              "\"budget\": %d, \"preempted\": %d, \"admitted\": %d", s->seqs, s->prefill_tokens,
              s->decode_tokens, s->budget, s->preempted, s->admitted);
+    if (s->guesses > 0)
+        snprintf(args + k, sizeof args - (size_t)k, ", \"guessed\": %d, \"accepted\": %d", s->guesses,
+                 s->accepted);
     json_span(t, name, 1, 1, s->start, s->end, args);
     if (!t->virtual_clock) {   /* nested inside the step: Perfetto draws them below it */
         double t0 = s->start;
@@ -422,13 +440,15 @@ void trace_step_done(Trace *t, const TraceStep *s) {
     if (t->level < TRACE_VERBOSE && plain && !kv_map) {   /* add to the run of plain steps */
         if (t->run_first == 0) {
             t->run_first = s->step;
-            t->run_tokens = 0;
+            t->run_tokens = t->run_guesses = t->run_accepted = 0;
             t->run_seqs_min = t->run_seqs_max = s->seqs;
             memset(t->run_time, 0, sizeof t->run_time);
             memset(t->run_codec, 0, sizeof t->run_codec);
         }
         t->run_last = s->step;
         t->run_tokens += s->tokens;
+        t->run_guesses += s->guesses;
+        t->run_accepted += s->accepted;
         if (s->seqs < t->run_seqs_min) t->run_seqs_min = s->seqs;
         if (s->seqs > t->run_seqs_max) t->run_seqs_max = s->seqs;
         for (int i = 0; i < TRACE_STAGES; i++) t->run_time[i] += s->stage[i];
@@ -443,9 +463,18 @@ void trace_step_done(Trace *t, const TraceStep *s) {
     char times[240];
     double codec[2] = {s->decode, s->decode_wait};
     stage_times(t, times, sizeof times, s->stage, codec, 1);
-    say(t, s->end, "step %ld: %d seq%s (%d prefill, %d decode tokens), %d of %d tokens; KV "
+    char spec[160] = "";
+    if (s->guesses > 0 || s->spec_off > 0) {
+        int n = snprintf(spec, sizeof spec, "; guessed %d, accepted %d, %d rewound (%d block%s back)",
+                         s->guesses, s->accepted, s->rewinds, s->rewound_blocks,
+                         s->rewound_blocks == 1 ? "" : "s");
+        if (s->spec_off > 0)
+            snprintf(spec + n, sizeof spec - (size_t)n, ", %d guess%s left out: the step was full",
+                     s->spec_off, s->spec_off == 1 ? "" : "es");
+    }
+    say(t, s->end, "step %ld: %d seq%s (%d prefill, %d decode tokens), %d of %d tokens%s; KV "
         "%d held, %d cached, %d free%s", s->step, s->seqs, s->seqs == 1 ? "" : "s", s->prefill_tokens,
-        s->decode_tokens, s->tokens, s->budget, s->kv_held, s->kv_cached, s->kv_free, times);
+        s->decode_tokens, s->tokens, s->budget, spec, s->kv_held, s->kv_cached, s->kv_free, times);
     if (tables) fputs(tables, t->text);
     if (kv_map) fputs(kv_map, t->text);
 }

@@ -82,6 +82,9 @@ typedef struct {
     double start, end;               /* clock times, seconds */
     int seqs, prefill_tokens, decode_tokens, tokens, budget;
     int preempted, admitted, cow;
+    int guesses, accepted;           /* speculation: guessed tokens verified, and accepted */
+    int rewinds, rewound_blocks;     /* sequences that took rejected positions back; blocks freed */
+    int spec_off;                    /* sequences whose guess stayed out: the step was full */
     int kv_held, kv_cached, kv_free; /* blocks, after the step */
     int running, waiting;            /* requests, after the step */
     double stage[TRACE_STAGES];      /* seconds in schedule, build, forward, sample, output */
@@ -121,6 +124,7 @@ typedef struct Trace {
     /* a run of plain decode steps not printed yet */
     long run_first, run_last;          /* step numbers; run_first 0 = no run */
     long run_tokens;
+    long run_guesses, run_accepted;    /* speculation over the run */
     int run_seqs_min, run_seqs_max;
     double run_time[TRACE_STAGES];     /* summed over the run */
     double run_codec[2];               /* decode, decode_wait summed over the run */
@@ -173,6 +177,9 @@ void trace_admitted(Trace *t, double now, long step, int id, int slot, int hit_t
 void trace_preempted(Trace *t, double now, long step, int id, int blocks_freed, int tokens);
 void trace_cow(Trace *t, double now, long step, int id, int position, int block_size);
 void trace_item(Trace *t, double now, int id, int from, int n, int sample);
+/* Speculation, per sequence and step: `guessed` tokens verified after its
+ * own, `accepted` of them kept, the rest rewound (verbose text; a JSON mark). */
+void trace_spec(Trace *t, double now, long step, int id, int guessed, int accepted);
 void trace_forked(Trace *t, double now, int id, int from_id, int slot, int blocks, int tokens);
 void trace_token(Trace *t, double now, int id, int token, const char *text, int len, int n_out,
                  int position);
