@@ -9,6 +9,7 @@ const char *dtype_name(int type) {
     case DT_F32: return "F32";
     case DT_F16: return "F16";
     case DT_BF16: return "BF16";
+    case DT_BF16E: return "BF16E";
     case DT_Q8_0: return "Q8_0";
     case DT_Q4_0: return "Q4_0";
     case DT_Q4_1: return "Q4_1";

@@ -8,11 +8,13 @@
 #include "base/err.h"
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Weight storage types, numbered as GGUF numbers them (ggml_type). */
 typedef enum {
     DT_F32 = 0, DT_F16 = 1, DT_Q4_0 = 2, DT_Q4_1 = 3, DT_Q5_0 = 6, DT_Q5_1 = 7, DT_Q8_0 = 8,
-    DT_Q4_K = 12, DT_Q5_K = 13, DT_Q6_K = 14, DT_BF16 = 30
+    DT_Q4_K = 12, DT_Q5_K = 13, DT_Q6_K = 14, DT_BF16 = 30,
+    DT_BF16E = 1030    /* not a GGUF type: BF16 with coded exponents, made in memory only (below) */
 } DType;
 
 /* Q8_0: blocks of 32 values sharing one scale: value = d * qs[i].
@@ -65,6 +67,59 @@ typedef struct {
 
 const char *dtype_name(int type);        /* "F32", "Q4_K", ... as ggml names them, or "unknown" */
 int dtype_known(int type);               /* 1 for the types of DType */
+/* BF16E: BF16 with a fixed-length exponent code, the fast tier of the
+ * weight codec (notes/rans.md, "The fast tier"). A weight keeps its sign
+ * and 7 mantissa bits as they are, one byte; its 8-bit exponent becomes a
+ * 3-bit code: codes 0-6 name the 7 exponents most frequent in the matrix
+ * (Bf16eSide.exps), code 7 is an escape whose exponent is stored apart. A
+ * block of 64 weights of a row is 88 bytes:
+ *   uint8_t  sm[64]     sign << 7 | mantissa, weight k of the block at byte
+ *                       16 * (k / 4 % 4) + 4 * (k / 16) + k % 4 (the order in
+ *                       which two rounds of unpacks hand out 16 floats at a
+ *                       time, tiles_avx512.c)
+ *   uint64_t plane[3]   bit p of plane b: bit b of the code of the weight at
+ *                       byte p
+ * 11 bits a weight before escapes. The escaped exponents of the whole matrix
+ * follow each other in Bf16eSide.esc, row by row and within a block in byte
+ * order, each rotated right by one bit ((e >> 1) | (e & 1) << 7: the byte
+ * the tile needs); esc_row[n] is the number of them before row n. A Mat of
+ * this type points (data) at its Bf16eData, which points at the rest. */
+enum { BF16E_BLOCK = 64, BF16E_BLOCK_BYTES = 88, BF16E_ESCAPE = 7 };
+typedef struct {
+    const uint8_t *blocks;    /* (N, K / 64) blocks of 88 bytes, row after row */
+    uint8_t exps[8];          /* exponent of codes 0-6 (exps[7] unused, 0) */
+    const uint32_t *esc_row;  /* (N + 1) escapes before row n; esc_row[N] all of them */
+    const uint8_t *esc;       /* (esc_row[N]) escaped exponents, rotated */
+} Bf16eData;
+static inline int bf16e_pos(int k) { return 16 * (k / 4 % 4) + 4 * (k / 16) + k % 4; }
+/* Plane b of a block (its 8 bytes copied: a block is not aligned). */
+static inline uint64_t bf16e_plane(const uint8_t *blk, int b) {
+    uint64_t v;
+    memcpy(&v, blk + BF16E_BLOCK + 8 * b, 8);
+    return v;
+}
+/* The bytes of a block whose code is the escape, as a mask of 64 bits. */
+static inline uint64_t bf16e_escapes(const uint8_t *blk) {
+    return bf16e_plane(blk, 0) & bf16e_plane(blk, 1) & bf16e_plane(blk, 2);
+}
+/* Weight k (0..63) of the block blk, whose escapes start at esc: its BF16
+ * bits. The plain decoder, one weight at a time. */
+static inline uint16_t bf16e_weight(const uint8_t *blk, const uint8_t *esc, const uint8_t exps[8], int k) {
+    int p = bf16e_pos(k);
+    unsigned code = 0;
+    for (int b = 0; b < 3; b++) code |= (unsigned)(bf16e_plane(blk, b) >> p & 1) << b;
+    unsigned e;
+    if (code == BF16E_ESCAPE) {   /* the escapes of the bytes before p come first */
+        uint64_t before = bf16e_escapes(blk) & ((UINT64_C(1) << p) - 1);
+        unsigned r = esc[__builtin_popcountll(before)];
+        e = (r << 1 | r >> 7) & 0xff;   /* rotated left: back to the exponent */
+    } else {
+        e = exps[code];
+    }
+    unsigned sm = blk[p];
+    return (uint16_t)((sm & 0x80) << 8 | e << 7 | (sm & 0x7f));
+}
+
 /* Values per block of a type (1 for the float types). */
 int dtype_block(DType type);
 /* 1 for the block formats whose fast kernels round activations to Q8_K
@@ -82,6 +137,7 @@ static inline size_t dtype_row_bytes(DType type, int64_t n) {
     case DT_F32: return (size_t)n * 4;
     case DT_F16: return (size_t)n * 2;
     case DT_BF16: return (size_t)n * 2;
+    case DT_BF16E: return n % BF16E_BLOCK ? 0 : (size_t)(n / BF16E_BLOCK) * BF16E_BLOCK_BYTES;
     case DT_Q8_0: return n % QK8_0 ? 0 : (size_t)(n / QK8_0) * sizeof(BlockQ8_0);
     case DT_Q4_0: return n % QK4 ? 0 : (size_t)(n / QK4) * sizeof(BlockQ4_0);
     case DT_Q4_1: return n % QK4 ? 0 : (size_t)(n / QK4) * sizeof(BlockQ4_1);
@@ -126,8 +182,13 @@ uint16_t fp32_to_bf16(float f);          /* round to nearest even; a NaN stays a
 typedef struct {
     DType type;
     int N, K;
-    const void *data;    /* usually points into the memory-mapped file */
+    const void *data;    /* usually points into the memory-mapped file; DT_BF16E: a Bf16eData */
 } Mat;
+
+/* Row n of a DT_BF16E matrix: its first block. */
+static inline const uint8_t *bf16e_row(const Mat *W, int n) {
+    return ((const Bf16eData *)W->data)->blocks + (size_t)n * dtype_row_bytes(DT_BF16E, W->K);
+}
 
 /* Round one row of K floats (K % 32 == 0) to Q8_0 blocks: d = max|x| / 127.
  * The fast version (AVX-512 when ops_isa() is) is bit-identical to the plain one. */
@@ -137,8 +198,14 @@ void quantize_row_q8_0_ref(BlockQ8_0 *out, const float *x, int K);
  * llama.cpp's quantize_row_q8_K_ref does (see BlockQ8_K). */
 void quantize_row_q8_k(BlockQ8_K *out, const float *x, int K);
 
-/* Widen one row of a weight matrix to float (K a whole number of blocks). */
+/* Widen one row of a weight matrix to float (K a whole number of blocks;
+ * not DT_BF16E, whose rows need their side: dequantize_mat_row). */
 void dequantize_row(float *out, const void *row, DType type, int K);
+/* Row n of W as floats, any type, DT_BF16E included. */
+void dequantize_mat_row(float *out, const Mat *W, int n);
+/* Row n of a DT_BF16E matrix back to its BF16 bits: the plain decoder that
+ * every fast one is checked against. */
+void bf16e_row_to_bf16(uint16_t *out, const Mat *W, int n);
 
 /* Round one row of K floats to a block format by round-to-nearest: per block
  * (or sub-block) the scale that maps the range onto the integer grid, values

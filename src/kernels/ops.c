@@ -308,7 +308,7 @@ static uint8_t *scratch_base(void *scratch) {
 size_t matmul_scratch_bytes(DType type, int T, int K) {
     if (type == DT_Q8_0) return (size_t)T * act_stride(K) + 64;   /* + 64: we align it */
     if (dtype_is_small_quant(type)) return (size_t)T * small_act_stride(type, K) + 64;
-    if (type == DT_F16 || type == DT_BF16) return (size_t)F16_WIDE_ROWS * K * sizeof(float) + 64;
+    if (type == DT_F16 || type == DT_BF16 || type == DT_BF16E) return (size_t)F16_WIDE_ROWS * K * sizeof(float) + 64;
     return 0;
 }
 
@@ -344,10 +344,11 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
         return f32_rows_blas;
     case DT_F16:
     case DT_BF16:   /* the same paths; the halves are widened by their own rule */
+    case DT_BF16E:  /* BF16's paths, its blocks decoded where BF16 widens */
 #ifdef OPS_X86
-        if (isa == OPS_AVX512 && T < SGEMM_MIN_T) {
+        if (isa == OPS_AVX512 && T < SGEMM_MIN_T && (W->type != DT_BF16E || bf16e_avx512_ok())) {
             count_call(isa, 0);
-            return W->type == DT_F16 ? f16_rows_avx512 : bf16_rows_avx512;
+            return W->type == DT_F16 ? f16_rows_avx512 : W->type == DT_BF16 ? bf16_rows_avx512 : bf16e_rows_avx512;
         }
 #endif
         if (T == 1) {

@@ -63,6 +63,29 @@ void dequantize_row(float *out, const void *row, DType type, int K) {
     }
 }
 
+void bf16e_row_to_bf16(uint16_t *out, const Mat *W, int n) {
+    const Bf16eData *d = W->data;
+    const uint8_t *blk = bf16e_row(W, n), *esc = d->esc + d->esc_row[n];
+    for (int b = 0; b < W->K / BF16E_BLOCK; b++, blk += BF16E_BLOCK_BYTES) {
+        for (int k = 0; k < BF16E_BLOCK; k++) out[b * BF16E_BLOCK + k] = bf16e_weight(blk, esc, d->exps, k);
+        esc += __builtin_popcountll(bf16e_escapes(blk));
+    }
+}
+
+void dequantize_mat_row(float *out, const Mat *W, int n) {
+    if (W->type != DT_BF16E) {
+        dequantize_row(out, row_ptr(W, n), W->type, W->K);
+        return;
+    }
+    const Bf16eData *d = W->data;
+    const uint8_t *blk = bf16e_row(W, n), *esc = d->esc + d->esc_row[n];
+    for (int b = 0; b < W->K / BF16E_BLOCK; b++, blk += BF16E_BLOCK_BYTES) {
+        for (int k = 0; k < BF16E_BLOCK; k++)
+            out[b * BF16E_BLOCK + k] = bf16_to_fp32(bf16e_weight(blk, esc, d->exps, k));
+        esc += __builtin_popcountll(bf16e_escapes(blk));
+    }
+}
+
 /* ------------------------------------------------------ plain references */
 
 /* Weight (n, k) of a float-typed W (F32, F16 or BF16) as a float. */
@@ -93,6 +116,18 @@ void matmul_ref(float *out, const float *x, const Mat *W, int T) {
                 sum = lanes_sum(lane);
             } else if (dtype_is_small_quant(W->type)) {
                 sum = small_dot_ref(row_ptr(W, n), W->type, xt, K);
+            } else if (W->type == DT_BF16E) {
+                /* BF16's loop, each weight decoded where it is read: a
+                 * block's escapes start where the last block's ended */
+                const Bf16eData *d = W->data;
+                const uint8_t *blk = bf16e_row(W, n), *esc = d->esc + d->esc_row[n];
+                for (int k = 0; k < K; k++) {
+                    sum += bf16_to_fp32(bf16e_weight(blk, esc, d->exps, k % BF16E_BLOCK)) * xt[k];
+                    if (k % BF16E_BLOCK == BF16E_BLOCK - 1) {
+                        esc += __builtin_popcountll(bf16e_escapes(blk));
+                        blk += BF16E_BLOCK_BYTES;
+                    }
+                }
             } else {
                 for (int k = 0; k < K; k++) sum += weight_at(W, n, k) * xt[k];
             }

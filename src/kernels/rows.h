@@ -58,7 +58,7 @@ static inline void prefetch_weights(const uint8_t *p, size_t bytes, int R, int T
 }
 #endif
 
-/* Row n of W. */
+/* Row n of W (not DT_BF16E: bf16e_row). */
 static inline const uint8_t *row_ptr(const Mat *W, int n) {
     return (const uint8_t *)W->data + (size_t)n * dtype_row_bytes(W->type, W->K);
 }
@@ -180,6 +180,12 @@ uint64_t read_sum_avx512(const uint8_t *p, size_t bytes);
 void f32_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
 void f16_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
 void bf16_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
+/* BF16E (formats.h): its blocks decoded in registers inside the same tiles.
+ * They need AVX512-VBMI2 besides (vpexpandb): bf16e_avx512_ok() says whether
+ * this CPU has it; without it BF16E takes the generic path. */
+int bf16e_avx512_ok(void);
+void bf16e_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
+void bf16e_widen_avx512(float *out, const Mat *W, int n);   /* row n to floats */
 void q8_0_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
 #endif
 

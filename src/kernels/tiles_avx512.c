@@ -894,6 +894,188 @@ static AVX512_FN void bf16_rows_kblocked(const MatmulJob *job, int part, int n0,
     float_rows_kblocked(job, n0, n1, DT_BF16);
 }
 
+/* --- AVX-512: BF16E, the exponent-coded BF16 of the codec's fast tier
+ *
+ * formats.h draws the block: 64 sign-and-mantissa bytes, three planes of
+ * code bits, the escaped exponents apart. A block becomes four vectors of
+ * 16 floats in registers, with no buffer between the matrix and the FMAs:
+ *   1. the codes: each plane is a mask of 64 bits (kmovq), and three masked
+ *      adds build the code of every byte (0..7);
+ *   2. the exponent, already rotated right by a bit: a byte shuffle looks
+ *      the code up in a 16-byte table (the 7 exponents, rotated), and the
+ *      escapes are loaded over it with vpexpandb, which hands the next
+ *      popcount(escapes) bytes of the escape stream to the lanes whose code
+ *      is 7, in lane order (AVX512-VBMI2): no branch, whatever the block;
+ *   3. the BF16 word as two bytes, each one vpternlogd that takes 7 bits
+ *      from one source and 1 from the other: high = sign | e >> 1, low =
+ *      (e & 1) << 7 | mantissa;
+ *   4. two rounds of unpacks: bytes to words (low, high), words to floats
+ *      (a zero below each word, so the float's bits are the BF16 word << 16).
+ * Unpacks work within 128-bit lanes, which is why the block stores weight k
+ * at byte 16 (k / 4 % 4) + 4 (k / 16) + k % 4: after them vector q holds
+ * weights 16 q .. 16 q + 15 in order, exactly what BF16's wide_load gives
+ * for the same 16 weights. The FMAs that follow are BF16's, in BF16's
+ * order, so every result has the bits of the BF16 matrix it was made from.
+ * About 14 instructions a block where BF16 widens 64 weights with 8. */
+
+#define BF16E_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi2,f16c,fma,popcnt")))
+#define BF16E_INLINE static inline __attribute__((always_inline)) BF16E_FN
+
+/* The 7 exponents of the table, rotated right by one bit, in each 128-bit lane. */
+BF16E_INLINE __m512i bf16e_table(const Bf16eData *sd) {
+    uint8_t t[16] = {0};
+    for (int i = 0; i < BF16E_ESCAPE; i++) t[i] = (uint8_t)(sd->exps[i] >> 1 | (sd->exps[i] & 1) << 7);
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* Block blk to weights 0-15, 16-31, 32-47, 48-63 in f[0..3]; *esc moves past its escapes. */
+BF16E_INLINE void bf16e_block(const uint8_t *blk, const uint8_t **esc, __m512i tab, __m512 f[4]) {
+    __mmask64 k0 = _cvtu64_mask64(bf16e_plane(blk, 0)), k1 = _cvtu64_mask64(bf16e_plane(blk, 1)),
+              k2 = _cvtu64_mask64(bf16e_plane(blk, 2));
+    __m512i code = _mm512_maskz_mov_epi8(k0, _mm512_set1_epi8(1));
+    code = _mm512_mask_add_epi8(code, k1, code, _mm512_set1_epi8(2));
+    code = _mm512_mask_add_epi8(code, k2, code, _mm512_set1_epi8(4));
+    __mmask64 ke = _kand_mask64(_kand_mask64(k0, k1), k2);
+    __m512i er = _mm512_mask_expandloadu_epi8(_mm512_shuffle_epi8(tab, code), ke, *esc);
+    *esc += _mm_popcnt_u64(_cvtmask64_u64(ke));
+    __m512i sm = _mm512_loadu_si512(blk), low7 = _mm512_set1_epi8(0x7f), zero = _mm512_setzero_si512();
+    /* 0xca: a ? b : c bit by bit, the first operand choosing */
+    __m512i hi = _mm512_ternarylogic_epi32(low7, er, sm, 0xca);   /* e >> 1 below, the sign above */
+    __m512i lo = _mm512_ternarylogic_epi32(low7, sm, er, 0xca);   /* the mantissa below, e & 1 above */
+    __m512i wa = _mm512_unpacklo_epi8(lo, hi), wb = _mm512_unpackhi_epi8(lo, hi);
+    f[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, wa));
+    f[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, wa));
+    f[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, wb));
+    f[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, wb));
+}
+
+/* out[t][n + r] for r < R, t0 <= t < t0 + TT: float_tile's chains, the
+ * weights decoded a block at a time. For each (row, token) the FMAs come in
+ * BF16's order (16 weights after 16 weights), so the bits are BF16's. */
+BF16E_INLINE void bf16e_tile(const MatmulJob *job, int n, int t0, int R, int TT) {
+    int N = job->W->N, K = job->W->K;
+    const Bf16eData *sd = job->W->data;
+    const uint8_t *w = bf16e_row(job->W, n), *esc[4];
+    size_t ws = dtype_row_bytes(DT_BF16E, K);
+    for (int r = 0; r < R; r++) esc[r] = sd->esc + sd->esc_row[n + r];
+    __m512i tab = bf16e_table(sd);
+    const float *x = job->x + (size_t)t0 * K;
+    __m512 acc[4][4], f[4];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += BF16E_BLOCK, w += BF16E_BLOCK_BYTES) {
+        for (int r = 0; r < R; r++) {
+            prefetch_weights(w + r * ws, BF16E_BLOCK_BYTES, R, TT, ws);
+            bf16e_block(w + r * ws, &esc[r], tab, f);
+            for (int q = 0; q < 4; q++)
+                for (int t = 0; t < TT; t++)
+                    acc[r][t] = _mm512_fmadd_ps(f[q], _mm512_loadu_ps(x + (size_t)t * K + k + 16 * q), acc[r][t]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) job->out[(size_t)(t0 + t) * N + n + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+static BF16E_FN void bf16e_r4t4(const MatmulJob *j, int n, int t) { bf16e_tile(j, n, t, 4, 4); }
+static BF16E_FN void bf16e_r1t4(const MatmulJob *j, int n, int t) { bf16e_tile(j, n, t, 1, 4); }
+static BF16E_FN void bf16e_r4t1(const MatmulJob *j, int n, int t) { bf16e_tile(j, n, t, 4, 1); }
+static BF16E_FN void bf16e_r1t1(const MatmulJob *j, int n, int t) { bf16e_tile(j, n, t, 1, 1); }
+static BF16E_FN void bf16e_r4t2(const MatmulJob *j, int n, int t) { bf16e_tile(j, n, t, 4, 2); }
+static BF16E_FN void bf16e_r4t3(const MatmulJob *j, int n, int t) { bf16e_tile(j, n, t, 4, 3); }
+static BF16E_FN void bf16e_rows1(const MatmulJob *j, int n0, int n1) {
+    for (int n = n0; n < n1; n++) bf16e_tile(j, n, 0, 1, 1);
+}
+static const TileSet BF16E_TILES = {bf16e_r4t4, bf16e_r1t4, bf16e_r4t1, bf16e_r1t1, bf16e_r4t2, bf16e_r4t3,
+                                    bf16e_rows1};
+
+/* float_rows_kblocked for BF16E: the same chunks, k-blocks and tiles, each
+ * row's k-block decoded into wbuf where BF16 widens it, and each row of the
+ * chunk carrying its place in the escape stream from one k-block to the
+ * next (k-blocks are whole blocks of 64). Same accumulators, same order,
+ * same bits as BF16. */
+static BF16E_FN void bf16e_rows_kblocked(const MatmulJob *job, int n0, int n1) {
+    int N = job->W->N, K = job->W->K, T = job->T;
+    const Bf16eData *sd = job->W->data;
+    size_t ws = dtype_row_bytes(DT_BF16E, K);
+    int kb = KB_X_BYTES / (int)sizeof(float) / T / BF16E_BLOCK * BF16E_BLOCK;
+    kb = kb > KB_MAX ? KB_MAX : kb < BF16E_BLOCK ? BF16E_BLOCK : kb;
+    int rows = KB_ACC_BYTES / (int)sizeof(__m512) / T / 4 * 4;
+    rows = rows < 4 ? 4 : rows;
+    assert(4 * T <= KB_ACC_BYTES / (int)sizeof(__m512) && T * kb <= KB_X_BYTES / (int)sizeof(float));
+    __m512i tab = bf16e_table(sd);
+    __m512 acc[KB_ACC_BYTES / sizeof(__m512)];
+    const uint8_t *esc[KB_ACC_BYTES / sizeof(__m512) / 4];   /* rows <= this */
+    float xbuf[KB_X_BYTES / sizeof(float)] __attribute__((aligned(64)));
+    float wbuf[4 * KB_MAX] __attribute__((aligned(64)));
+    for (int c0 = n0; c0 < n1; c0 += rows) {
+        int c1 = c0 + rows < n1 ? c0 + rows : n1, groups = (c1 - c0 + 3) / 4;
+        for (int i = 0; i < groups * 4 * T; i++) acc[i] = _mm512_setzero_ps();
+        for (int n = c0; n < c1; n++) esc[n - c0] = sd->esc + sd->esc_row[n];
+        int c2 = c1 + rows < n1 ? c1 + rows : n1;
+        const uint8_t *pf_base = bf16e_row(job->W, c1);
+        size_t pf_at = 0, pf_len = (size_t)(c2 - c1) * ws;
+        for (int k0 = 0; k0 < K; k0 += kb) {
+            int len = K - k0 < kb ? K - k0 : kb;
+            for (int t = 0; t < T; t++)
+                kb_pack_row(xbuf + t * kb, (const uint8_t *)(job->x + (size_t)t * K), DT_F32, k0, len);
+            for (int g = 0; g < groups; g++) {
+                int n = c0 + 4 * g, R = c1 - n < 4 ? c1 - n : 4;
+                for (int r = 0; r < R; r++) {
+                    const uint8_t *blk = bf16e_row(job->W, n + r) + (size_t)(k0 / BF16E_BLOCK) * BF16E_BLOCK_BYTES;
+                    __m512 f[4];
+                    for (int k = 0; k < len; k += BF16E_BLOCK, blk += BF16E_BLOCK_BYTES) {
+                        bf16e_block(blk, &esc[n + r - c0], tab, f);
+                        for (int q = 0; q < 4; q++) _mm512_store_ps(wbuf + r * kb + k + 16 * q, f[q]);
+                    }
+                }
+                __m512 *ag = acc + (size_t)g * 4 * T;
+                int t = 0;
+                if (R == 4) {
+                    for (; t + 4 <= T; t += 4, pf_at += (size_t)len * 4)
+                        kb_tile_4x4(ag + 4 * t, wbuf, xbuf + t * kb, kb, len,
+                                    pf_at + (size_t)len * 4 <= pf_len ? pf_base + pf_at : NULL);
+                    for (; t < T; t++, pf_at += (size_t)len * 4)
+                        kb_tile_4x1(ag + 4 * t, wbuf, xbuf + t * kb, kb, len,
+                                    pf_at + (size_t)len * 4 <= pf_len ? pf_base + pf_at : NULL);
+                    continue;
+                }
+                for (int r = 0; r < R; r++) {
+                    for (t = 0; t + 4 <= T; t += 4)
+                        kb_tile_1xn(ag + 4 * t + r, wbuf + r * kb, xbuf + t * kb, kb, len, 4);
+                    for (; t < T; t++) kb_tile_1xn(ag + 4 * t + r, wbuf + r * kb, xbuf + t * kb, kb, len, 1);
+                }
+            }
+        }
+        for (int n = c0; n < c1; n++) {
+            const __m512 *an = acc + (size_t)(n - c0) / 4 * 4 * T + (n - c0) % 4;
+            for (int t = 0; t < T; t++) job->out[(size_t)t * N + n] = _mm512_reduce_add_ps(an[4 * t]);
+        }
+    }
+}
+
+int bf16e_avx512_ok(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("popcnt");
+}
+
+BF16E_FN void bf16e_rows_avx512(const MatmulJob *job, int part, int n0, int n1) {
+    (void)part;
+    if (job->T < KB_MIN_T) rows_by_tiles(job, &BF16E_TILES, n0, n1);
+    else bf16e_rows_kblocked(job, n0, n1);
+}
+
+/* Row n of a BF16E matrix decoded to floats (the sgemm path's widening). */
+BF16E_FN void bf16e_widen_avx512(float *out, const Mat *W, int n) {
+    const Bf16eData *d = W->data;
+    const uint8_t *blk = bf16e_row(W, n), *esc = d->esc + d->esc_row[n];
+    __m512i tab = bf16e_table(d);
+    __m512 f[4];
+    for (int k = 0; k < W->K; k += BF16E_BLOCK, blk += BF16E_BLOCK_BYTES) {
+        bf16e_block(blk, &esc, tab, f);
+        for (int q = 0; q < 4; q++) _mm512_storeu_ps(out + k + 16 * q, f[q]);
+    }
+}
+
 /* --- The rows functions that ops.c runs on each thread's range of rows */
 
 void f32_rows_avx512(const MatmulJob *job, int part, int n0, int n1) {

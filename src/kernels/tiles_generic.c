@@ -65,8 +65,31 @@ static inline __attribute__((always_inline)) float half_row_dot(const uint16_t *
     return lanes_sum(lane);
 }
 
+/* half_row_dot of BF16 for row n of a BF16E matrix, a block of 64 decoded
+ * at a time (K is a whole number of blocks, so no short last step): the
+ * same products in the same lanes, the same bits. */
+static float bf16e_row_dot(const Mat *W, int n, const float *x) {
+    const Bf16eData *d = W->data;
+    const uint8_t *blk = bf16e_row(W, n), *esc = d->esc + d->esc_row[n];
+    float lane[LANES] = {0};
+    for (int k = 0; k < W->K; k += BF16E_BLOCK, blk += BF16E_BLOCK_BYTES) {
+        float wv[BF16E_BLOCK];
+        for (int i = 0; i < BF16E_BLOCK; i++) wv[i] = bf16_to_fp32(bf16e_weight(blk, esc, d->exps, i));
+        esc += __builtin_popcountll(bf16e_escapes(blk));
+        for (int i = 0; i < BF16E_BLOCK; i += LANES)
+            for (int j = 0; j < LANES; j++) lane[j] = fmaf(wv[i + j], x[k + i + j], lane[j]);
+    }
+    return lanes_sum(lane);
+}
+
 void f16_rows_generic(const MatmulJob *job, int part, int n0, int n1) {
     int N = job->W->N, K = job->W->K, bf16 = job->W->type == DT_BF16;
+    if (job->W->type == DT_BF16E) {
+        for (int n = n0; n < n1; n++)
+            for (int t = 0; t < job->T; t++)
+                job->out[(size_t)t * N + n] = bf16e_row_dot(job->W, n, job->x + (size_t)t * K);
+        return;
+    }
     for (int n = n0; n < n1; n++) {
         const uint16_t *w = (const uint16_t *)row_ptr(job->W, n);
         for (int t = 0; t < job->T; t++) {   /* one copy of the loop per type */
@@ -103,8 +126,12 @@ void f16_rows_widened(const MatmulJob *job, int part, int n0, int n1) {
                 f16_widen_avx512(wide + (size_t)r * K, h, K);
                 continue;
             }
+            if (job->avx512 && job->W->type == DT_BF16E && bf16e_avx512_ok()) {
+                bf16e_widen_avx512(wide + (size_t)r * K, job->W, a + r);
+                continue;
+            }
 #endif
-            dequantize_row(wide + (size_t)r * K, h, job->W->type, K);   /* F16 or BF16 */
+            dequantize_mat_row(wide + (size_t)r * K, job->W, a + r);   /* F16, BF16 or BF16E */
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, job->T, rows, K, 1.0f, job->x, K, wide,
                     K, 0.0f, job->out + a, N);
