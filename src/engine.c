@@ -314,6 +314,7 @@ static void propose_drafts(Engine *en) {
         q->n_draft = 0;
         if (q->speculate <= 0 || q->n_out == 0 || q->n_tokens - q->n_computed != 1) continue;
         int k = q->speculate < max_draft ? q->speculate : max_draft;
+        if (q->spec_len > 0 && q->spec_len < k) k = q->spec_len;
         if (k > q->cap - q->n_tokens - 1) k = q->cap - q->n_tokens - 1;
         if (k > q->max_tokens - q->n_out - 1) k = q->max_tokens - q->n_out - 1;
         if (k > 0) q->n_draft = propose_draft(q, k);
@@ -332,6 +333,10 @@ static void count_rejected(Engine *en, const StepPlan *plan, const int *sampled)
         if (it->draft == 0) continue;
         it->seq->spec_proposed += it->draft;
         it->seq->spec_accepted += ok;
+        /* the next guess: one longer than this one's accepted run, so a
+         * sequence that copies grows its guesses and one that does not
+         * keeps them short (each rejected position cost a row) */
+        it->seq->spec_len = ok + 1;
         rep->spec.accepted += ok;
         rep->spec.rewinds += en->rejected[i] > 0;
     }

@@ -20,7 +20,7 @@
 
 /* Speculation's default spec_limit (scheduler.h): drafts join a step only
  * while it has at most this many tokens. Measured: notes/speculative.md. */
-enum { ENGINE_SPEC_LIMIT = 32 };
+enum { ENGINE_SPEC_LIMIT = 16 };
 
 typedef struct {
     int block_size;       /* tokens per KV block (default 16) */

@@ -66,6 +66,8 @@ typedef struct Sequence {
      * are, rejected ones are written over. */
     int speculate;               /* most draft tokens per step it asks for; 0: none */
     int n_draft;                 /* draft tokens proposed for the next step */
+    int spec_len;                /* how long the next guess may be: one past what its last
+                                    guess had accepted, up to speculate (0: not yet guessed) */
     long spec_proposed, spec_accepted;   /* draft tokens verified, and accepted, so far */
     /* the scheduler's */
     int n_computed;              /* leading tokens whose K/V are in the cache */

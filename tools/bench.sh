@@ -26,6 +26,7 @@
 #   BENCH_BATCH_THREADS  its thread counts ["2"]
 #   BENCH_BATCH_ARGS     more options for bench_batch, e.g. "--concurrency 1,16" []
 #   BENCH_TRACE    0 skips the cost of tracing (tools/bench_trace.sh) [1]
+#   BENCH_SPEC     0 skips speculative decoding on the copying workload (tools/bench_spec.sh) [1]
 #   BENCH_CODEC    0 skips the weight codec's figures (tools/bench_codec.sh) [1]
 #   BENCH_SERVE    0 skips serving over HTTP at 1, 4 and 16 clients (tools/bench_serve.sh) [1]
 #   BENCH_LLAMACPP 0 skips llama.cpp side by side on the TinyLlama-shaped files
@@ -131,6 +132,10 @@ fi
 if [ "${BENCH_TRACE:-1}" != 0 ]; then
     echo
     BENCH_BIN="$bin" sh tools/bench_trace.sh || status=$?
+fi
+if [ "${BENCH_SPEC:-1}" != 0 ]; then
+    echo
+    BENCH_BIN="$bin" sh tools/bench_spec.sh || status=$?
 fi
 if [ "${BENCH_SERVE:-1}" != 0 ]; then
     echo

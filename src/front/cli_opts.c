@@ -53,7 +53,7 @@ void cli_engine_usage(FILE *f) {
         "                       the request's own text and verified in the same pass\n"
         "                       (0..16, default 0 = off; a request may ask for fewer)\n"
         "  --spec-limit N       guesses join a step only while it has at most N tokens\n"
-        "                       (default 32; above, the step is compute-bound)\n"
+        "                       (default 16; above, the step is compute-bound)\n"
         "  --block-size N       tokens per KV block (default 16)\n"
         "  --kv-blocks N        KV pool size in blocks\n"
         "  --kv-mem MIB         KV pool size in MiB (default: every sequence's full context,\n"
