@@ -8,8 +8,8 @@
  *              prompt, limits, speculate, sampler) and never writes it again
  *   engine     appends sampled tokens (n_tokens, n_out), finishes it (state,
  *              finish), links samples of one prompt (fork_parent, fork_next),
- *              proposes drafts (n_draft, written past n_tokens in tokens) and
- *              counts them (spec_proposed, spec_accepted)
+ *              proposes drafts (n_draft, written past n_tokens in tokens; their
+ *              length spec_len) and counts them (spec_proposed, spec_accepted)
  *   scheduler  state WAITING <-> RUNNING, slot, the KV sequence, n_computed,
  *              arrival_step, the counters n_preempted, prefix_hit_tokens,
  *              blocks_released, and its queue link `next`

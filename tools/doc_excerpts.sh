@@ -91,6 +91,11 @@ else
         run preempt --workload data/workload-preempt.jsonl --policy priority --kv-blocks 10 --max-seqs 4 --trace
     wants shared && run shared --workload data/workload-shared-prefix.jsonl --trace
     wants shared-verbose && run shared-verbose --workload data/workload-shared-prefix.jsonl --trace=verbose
+    wants spec && run spec --prompt "ROMEO:
+And, by the world, and Romeo's dead,
+And, by the world, and Romeo's dead,
+And, by the world, and Romeo's dead,
+" -n 24 --temperature 0 --speculate 4 --trace=verbose
 fi
 
 status=0

@@ -465,9 +465,9 @@ void trace_step_done(Trace *t, const TraceStep *s) {
     stage_times(t, times, sizeof times, s->stage, codec, 1);
     char spec[160] = "";
     if (s->guesses > 0 || s->spec_off > 0) {
-        int n = snprintf(spec, sizeof spec, "; guessed %d, accepted %d, %d rewound (%d block%s back)",
-                         s->guesses, s->accepted, s->rewinds, s->rewound_blocks,
-                         s->rewound_blocks == 1 ? "" : "s");
+        int n = snprintf(spec, sizeof spec, "; guessed %d, accepted %d, %d rewind%s (%d block%s back)",
+                         s->guesses, s->accepted, s->rewinds, s->rewinds == 1 ? "" : "s",
+                         s->rewound_blocks, s->rewound_blocks == 1 ? "" : "s");
         if (s->spec_off > 0)
             snprintf(spec + n, sizeof spec - (size_t)n, ", %d guess%s left out: the step was full",
                      s->spec_off, s->spec_off == 1 ? "" : "es");
