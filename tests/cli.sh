@@ -64,6 +64,8 @@ expect_error "unknown option" --model x --frobnicate 1
 expect_error "not an integer" --model x -n abc
 expect_error "not an integer" --model x -n 0
 expect_error "not a number" --model x --temperature warm
+expect_error "speculate: '17' is not an integer in 0..16" --model x --speculate 17
+expect_error "spec-limit: '-1' is not an integer" --model x --spec-limit -1
 expect_error "missing value" --model
 expect_error "cannot open" --model /nonexistent/model.gguf
 printf 'GGUF\003\000\000\000' > "$tmp/short.gguf"
