@@ -24,7 +24,7 @@ for t in infer serve bench_serve bench_batch gpucheck ../rans_bench; do
     done
 done
 
-for t in mkmodel bench kbench train bpe_train soak mkcorpus compress; do
+for t in mkmodel bench kbench train bpe_train soak mkcorpus compress ceilings; do
     if [ ! -x "$BIN/$t" ]; then bad "$BIN/$t is not built"; continue; fi
     for h in --help -h; do
         run $t $h
@@ -39,7 +39,7 @@ for t in mkmodel bench kbench train bpe_train soak mkcorpus compress; do
 done
 # --help after another option; a known option at the end without its value
 for tfv in "mkmodel --dim 64" "bench --runs 2" "kbench --reps 2" "train --steps 2" "bpe_train --vocab 300" \
-           "soak --requests 5" "mkcorpus --tokenizer x" "compress --bits 12"; do
+           "soak --requests 5" "mkcorpus --tokenizer x" "compress --bits 12" "ceilings --gib 1"; do
     set -- $tfv
     run $1 $2 $3 --help
     [ $rc -eq 0 ] && grep -q "usage" "$tmp/out" && ok || bad "$tfv --help -> rc $rc, stderr: $(cat "$tmp/err")"
@@ -65,6 +65,11 @@ done
 grep -aq "qwen3.attention.key_length" "$tmp/qwen3.gguf" && ok || bad "mkmodel's qwen3 file names no key_length"
 run mkmodel $small --arch mamba "$tmp/x.gguf"
 [ $rc -eq 2 ] && grep -q "wants llama, qwen2 or qwen3" "$tmp/err" && ok || bad "--arch mamba -> rc $rc, $(cat "$tmp/err")"
+# ceilings: a thread count or a size out of range is named, exit 2
+for a in "--threads 0" "--threads 1,x" "--gib 100"; do
+    run ceilings $a
+    [ $rc -eq 2 ] && grep -q "wants an integer" "$tmp/err" && ok || bad "ceilings $a -> rc $rc, $(cat "$tmp/err")"
+done
 run mkmodel $small --head-dim 32 "$tmp/x.gguf"
 [ $rc -eq 2 ] && grep -q "head-dim is for qwen3" "$tmp/err" && ok || bad "--head-dim on llama -> rc $rc, $(cat "$tmp/err")"
 

@@ -6,9 +6,10 @@
  * machine can do at best, then how close the engine comes:
  *
  *   memory read bandwidth  a streaming sum over a 1 GiB buffer (far beyond any
- *                          cache), per thread count, by ops_read_sum: 64-byte
- *                          loads and a software prefetch, the best read we
- *                          know how to write (a plain loop reads less). Decode reads every weight
+ *                          cache), per thread count, by the best of several read
+ *                          loops (ceilings.h: plain, wide AVX-512, two prefetch
+ *                          distances, two streams), not by the engine's own
+ *                          ops_read_sum, which a peer could beat. Decode reads every weight
  *                          once per token, so bandwidth / bytes per token is the
  *                          most tokens per second it can reach: the ceiling.
  *   sgemm peak             cblas_sgemm on the shapes prefill runs (128 rows of
@@ -43,6 +44,7 @@
  * Weights that fit in the last-level cache can be read faster than DRAM
  * allows; such rows are marked and their "% of ceiling" can exceed 100. */
 #include "bench_util.h"
+#include "ceilings.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/mem.h"
@@ -76,6 +78,9 @@ typedef struct {
 /* What the machine can do, per entry of Args.threads. */
 typedef struct {
     double bw_gbs[MAX_THREAD_COUNTS];
+    int bw_loop[MAX_THREAD_COUNTS];              /* the read loop that gave it (ceilings.h) */
+    double bw_each[MAX_THREAD_COUNTS][CEIL_READS];
+    double fma_gflops[MAX_THREAD_COUNTS], vnni_gops[MAX_THREAD_COUNTS];   /* the instructions' peaks */
     double sgemm_gflops[MAX_THREAD_COUNTS][2];   /* the two shapes below */
     double sgemm_peak[MAX_THREAD_COUNTS];        /* the better of the two */
     long l3_bytes;                               /* 0 when unknown */
@@ -94,31 +99,6 @@ static double median(double *v, int n) {
 }
 
 /* ------------------------------------------------------------ machine */
-
-/* Sum every float of buf; the sum itself is only there so the loop is kept. */
-/* One read of the buffer, split evenly between `threads` threads, each
- * running ops_read_sum (the library's fastest read: vector loads and a
- * software prefetch, as the decode kernels read weights). */
-static uint64_t stream_read(const uint8_t *buf, size_t bytes, int threads) {
-    size_t per = bytes / (size_t)threads;
-    uint64_t sum = 0;
-#pragma omp parallel for num_threads(threads) reduction(+ : sum) schedule(static)
-    for (int i = 0; i < threads; i++) sum += ops_read_sum(buf + per * (size_t)i, per);
-    return sum;
-}
-
-/* Read bandwidth in GB/s on `threads` threads: median of MACHINE_RUNS reads
- * of BW_BYTES, after one untimed pass. */
-static double measure_bandwidth(const uint8_t *buf, int threads, uint64_t *sink) {
-    double gbs[MACHINE_RUNS];
-    *sink += stream_read(buf, BW_BYTES, threads);
-    for (int r = 0; r < MACHINE_RUNS; r++) {
-        double t0 = clock_seconds();
-        *sink += stream_read(buf, BW_BYTES, threads);
-        gbs[r] = (double)BW_BYTES / (clock_seconds() - t0) * 1e-9;
-    }
-    return median(gbs, MACHINE_RUNS);
-}
 
 /* sgemm GFLOP/s for out (M, N) = x (M, K) @ W^T, W (N, K), through the
  * engine's matmul() on an F32 matrix: OpenBLAS's sgemm, single-threaded in
@@ -143,8 +123,13 @@ static int measure_machine(const Args *a, Machine *mc, Err *e) {
      * would be read from cache and report a bandwidth no DRAM has. */
     for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 1023);
     for (int i = 0; i < a->n_threads; i++)
-        mc->bw_gbs[i] = measure_bandwidth((const uint8_t *)buf, a->threads[i], &mc->sink);
+        mc->bw_gbs[i] =
+            ceil_read_best((const uint8_t *)buf, BW_BYTES, a->threads[i], &mc->bw_loop[i], mc->bw_each[i], &mc->sink);
     mc->bw_buf = (uint8_t *)buf;   /* kept: each row's ceiling is measured again after it */
+    for (int i = 0; i < a->n_threads; i++) {
+        mc->fma_gflops[i] = ceil_peak(0, a->threads[i], &mc->sink);
+        mc->vnni_gops[i] = ceil_peak(1, a->threads[i], &mc->sink);
+    }
 
     int maxN = 5632, K = 2048, M = 128;
     float *x = mem_alloc((size_t)M * K * sizeof(float));
@@ -194,10 +179,16 @@ static void print_machine(const Args *a, const Machine *mc, int argc, char **arg
            sysconf(_SC_NPROCESSORS_ONLN), (double)mc->l3_bytes / (1 << 20), load);
     printf("OPENBLAS_CORETYPE=%s (OpenBLAS uses its %s kernels); engine kernels: %s\n",
            coretype ? coretype : "(unset)", openblas_get_corename(), ops_isa_name(ops_best_isa()));
-    printf("memory read bandwidth (ops_read_sum over 1 GiB, median of %d):", MACHINE_RUNS);
-    for (int i = 0; i < a->n_threads; i++)
-        printf("%s %d thread%s %.1f GB/s", i ? "," : "", a->threads[i], a->threads[i] > 1 ? "s" : "",
-               mc->bw_gbs[i]);
+    char kind[96];
+    cpu_kind(kind, sizeof kind);
+    printf("cpu kind: %s\n", kind);
+    printf("memory read bandwidth (the best of %d read loops over 1 GiB, median of %d each):", CEIL_READS, CEIL_RUNS);
+    for (int i = 0; i < a->n_threads; i++) {
+        printf("%s %d thread%s %.1f GB/s (%s; ", i ? "," : "", a->threads[i], a->threads[i] > 1 ? "s" : "",
+               mc->bw_gbs[i], CEIL_READ_NAMES[mc->bw_loop[i]]);
+        for (int w = 0; w < CEIL_READS; w++) printf("%s%s %.1f", w ? ", " : "", CEIL_READ_NAMES[w], mc->bw_each[i][w]);
+        printf(")");
+    }
     printf("\nsgemm peak (cblas_sgemm M x N x K, median of %d):", MACHINE_RUNS);
     for (int i = 0; i < a->n_threads; i++) {
         printf("%s %d thread%s", i ? ";" : "", a->threads[i], a->threads[i] > 1 ? "s" : "");
@@ -205,7 +196,11 @@ static void print_machine(const Args *a, const Machine *mc, int argc, char **arg
             printf(" %dx%dx%d %.1f", SGEMM_SHAPES[s][0], SGEMM_SHAPES[s][1], SGEMM_SHAPES[s][2],
                    mc->sgemm_gflops[i][s]);
     }
-    printf(" GFLOP/s\n\n");
+    printf(" GFLOP/s\ninstruction peaks (16 independent chains, median of %d):", CEIL_RUNS);
+    for (int i = 0; i < a->n_threads; i++)
+        printf("%s %d thread%s AVX-512 FMA %.1f GFLOP/s, VNNI vpdpbusd %.1f GOP/s", i ? ";" : "", a->threads[i],
+               a->threads[i] > 1 ? "s" : "", mc->fma_gflops[i], mc->vnni_gops[i]);
+    printf("\n\n");
 }
 
 /* -------------------------------------------------------------- models */
@@ -368,7 +363,7 @@ static int bench_model(const char *path, const Args *a, Machine *mc, int *in_cac
         /* The ceiling of this row: the same read as at the start, again now.
          * A virtual machine's bandwidth drifts by 10% between minutes;
          * against the figure from the start, a row would move with it. */
-        double bw = measure_bandwidth(mc->bw_buf, a->threads[i], &mc->sink);
+        double bw = ceil_read_gbs(mc->bw_loop[i], mc->bw_buf, BW_BYTES, a->threads[i], &mc->sink);
         printf("| %s | %s | %d | %.1f | %.1f%s | %.1f | %.1f | %.0f%% | %.2f | %.2f | %.1f | %.0f%%%s "
                "| %d/%d | %.0f%%/%.0f%% |\n",
                label, dtype_name(m.wtype), a->threads[i], (double)m.weight_bytes * 1e-6, bpt * 1e-6,
@@ -474,8 +469,8 @@ int main(int argc, char **argv) {
     if (in_cache)
         printf("* the weights read per token fit in the %.1f MiB last-level cache, so DRAM "
                "bandwidth is not their ceiling.\n", (double)mc.l3_bytes / (1 << 20));
-    printf("read GB/s: the bandwidth read again right after the row (ops_read_sum, median of %d); "
-           "%% of bandwidth ceiling is decode GB/s over it.\n", MACHINE_RUNS);
+    printf("read GB/s: the bandwidth read again right after the row (the best read loop above, median of %d); "
+           "%% of bandwidth ceiling is decode GB/s over it.\n", CEIL_RUNS);
     mem_free(mc.bw_buf);
     return failed;
 }

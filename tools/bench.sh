@@ -6,7 +6,9 @@
 #   BENCH_SHAPES="stories110M" BENCH_TYPES=q8_0 sh tools/bench.sh
 #   BENCH_TRAIN=0 BENCH_BATCH=0 make bench                      single-stream only
 #
-# Steps: the training benchmark (tools/bench_train.sh), the single-stream
+# Steps: the machine's ceilings (build/fast/ceilings: the best of several read
+# loops, the FMA and VNNI peaks, the CPU kind), the training benchmark
+# (tools/bench_train.sh), the single-stream
 # forward pass (build/fast/bench), then batched decode through the serving
 # engine (build/fast/bench_batch) on the same models; the default model
 # served over HTTP (build/fast/serve, build/fast/bench_serve); last, the
@@ -112,6 +114,8 @@ if [ -z "$models" ]; then
     exit 1
 fi
 
+# the machine's ceilings, with the CPU kind (bench measures its read ceiling the same way)
+if [ -x "$bin/ceilings" ]; then "$bin/ceilings" || echo "bench.sh: $bin/ceilings failed" >&2; echo; fi
 if [ "${BENCH_TRAIN:-1}" != 0 ]; then sh tools/bench_train.sh || echo "bench.sh: tools/bench_train.sh failed" >&2; echo; fi
 echo
 # $extra, $batch_extra and $models are word-split on purpose: options and paths

@@ -1,0 +1,185 @@
+/* ceilings.h - the best this CPU gives, for the benchmarks to measure against.
+ *
+ * A percentage is only honest against a ceiling nothing can beat. The read
+ * ceiling here is not the engine's own read loop but the best of several,
+ * each a different way to stream memory:
+ *
+ *   plain      one 64-bit add per word (what the compiler makes of a loop)
+ *   wide       AVX-512, eight 64-byte loads a step into eight accumulators
+ *   prefetch   wide, each line asked for 1 KiB ahead (the engine's habit)
+ *   far        wide, each line asked for 4 KiB ahead
+ *   streams    wide over two halves of the buffer at once (two streams for
+ *              the prefetchers to follow)
+ *
+ * and the peaks of the instructions that do a product's work, one core:
+ *
+ *   fma        AVX-512 vfmadd on 16 independent accumulators: 2 x 16 flops each
+ *   vnni       AVX-512 VNNI vpdpbusd on 16 accumulators: 64 u8 x s8 products
+ *              and their sums into 16 int32, 128 operations each
+ *
+ * Each figure is the median of CEIL_RUNS runs after one untimed run; with
+ * several threads each thread reads its own part of the buffer (or runs its
+ * own chain), all at once. The CPU kind (vendor, family, model: cpuid) is
+ * printed beside them, since figures of another kind do not compare. */
+#ifndef CEILINGS_H
+#define CEILINGS_H
+#include "base/clock.h"
+#include "bench_util.h"
+#include <cpuid.h>
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { CEIL_RUNS = 5, CEIL_READS = 5 };
+static const char *const CEIL_READ_NAMES[CEIL_READS] = {"plain", "wide", "prefetch", "far", "streams"};
+
+/* "GenuineIntel family 6 model 207" (cpuid leaves 0 and 1, with the
+ * extended family and model folded in as the vendors document). */
+static inline void cpu_kind(char *buf, size_t cap) {
+    unsigned a, b, c, d;
+    char vendor[13] = "unknown";
+    if (!__get_cpuid(0, &a, &b, &c, &d)) {
+        snprintf(buf, cap, "unknown CPU kind");
+        return;
+    }
+    memcpy(vendor, &b, 4);
+    memcpy(vendor + 4, &d, 4);
+    memcpy(vendor + 8, &c, 4);
+    vendor[12] = 0;
+    __get_cpuid(1, &a, &b, &c, &d);
+    unsigned family = (a >> 8) & 0xf, model = (a >> 4) & 0xf;
+    if (family == 0xf) family += (a >> 20) & 0xff;
+    if (family == 0x6 || family >= 0xf) model += ((a >> 16) & 0xf) << 4;
+    snprintf(buf, cap, "%s family %u model %u", vendor, family, model);
+}
+
+static inline int ceil_has_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+static inline int ceil_has_vnni(void) { return __builtin_cpu_supports("avx512vnni"); }
+
+#define CEIL_AVX512 __attribute__((target("avx512f")))
+#define CEIL_VNNI __attribute__((target("avx512f,avx512vnni")))
+
+/* One pass of read loop `which` over bytes at p (a multiple of 1024); the
+ * sum is returned so that no load can be dropped. */
+static inline uint64_t read_plain(const uint8_t *p, size_t bytes) {
+    const uint64_t *w = (const uint64_t *)p;
+    uint64_t s = 0;
+    for (size_t i = 0; i < bytes / 8; i++) s += w[i];
+    return s;
+}
+
+CEIL_AVX512 static inline uint64_t read_wide(const uint8_t *p, size_t bytes, size_t ahead) {
+    __m512i a[8];
+    for (int v = 0; v < 8; v++) a[v] = _mm512_setzero_si512();
+    for (size_t i = 0; i < bytes; i += 512) {
+        if (ahead)
+            for (int v = 0; v < 8; v++) _mm_prefetch((const char *)(p + i + ahead + 64 * v), _MM_HINT_T0);
+        for (int v = 0; v < 8; v++) a[v] = _mm512_add_epi64(a[v], _mm512_loadu_si512(p + i + 64 * v));
+    }
+    for (int v = 1; v < 8; v++) a[0] = _mm512_add_epi64(a[0], a[v]);
+    uint64_t lanes[8], s = 0;
+    _mm512_storeu_si512(lanes, a[0]);
+    for (int l = 0; l < 8; l++) s += lanes[l];
+    return s;
+}
+
+CEIL_AVX512 static inline uint64_t read_two_streams(const uint8_t *p, size_t bytes) {
+    const uint8_t *q = p + bytes / 2;
+    __m512i a[8];
+    for (int v = 0; v < 8; v++) a[v] = _mm512_setzero_si512();
+    for (size_t i = 0; i < bytes / 2; i += 256) {
+        for (int v = 0; v < 4; v++) a[v] = _mm512_add_epi64(a[v], _mm512_loadu_si512(p + i + 64 * v));
+        for (int v = 0; v < 4; v++) a[4 + v] = _mm512_add_epi64(a[4 + v], _mm512_loadu_si512(q + i + 64 * v));
+    }
+    for (int v = 1; v < 8; v++) a[0] = _mm512_add_epi64(a[0], a[v]);
+    uint64_t lanes[8], s = 0;
+    _mm512_storeu_si512(lanes, a[0]);
+    for (int l = 0; l < 8; l++) s += lanes[l];
+    return s;
+}
+
+static inline uint64_t read_once(int which, const uint8_t *p, size_t bytes) {
+    if (which > 0 && !ceil_has_avx512()) return read_plain(p, bytes);
+    switch (which) {
+    case 1: return read_wide(p, bytes, 0);
+    case 2: return read_wide(p, bytes, 1024);
+    case 3: return read_wide(p, bytes, 4096);
+    case 4: return read_two_streams(p, bytes);
+    default: return read_plain(p, bytes);
+    }
+}
+
+/* GB/s of read loop `which` on `threads` threads over bytes at buf (bytes a
+ * multiple of 1024 * threads; far larger than the last-level cache). */
+static inline double ceil_read_gbs(int which, const uint8_t *buf, size_t bytes, int threads, uint64_t *sink) {
+    double gbs[CEIL_RUNS];
+    size_t per = bytes / (size_t)threads / 1024 * 1024;
+    for (int r = -1; r < CEIL_RUNS; r++) {
+        uint64_t s = 0;
+        double t0 = clock_seconds();
+#pragma omp parallel for num_threads(threads) reduction(+ : s) schedule(static)
+        for (int i = 0; i < threads; i++) s += read_once(which, buf + per * (size_t)i, per);
+        double t = clock_seconds() - t0;
+        *sink += s;
+        if (r >= 0) gbs[r] = (double)per * threads / t * 1e-9;
+    }
+    qsort(gbs, CEIL_RUNS, sizeof *gbs, cmp_double);
+    return gbs[CEIL_RUNS / 2];
+}
+
+/* The best read of every loop: its GB/s, and the loop's index in *which. */
+static inline double ceil_read_best(const uint8_t *buf, size_t bytes, int threads, int *which, double each[CEIL_READS],
+                             uint64_t *sink) {
+    double best = 0.0;
+    for (int w = 0; w < CEIL_READS; w++) {
+        each[w] = ceil_read_gbs(w, buf, bytes, threads, sink);
+        if (each[w] > best) {
+            best = each[w];
+            *which = w;
+        }
+    }
+    return best;
+}
+
+/* n steps of 16 independent FMA chains: 2 * 16 * 16 flops a step. */
+CEIL_AVX512 static inline float fma_chains(long n) {
+    __m512 a[16], x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+    for (int v = 0; v < 16; v++) a[v] = _mm512_set1_ps((float)v);
+    for (long i = 0; i < n; i++)
+        for (int v = 0; v < 16; v++) a[v] = _mm512_fmadd_ps(a[v], x, y);
+    for (int v = 1; v < 16; v++) a[0] = _mm512_add_ps(a[0], a[v]);
+    return _mm512_reduce_add_ps(a[0]);
+}
+
+/* n steps of 16 independent vpdpbusd chains: 16 x 128 operations a step. */
+CEIL_VNNI static inline int vnni_chains(long n) {
+    __m512i a[16], x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
+    for (int v = 0; v < 16; v++) a[v] = _mm512_set1_epi32(v);
+    for (long i = 0; i < n; i++)
+        for (int v = 0; v < 16; v++) a[v] = _mm512_dpbusd_epi32(a[v], x, y);
+    for (int v = 1; v < 16; v++) a[0] = _mm512_add_epi32(a[0], a[v]);
+    return _mm512_reduce_add_epi32(a[0]);
+}
+
+/* GFLOP/s (vnni = 0) or GOP/s (vnni = 1) of all threads together, each
+ * running its own chains; 0 where the CPU lacks the instruction. */
+static inline double ceil_peak(int vnni, int threads, uint64_t *sink) {
+    if (vnni ? !ceil_has_vnni() : !ceil_has_avx512()) return 0.0;
+    const long steps = 20 * 1000 * 1000;
+    double g[CEIL_RUNS];
+    for (int r = -1; r < CEIL_RUNS; r++) {
+        uint64_t s = 0;
+        double t0 = clock_seconds();
+#pragma omp parallel for num_threads(threads) reduction(+ : s) schedule(static)
+        for (int i = 0; i < threads; i++) s += vnni ? (uint64_t)vnni_chains(steps) : (uint64_t)fma_chains(steps);
+        double t = clock_seconds() - t0;
+        *sink += s;
+        if (r >= 0) g[r] = (vnni ? 16.0 * 128.0 : 16.0 * 32.0) * (double)steps * threads / t * 1e-9;
+    }
+    qsort(g, CEIL_RUNS, sizeof *g, cmp_double);
+    return g[CEIL_RUNS / 2];
+}
+
+#endif
