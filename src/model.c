@@ -305,14 +305,14 @@ static float *forward_cpu(const Model *m, RunState *s, const KvStore *kv, const 
 
     size_t embd_row = dtype_row_bytes(m->tok_embd.type, D);
     for (int t = 0; t < T; t++) {
-        const void *row = (const char *)m->tok_embd.data + (size_t)b->token[t] * embd_row;
-        if (m->embd_coded) {   /* low_mem: this token's row, decoded */
-            if (lm_decode_range(m->lowmem, m->embd_coded, (uint64_t)b->token[t] * embd_row, embd_row, s->row,
-                                &s->err))
-                return nan_logits(s, V, b->n_logits);
-            row = s->row;
+        if (!m->embd_coded) {   /* any type, the fast tier's BF16E included */
+            dequantize_mat_row(s->x + (size_t)t * D, &m->tok_embd, b->token[t]);
+            continue;
         }
-        dequantize_row(s->x + (size_t)t * D, row, m->tok_embd.type, D);
+        /* low_mem: this token's row, decoded */
+        if (lm_decode_range(m->lowmem, m->embd_coded, (uint64_t)b->token[t] * embd_row, embd_row, s->row, &s->err))
+            return nan_logits(s, V, b->n_logits);
+        dequantize_row(s->x + (size_t)t * D, s->row, m->tok_embd.type, D);
     }
 
     for (int l = 0; l < c->n_layers; l++) {

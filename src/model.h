@@ -92,6 +92,9 @@ typedef struct {
     size_t decoded_bytes;
     double decode_load_s;     /* seconds decoding at load (low_mem: verifying) */
     LowMem *lowmem;
+    int fast_tier;            /* low_mem on the codec's fast tier: the coded BF16 matrices
+                                 rewritten at load as BF16E (codec/expcode.h) into `decoded`,
+                                 read by the products as they are; lowmem stays NULL */
     struct GpuModel *gpu;     /* --device cuda: the weights on the GPU (kernels/gpu.h); NULL on the CPU */
     const WcTensor *embd_coded, *head_coded;   /* low_mem: rows decoded on demand */
     int head_rows, head_pieces;
@@ -105,6 +108,9 @@ typedef struct {
     Device device;            /* DEVICE_CUDA: weights uploaded at load, every forward pass
                                  on the GPU (build/cuda only; notes/cuda.md) */
     int serial;               /* low_mem without the helper thread: decode when asked */
+    int rans_tier;            /* low_mem: decode a layer at a time (lowmem) even where
+                                 the fast tier could hold the matrices (every coded one
+                                 BF16 with rows of whole blocks of 64) */
 } ModelOpts;
 
 /* Load a model by content: GGUF ("GGUF" magic) or a llama2.c checkpoint, whose
@@ -123,6 +129,7 @@ typedef struct {
     size_t coded, decoded;       /* compressed files: the coded bytes; the decoded ones */
     double decode_load_s;        /* decoding at load */
     int low_mem;                 /* 1: weights decoded on demand; lm holds the decoder's figures */
+    int fast_tier;               /* 1: low_mem on the fast tier (decoded: its bytes, built at load) */
     LmStats lm;
 } ModelStats;
 ModelStats model_stats(const Model *m);

@@ -2,8 +2,10 @@
 # compress.sh - compressed model files end to end (tools/compress.c, src/codec/wcodec.c,
 # src/codec/lowmem.c), on the default model and the fixture models:
 #  1. compress, then compress --decode: the original file, byte for byte.
-#  2. infer on the compressed file, and with --low-mem: the greedy text of the
-#     original, token for token (both kernel paths for the default model).
+#  2. infer on the compressed file, and with --low-mem (BF16 on the fast tier,
+#     and on the rANS tier with --low-mem=rans): the greedy text of the
+#     original, token for token (both kernel paths); a batch of four requests
+#     on the fast tier gives each the text it gets alone.
 #  3. What it must refuse, with one line: --low-mem on an uncompressed file,
 #     compressing a compressed file, a plain tensor with a flipped byte (every
 #     tensor's CRC-32, compress --check), a coded tensor with a damaged payload (at
@@ -32,7 +34,7 @@ check_model() {   # NAME PATH
     if "$BIN/compress" --decode "$tmp/$name.rans.gguf" "$tmp/$name.back.gguf" > /dev/null 2> "$tmp/err" &&
        cmp -s "$src" "$tmp/$name.back.gguf"; then ok; else bad "$name: --decode did not restore the file: $(cat "$tmp/err")"; fi
     want=$(greedy "$src") || { bad "$name: infer on the original failed: $(cat "$tmp/err")"; return; }
-    for mode in "" "--low-mem" "--low-mem --isa plain"; do
+    for mode in "" "--low-mem" "--low-mem --isa plain" "--low-mem=rans" "--low-mem --isa generic"; do
         got=$(greedy "$tmp/$name.rans.gguf" $mode) || { bad "$name $mode: infer failed: $(cat "$tmp/err")"; continue; }
         [ "$got" = "$want" ] && ok || bad "$name compressed $mode: '$got', the original gives '$want'"
     done
@@ -52,6 +54,26 @@ for f in tiny/tiny-f32 tiny/tiny-f16 tiny/tiny-bf16 tiny/tiny-q8_0 qwen/qwen2/qw
     fi
 done
 
+# the fast tier is what BF16 gets with --low-mem, and says so; in a batch each
+# request's greedy text is the one it gets alone (the products' bits do not
+# depend on the batch)
+greedy "$tmp/shakespeare-bf16.rans.gguf" --low-mem --trace > /dev/null
+grep -q "BF16E" "$tmp/err" && ok || bad "--low-mem on a BF16 file did not run on the fast tier: $(tail -1 "$tmp/err")"
+printf '%s\n' '{"prompt": "ROMEO:", "max_tokens": 24, "temperature": 0}' '{"prompt": "JULIET:", "max_tokens": 20, "temperature": 0}' \
+    '{"prompt": "KING HENRY:", "max_tokens": 16, "temperature": 0}' '{"prompt": "First Citizen:", "max_tokens": 24, "temperature": 0}' > "$tmp/four.jsonl"
+if timeout 120 "$INFER" --model "$tmp/shakespeare-bf16.rans.gguf" --low-mem --threads 2 --workload "$tmp/four.jsonl" \
+        > "$tmp/batch" 2> "$tmp/err"; then
+    i=0
+    for p in "ROMEO:" "JULIET:" "KING HENRY:" "First Citizen:"; do
+        n=$(sed -n "$((i + 1))s/.*max_tokens\": \([0-9]*\).*/\1/p" "$tmp/four.jsonl")
+        alone=$(timeout 120 "$INFER" --model "$tmp/shakespeare-bf16.rans.gguf" --low-mem --threads 2 --prompt "$p" -n "$n" \
+                --temperature 0 2> /dev/null)
+        got=$(printf '%s' "$p"; sed -n "s/^\[$i\] //p" "$tmp/batch")
+        [ -n "$alone" ] && [ "$got" = "$alone" ] && ok || bad "fast tier, batched: '$got', alone: '$alone'"
+        i=$((i + 1))
+    done
+else bad "fast tier, a workload of four: $(cat "$tmp/err")"; fi
+
 # refusals: one line, non-zero status, no crash
 one_line() {   # WHAT PATTERN: $tmp/err holds one line matching PATTERN
     [ "$(wc -l < "$tmp/err")" -eq 1 ] && grep -q "$2" "$tmp/err" && ok || bad "$1: $(cat "$tmp/err")"
@@ -69,6 +91,14 @@ printf '\377\377\377\377' | dd of="$tmp/damaged.gguf" bs=1 seek=$((size - 2000))
 for mode in "" "--low-mem"; do
     greedy "$tmp/damaged.gguf" $mode > /dev/null
     [ $? -ne 0 ] && one_line "damaged payload $mode" "chunk\|damaged\|CRC" || bad "a damaged file loaded ($mode)"
+done
+# the same in a BF16 file, whose --low-mem builds the fast tier from the payload
+size=$(wc -c < "$tmp/shakespeare-bf16.rans.gguf")
+cp "$tmp/shakespeare-bf16.rans.gguf" "$tmp/damaged16.gguf"
+printf '\377\377\377\377' | dd of="$tmp/damaged16.gguf" bs=1 seek=$((size - 5000)) conv=notrunc 2> /dev/null
+for mode in "--low-mem" "--low-mem=rans"; do
+    greedy "$tmp/damaged16.gguf" $mode > /dev/null
+    [ $? -ne 0 ] && one_line "damaged BF16 payload $mode" "chunk\|damaged\|CRC" || bad "a damaged BF16 file loaded ($mode)"
 done
 "$BIN/compress" --decode "$tmp/damaged.gguf" "$tmp/x.gguf" > /dev/null 2> "$tmp/err"
 [ $? -ne 0 ] && [ ! -e "$tmp/x.gguf" ] && one_line "--decode of a damaged file" "chunk\|damaged\|CRC" \

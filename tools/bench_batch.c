@@ -124,7 +124,8 @@ typedef struct {
     int conc[MAX_CONC];
     int n_conc;
     int prompt, decode, block, runs;
-    int low_mem;          /* --low-mem 1: compressed models stay compressed (model.h) */
+    int low_mem;          /* --low-mem 1: compressed models stay compressed (model.h), on the
+                             fast tier where it fits; 2: on the rANS tier, a layer at a time */
     int device;           /* --device cuda: the forward pass on the GPU (model.h) */
     char **models;
     int n_models;
@@ -484,10 +485,11 @@ static void print_prompt_col(const RunResult *r) {
 }
 
 /* Load a model and label it ("... rANS" for a compressed file, "... rANS
- * low-mem" when it stays compressed). low_mem: --low-mem's helper decodes
+ * low-mem" when it stays compressed on the rANS tier, "... fast-tier
+ * low-mem" on the fast one). low_mem: --low-mem's helper decodes
  * with the kernels' thread count at load, so the most asked for is set first. */
 static int load_model(Model *m, const char *path, const Args *a, int low_mem, char *label, size_t cap, Err *e) {
-    ModelOpts mo = {.low_mem = low_mem, .device = (Device)a->device};
+    ModelOpts mo = {.low_mem = low_mem > 0, .rans_tier = low_mem == 2, .device = (Device)a->device};
     int most = 1;
     for (int i = 0; i < a->n_threads; i++)
         if (a->threads[i] > most) most = a->threads[i];
@@ -496,7 +498,8 @@ static int load_model(Model *m, const char *path, const Args *a, int low_mem, ch
     if (st) return st;
     model_label(m, path, label, cap);
     if (m->n_coded)
-        snprintf(label + strlen(label), cap - strlen(label), " %s", low_mem ? "rANS low-mem" : "rANS");
+        snprintf(label + strlen(label), cap - strlen(label), " %s",
+                 m->fast_tier ? "fast-tier low-mem" : low_mem ? "rANS low-mem" : "rANS");
     return ST_OK;
 }
 
@@ -585,7 +588,8 @@ static int bench_model(const char *path, const Args *a, Err *e) {
                    ls.decodes ? 1e3 * ls.decode_s / ls.decodes : 0.0, 1e3 * ls.unit_min_s, 1e3 * ls.unit_max_s,
                    ls.decode_s > 0 ? ls.bytes / ls.decode_s / 1e9 : 0.0, ls.wait_s);
         } else {
-            printf("decoded at load into %.1f MB in %.2f s", m.decoded_bytes / 1e6, m.decode_load_s);
+            printf("%s %.1f MB in %.2f s", m.fast_tier ? "fast tier (BF16E, resident weights) built at load:" :
+                   "decoded at load into", m.decoded_bytes / 1e6, m.decode_load_s);
         }
         printf("; peak RSS of this process %.1f MB\n\n", ru.ru_maxrss / 1e3);
     }
@@ -771,7 +775,7 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
         } else if (strcmp(flag, "--runs") == 0) {
             if (parse_int(flag, val, 1, MAX_RUNS, &a->runs, e)) return ST_ARG;
         } else if (strcmp(flag, "--low-mem") == 0) {
-            if (parse_int(flag, val, 0, 1, &a->low_mem, e)) return ST_ARG;
+            if (parse_int(flag, val, 0, 2, &a->low_mem, e)) return ST_ARG;
         } else if (strcmp(flag, "--device") == 0) {
             if (strcmp(val, "cpu") && strcmp(val, "cuda"))
                 return err_set(e, ST_ARG, "--device: '%s' is not cpu or cuda", val);
@@ -791,7 +795,7 @@ int main(int argc, char **argv) {
     Err e = {{0}};
     if (argc == 1 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         printf("usage: bench_batch [--threads 2] [--concurrency 1,4,16,64] [--prompt 32] [--decode 32] "
-               "[--block 16] [--runs 1] [--low-mem 0|1] [--device cpu|cuda] MODEL.gguf ...\n");
+               "[--block 16] [--runs 1] [--low-mem 0|1|2] [--device cpu|cuda] MODEL.gguf ...\n");
         return 0;
     }
     if (parse_args(argc, argv, &a, &e)) {

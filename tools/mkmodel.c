@@ -268,6 +268,7 @@ static void add_hparams(GgufWriter *w, const Builder *b) {
     case DT_Q5_K: file_type = 16; break;   /* Q5_K_S */
     case DT_Q6_K: file_type = 18; break;
     case DT_BF16: file_type = 32; break;
+    case DT_BF16E: break;   /* made in memory only, never a file's type */
     }
     char desc[128];
     snprintf(desc, sizeof desc, "random weights from tools/mkmodel.c, seed %llu",

@@ -163,6 +163,12 @@ int fio_map(const char *path, int fd, size_t size, const void **map, Err *e) {
     return ST_OK;
 }
 
+void fio_drop(const void *p, size_t len) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = ((uintptr_t)p + page - 1) / page * page,
+              hi = ((uintptr_t)p + len) / page * page;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 void fio_unmap(const void *map, size_t size) {
     if (!map) return;
     pthread_mutex_lock(&maps_mu);

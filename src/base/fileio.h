@@ -36,6 +36,10 @@ int fio_slurp(const char *path, unsigned char **data, size_t *size, Err *e);
 enum { FIO_MAX_MAPS = 16 };
 int fio_map(const char *path, int fd, size_t size, const void **map, Err *e);
 void fio_unmap(const void *map, size_t size);   /* accepts NULL */
+/* The whole pages inside [p, p + len) of a mapping given back to the system
+ * (madvise MADV_DONTNEED): bytes read there later come back from the file.
+ * For bytes a caller has copied elsewhere and will not read again. */
+void fio_drop(const void *p, size_t len);
 /* ST_OK, or ST_IO naming the file and its size now if a read of the mapping
  * at map ever faulted: the bytes read since were zeros, not the file's. */
 int fio_map_check(const void *map, Err *e);

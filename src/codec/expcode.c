@@ -61,6 +61,8 @@ void ec_writer_init(EcWriter *w, void *mem, int N, int K, const uint8_t exps[8],
     for (int c = BF16E_ESCAPE - 1; c >= 0; c--) w->code[exps[c]] = (uint8_t)c;
     d->blocks = w->blocks;
     memcpy(d->exps, exps, 8);
+    memset(d->rot, 0, sizeof d->rot);
+    for (int c = 0; c < BF16E_ESCAPE; c++) d->rot[c] = (uint8_t)(exps[c] >> 1 | (exps[c] & 1) << 7);
     d->esc_row = w->esc_row;
     d->esc = w->esc;
     *W = (Mat){DT_BF16E, N, K, d};

@@ -31,7 +31,10 @@ void cli_engine_usage(FILE *f) {
         "  --tokenizer FILE     llama2.c tokenizer.bin (default: beside the model)\n"
         "  --threads N          threads for the kernels (default: the cores this process may use)\n"
         "  --low-mem            a compressed model (tools/compress.c) stays compressed in\n"
-        "                       memory: each layer is decoded just before it is needed\n"
+        "                       memory: BF16 matrices on the codec's fast tier (a short\n"
+        "                       exponent code the products read as it is), other types a\n"
+        "                       layer at a time, decoded just before it is needed\n"
+        "  --low-mem=rans       every coded matrix a layer at a time (the rANS tier)\n"
         "  --isa I              kernels: plain (the reference loops, one thread: for gdb),\n"
         "                       generic, avx512 or best (default; LLM_ISA sets it too)\n"
         "  --device D           cpu (default) or cuda: the forward pass on an NVIDIA GPU, the\n"
@@ -106,6 +109,7 @@ int cli_engine_option(CliEngine *o, int argc, char **argv, int *i, Err *e) {
     if (!strncmp(a, "--trace=", 8))
         return err_set(e, ST_ARG, "%s: unknown trace level '%s' (--trace or --trace=verbose)", a, a + 8);
     if (!strcmp(a, "--low-mem")) return o->mo.low_mem = 1, 1;
+    if (!strcmp(a, "--low-mem=rans")) return o->mo.low_mem = o->mo.rans_tier = 1, 1;
     if (!takes_value(a)) return 0;
     if (*i + 1 >= argc) return err_set(e, ST_ARG, "%s: missing value (see --help)", a);
     const char *v = argv[++*i];

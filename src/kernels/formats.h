@@ -88,6 +88,7 @@ enum { BF16E_BLOCK = 64, BF16E_BLOCK_BYTES = 88, BF16E_ESCAPE = 7 };
 typedef struct {
     const uint8_t *blocks;    /* (N, K / 64) blocks of 88 bytes, row after row */
     uint8_t exps[8];          /* exponent of codes 0-6 (exps[7] unused, 0) */
+    uint8_t rot[16];          /* the same rotated right by one bit, then zeros: the tiles' table */
     const uint32_t *esc_row;  /* (N + 1) escapes before row n; esc_row[N] all of them */
     const uint8_t *esc;       /* (esc_row[N]) escaped exponents, rotated */
 } Bf16eData;

@@ -923,9 +923,7 @@ static AVX512_FN void bf16_rows_kblocked(const MatmulJob *job, int part, int n0,
 
 /* The 7 exponents of the table, rotated right by one bit, in each 128-bit lane. */
 BF16E_INLINE __m512i bf16e_table(const Bf16eData *sd) {
-    uint8_t t[16] = {0};
-    for (int i = 0; i < BF16E_ESCAPE; i++) t[i] = (uint8_t)(sd->exps[i] >> 1 | (sd->exps[i] & 1) << 7);
-    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)sd->rot));
 }
 
 /* Block blk to weights 0-15, 16-31, 32-47, 48-63 in f[0..3]; *esc moves past its escapes. */

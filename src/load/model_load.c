@@ -18,6 +18,7 @@
 #include "base/clock.h"
 #include "base/fileio.h"
 #include "base/mem.h"
+#include "codec/expcode.h"
 #include "kernels/gpu.h"
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +26,9 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* Limits that no real model exceeds; a header beyond them is corrupt, and
  * checking here keeps every size product below far from overflow. */
@@ -261,11 +265,110 @@ static int build_units(Model *m, const ModelOpts *o, int tied, Err *e) {
     return st;
 }
 
+/* Low memory on the fast tier: can every coded matrix take it? BF16 with
+ * rows of whole blocks of 64 (the others would need the pipeline anyway). */
+static int fast_tier_fits(const Model *m) {
+    for (int i = 0; i < m->n_coded; i++)
+        if (m->coded[i].wt.type != DT_BF16 || m->coded[i].mat->K % BF16E_BLOCK) return 0;
+    return m->n_coded > 0;
+}
+
+enum { FAST_PIECE_BYTES = 4 << 20 };   /* BF16 bytes decoded at a time, per thread */
+
+/* Pass 1 (w == NULL): count matrix c's exponents into hist; pass 2: write
+ * its rows with w. Its blob decoded a piece of whole rows at a time. */
+static int fast_pass(const CodedMat *c, uint64_t hist[256], EcWriter *w, uint8_t *scratch, uint16_t *piece, Err *e) {
+    int N = c->mat->N, K = c->mat->K;
+    int rows = FAST_PIECE_BYTES / 2 / K > 0 ? FAST_PIECE_BYTES / 2 / K : 1;
+    for (int n = 0; n < N; n += rows) {
+        int r = N - n < rows ? N - n : rows;
+        int st = wc_decode_range(&c->wt, (uint64_t)n * K * 2, (size_t)r * K * 2, piece, scratch, codec_isa(), e);
+        if (st) return st;
+        if (!w) ec_count(hist, piece, (size_t)r * K);
+        else if ((st = ec_write_rows(w, piece, r, e))) return st;
+    }
+    return ST_OK;
+}
+
+/* Low memory, the fast tier: each coded BF16 matrix decoded from its blob
+ * twice, a piece at a time, to choose its exponent table and then to write
+ * it as BF16E into one allocation (m->decoded), where the products read it.
+ * About 70% of the BF16 bytes stay resident, and no layer is ever decoded
+ * again (notes/rans.md, "The fast tier"). */
+static int build_fast_tier(Model *m, Err *e) {
+    double t0 = clock_seconds();
+    int n = m->n_coded, threads = ops_isa() == OPS_PLAIN ? 1 : ops_threads();
+    if (threads > n) threads = n;
+    size_t scratch = 0;
+    for (int i = 0; i < n; i++)
+        if (wc_scratch_bytes(&m->coded[i].wt) > scratch) scratch = wc_scratch_bytes(&m->coded[i].wt);
+    scratch = (scratch + 63) / 64 * 64;
+    size_t per_thread = scratch + FAST_PIECE_BYTES;   /* K <= 4 MAX_DIM: a piece holds a row at least */
+    uint8_t *work = mem_alloc((size_t)threads * per_thread);
+    uint64_t *esc = mem_alloc((size_t)n * sizeof *esc);
+    uint8_t(*exps)[8] = mem_alloc((size_t)n * 8);
+    if (!work || !esc || !exps) {
+        mem_free(work), mem_free(esc), mem_free(exps);
+        return err_set(e, ST_NOMEM, "%s: out of memory for the fast tier's work buffers", m->gguf.path);
+    }
+    int st = ST_OK;
+    for (int pass = 0; pass < 2 && !st; pass++) {
+        if (pass == 1) {   /* the tables are known: lay every matrix out */
+            size_t total = (size_t)n * sizeof(Bf16eData) + 64;
+            for (int i = 0; i < n; i++) total += ec_bytes(m->coded[i].mat->N, m->coded[i].mat->K, esc[i]);
+            m->decoded = mem_alloc(total);
+            if (!m->decoded) {
+                st = err_set(e, ST_NOMEM, "%s: cannot allocate %zu bytes for the fast tier", m->gguf.path, total);
+                break;
+            }
+            m->decoded_bytes = total;
+        }
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+        for (int i = 0; i < n; i++) {
+            int me = 0;
+#ifdef _OPENMP
+            me = omp_get_thread_num();
+#endif
+            uint8_t *sc = work + (size_t)me * per_thread;
+            CodedMat *c = &m->coded[i];
+            Err ei;
+            int r;
+            if (pass == 0) {
+                uint64_t hist[256] = {0};
+                r = fast_pass(c, hist, NULL, sc, (uint16_t *)(sc + scratch), &ei);
+                esc[i] = ec_table(hist, exps[i]);
+            } else {
+                uint8_t *at = (uint8_t *)m->decoded + (size_t)n * sizeof(Bf16eData);
+                at = (uint8_t *)(((uintptr_t)at + 63) & ~(uintptr_t)63);
+                for (int j = 0; j < i; j++) at += ec_bytes(m->coded[j].mat->N, m->coded[j].mat->K, esc[j]);
+                EcWriter w;
+                ec_writer_init(&w, at, c->mat->N, c->mat->K, exps[i], esc[i], c->mat, (Bf16eData *)m->decoded + i);
+                r = fast_pass(c, NULL, &w, sc, (uint16_t *)(sc + scratch), &ei);
+            }
+            if (r) {
+#pragma omp critical(fast_tier_error)
+                if (!st) {
+                    st = r;
+                    *e = ei;
+                }
+            }
+        }
+    }
+    mem_free(work), mem_free(esc), mem_free(exps);
+    /* the blobs' pages are read no more: resident weights are the fast tier
+     * and the tensors stored as they were */
+    for (int i = 0; !st && i < n; i++) fio_drop(m->coded[i].wt.data[0] - m->coded[i].wt.header, m->coded[i].wt.size);
+    m->fast_tier = 1;
+    m->decode_load_s = clock_seconds() - t0;
+    return st;
+}
+
 static int finish_coded(Model *m, const ModelOpts *o, int tied, Err *e) {
     if (o->low_mem && !m->n_coded)
         return err_set(e, ST_ARG, "%s: --low-mem needs a compressed file (tools/compress), and this one has "
                        "no coded matrices", m->gguf.path);
     if (!m->n_coded) return ST_OK;
+    if (o->low_mem && !o->rans_tier && fast_tier_fits(m)) return build_fast_tier(m, e);
     if (o->low_mem) return build_units(m, o, tied, e);
     double t0 = clock_seconds();
     int st = decode_all(m, e);
@@ -588,7 +691,7 @@ void model_free(Model *m) {
 
 ModelStats model_stats(const Model *m) {
     ModelStats s = {.mapped = m->gguf.map ? m->gguf.size : m->map_size, .coded = m->coded_bytes,
-                    .decoded = m->decoded_bytes, .decode_load_s = m->decode_load_s};
+                    .decoded = m->decoded_bytes, .decode_load_s = m->decode_load_s, .fast_tier = m->fast_tier};
     if (m->lowmem) {
         s.low_mem = 1;
         s.lm = lm_stats(m->lowmem);
