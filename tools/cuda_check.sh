@@ -15,9 +15,12 @@
 #   6. benchmarks: TinyLlama-shaped F16 and Q8_0 (made by mkmodel): decode of
 #      one sequence as a share of the copy bandwidth, prefill of 512 tokens,
 #      kernels per token; the same decode under each launch setting
-#      (LLM_CUDA_PDL, _EARLY, _FUSE_ROPE, _ONE_PASS, _DEEP, _WAVES); batched decode at 1, 16 and 64
+#      (LLM_CUDA_PDL, _EARLY, _FUSE_ROPE, _ONE_PASS, _DEEP, _SWIGLU_APART, _READY_T); batched decode at 1, 16 and 64
 #      sequences ("quick" skips this part)
 #   7. where ncu is: its view of ten kernels of a decode step, into $OUT
+#
+# On a machine with a driver but none of the libraries or fixtures, run it
+# from the pack tools/cuda_pack.sh makes (its header says how).
 #
 # Environment: BIN (default build/cuda), FIXTURES (../shared/fixtures), OUT
 # (a folder for the log and the models; default a temporary one). Prints
@@ -50,11 +53,13 @@ for d in 0 2 3 5 6 8; do
     [ $d = 0 ] && grep "GB/s" "$tmp/kd" | sed 's/^/LLM_CUDA_DEEP=0: /'
 done
 for f in tiny/tiny-f16.gguf tiny/tiny-q8_0.gguf llama3/llama3-q8_0.gguf; do
-    if LLM_CUDA_SWIGLU_APART=1 timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 64 > "$tmp/ga" 2>&1; then
-        ok "$f, LLM_CUDA_SWIGLU_APART=1"; else bad "$f, LLM_CUDA_SWIGLU_APART=1"; cat "$tmp/ga"; fi
+    for cfg in LLM_CUDA_SWIGLU_APART=0 LLM_CUDA_READY_T=1; do
+        if env $cfg timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 64 > "$tmp/ga" 2>&1; then
+            ok "$f, $cfg"; else bad "$f, $cfg"; cat "$tmp/ga"; fi
+    done
 done
 for f in tiny/tiny-f16.gguf tiny/tiny-q8_0.gguf; do
-    if LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_PDL=0 LLM_CUDA_ONE_PASS=0 LLM_CUDA_DEEP=0 timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 16 \
+    if LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_PDL=0 LLM_CUDA_ONE_PASS=0 LLM_CUDA_DEEP=0 LLM_CUDA_SWIGLU_APART=0 timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 16 \
         > "$tmp/g0" 2>&1; then ok "$f, every launch setting off"; else bad "$f, every launch setting off"; cat "$tmp/g0"; fi
 done
 
@@ -180,8 +185,8 @@ for t in f16 q8_0; do
             | grep -e "^| /" | cut -d'|' -f3,6-9 | sed "s|^|$(basename "$base"): |"
     done
     for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_DEEP=0 LLM_CUDA_DEEP=3 LLM_CUDA_DEEP=4 LLM_CUDA_DEEP=5 \
-               LLM_CUDA_SWIGLU_APART=1 "LLM_CUDA_SWIGLU_APART=1 LLM_CUDA_ONE_PASS=0" LLM_CUDA_ONE_PASS=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 \
-               "LLM_CUDA_PDL=0 LLM_CUDA_EARLY=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_ONE_PASS=0 LLM_CUDA_DEEP=0"; do
+               LLM_CUDA_SWIGLU_APART=0 LLM_CUDA_READY_T=1 LLM_CUDA_ONE_PASS=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 \
+               "LLM_CUDA_PDL=0 LLM_CUDA_EARLY=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_ONE_PASS=0 LLM_CUDA_DEEP=0 LLM_CUDA_SWIGLU_APART=0"; do
         env $cfg timeout 100 "$BIN/gpucheck" --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 16 --decode 128 --runs 5 \
             | grep -e "^| /" | cut -d'|' -f3,6-9 | sed "s/^/$cfg: /"
     done

@@ -136,7 +136,10 @@ size_t gpu_attention_part_floats(int T, int H, int S, int nsplit);
  *   swiglu_apart LLM_CUDA_SWIGLU_APART (default 1): below 4 rows too, the
  *             down product's SwiGLU runs once, as gpu_swiglu_apart, and the
  *             product copies it (PRE_READY) instead of computing it in
- *             every block */
+ *             every block
+ *   ready_t   LLM_CUDA_READY_T (default 4): from this many rows on, every
+ *             product's prologue (RMSNorm, SwiGLU, the Q8_0 rounding) runs
+ *             once as gpu_prepare, not in every block of rows; 1: always */
 typedef struct {
     int pdl;
     int prefetch;
@@ -146,6 +149,7 @@ typedef struct {
     int deep;
     int waves;
     int swiglu_apart;
+    int ready_t;
 } GpuTune;
 extern GpuTune gpu_tune;
 void gpu_tune_from_env(void);

@@ -53,7 +53,7 @@ enum { MV_WARPS = 8, MV_THREADS = MV_WARPS * 32, MV_ROWS = 4, PRO_LOADS = 8 };
 /* Shared memory a block may use for its tokens' activations. */
 enum { MV_SMEM = 96 * 1024 };
 
-GpuTune gpu_tune = {1, 0, 1, 1, 1, -1, 1, 1};
+GpuTune gpu_tune = {1, 0, 1, 1, 1, -1, 1, 1, 4};
 
 void gpu_tune_from_env(void) {
     const char *v = getenv("LLM_CUDA_PDL");
@@ -70,6 +70,8 @@ void gpu_tune_from_env(void) {
     if (v) gpu_tune.waves = atoi(v) < 1 ? 1 : atoi(v) > 8 ? 8 : atoi(v);
     v = getenv("LLM_CUDA_SWIGLU_APART");
     if (v) gpu_tune.swiglu_apart = atoi(v) != 0;
+    v = getenv("LLM_CUDA_READY_T");
+    if (v) gpu_tune.ready_t = atoi(v) < 1 ? 1 : atoi(v);
     v = getenv("LLM_CUDA_PREFETCH");
     if (v) gpu_tune.prefetch = atoi(v) < 0 ? 0 : atoi(v) > (1 << 24) ? 1 << 24 : atoi(v);
 }

@@ -45,9 +45,10 @@ extern "C" {
 #include "kernels/gpu.h"
 }
 
-/* From READY_T rows on, a product's prologue (the RMSNorm or SwiGLU of its
- * input, the Q8_0 rounding) runs once, as its own kernel, before it. */
-enum { MAX_GRAPHS = 64, MAX_ALLOCS = 16, READY_T = 4, MAX_SPLIT = 32 };
+/* From gpu_tune.ready_t rows on (LLM_CUDA_READY_T, default 4), a product's
+ * prologue (the RMSNorm or SwiGLU of its input, the Q8_0 rounding) runs
+ * once, as its own kernel, before it. */
+enum { MAX_GRAPHS = 64, MAX_ALLOCS = 16, MAX_SPLIT = 32 };
 
 typedef struct {
     float *attn_norm, *ffn_norm;
@@ -364,7 +365,7 @@ static int on_kernels(const GpuModel *g, const DevMat *W, int T) {
 static int product(GpuModel *g, const DevMat *W, MvArgs a) {
     if (on_kernels(g, W, a.T)) {
         bool apart = a.pre == PRE_SWIGLU && gpu_tune.swiglu_apart;
-        if (a.T < READY_T && !apart) return gpu_matvec(W, &a, g->st);
+        if (a.T < gpu_tune.ready_t && !apart) return gpu_matvec(W, &a, g->st);
         /* the prologue once for every row, not once per block of rows */
         int k = apart ? gpu_swiglu_apart(g->ascratch, W, &a, g->st) : gpu_prepare(g->ascratch, W, &a, g->st);
         MvArgs r = a;
