@@ -385,7 +385,7 @@ check "a body after them is read whole" "$(code "$URL/v1/completions" --data-bin
 kill -TERM $PID; wait $PID
 check "buffered-bytes server exit status" $? 0
 
-# 12. Connections (--max-connections, --idle-timeout): 4 sockets that send
+# 12. Connections (--max-connections, --idle-timeout, --request-timeout): 4 sockets that send
 # nothing fill a cap of 4, and a fifth connection is closed at once; the
 # server closes the idle ones after the timeout (2 s), and then answers
 # again. Waiting for the engine is not idle: 4 streams and a whole answer
@@ -438,6 +438,48 @@ check "queued requests answered in full under a 1 s idle timeout ($(( $(date +%s
 cat "$tmp"/idle[1-4].out | grep -q '^: keep-alive$' && ok || bad "no stream waited long enough for a keep-alive line"
 kill -TERM $PID; wait $PID
 check "idle-timeout server exit status" $? 0
+# The request deadline (--request-timeout 2): a client that trickles a
+# header line every 0.3 s is never idle, nor is one that trickles its body;
+# both are closed once 2 s have passed without a whole request, not before.
+# A keep-alive client whose two requests come 1.2 s apart has both answered.
+start deadline --request-timeout 2 --idle-timeout 30
+if command -v node > /dev/null 2>&1; then
+    URL=$URL node -e '
+const net = require("net"), http = require("http");
+const url = new URL(process.env.URL), t0 = Date.now();
+const trickle = (head, more) => new Promise(res => {
+  const s = net.connect(+url.port, url.hostname);
+  let timer;
+  s.on("error", () => {});
+  s.on("connect", () => { s.write(head); timer = setInterval(() => s.write(more), 300); });
+  s.on("close", () => { clearInterval(timer); res(Date.now() - t0); });
+  setTimeout(() => s.destroy(), 10000);
+});
+const cut = (what, ms) => ms >= 1800 && ms < 5000 ? what + "-cut" : what + " " + ms + " ms";
+(async () => {
+  const [h, b] = await Promise.all([
+    trickle("GET /health HTTP/1.1\r\nHost: x\r\n", "X-More: y\r\n"),
+    trickle("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+            "Content-Length: 1000\r\n\r\n", " ")]);
+  const agent = new http.Agent({keepAlive: true, maxSockets: 1});
+  const get = () => new Promise(res => {
+    const r = http.get({host: url.hostname, port: url.port, path: "/health", agent}, a => {
+      a.resume(); a.on("end", () => res(String(a.statusCode))); });
+    r.on("error", e => res("error " + e.code));
+  });
+  const g1 = await get();
+  await new Promise(r => setTimeout(r, 1200));
+  const g2 = await get();
+  agent.destroy();
+  console.log([cut("headers", h), cut("body", b), g1, g2].join(" "));
+})();' > "$tmp/deadline.out" 2>&1
+    check "trickled headers and body closed at the request deadline; keep-alive requests answered" \
+        "$(cat "$tmp/deadline.out")" "headers-cut body-cut 200 200"
+elif [ "${CI:-}" = true ]; then
+    bad "node is missing, and under CI that is a failure"
+fi
+kill -TERM $PID; wait $PID
+check "request-deadline server exit status" $? 0
 
 # 14. Under load: 2,000 sockets that send nothing and 500 that send a header
 # line every half second and never finish, all open at once (the default

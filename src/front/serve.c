@@ -26,7 +26,7 @@ typedef struct {
     int port, max_queue;
     long max_body;
     long max_buffered;
-    long max_connections, idle_timeout;
+    long max_connections, idle_timeout, request_timeout;
 } Options;
 
 static volatile sig_atomic_t stop_asked;
@@ -48,6 +48,10 @@ static void usage(FILE *f) {
         "                       closed at once (default 4096)\n"
         "  --idle-timeout S     a connection that sends and takes nothing for S seconds is\n"
         "                       closed (default 60; waiting for the engine is not idle)\n"
+        "  --request-timeout S  a request must be whole, headers and body, within S seconds\n"
+        "                       of its connection opening or its last answer ending, or the\n"
+        "                       connection is closed (default 60; a client trickling a byte\n"
+        "                       at a time is never idle)\n"
         "  --chat-template FILE a Jinja chat template to use instead of the model file's\n"
         "                       tokenizer.chat_template (notes/chat.md)\n"
         "engine:\n");
@@ -56,7 +60,8 @@ static void usage(FILE *f) {
 }
 
 static const char *const OWN[] = {"--host", "--port", "--max-queue", "--max-body", "--max-buffered", "--model-name",
-                                  "--max-connections", "--idle-timeout", "--chat-template", NULL};
+                                  "--max-connections", "--idle-timeout", "--request-timeout", "--chat-template",
+                                  NULL};
 
 /* One of serve's own options and its value; ST_ARG with a line in e. */
 static int own_option(void *ctx, const char *a, const char *v, Err *e) {
@@ -74,6 +79,7 @@ static int own_option(void *ctx, const char *a, const char *v, Err *e) {
     else if (!strcmp(a, "--max-buffered")) return cli_parse_long(a, v, 4096, 1L << 40, &o->max_buffered, e);
     else if (!strcmp(a, "--max-connections")) return cli_parse_long(a, v, 1, 1 << 16, &o->max_connections, e);
     else if (!strcmp(a, "--idle-timeout")) return cli_parse_long(a, v, 1, 86400, &o->idle_timeout, e);
+    else if (!strcmp(a, "--request-timeout")) return cli_parse_long(a, v, 1, 86400, &o->request_timeout, e);
     else if (!strcmp(a, "--port")) {
         if (cli_parse_long(a, v, 0, 65535, &n, e)) return ST_ARG;
         o->port = (int)n;
@@ -86,7 +92,8 @@ static int own_option(void *ctx, const char *a, const char *v, Err *e) {
 
 static int parse_args(int argc, char **argv, Options *o) {
     *o = (Options){.host = "127.0.0.1", .port = 8000, .max_queue = 256, .max_body = 1 << 20,
-                   .max_buffered = 64L << 20, .max_connections = 4096, .idle_timeout = 60};
+                   .max_buffered = 64L << 20, .max_connections = 4096, .idle_timeout = 60,
+                   .request_timeout = 60};
     Err e;
     CliProgram prog = {.own = OWN, .take = own_option, .ctx = o, .usage = usage};
     int st = cli_parse(argc, argv, &o->cli, &prog, &e);
@@ -182,7 +189,8 @@ int main(int argc, char **argv) {
     }
     char id[256];
     model_id(&o, id, sizeof id);
-    /* Every connection is a descriptor: the soft limit goes up to the hard
+    /* Every connection is two descriptors (its socket, and the duplicate
+     * that the request deadline shuts): the soft limit goes up to the hard
      * one (as far as 65536), and the cap stays below what it allows. */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
@@ -191,7 +199,7 @@ int main(int argc, char **argv) {
             rl.rlim_cur = want;
             if (setrlimit(RLIMIT_NOFILE, &rl) != 0) getrlimit(RLIMIT_NOFILE, &rl);
         }
-        long room = (long)rl.rlim_cur - 64;
+        long room = ((long)rl.rlim_cur - 64) / 2;
         if (o.max_connections > room) {
             fprintf(stderr, "serve: --max-connections %ld lowered to %ld (the process may open %ld files)\n",
                     o.max_connections, room > 16 ? room : 16, (long)rl.rlim_cur);
@@ -200,7 +208,8 @@ int main(int argc, char **argv) {
     }
     SrvConfig cfg = {.host = o.host, .port = o.port, .model_id = id, .max_queue = o.max_queue,
                      .max_body = (size_t)o.max_body, .max_buffered = (size_t)o.max_buffered,
-                     .max_connections = (int)o.max_connections, .idle_timeout = (int)o.idle_timeout};
+                     .max_connections = (int)o.max_connections, .idle_timeout = (int)o.idle_timeout,
+                     .request_timeout = (int)o.request_timeout};
     if (model_chat(&o, &m, &chat, &e)) {
         fprintf(stderr, "serve: %s\n", e.msg);
         goto out;

@@ -41,6 +41,9 @@ typedef struct {
     int max_connections;         /* connections open at once; one more is closed at once (0: 4096) */
     int idle_timeout;            /* seconds a connection may send or take nothing before it is
                                     closed (0: 60); waiting for the engine is not idle */
+    int request_timeout;         /* seconds from a connection's start, or the end of its last
+                                    answer, by which its next request must be whole, headers
+                                    and body; beyond, its socket is shut (0: 60) */
     const SrvChat *chat;         /* the model's chat template (front/chat.h); must outlive the server */
     const Tokenizer *tok;        /* the model's vocabulary, for /tokenize and /detokenize: read-only,
                                     so the HTTP threads may share it with the engine's */
@@ -72,6 +75,9 @@ typedef struct {
     int answering;               /* connections whose job was queued and whose answer is not
                                     yet all sent (under mu): srv_free lets them finish */
     int n_live, cap_live;
+    struct Track *tracks;        /* every open connection (under mu): server_http.c */
+    pthread_t reaper;            /* shuts connections past request_timeout */
+    int reaper_on;
 } Server;
 
 /* Bind and start listening (HTTP threads start answering; requests wait

@@ -19,9 +19,12 @@
 /* ==== the HTTP side ========================================================== */
 
 /* One HTTP request (libmicrohttpd's per-request pointer). */
+typedef struct Track Track;
+
 typedef struct {
     Server *srv;
     long conn;
+    Track *track;                /* the connection's deadline (below) */
     int fd;                      /* the connection's socket (to notice a client gone) */
     char *body;
     size_t len, cap;
@@ -38,6 +41,65 @@ typedef struct {
     int first_byte;
     int status;
 } Conn;
+
+/* ---- the request deadline ----
+ *
+ * libmicrohttpd closes a connection that sends nothing for idle_timeout
+ * seconds, but one that trickles a byte every few seconds is never idle and
+ * could hold its thread forever. So every connection is tracked from the
+ * moment it opens: by request_timeout seconds after it opened, or after its
+ * last answer ended, its next request must be whole (headers and body), or
+ * the reaper shuts its socket. An answer under way (waiting for the engine,
+ * streaming) is never cut. The reaper shuts a duplicate of the socket's
+ * descriptor, held until the connection is closed: the descriptor it uses
+ * can never be one the system has since given to another connection. */
+struct Track {
+    long id;
+    int fd;                      /* a dup of the connection's socket; -1 if none */
+    double since;                /* when the wait for a whole request began */
+    int whole;                   /* the request is whole: its answer is under way */
+    Track *prev, *next;
+};
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* The request on k's connection is whole (1), or its answer has ended (0). */
+static void track_mark(Server *s, Track *t, int whole) {
+    if (!t) return;
+    pthread_mutex_lock(&s->mu);
+    t->whole = whole;
+    t->since = now_s();
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *reaper_main(void *arg) {
+    Server *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (s->reaper_on) {
+        double now = now_s();
+        long shut[64];
+        int n = 0;
+        for (Track *t = s->tracks; t; t = t->next)
+            if (!t->whole && t->fd >= 0 && now - t->since > s->cfg.request_timeout) {
+                shutdown(t->fd, SHUT_RDWR);   /* its thread's next read ends; libmicrohttpd closes it */
+                t->whole = 1;                 /* once */
+                if (n < 64) shut[n++] = t->id;
+            }
+        pthread_mutex_unlock(&s->mu);
+        for (int i = 0; i < n; i++)
+            srv_note(s, "conn %ld: no whole request within %d s (--request-timeout): closed", shut[i],
+                     s->cfg.request_timeout);
+        struct timespec nap = {0, 250 * 1000 * 1000};   /* a quarter of a second between looks */
+        nanosleep(&nap, NULL);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
 
 /* A body's bytes no longer held: freed, and taken off the server's count. */
 static void release_body_count(Conn *k) {
@@ -403,7 +465,8 @@ static enum MHD_Result handle_request(void *cls, struct MHD_Connection *c, const
         *req_cls = k;
         k->srv = s;
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-        k->conn = ci && ci->socket_context ? (long)(intptr_t)ci->socket_context : 0;
+        k->track = ci ? ci->socket_context : NULL;
+        k->conn = k->track ? k->track->id : 0;
         ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         k->fd = ci ? ci->connect_fd : -1;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -448,6 +511,7 @@ static enum MHD_Result handle_request(void *cls, struct MHD_Connection *c, const
         *upload_size = 0;
         return MHD_YES;
     }
+    track_mark(s, k->track, 1);   /* whole: no deadline now */
     SrvError err;
     if (k->too_big) {
         count_invalid(s);
@@ -504,6 +568,7 @@ static void request_done(void *cls, struct MHD_Connection *c, void **req_cls,
              j ? ", cancelling " : "", j ? j->id : "", k->bytes_sent);
     else
         srv_note(s, "conn %ld: done, status %d, %ld bytes", k->conn, k->status, k->bytes_sent);
+    track_mark(s, k->track, 0);   /* the next request's wait begins */
     srv_job_unref(j);
     release_body(k);
     free(k->out);
@@ -514,12 +579,35 @@ static void request_done(void *cls, struct MHD_Connection *c, void **req_cls,
 static void connection_event(void *cls, struct MHD_Connection *c, void **socket_ctx,
                              enum MHD_ConnectionNotificationCode what) {
     Server *s = cls;
+    Track *t = *socket_ctx;
+    if (what == MHD_CONNECTION_NOTIFY_CLOSED) {
+        if (!t) return;
+        pthread_mutex_lock(&s->mu);
+        if (t->prev) t->prev->next = t->next;
+        else s->tracks = t->next;
+        if (t->next) t->next->prev = t->prev;
+        pthread_mutex_unlock(&s->mu);
+        if (t->fd >= 0) close(t->fd);
+        free(t);
+        *socket_ctx = NULL;
+        return;
+    }
     if (what != MHD_CONNECTION_NOTIFY_STARTED) return;
+    t = calloc(1, sizeof *t);   /* without it the connection is served, only not watched */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     pthread_mutex_lock(&s->mu);
     long n = ++s->next_conn;
+    if (t) {
+        t->id = n;
+        t->fd = ci ? dup(ci->connect_fd) : -1;
+        t->since = now_s();
+        t->next = s->tracks;
+        if (s->tracks) s->tracks->prev = t;
+        s->tracks = t;
+    }
     pthread_mutex_unlock(&s->mu);
-    *socket_ctx = (void *)(intptr_t)n;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    *socket_ctx = t;
+    ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     char addr[64] = "?";
     if (ci && ci->client_addr && ci->client_addr->sa_family == AF_INET) {
         const struct sockaddr_in *in = (const struct sockaddr_in *)ci->client_addr;
@@ -536,6 +624,7 @@ int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, Err *e) {
     if (!s->cfg.max_buffered) s->cfg.max_buffered = (size_t)64 << 20;
     if (!s->cfg.max_connections) s->cfg.max_connections = 4096;
     if (!s->cfg.idle_timeout) s->cfg.idle_timeout = 60;
+    if (!s->cfg.request_timeout) s->cfg.request_timeout = 60;
     s->rt = rt;
     s->start_time = (long)time(NULL);
     RtStats rs = rt_stats(rt);   /* read here, before any HTTP thread starts */
@@ -578,6 +667,13 @@ int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, Err *e) {
                        cfg->host, cfg->port);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : cfg->port;
+    s->reaper_on = 1;
+    if (pthread_create(&s->reaper, NULL, reaper_main, s) != 0) {
+        s->reaper_on = 0;
+        MHD_stop_daemon(s->daemon);
+        s->daemon = NULL;
+        return err_set(e, ST_NOMEM, "cannot start the thread that watches request deadlines");
+    }
     return ST_OK;
 }
 
@@ -593,7 +689,10 @@ void srv_free(Server *s) {
         until.tv_sec += SRV_DRAIN_SECONDS;
         pthread_mutex_lock(&s->mu);
         while (s->answering > 0 && pthread_cond_timedwait(&s->wake, &s->mu, &until) != ETIMEDOUT) {}
+        int reaping = s->reaper_on;
+        s->reaper_on = 0;
         pthread_mutex_unlock(&s->mu);
+        if (reaping) pthread_join(s->reaper, NULL);
         MHD_stop_daemon(s->daemon);   /* waits for every HTTP thread */
     }
     s->daemon = NULL;
