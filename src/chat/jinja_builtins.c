@@ -1111,6 +1111,7 @@ int jinja_filter(JCtx *c, const char *name, JVal v, const JArgs *a, JVal *out) {
         } else ok = 0;
         if (!strcmp(name, "abs")) {
             if (!is_num(v)) return jinja_fail(c, "bad operand type for abs(): '%s'", jv_type_name(v));
+            if (v.k != JV_FLOAT && lng(v) == -9223372036854775807LL - 1) return jinja_fail(c, "integer overflow");
             *out = v.k == JV_FLOAT ? jv_float(fabs(v.f)) : jv_int(llabs(lng(v)));
         } else if (!strcmp(name, "round")) {
             *out = jv_float(nearbyint(d));

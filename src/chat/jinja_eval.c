@@ -562,7 +562,8 @@ static int from_cjson(JArena *a, const cJSON *j, int plain, int depth, JVal *out
         *out = jv_str(s, n, fl);
     } else if (cJSON_IsNumber(j)) {
         double d = j->valuedouble;
-        *out = d == (double)(long long)d && d > -9e15 && d < 9e15 ? jv_int((long long)d) : jv_float(d);
+        /* the range first: converting a double past long long's is undefined */
+        *out = d > -9e15 && d < 9e15 && d == (double)(long long)d ? jv_int((long long)d) : jv_float(d);
     } else if (cJSON_IsBool(j)) {
         *out = jv_bool(cJSON_IsTrue(j));
     } else if (cJSON_IsNull(j)) {
