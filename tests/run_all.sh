@@ -6,19 +6,22 @@ pass=0; fail=0
 # Each suite's wall time goes in the log after it ("-- N s"), so that the
 # slow ones can be seen (make test should stay under 12 minutes on 2 cores).
 #
-# The binaries named in RUN_ALL_BESIDE (default: test_model, the longest, a
-# single thread of arithmetic with no clock in its checks) run on the side,
-# started first, while everything else runs in turn; their logs are printed
-# whole at the end. RUN_ALL_BESIDE= runs everything in turn.
-beside=${RUN_ALL_BESIDE-build/asan/test_model}
+# The binaries named in RUN_ALL_BESIDE (default: test_model and
+# test_speculative, the longest, arithmetic with no clock in their checks)
+# run one after another in a second lane, started first, while everything
+# else runs in turn in the first; their logs are printed whole at the end.
+# RUN_ALL_BESIDE= runs everything in one lane.
+beside=${RUN_ALL_BESIDE-build/asan/test_model build/asan/test_speculative}
 side=$(mktemp -d); trap 'rm -rf "$side"' EXIT
+(
 for t in "$@"; do
     case " $beside " in *" $t "*) ;; *) continue ;; esac
     n=$(basename "$t")
-    ( start=$(date +%s)
-      if "$t" > "$side/$n.log" 2>&1; then echo 0 > "$side/$n.rc"; else echo 1 > "$side/$n.rc"; fi
-      echo $(($(date +%s) - start)) > "$side/$n.s" ) &
+    start=$(date +%s)
+    if "$t" > "$side/$n.log" 2>&1; then echo 0 > "$side/$n.rc"; else echo 1 > "$side/$n.rc"; fi
+    echo $(($(date +%s) - start)) > "$side/$n.s"
 done
+) &
 for t in "$@"; do
     case " $beside " in *" $t "*) continue ;; esac
     echo "== $t"
