@@ -35,6 +35,7 @@ echo "cpu: $cpu ($(nproc) cores online, load average $(cut -d' ' -f1-3 /proc/loa
 setting() {
     case $1 in
         off) echo "--speculate 0" ;;
+        k3) echo "--speculate 3" ;;
         k4) echo "--speculate 4" ;;
         k8) echo "--speculate 8" ;;
         k4-nolimit) echo "--speculate 4 --spec-limit 256" ;;
@@ -42,7 +43,7 @@ setting() {
 }
 for i in $(seq "$runs"); do
     for seqs in 1 16; do
-        for s in off k4 k8 k4-nolimit; do
+        for s in off k3 k4 k8 k4-nolimit; do
             [ "$seqs" = 1 ] && [ "$s" = k4-nolimit ] && continue   # one sequence never fills a step
             # shellcheck disable=SC2046
             "$bin/infer" --model "$model" --workload "$work" --max-seqs $seqs --threads 1 $(setting $s) \
@@ -61,7 +62,7 @@ printf '| %-13s | %-34s | %13s | %11s | %13s | %11s | %8s | %8s |\n' "requests" 
 printf '|%s|%s|%s|%s|%s|%s|%s|%s|\n' "---" "---" "--:" "--:" "--:" "--:" "--:" "--:"
 for seqs in 1 16; do
     base=$(median < "$tmp/tpot.$seqs.off")
-    for s in off k4 k8 k4-nolimit; do
+    for s in off k3 k4 k8 k4-nolimit; do
         [ -f "$tmp/tpot.$seqs.$s" ] || continue
         m=$(median < "$tmp/tpot.$seqs.$s")
         acc=$(cat "$tmp/acc.$seqs.$s"); [ -n "$acc" ] || acc="-"
