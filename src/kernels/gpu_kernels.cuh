@@ -128,7 +128,7 @@ size_t gpu_attention_part_floats(int T, int H, int S, int nsplit);
  *             reads a row of up to 2048 values once, not twice
  *   deep      LLM_CUDA_DEEP (default -1, auto: 4, and 3 for Q8_0): a
  *             one-token product keeps this many steps of weights in flight
- *             (2 to 6, or 8), copied into shared memory (gpu_matvec.cu
+ *             (2, 3, 4 or 6), copied into shared memory (gpu_matvec.cu
  *             mv_deep_kernel); 0: two, in registers (mv_kernel)
  *   waves     LLM_CUDA_WAVES (default 1): how many waves of thread blocks
  *             a product may have when k_split cuts K into slices (more

@@ -616,7 +616,8 @@ static int blocks_per_sm(F fn, size_t smem) {
     return n;
 }
 
-/* mv_deep_kernel with gpu_tune.deep steps (2 to 6, or 8; 7 is taken as 6), or
+/* mv_deep_kernel with gpu_tune.deep steps (2, 3, 4 or 6: 5 is taken as 4, and
+ * more than 6 as 6; on the H200 5 and 8 were slower than 4, see notes), or
  * NULL where it does not apply: rows not 16-byte aligned, Q8_0 with K not a
  * multiple of 64, or a ring and a row of activations that do not fit an
  * SM's shared memory. */
@@ -629,14 +630,14 @@ static DeepFn deep_kernel(const DevMat *W, int Kp, int *D) {
      * otherwise leave 2 blocks an SM instead of 3 (the fastest of each on
      * an H200: notes/cuda.md) */
     int want = gpu_tune.deep < 0 ? (TYPE == DT_Q8_0 ? 3 : 4) : gpu_tune.deep;
-    *D = want > 8 ? 8 : want == 7 ? 6 : want;
+    *D = want >= 6 ? 6 : want == 5 ? 4 : want;
     {
         if (*D < 2 || dev_row_bytes(TYPE, W->K) % 16 || (TYPE == DT_Q8_0 && W->K % 64) ||
             deep_smem(TYPE, *D, W->K, Kp) + 1024 > (size_t)optin)
             return NULL;
-        DeepFn fn[7] = {mv_deep_kernel<TYPE, 2>, mv_deep_kernel<TYPE, 3>, mv_deep_kernel<TYPE, 4>,
-                        mv_deep_kernel<TYPE, 5>, mv_deep_kernel<TYPE, 6>, NULL, mv_deep_kernel<TYPE, 8>};
-        static bool raised[7];   /* the opt-in above 48 KB: all the SM allows a block */
+        DeepFn fn[5] = {mv_deep_kernel<TYPE, 2>, mv_deep_kernel<TYPE, 3>, mv_deep_kernel<TYPE, 4>, NULL,
+                        mv_deep_kernel<TYPE, 6>};
+        static bool raised[5];   /* the opt-in above 48 KB: all the SM allows a block */
         int i = *D - 2;
         if (!raised[i]) cudaFuncSetAttribute(fn[i], cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 1024);
         raised[i] = true;
