@@ -124,6 +124,7 @@ typedef struct {
     int conc[MAX_CONC];
     int n_conc;
     int prompt, decode, block, runs;
+    int kv;               /* --kv 0: no KV-waste table (its runs take longer than the rest) */
     int low_mem;          /* --low-mem 1: compressed models stay compressed (model.h), on the
                              fast tier where it fits; 2: on the rANS tier, a layer at a time */
     int device;           /* --device cuda: the forward pass on the GPU (model.h) */
@@ -484,6 +485,16 @@ static void print_prompt_col(const RunResult *r) {
         printf("%d-%d", r->prompt_min, r->prompt_max);
 }
 
+/* Resident bytes of this process now, in MB (/proc/self/statm; 0 without it). */
+static double rss_now_mb(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, rss = 0;
+    if (!f) return 0.0;
+    if (fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0;
+    fclose(f);
+    return rss * (double)sysconf(_SC_PAGESIZE) / 1e6;
+}
+
 /* Load a model and label it ("... rANS" for a compressed file, "... rANS
  * low-mem" when it stays compressed on the rANS tier, "... fast-tier
  * low-mem" on the fast one). low_mem: --low-mem's helper decodes
@@ -590,8 +601,19 @@ static int bench_model(const char *path, const Args *a, Err *e) {
         } else {
             printf("%s %.1f MB in %.2f s", m.fast_tier ? "fast tier (BF16E, resident weights) built at load:" :
                    "decoded at load into", m.decoded_bytes / 1e6, m.decode_load_s);
+            if (m.fast_tier) {   /* against the BF16 bytes of the same matrices */
+                double bf16 = 0, weights = 0, esc = 0;
+                for (int i = 0; i < m.n_coded; i++) {
+                    const Mat *w = m.coded[i].mat;
+                    bf16 += (double)m.coded[i].wt.nbytes;
+                    weights += (double)w->N * w->K;
+                    esc += ((const Bf16eData *)w->data)->esc_row[w->N];
+                }
+                printf(" (%.4f of their %.1f MB in BF16; %.2f%% of exponents escaped)", m.decoded_bytes / bf16,
+                       bf16 / 1e6, 100.0 * esc / weights);
+            }
         }
-        printf("; peak RSS of this process %.1f MB\n\n", ru.ru_maxrss / 1e3);
+        printf("; peak RSS of this process %.1f MB, %.1f MB at the end\n\n", ru.ru_maxrss / 1e3, rss_now_mb());
     }
     prompts_free(&pr);
     model_free(&m);
@@ -751,7 +773,7 @@ static int parse_list(const char *flag, const char *val, int lo, int hi, int *v,
 
 static int parse_args(int argc, char **argv, Args *a, Err *e) {
     *a = (Args){.threads = {2}, .n_threads = 1, .conc = {1, 4, 16, 64}, .n_conc = 4, .prompt = 32,
-                .decode = 32, .block = 16, .runs = 1};
+                .decode = 32, .block = 16, .runs = 1, .kv = 1};
     int i = 1;
     for (; i < argc && argv[i][0] == '-' && argv[i][1]; i += 2) {
         const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -776,6 +798,8 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
             if (parse_int(flag, val, 1, MAX_RUNS, &a->runs, e)) return ST_ARG;
         } else if (strcmp(flag, "--low-mem") == 0) {
             if (parse_int(flag, val, 0, 2, &a->low_mem, e)) return ST_ARG;
+        } else if (strcmp(flag, "--kv") == 0) {
+            if (parse_int(flag, val, 0, 1, &a->kv, e)) return ST_ARG;
         } else if (strcmp(flag, "--device") == 0) {
             if (strcmp(val, "cpu") && strcmp(val, "cuda"))
                 return err_set(e, ST_ARG, "--device: '%s' is not cpu or cuda", val);
@@ -795,7 +819,7 @@ int main(int argc, char **argv) {
     Err e = {{0}};
     if (argc == 1 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         printf("usage: bench_batch [--threads 2] [--concurrency 1,4,16,64] [--prompt 32] [--decode 32] "
-               "[--block 16] [--runs 1] [--low-mem 0|1|2] [--device cpu|cuda] MODEL.gguf ...\n");
+               "[--block 16] [--runs 1] [--low-mem 0|1|2] [--kv 0|1] [--device cpu|cuda] MODEL.gguf ...\n");
         return 0;
     }
     if (parse_args(argc, argv, &a, &e)) {
@@ -818,7 +842,7 @@ int main(int argc, char **argv) {
             smallest = a.models[i];
         }
     }
-    if (smallest && bench_kv(smallest, &a, &e)) {
+    if (smallest && a.kv && bench_kv(smallest, &a, &e)) {
         fprintf(stderr, "bench_batch: %s\n", e.msg);
         failed = 1;
     }

@@ -9,8 +9,9 @@
 #     entropy: the default model (Q8_0 as shipped, and rounded to BF16 and F16
 #     by compress --retype) and the TinyLlama-shaped BF16 benchmark file;
 #  3. --low-mem: batched decode at 1 and 16 requests on the TinyLlama-shaped
-#     BF16 file, uncompressed and compressed-in-memory, each in its own
-#     process so that each peak RSS is its own.
+#     BF16 file, uncompressed, on the fast tier (BF16E, --low-mem 1) and on
+#     the rANS tier (a layer at a time, --low-mem 2), each in its own process
+#     so that each peak RSS is its own.
 #
 #   BENCH_BIN   where the tools are [build/fast]
 #   BENCH_DIR   where benchmark models are kept [build/bench-models]
@@ -73,6 +74,7 @@ echo
 echo "== 3. --low-mem against the uncompressed file, 2 threads, $steps decode steps per row"
 # the decode rows, the codec's line and the peak RSS (not the KV tables bench_batch adds)
 rows='^(command|machine|commit|peak|codec)|^\| (N|1|16) \||^\|--:|2 threads, block'
-"$bin/bench_batch" --concurrency 1,16 --decode "$steps" "$big" | grep -E "$rows" || status=$?
-"$bin/bench_batch" --concurrency 1,16 --decode "$steps" --low-mem 1 "$coded" | grep -E "$rows" || status=$?
+"$bin/bench_batch" --concurrency 1,16 --decode "$steps" --kv 0 "$big" | grep -E "$rows" || status=$?
+"$bin/bench_batch" --concurrency 1,16 --decode "$steps" --kv 0 --low-mem 1 "$coded" | grep -E "$rows" || status=$?
+"$bin/bench_batch" --concurrency 1,16 --decode "$steps" --kv 0 --low-mem 2 "$coded" | grep -E "$rows" || status=$?
 exit "$status"

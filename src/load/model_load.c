@@ -344,6 +344,9 @@ static int build_fast_tier(Model *m, Err *e) {
                 EcWriter w;
                 ec_writer_init(&w, at, c->mat->N, c->mat->K, exps[i], esc[i], c->mat, (Bf16eData *)m->decoded + i);
                 r = fast_pass(c, NULL, &w, sc, (uint16_t *)(sc + scratch), &ei);
+                /* its blob's pages are read no more: given back as the
+                 * fast tier grows, resident weights stay near the file's */
+                if (!r) fio_drop(c->wt.data[0] - c->wt.header, c->wt.size);
             }
             if (r) {
 #pragma omp critical(fast_tier_error)
@@ -355,9 +358,6 @@ static int build_fast_tier(Model *m, Err *e) {
         }
     }
     mem_free(work), mem_free(esc), mem_free(exps);
-    /* the blobs' pages are read no more: resident weights are the fast tier
-     * and the tensors stored as they were */
-    for (int i = 0; !st && i < n; i++) fio_drop(m->coded[i].wt.data[0] - m->coded[i].wt.header, m->coded[i].wt.size);
     m->fast_tier = 1;
     m->decode_load_s = clock_seconds() - t0;
     return st;
