@@ -61,18 +61,12 @@ struct Track {
     Track *prev, *next;
 };
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 /* The request on k's connection is whole (1), or its answer has ended (0). */
 static void track_mark(Server *s, Track *t, int whole) {
     if (!t) return;
     pthread_mutex_lock(&s->mu);
     t->whole = whole;
-    t->since = now_s();
+    t->since = clock_seconds();
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -80,7 +74,7 @@ static void *reaper_main(void *arg) {
     Server *s = arg;
     pthread_mutex_lock(&s->mu);
     while (s->reaper_on) {
-        double now = now_s();
+        double now = clock_seconds();
         long shut[64];
         int n = 0;
         for (Track *t = s->tracks; t; t = t->next)
@@ -600,7 +594,7 @@ static void connection_event(void *cls, struct MHD_Connection *c, void **socket_
     if (t) {
         t->id = n;
         t->fd = ci ? dup(ci->connect_fd) : -1;
-        t->since = now_s();
+        t->since = clock_seconds();
         t->next = s->tracks;
         if (s->tracks) s->tracks->prev = t;
         s->tracks = t;
