@@ -6,19 +6,27 @@ pass=0; fail=0
 # Each suite's wall time goes in the log after it ("-- N s"), so that the
 # slow ones can be seen (make test should stay under 12 minutes on 2 cores).
 #
-# The binaries named in RUN_ALL_BESIDE (default: test_model and
-# test_speculative, the longest, arithmetic with no clock in their checks)
-# run one after another in a second lane, started first, while everything
-# else runs in turn in the first; their logs are printed whole at the end.
-# RUN_ALL_BESIDE= runs everything in one lane.
-beside=${RUN_ALL_BESIDE-build/asan/test_model build/asan/test_speculative}
+# The suites named in RUN_ALL_BESIDE (default: test_model and
+# test_speculative, the longest binaries, then the CUDA compile and the
+# exercises' builds: work with no clock in its checks) run one after another
+# in a second lane, started first, while everything else runs in turn in the
+# first (the server's timeouts among it); their logs are printed whole at
+# the end. RUN_ALL_BESIDE= runs everything in one lane.
+beside=${RUN_ALL_BESIDE-build/asan/test_model build/asan/test_speculative tests/cuda.sh tests/exercises.sh}
+# run SUITE: a test binary, or a script of tests/ through sh
+run() { case "$1" in *.sh) sh "$1" ;; *) "$1" ;; esac; }
 side=$(mktemp -d); trap 'rm -rf "$side"' EXIT
+# the binaries of the lane that were asked for, and its scripts
+asked=""
+for t in $beside; do
+    case "$t" in *.sh) asked="$asked $t" ;; *) case " $* " in *" $t "*) asked="$asked $t" ;; esac ;; esac
+done
+beside=$asked
 (
-for t in "$@"; do
-    case " $beside " in *" $t "*) ;; *) continue ;; esac
+for t in $beside; do
     n=$(basename "$t")
     start=$(date +%s)
-    if "$t" > "$side/$n.log" 2>&1; then echo 0 > "$side/$n.rc"; else echo 1 > "$side/$n.rc"; fi
+    if run "$t" > "$side/$n.log" 2>&1; then echo 0 > "$side/$n.rc"; else echo 1 > "$side/$n.rc"; fi
     echo $(($(date +%s) - start)) > "$side/$n.s"
 done
 ) &
@@ -31,14 +39,14 @@ for t in "$@"; do
 done
 for s in tests/*.sh; do
     [ "$s" = tests/run_all.sh ] && continue
+    case " $beside " in *" $s "*) continue ;; esac
     echo "== $s"
     start=$(date +%s)
     if sh "$s"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "!! $s failed"; fi
     echo "-- $s: $(($(date +%s) - start)) s"
 done
 wait
-for t in "$@"; do
-    case " $beside " in *" $t "*) ;; *) continue ;; esac
+for t in $beside; do
     n=$(basename "$t")
     echo "== $t (run beside the others)"
     cat "$side/$n.log"

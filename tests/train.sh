@@ -11,7 +11,8 @@
 #     loops (LLM_ISA=plain: libm's expf in softmax) write other bytes, but
 #     their validation curve agrees within 0.002 nats/char.
 #  5. Distillation from teachers: a student's bytes are pinned too (written
-#     by the -O3 and ASan builds and the generic path on an AMD Zen 5), and
+#     by the -O3 and ASan builds and the generic path on an Intel Xeon,
+#     Emerald Rapids), and
 #     a resume with other teachers or a teacher of another shape is refused.
 # Prints "N passed, N failed"; exits non-zero on any failure.
 TRAIN=${TRAIN:-build/asan/train}
@@ -66,16 +67,18 @@ echo "train: the file's md5 $sum; plain loops' validation within $worst nats/cha
 # student is its own bytes (not a teacher's), the same on the generic path
 # and with the md5 below; a checkpoint written for one set of teachers is
 # refused for another; a teacher of another shape is refused in one line.
-dist="$args --teacher $tmp/a.gguf --teacher $tmp/ca.gguf --distill 0.7"
+# The validation split is 1% here: the teachers' figures are measured on it
+# before the first step, and on 10% they took most of the run's time.
+dist="$args --train-fraction 0.99 --teacher $tmp/a.gguf --teacher $tmp/ca.gguf --distill 0.7"
 $TRAIN $dist --out "$tmp/s.gguf" --checkpoint "$tmp/s.ckpt" 2> "$tmp/s.err" \
     || bad "distillation failed: $(tail -1 "$tmp/s.err")"
 grep -q "distilling from 2 teachers" "$tmp/s.err" && ! cmp -s "$tmp/s.gguf" "$tmp/a.gguf" && ok \
     || bad "the student is not its own model: $(grep distilling "$tmp/s.err")"
 ssum=$(md5sum < "$tmp/s.gguf" | cut -c1-32)
-[ "$ssum" = bc0a77210b6b34b998fe14738d991e38 ] && ok || bad "the student's file has md5 $ssum, not the one pinned here (has a kernel changed?)"
+[ "$ssum" = 3544f692f821962b7b88a0e324222ba4 ] && ok || bad "the student's file has md5 $ssum, not the one pinned here (has a kernel changed?)"
 LLM_ISA=generic $FAST_TRAIN $dist --out "$tmp/sg.gguf" 2> /dev/null
 cmp -s "$tmp/s.gguf" "$tmp/sg.gguf" && ok || bad "the generic path distilled another student"
-$TRAIN $args --teacher "$tmp/a.gguf" --out "$tmp/s1.gguf" --checkpoint "$tmp/s.ckpt" --resume 2> "$tmp/s1.err" \
+$TRAIN $args --train-fraction 0.99 --teacher "$tmp/a.gguf" --out "$tmp/s1.gguf" --checkpoint "$tmp/s.ckpt" --resume 2> "$tmp/s1.err" \
     && bad "a checkpoint of two teachers resumed with one" \
     || { grep -q "set of teachers" "$tmp/s1.err" && ok || bad "refusal without a reason: $(tail -1 "$tmp/s1.err")"; }
 $TRAIN $args --teacher "$FIX/tiny/tiny-f32.gguf" --out "$tmp/s2.gguf" 2> "$tmp/s2.err" \

@@ -206,16 +206,24 @@ void dequantize_row_small(float *out, const void *row, DType type, int K) {
 
 /* ------------------------------------------------------------ dot products */
 
-/* Plain reference: row n of W widened block by block, dotted with x in float. */
-float small_dot_ref(const void *row, DType type, const float *x, int K) {
+/* Plain reference: one row widened block by block, dotted with each of T
+ * rows of x (K apart) in float, into out[t * stride]. Each block is widened
+ * once for all T tokens; each token's sum still runs block after block, value
+ * after value, from 0, as one token's alone would. */
+void small_dots_ref(float *out, size_t stride, const void *row, DType type, const float *x, int K, int T) {
     int B = dtype_block(type);
     size_t bytes = dtype_row_bytes(type, B);
-    float w[QK_K], sum = 0.0f;
+    float w[QK_K];
+    for (int t = 0; t < T; t++) out[(size_t)t * stride] = 0.0f;
     for (int b = 0; b < K / B; b++) {
         dequantize_block(w, (const uint8_t *)row + b * bytes, type);
-        for (int i = 0; i < B; i++) sum += w[i] * x[b * B + i];
+        for (int t = 0; t < T; t++) {
+            const float *xb = x + (size_t)t * K + (size_t)b * B;
+            float sum = out[(size_t)t * stride];
+            for (int i = 0; i < B; i++) sum += w[i] * xb[i];
+            out[(size_t)t * stride] = sum;
+        }
     }
-    return sum;
 }
 
 /* The integer arithmetic of the fast paths, as plain loops. 32-value

@@ -96,26 +96,40 @@ static float weight_at(const Mat *W, int n, int k) {
     return ((const float *)row)[k];
 }
 
+/* The most Q8_0 blocks of one token that matmul_ref rounds once and keeps
+ * (K up to 32768, 34 KiB of stack); a longer row, which no model here has,
+ * is rounded again for every output row, to the same bits. */
+enum { REF_Q8_BLOCKS = 1024 };
+
 void matmul_ref(float *out, const float *x, const Mat *W, int T) {
     int N = W->N, K = W->K;
+    if (dtype_is_small_quant(W->type)) {   /* row by row: each block widened once */
+        for (int n = 0; n < N; n++) small_dots_ref(out + n, N, row_ptr(W, n), W->type, x, K, T);
+        return;
+    }
+    BlockQ8_0 xq[REF_Q8_BLOCKS];
+    int keep = W->type == DT_Q8_0 && K / QK8_0 <= REF_Q8_BLOCKS;
     for (int t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * K;
+        /* Q8_0 rounds the token's activations as quantize_row_q8_0 does,
+         * once for all N rows */
+        if (keep) quantize_row_q8_0_ref(xq, xt, K);
         for (int n = 0; n < N; n++) {
             float sum = 0.0f;
             if (W->type == DT_Q8_0) {
-                /* Per block: round the activations to Q8_0 as quantize_row_q8_0
-                 * does, exact integer products, one multiply by both scales. */
+                /* Per block: the rounded activations, exact integer
+                 * products, one multiply by both scales. */
                 const BlockQ8_0 *w = (const BlockQ8_0 *)row_ptr(W, n);
                 float lane[LANES] = {0};
                 for (int b = 0; b < K / QK8_0; b++) {
-                    BlockQ8_0 xb;
-                    xb.d = q8_0_quantize_block_ref(xb.qs, xt + b * QK8_0);
-                    q8_0_block_into_lanes(lane, b, w[b].qs, xb.qs,
-                                          fp16_to_fp32(w[b].d) * fp16_to_fp32(xb.d));
+                    BlockQ8_0 one;
+                    const BlockQ8_0 *xb = &one;
+                    if (keep) xb = &xq[b];
+                    else one.d = q8_0_quantize_block_ref(one.qs, xt + b * QK8_0);
+                    q8_0_block_into_lanes(lane, b, w[b].qs, xb->qs,
+                                          fp16_to_fp32(w[b].d) * fp16_to_fp32(xb->d));
                 }
                 sum = lanes_sum(lane);
-            } else if (dtype_is_small_quant(W->type)) {
-                sum = small_dot_ref(row_ptr(W, n), W->type, xt, K);
             } else if (W->type == DT_BF16E) {
                 /* BF16's loop, each weight decoded where it is read: a
                  * block's escapes start where the last block's ended */

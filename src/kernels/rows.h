@@ -147,8 +147,8 @@ void q32_unpack(DType type, const void *blk, int8_t q[QK4], float *d, float *m);
 void qk_unpack(DType type, const void *blk, uint8_t q[QK_K], int sc[16], int mn[16], float *d,
                float *dmin);
 void dequantize_row_small(float *out, const void *row, DType type, int K);
-/* The plain path: one row widened to float, dotted with x. */
-float small_dot_ref(const void *row, DType type, const float *x, int K);
+/* The plain path: one row widened to float, dotted with T rows of x. */
+void small_dots_ref(float *out, size_t stride, const void *row, DType type, const float *x, int K, int T);
 /* The generic path: integer products against the rounded activations (job->act). */
 void small_rows_generic(const MatmulJob *job, int part, int n0, int n1);
 
