@@ -1336,6 +1336,64 @@ static void isa_names_parse_and_anything_else_is_a_one_line_error(void **state) 
     assert_int_equal(ops_parse_isa(NULL, &got, &e), ST_ARG);
 }
 
+/* Decoding on AVX-512 reads one row at a time or four side by side
+ * (ops_decode_rows, chosen by CPU kind): every output is the same bits
+ * either way, and the same as that token's in a batch of 5 (the batched
+ * tiles' sums). N = 1203 leaves 3 rows after the last four; K leaves a
+ * masked step (floats) or an odd last block (Q8_0). */
+static void decoding_one_or_four_rows_at_a_time_gives_the_same_bits(void **state) {
+    (void)state;
+    if (ops_best_isa() != OPS_AVX512) skip();
+    DType types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0};
+    for (int i = 0; i < 4; i++) {
+        int N = 1203, K = types[i] == DT_Q8_0 ? 288 : 280, T = 5;
+        Mat W = {types[i], N, K, make_weights(types[i], N, K, 71 + i)};
+        float *x = make_activations(T, K, 72);
+        float *one = malloc(sizeof(float) * N), *four = malloc(sizeof(float) * N);
+        float *batch = malloc(sizeof(float) * (size_t)T * N);
+        assert_non_null(one);
+        assert_non_null(four);
+        assert_non_null(batch);
+        ops_set_decode_rows(1);
+        run_matmul(one, x, &W, 1, OPS_AVX512);
+        ops_set_decode_rows(4);
+        run_matmul(four, x, &W, 1, OPS_AVX512);
+        run_matmul(batch, x, &W, T, OPS_AVX512);
+        ops_set_decode_rows(0);
+        for (int n = 0; n < N; n++) {
+            if (float_to_bits(one[n]) != float_to_bits(four[n]) || float_to_bits(one[n]) != float_to_bits(batch[n])) {
+                print_error("%s row %d: one row at a time %.9g, four %.9g, in a batch %.9g\n",
+                            dtype_name(types[i]), n, one[n], four[n], batch[n]);
+                fail();
+            }
+        }
+        free(one), free(four), free(batch), free(x), free((void *)W.data);
+    }
+}
+
+/* LLM_DECODE_ROWS: 1 or 4, set at start-up like LLM_ISA; anything else is a
+ * one-line error naming the variable that changes nothing. */
+static void llm_decode_rows_sets_the_rows_and_a_bad_value_is_a_one_line_error(void **state) {
+    (void)state;
+    Err e;
+    setenv("LLM_DECODE_ROWS", "4", 1);
+    assert_int_equal(ops_isa_from_env(&e), ST_OK);
+    assert_int_equal(ops_decode_rows(), 4);
+    setenv("LLM_DECODE_ROWS", "1", 1);
+    assert_int_equal(ops_isa_from_env(&e), ST_OK);
+    assert_int_equal(ops_decode_rows(), 1);
+    setenv("LLM_DECODE_ROWS", "2", 1);
+    assert_int_equal(ops_isa_from_env(&e), ST_ARG);
+    assert_int_equal(strncmp(e.msg, "LLM_DECODE_ROWS: ", 17), 0);
+    assert_non_null(strstr(e.msg, "'2'"));
+    assert_null(strchr(e.msg, '\n'));
+    assert_int_equal(ops_decode_rows(), 1);
+    unsetenv("LLM_DECODE_ROWS");
+    ops_set_decode_rows(0);
+    int cpu = ops_decode_rows();
+    assert_true(cpu == 1 || cpu == 4);
+}
+
 /* LLM_ISA sets the path at start-up; unset or empty leaves the default; a bad
  * value is one line that starts with the variable's name, and changes
  * nothing. */
@@ -1498,6 +1556,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(half_rows_of_one_token_give_the_same_bits_on_generic_and_avx512),
         cmocka_unit_test(q8_0_small_batches_equal_single_tokens_bitwise),
         cmocka_unit_test(matmul_gives_same_results_on_one_and_two_threads),
+        cmocka_unit_test(decoding_one_or_four_rows_at_a_time_gives_the_same_bits),
+        cmocka_unit_test(llm_decode_rows_sets_the_rows_and_a_bad_value_is_a_one_line_error),
         cmocka_unit_test(matmul_scratch_does_not_depend_on_threads),
         cmocka_unit_test(matmul_group_gives_each_matmuls_results),
         cmocka_unit_test(attention_products_match_double_precision),

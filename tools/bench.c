@@ -177,8 +177,9 @@ static void print_machine(const Args *a, const Machine *mc, int argc, char **arg
     for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
     printf("\nmachine: %s, %ld cores online, L3 %.1f MiB, load average %s\n", cpu,
            sysconf(_SC_NPROCESSORS_ONLN), (double)mc->l3_bytes / (1 << 20), load);
-    printf("OPENBLAS_CORETYPE=%s (OpenBLAS uses its %s kernels); engine kernels: %s\n",
-           coretype ? coretype : "(unset)", openblas_get_corename(), ops_isa_name(ops_best_isa()));
+    printf("OPENBLAS_CORETYPE=%s (OpenBLAS uses its %s kernels); engine kernels: %s, decoding reads %d "
+           "row%s side by side (LLM_DECODE_ROWS)\n", coretype ? coretype : "(unset)", openblas_get_corename(),
+           ops_isa_name(ops_best_isa()), ops_decode_rows(), ops_decode_rows() > 1 ? "s" : "");
     char kind[96];
     cpu_kind(kind, sizeof kind);
     printf("cpu kind: %s\n", kind);
@@ -440,7 +441,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (parse_args(argc, argv, &a, &help, &e)) {
+    if (parse_args(argc, argv, &a, &help, &e) || ops_isa_from_env(&e)) {   /* LLM_ISA, LLM_DECODE_ROWS */
         fprintf(stderr, "bench: %s\n", e.msg);
         return 2;
     }

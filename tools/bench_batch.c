@@ -821,7 +821,7 @@ int main(int argc, char **argv) {
                "[--block 16] [--runs 1] [--low-mem 0|1|2] [--kv 0|1] [--device cpu|cuda] MODEL.gguf ...\n");
         return 0;
     }
-    if (parse_args(argc, argv, &a, &e)) {
+    if (parse_args(argc, argv, &a, &e) || ops_isa_from_env(&e)) {   /* LLM_ISA, LLM_DECODE_ROWS */
         fprintf(stderr, "bench_batch: %s\n", e.msg);
         return 2;
     }

@@ -23,6 +23,7 @@
  * Run (OpenBLAS picks its kernels by OPENBLAS_CORETYPE; name the real CPU):
  *   OPENBLAS_CORETYPE=SkylakeX build/kbench [--isa plain|generic|avx512|best] [--type F32|F16|Q8_0|Q4_0|..|Q6_K]
  *       [--shape NxK] [--reps R] [--threads 1|2|both] [--pool-mib M] [--prefill-t T]
+ * LLM_DECODE_ROWS=1|4 sets how many rows T = 1 reads side by side (ops.h).
  * --pool-mib 0 keeps one copy of each matrix, so small ones run from cache:
  * that shows what a kernel can do when memory is not the limit. */
 #include "ceilings.h"
@@ -131,7 +132,7 @@ static double median(const double *v, int n) {
  * compiler vectorizes, with no prefetch. */
 static double time_memory_read(const uint8_t *pool, size_t bytes, int threads, int fast) {
     const uint64_t *p = (const uint64_t *)pool;
-    size_t n = bytes / 8, per = bytes / (size_t)threads / 1024 * 1024;
+    size_t n = bytes / 8, per = bytes / (size_t)threads / 16384 * 16384;   /* read_once: 16 KiB steps */
     uint64_t sum = 0;
     if (fast) {
         double best = 0.0;
@@ -235,6 +236,11 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (parsed) return 2;
+    Err env_err;
+    if (ops_isa_from_env(&env_err)) {   /* LLM_DECODE_ROWS (--isa names the path) */
+        fprintf(stderr, "kbench: %s\n", env_err.msg);
+        return 2;
+    }
 
     /* The figures: for each type and shape, T = 1 then T = prefill, 1 then 2 threads. */
     static Cell cells[MAX_CELLS];
@@ -306,8 +312,9 @@ int main(int argc, char **argv) {
     const char *core = getenv("OPENBLAS_CORETYPE");
     printf("# command:");
     for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
-    printf("\n# kernels: %s (best on this CPU: %s), OPENBLAS_CORETYPE=%s\n", ops_isa_name(o.isa),
-           ops_isa_name(ops_best_isa()), core ? core : "(unset)");
+    printf("\n# kernels: %s (best on this CPU: %s), T=1 reads %d row%s side by side (LLM_DECODE_ROWS), "
+           "OPENBLAS_CORETYPE=%s\n", ops_isa_name(o.isa), ops_isa_name(ops_best_isa()), ops_decode_rows(),
+           ops_decode_rows() > 1 ? "s" : "", core ? core : "(unset)");
     if (o.pool_mib > 0)
         printf("# medians of %d rounds; T=1: GB/s of weight bytes, cycling through %zu MiB; "
                "T=%d: GFLOP/s\n", o.reps, pool_bytes >> 20, o.prefill_T);

@@ -50,8 +50,19 @@ OpsIsa ops_isa(void);
 int ops_parse_isa(const char *s, OpsIsa *out, Err *e);
 /* At start-up: the environment variable LLM_ISA, when set and not empty, is
  * parsed as above and set; a bad value leaves the choice as it was and
- * returns the error, its message starting "LLM_ISA: ". */
+ * returns the error, its message starting "LLM_ISA: ". LLM_DECODE_ROWS
+ * likewise (below; "LLM_DECODE_ROWS: " for a value other than 1 or 4). */
 int ops_isa_from_env(Err *e);
+
+/* How many weight rows a product of one token (decoding) reads side by side
+ * on AVX-512: 1, one sequential stream that asks for the bytes ahead of it
+ * itself, or 4, four streams that the hardware prefetcher follows. Each row's
+ * sum is made the same way either way, so the bits do not change; the speed
+ * does, by CPU kind (notes/formats.md): 4 on Intel, 1 on any other. Set by
+ * ops_set_decode_rows (0: the CPU's choice again) or, at start-up, by
+ * LLM_DECODE_ROWS=1|4 through ops_isa_from_env. */
+int ops_decode_rows(void);
+void ops_set_decode_rows(int rows);
 
 /* The read that the matrix kernels are measured against (tools/bench,
  * tools/kbench): bytes p[0 .. bytes) summed as 64-bit words (a tail of

@@ -27,6 +27,7 @@ typedef struct {
     const Mat *W;          /* (N, K) */
     int T;
     int avx512;            /* 1 on the AVX-512 path: tiles_avx512.c's helpers may run */
+    int decode_rows;       /* T == 1 on AVX-512: rows read side by side (ops_decode_rows) */
     const uint8_t *act;    /* Q8_0: T rows of act_stride(K) bytes, quantized x */
     float *wide;           /* F16 through sgemm: (team, rows_per_part, K) */
     int rows_per_part;

@@ -71,13 +71,23 @@
 /* A tile computes out for rows n .. n+R-1 and tokens t .. t+TT-1 with its
  * accumulators in registers. The row loop needs six shapes: 4x4, the tails
  * 1x4 and 1x1 (rows left over), and 4x1, 4x2, 4x3 (the 1 to 3 tokens left
- * over). T == 1 runs the 1x1 tile down the rows (rows1). */
+ * over). T == 1 runs down the rows (rows1) with the 1x1 tile, or the 4x1
+ * where ops_decode_rows() says. */
 typedef void (*TileFn)(const MatmulJob *job, int n, int t);
 typedef void (*RowsOneFn)(const MatmulJob *job, int n0, int n1);
 typedef struct {
     TileFn r4t4, r1t4, r4t1, r1t1, r4t2, r4t3;
-    RowsOneFn rows1;   /* T == 1: rows n0 .. n1-1, the 1 x 1 tile inlined in the loop */
+    RowsOneFn rows1;   /* T == 1: rows n0 .. n1-1, the tiles inlined in the loop */
 } TileSet;
+
+/* The body of a rows1: rows n0 .. n1-1 of the one token, four side by side
+ * (TILE4, the 4 x 1 tile) where job->decode_rows says so, then the rest one
+ * at a time (TILE1). A row's sum is the same in both tiles. */
+#define ROWS_T1(TILE4, TILE1)                                            \
+    int n = n0;                                                          \
+    if (j->decode_rows == 4)                                             \
+        for (; n + 4 <= n1; n += 4) TILE4;                               \
+    for (; n < n1; n++) TILE1
 
 /* --- AVX-512: rounding activations to Q8_0 */
 
@@ -150,7 +160,15 @@ AVX512_FN void act_pack_avx512(uint8_t *act, const float *x, int T, int K) {
  * Q6_K and Q4_K put 12 KiB first or level for each. Before all this, 4 rows
  * at a time with the L2 prefetch had taken Q8_0 from about half of a plain
  * read to about 60%. The policy is prefetch_weights (rows.h), shared
- * with quant_avx512.c. */
+ * with quant_avx512.c.
+ *
+ * An Intel core wants the other way. On one Xeon Emerald Rapids core
+ * (kbench --shape 5632x2048 --threads 1, LLM_DECODE_ROWS 1 and 4 alternated,
+ * three runs each, against the best read beside each) four rows side by side
+ * read F16 at 0.92-1.03 of the read where one row read 0.71-0.81, F32
+ * 1.01-1.13 against 0.75-0.90, Q8_0 0.83-0.85 against 0.71-0.77. So decoding
+ * reads four rows at a time on Intel and one elsewhere (ops_decode_rows); a
+ * row's sum is the same either way. */
 
 /* --- AVX-512: Q8_0 register tile of R weight rows by TT tokens (R, TT <= 4)
  *
@@ -411,7 +429,7 @@ static AVX512_FN void q8_r1t1(const MatmulJob *j, int n, int t) { q8_tile(j, n, 
 static AVX512_FN void q8_r4t2(const MatmulJob *j, int n, int t) { q8_tile_4xn(j, n, t, 2); }
 static AVX512_FN void q8_r4t3(const MatmulJob *j, int n, int t) { q8_tile_4xn(j, n, t, 3); }
 static AVX512_FN void q8_rows1(const MatmulJob *j, int n0, int n1) {
-    for (int n = n0; n < n1; n++) q8_tile(j, n, 0, 1, 1);
+    ROWS_T1(q8_tile(j, n, 0, 4, 1), q8_tile(j, n, 0, 1, 1));
 }
 static const TileSet Q8_TILES = {q8_r4t4, q8_r1t4, q8_r4t1, q8_r1t1, q8_r4t2, q8_r4t3, q8_rows1};
 
@@ -531,7 +549,7 @@ static AVX512_FN void f32_r1t1(const MatmulJob *j, int n, int t) { float_tile(j,
 static AVX512_FN void f32_r4t2(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_F32, 2); }
 static AVX512_FN void f32_r4t3(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_F32, 3); }
 static AVX512_FN void f32_rows1(const MatmulJob *j, int n0, int n1) {
-    for (int n = n0; n < n1; n++) float_tile(j, n, 0, DT_F32, 1, 1);
+    ROWS_T1(float_tile(j, n, 0, DT_F32, 4, 1), float_tile(j, n, 0, DT_F32, 1, 1));
 }
 static const TileSet F32_TILES = {f32_r4t4, f32_r1t4, f32_r4t1, f32_r1t1, f32_r4t2, f32_r4t3, f32_rows1};
 
@@ -542,7 +560,7 @@ static AVX512_FN void f16_r1t1(const MatmulJob *j, int n, int t) { float_tile(j,
 static AVX512_FN void f16_r4t2(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_F16, 2); }
 static AVX512_FN void f16_r4t3(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_F16, 3); }
 static AVX512_FN void f16_rows1(const MatmulJob *j, int n0, int n1) {
-    for (int n = n0; n < n1; n++) float_tile(j, n, 0, DT_F16, 1, 1);
+    ROWS_T1(float_tile(j, n, 0, DT_F16, 4, 1), float_tile(j, n, 0, DT_F16, 1, 1));
 }
 static const TileSet F16_TILES = {f16_r4t4, f16_r1t4, f16_r4t1, f16_r1t1, f16_r4t2, f16_r4t3, f16_rows1};
 static AVX512_FN void bf16_r4t4(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_BF16, 4); }
@@ -552,7 +570,7 @@ static AVX512_FN void bf16_r1t1(const MatmulJob *j, int n, int t) { float_tile(j
 static AVX512_FN void bf16_r4t2(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_BF16, 2); }
 static AVX512_FN void bf16_r4t3(const MatmulJob *j, int n, int t) { float_tile_4xn(j, n, t, DT_BF16, 3); }
 static AVX512_FN void bf16_rows1(const MatmulJob *j, int n0, int n1) {
-    for (int n = n0; n < n1; n++) float_tile(j, n, 0, DT_BF16, 1, 1);
+    ROWS_T1(float_tile(j, n, 0, DT_BF16, 4, 1), float_tile(j, n, 0, DT_BF16, 1, 1));
 }
 static const TileSet BF16_TILES = {bf16_r4t4, bf16_r1t4, bf16_r4t1, bf16_r1t1, bf16_r4t2, bf16_r4t3, bf16_rows1};
 
@@ -571,7 +589,7 @@ static void rows_by_tiles(const MatmulJob *job, const TileSet *ts, int n0, int n
     if (chunk < 4) chunk = 4;
     for (int c0 = n0; c0 < n1; c0 += chunk) {
         int c1 = c0 + chunk < n1 ? c0 + chunk : n1, t = 0, n;
-        if (T == 1) {   /* one row at a time: a single stream (see above) */
+        if (T == 1) {   /* one or four rows at a time (see above) */
             ts->rows1(job, c0, c1);
             continue;
         }
