@@ -1340,13 +1340,14 @@ static void isa_names_parse_and_anything_else_is_a_one_line_error(void **state) 
  * (ops_decode_rows, chosen by CPU kind): every output is the same bits
  * either way, and the same as that token's in a batch of 5 (the batched
  * tiles' sums). N = 1203 leaves 3 rows after the last four; K leaves a
- * masked step (floats) or an odd last block (Q8_0). */
+ * masked step (floats), an odd last block (Q8_0) or a last quad of one
+ * block (the blocks of 32). */
 static void decoding_one_or_four_rows_at_a_time_gives_the_same_bits(void **state) {
     (void)state;
     if (ops_best_isa() != OPS_AVX512) skip();
-    DType types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0};
-    for (int i = 0; i < 4; i++) {
-        int N = 1203, K = types[i] == DT_Q8_0 ? 288 : 280, T = 5;
+    DType types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q5_1};
+    for (int i = 0; i < 6; i++) {
+        int N = 1203, K = dtype_block(types[i]) > 1 ? 288 : 280, T = 5;
         Mat W = {types[i], N, K, make_weights(types[i], N, K, 71 + i)};
         float *x = make_activations(T, K, 72);
         float *one = malloc(sizeof(float) * N), *four = malloc(sizeof(float) * N);
