@@ -81,6 +81,7 @@ typedef struct {
     int bw_loop[MAX_THREAD_COUNTS];              /* the read loop that gave it (ceilings.h) */
     double bw_each[MAX_THREAD_COUNTS][CEIL_READS];
     double fma_gflops[MAX_THREAD_COUNTS], vnni_gops[MAX_THREAD_COUNTS];   /* the instructions' peaks */
+    double amx_gops[MAX_THREAD_COUNTS];   /* 0: no AMX */
     double sgemm_gflops[MAX_THREAD_COUNTS][2];   /* the two shapes below */
     double sgemm_peak[MAX_THREAD_COUNTS];        /* the better of the two */
     long l3_bytes;                               /* 0 when unknown */
@@ -129,6 +130,7 @@ static int measure_machine(const Args *a, Machine *mc, Err *e) {
     for (int i = 0; i < a->n_threads; i++) {
         mc->fma_gflops[i] = ceil_peak(0, a->threads[i], &mc->sink);
         mc->vnni_gops[i] = ceil_peak(1, a->threads[i], &mc->sink);
+        mc->amx_gops[i] = ceil_peak(2, a->threads[i], &mc->sink);
     }
 
     int maxN = 5632, K = 2048, M = 128;
@@ -197,10 +199,15 @@ static void print_machine(const Args *a, const Machine *mc, int argc, char **arg
             printf(" %dx%dx%d %.1f", SGEMM_SHAPES[s][0], SGEMM_SHAPES[s][1], SGEMM_SHAPES[s][2],
                    mc->sgemm_gflops[i][s]);
     }
-    printf(" GFLOP/s\ninstruction peaks (16 independent chains, median of %d):", CEIL_RUNS);
-    for (int i = 0; i < a->n_threads; i++)
+    printf(" GFLOP/s\ninstruction peaks (independent chains, median of %d):", CEIL_RUNS);
+    for (int i = 0; i < a->n_threads; i++) {
         printf("%s %d thread%s AVX-512 FMA %.1f GFLOP/s, VNNI vpdpbusd %.1f GOP/s", i ? ";" : "", a->threads[i],
                a->threads[i] > 1 ? "s" : "", mc->fma_gflops[i], mc->vnni_gops[i]);
+        if (mc->amx_gops[i] > 0) printf(", AMX tdpbssd %.1f GOP/s", mc->amx_gops[i]);
+    }
+    if (mc->amx_gops[0] > 0)
+        printf("\n(the engine has no AMX kernels: its int8 products run on VNNI, llama.cpp's batched ones on AMX "
+               "where it has them)");
     printf("\n\n");
 }
 

@@ -1,12 +1,12 @@
 /* ceilings - the best this CPU gives: read bandwidth by the best of several
- * loops, and the FMA and VNNI peaks, on 1 and 2 threads (ceilings.h says
+ * loops, and the FMA, VNNI and AMX peaks, on 1 and 2 threads (ceilings.h says
  * what each loop and peak is). The benchmarks' percentages are of these.
  *
  *   build/fast/ceilings [--threads 1,2] [--gib 1]
  *
  * Prints the CPU kind (cpuid: vendor, family, model) and its name, then a
  * table: one row per thread count, the GB/s of each read loop, the best,
- * GFLOP/s of FMA and GOP/s of VNNI. */
+ * GFLOP/s of FMA and GOP/s of VNNI and AMX. */
 #include "bench_util.h"
 #include "ceilings.h"
 
@@ -69,9 +69,9 @@ int main(int argc, char **argv) {
     printf("read: %d GiB, median of %d runs a loop; peaks: median of %d\n\n", gib, CEIL_RUNS, CEIL_RUNS);
     printf("| threads |");
     for (int w = 0; w < CEIL_READS; w++) printf(" %s GB/s |", CEIL_READ_NAMES[w]);
-    printf(" best read GB/s | FMA GFLOP/s | VNNI GOP/s |\n|--:|");
+    printf(" best read GB/s | FMA GFLOP/s | VNNI GOP/s | AMX GOP/s |\n|--:|");
     for (int w = 0; w < CEIL_READS; w++) printf("--:|");
-    printf("--:|--:|--:|\n");
+    printf("--:|--:|--:|--:|\n");
     uint64_t sink = 0;
     for (int i = 0; i < n_threads; i++) {
         double each[CEIL_READS];
@@ -79,8 +79,11 @@ int main(int argc, char **argv) {
         double best = ceil_read_best(buf, bytes, threads[i], &which, each, &sink);
         printf("| %d |", threads[i]);
         for (int w = 0; w < CEIL_READS; w++) printf(" %.1f |", each[w]);
-        printf(" %.1f (%s) | %.1f | %.1f |\n", best, CEIL_READ_NAMES[which], ceil_peak(0, threads[i], &sink),
+        double amx = ceil_peak(2, threads[i], &sink);
+        printf(" %.1f (%s) | %.1f | %.1f |", best, CEIL_READ_NAMES[which], ceil_peak(0, threads[i], &sink),
                ceil_peak(1, threads[i], &sink));
+        if (amx > 0) printf(" %.1f |\n", amx);
+        else printf(" - (no AMX) |\n");
     }
     if (sink == 0x9e3779b9u) printf("(checksum %llu)\n", (unsigned long long)sink);
     free(buf);

@@ -20,6 +20,11 @@
  *   fma        AVX-512 vfmadd on 16 independent accumulators: 2 x 16 flops each
  *   vnni       AVX-512 VNNI vpdpbusd on 16 accumulators: 64 u8 x s8 products
  *              and their sums into 16 int32, 128 operations each
+ *   amx        where the CPU has AMX (Intel since Sapphire Rapids): tdpbssd
+ *              on 4 tiles of 16 x 16 int32, 16 x 16 x 64 s8 x s8 products
+ *              and sums each, 32768 operations; llama.cpp's batched
+ *              quantized products use it there, so its peak is the ceiling
+ *              of int8 work on such a CPU (the engine has no AMX kernels)
  *
  * Each figure is the median of CEIL_RUNS runs after one untimed run; with
  * several threads each thread reads its own part of the buffer (or runs its
@@ -35,6 +40,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 enum { CEIL_RUNS = 5, CEIL_READS = 6 };
 static const char *const CEIL_READ_NAMES[CEIL_READS] = {"plain", "wide", "prefetch", "far", "streams", "rows"};
@@ -63,6 +70,7 @@ static inline int ceil_has_avx512(void) { return __builtin_cpu_supports("avx512f
 static inline int ceil_has_vnni(void) { return __builtin_cpu_supports("avx512vnni"); }
 
 #define CEIL_AVX512 __attribute__((target("avx512f")))
+#define CEIL_AMX __attribute__((target("amx-tile,amx-int8")))
 #define CEIL_VNNI __attribute__((target("avx512f,avx512vnni")))
 
 /* One pass of read loop `which` over bytes at p (a multiple of 16 KiB); the
@@ -191,24 +199,72 @@ CEIL_VNNI static inline int vnni_chains(long n) {
     for (int v = 0; v < 16; v++) a[v] = _mm512_set1_epi32(v);
     for (long i = 0; i < n; i++)
         for (int v = 0; v < 16; v++) a[v] = _mm512_dpbusd_epi32(a[v], x, y);
-    for (int v = 1; v < 16; v++) a[0] = _mm512_add_epi32(a[0], a[v]);
-    return _mm512_reduce_add_epi32(a[0]);
+    for (int v = 1; v < 16; v++) a[0] = _mm512_add_epi32(a[0], a[v]);   /* wraps: a sink, not a value */
+    uint32_t lanes[16], s = 0;
+    _mm512_storeu_si512(lanes, a[0]);
+    for (int l = 0; l < 16; l++) s += lanes[l];   /* unsigned: no overflow to be undefined */
+    return (int)(s & 0x7fffffff);
 }
 
-/* GFLOP/s (vnni = 0) or GOP/s (vnni = 1) of all threads together, each
- * running its own chains; 0 where the CPU lacks the instruction. */
-static inline double ceil_peak(int vnni, int threads, uint64_t *sink) {
-    if (vnni ? !ceil_has_vnni() : !ceil_has_avx512()) return 0.0;
-    const long steps = 20 * 1000 * 1000;
+/* AMX: the CPU says it has tiles and int8 products (cpuid leaf 7: EDX bits
+ * 24 and 25), and Linux lets this process use the tile registers (they are
+ * off until asked for: arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA). */
+static inline int ceil_has_amx(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 24 & 1) || !(d >> 25 & 1)) return 0;
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+}
+
+/* n steps of tdpbssd into 4 tiles of int32 from two tiles of A and two of
+ * B (16 rows of 64 bytes each): 4 x 16 x 16 x 64 x 2 operations a step. */
+CEIL_AMX static inline int amx_chains(long n) {
+    struct __attribute__((packed)) {
+        uint8_t palette, start_row, reserved[14];
+        uint16_t colsb[16];
+        uint8_t rows[16];
+    } cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    static int8_t ones[16 * 64];
+    memset(ones, 1, sizeof ones);
+    int32_t c[16 * 16];
+    _tile_loadconfig(&cfg);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, ones, 64);
+    _tile_loadd(5, ones, 64);
+    _tile_loadd(6, ones, 64);
+    _tile_loadd(7, ones, 64);
+    for (long i = 0; i < n; i++) {
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+    }
+    _tile_stored(0, c, 64);
+    _tile_release();
+    return c[0];
+}
+
+/* GFLOP/s (kind 0, FMA) or GOP/s (1, VNNI; 2, AMX) of all threads together,
+ * each running its own chains; 0 where the CPU lacks the instruction. */
+static inline double ceil_peak(int kind, int threads, uint64_t *sink) {
+    if (kind == 2 ? !ceil_has_amx() : kind ? !ceil_has_vnni() : !ceil_has_avx512()) return 0.0;
+    const long steps = kind == 2 ? 100 * 1000 : 20 * 1000 * 1000;
+    const double ops = kind == 2 ? 4.0 * 16 * 16 * 64 * 2 : kind ? 16.0 * 128.0 : 16.0 * 32.0;
     double g[CEIL_RUNS];
     for (int r = -1; r < CEIL_RUNS; r++) {
         uint64_t s = 0;
         double t0 = clock_seconds();
 #pragma omp parallel for num_threads(threads) reduction(+ : s) schedule(static)
-        for (int i = 0; i < threads; i++) s += vnni ? (uint64_t)vnni_chains(steps) : (uint64_t)fma_chains(steps);
+        for (int i = 0; i < threads; i++)
+            s += kind == 2 ? (uint64_t)amx_chains(steps) : kind ? (uint64_t)vnni_chains(steps) : (uint64_t)fma_chains(steps);
         double t = clock_seconds() - t0;
         *sink += s;
-        if (r >= 0) g[r] = (vnni ? 16.0 * 128.0 : 16.0 * 32.0) * (double)steps * threads / t * 1e-9;
+        if (r >= 0) g[r] = ops * (double)steps * threads / t * 1e-9;
     }
     qsort(g, CEIL_RUNS, sizeof *g, cmp_double);
     return g[CEIL_RUNS / 2];
