@@ -142,6 +142,17 @@ cmp -s "$tmp/env" "$tmp/plain" && ok || bad "LLM_ISA=plain differs from --isa pl
 expect_error "unknown instruction set 'fastest'" --model data/shakespeare.gguf --isa fastest
 LLM_ISA=fastest "$INFER" --model data/shakespeare.gguf > "$tmp/out" 2> "$tmp/err"
 [ $? -eq 2 ] && grep -q "LLM_ISA: unknown instruction set 'fastest'" "$tmp/err" && ok || bad "LLM_ISA=fastest: $(cat "$tmp/err")"
+# LLM_DECODE_ROWS: one row or four at a time, the same greedy text (the F16
+# fixture: a float tile); any other value is one line, exit 2.
+if [ -f "$FIX/tiny/tiny-f16.gguf" ]; then
+    for r in 1 4; do
+        LLM_DECODE_ROWS=$r "$INFER" --model "$FIX/tiny/tiny-f16.gguf" --prompt "ROMEO:" -n 40 --temperature 0 > "$tmp/rows$r" 2>/dev/null
+    done
+    [ -s "$tmp/rows1" ] && cmp -s "$tmp/rows1" "$tmp/rows4" && ok || bad "LLM_DECODE_ROWS=1 and 4 gave different text"
+fi
+LLM_DECODE_ROWS=3 "$INFER" --model data/shakespeare.gguf > "$tmp/out" 2> "$tmp/err"
+[ $? -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] && grep -q "LLM_DECODE_ROWS: '3' is not 1 or 4" "$tmp/err" && ok \
+    || bad "LLM_DECODE_ROWS=3: $(cat "$tmp/err")"
 
 # The default model shipped in data/ loads and generates.
 if [ -f data/shakespeare.gguf ]; then
