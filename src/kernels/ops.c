@@ -185,17 +185,22 @@ int ops_parse_isa(const char *s, OpsIsa *out, Err *e) {
 }
 
 static int g_decode_rows;   /* 0: the CPU's choice */
+static int g_cpu_decode_rows;   /* that choice, once asked (0: not yet) */
 
 int ops_decode_rows(void) {
     if (g_decode_rows) return g_decode_rows;
+    if (!g_cpu_decode_rows) {
+        int rows = 1;
 #ifdef OPS_X86
-    /* One Xeon Emerald Rapids core read F32, F16 and Q8_0 rows 12 to 25%
-     * faster four at a time; one Zen 5 core read Q8_0 37.8 GB/s one at a
-     * time, 23.7 four at a time (tiles_avx512.c, "reading weights"). */
-    __builtin_cpu_init();
-    if (__builtin_cpu_is("intel")) return 4;
+        /* One Xeon Emerald Rapids core read F32, F16 and Q8_0 rows 12 to 25%
+         * faster four at a time; one Zen 5 core read Q8_0 37.8 GB/s one at a
+         * time, 23.7 four at a time (tiles_avx512.c, "reading weights"). */
+        __builtin_cpu_init();
+        if (__builtin_cpu_is("intel")) rows = 4;
 #endif
-    return 1;
+        g_cpu_decode_rows = rows;
+    }
+    return g_cpu_decode_rows;
 }
 
 void ops_set_decode_rows(int rows) {
