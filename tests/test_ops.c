@@ -501,6 +501,7 @@ static void matmul_matches_reference_at_model_widths(void **state) {
  * rounds them again for each row there). */
 static void q8_0_every_path_gives_the_reference_bits(void **state) {
     (void)state;
+    ops_set_amx(0);   /* T = 17 would take the AMX tiles: their own test, below */
     const int Ks[] = {32, 224, 288, 320, 33792}, Ts[] = {1, 2, 3, 7, 17};
     OpsIsa isas[] = {OPS_PLAIN, OPS_GENERIC, ops_best_isa()};
     int N = 45;
@@ -521,6 +522,48 @@ static void q8_0_every_path_gives_the_reference_bits(void **state) {
             free(x), free((void *)W.data);
         }
     }
+    ops_set_amx(-1);
+}
+
+/* On a CPU with AMX, Q8_0 from AMX_MIN_T (16) tokens runs on its tiles,
+ * which add the block sums in another order (tiles_amx.c): the bits of
+ * matmul_q8_0_blocks_ref, at 16 tokens and at groups with padding (17, 33,
+ * 40), rows that are a multiple of 16 and rows that are not (the last tile
+ * from N - 16), one block, an odd count and the long row; and none of it
+ * where AMX is off. The reference itself is held to the error bound of
+ * exact arithmetic by check_matmul below, which runs this path too. */
+static void q8_0_on_amx_tiles_gives_the_blocks_reference_bits(void **state) {
+    (void)state;
+    if (!ops_amx()) {
+        print_message("skipped: this CPU or system has no AMX tiles\n");
+        return;
+    }
+    const int Ks[] = {32, 224, 288, 33792}, Ts[] = {16, 17, 33, 40}, Ns[] = {16, 45, 70};
+    for (int k = 0; k < 4; k++)
+        for (int j = 0; j < 4; j++)
+            for (int i = 0; i < 3; i++) {
+                int N = Ns[i], K = Ks[k], T = Ts[j];
+                if (K > 2048 && (T > 16 || N > 16)) continue;   /* the long row once */
+                Mat W = {DT_Q8_0, N, K, make_weights(DT_Q8_0, N, K, 51 + (unsigned)k)};
+                float *x = make_activations(T, K, 52 + (unsigned)j);
+                float *got = malloc(sizeof(float) * (size_t)T * N), *ref = malloc(sizeof(float) * (size_t)T * N);
+                assert_non_null(got);
+                assert_non_null(ref);
+                matmul_q8_0_blocks_ref(ref, x, &W, T);
+                run_matmul(got, x, &W, T, OPS_AVX512);
+                for (int e = 0; e < T * N; e++)
+                    if (float_to_bits(got[e]) != float_to_bits(ref[e])) {
+                        print_error("Q8_0 AMX N=%d K=%d T=%d out[%d][%d]: %.9g, the reference %.9g\n", N, K, T,
+                                    e / N, e % N, got[e], ref[e]);
+                        fail();
+                    }
+                ops_set_amx(0);   /* off: the VNNI tiles, matmul_ref's bits */
+                run_matmul(got, x, &W, T, OPS_AVX512);
+                ops_set_amx(-1);
+                matmul_ref(ref, x, &W, T);
+                assert_memory_equal(got, ref, sizeof(float) * (size_t)T * N);
+                free(got), free(ref), free(x), free((void *)W.data);
+            }
 }
 
 /* Each (row, token) goes through the same instructions whatever the tile,
@@ -552,7 +595,10 @@ static void check_batch_equals_single_tokens(DType type, int N, int K, int T) {
 
 static void q8_0_prefill_rows_equal_decode_rows_bitwise(void **state) {
     (void)state;
+    check_batch_equals_single_tokens(DT_Q8_0, 70, 288, 15);
+    ops_set_amx(0);   /* 17 tokens would take the AMX tiles, which add in another order */
     check_batch_equals_single_tokens(DT_Q8_0, 70, 288, 17);
+    ops_set_amx(-1);
 }
 
 static void small_float_batches_equal_single_tokens_bitwise(void **state) {
@@ -1554,6 +1600,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(float_matmul_matches_reference_on_both_sides_of_each_path),
         cmocka_unit_test(matmul_matches_reference_at_model_widths),
         cmocka_unit_test(q8_0_every_path_gives_the_reference_bits),
+        cmocka_unit_test(q8_0_on_amx_tiles_gives_the_blocks_reference_bits),
         cmocka_unit_test(q8_0_prefill_rows_equal_decode_rows_bitwise),
         cmocka_unit_test(small_float_batches_equal_single_tokens_bitwise),
         cmocka_unit_test(half_rows_of_one_token_give_the_same_bits_on_generic_and_avx512),

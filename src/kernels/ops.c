@@ -208,6 +208,21 @@ void ops_set_decode_rows(int rows) {
     g_decode_rows = rows;
 }
 
+static int g_amx = -1;   /* -1: use AMX where the CPU has it */
+
+int ops_amx(void) {
+#ifdef OPS_X86
+    return g_amx != 0 && ops_best_isa() == OPS_AVX512 && amx_ok();
+#else
+    return 0;
+#endif
+}
+
+void ops_set_amx(int on) {
+    assert(on == -1 || on == 0 || on == 1);
+    g_amx = on;
+}
+
 int ops_isa_from_env(Err *e) {
     const char *v = getenv("LLM_ISA");
     if (v && *v) {   /* unset: the build's default stands */
@@ -222,6 +237,11 @@ int ops_isa_from_env(Err *e) {
         if (strcmp(v, "1") && strcmp(v, "4"))
             return err_set(e, ST_ARG, "LLM_DECODE_ROWS: '%.40s' is not 1 or 4", v);
         ops_set_decode_rows(atoi(v));
+    }
+    v = getenv("LLM_AMX");
+    if (v && *v) {
+        if (strcmp(v, "0") && strcmp(v, "1")) return err_set(e, ST_ARG, "LLM_AMX: '%.40s' is not 0 or 1", v);
+        ops_set_amx(*v == '1' ? -1 : 0);
     }
     return ST_OK;
 }
@@ -337,7 +357,10 @@ static uint8_t *scratch_base(void *scratch) {
 /* ------------------------------------------------------------- dispatch */
 
 size_t matmul_scratch_bytes(DType type, int T, int K) {
-    if (type == DT_Q8_0) return (size_t)T * act_stride(K) + 64;   /* + 64: we align it */
+    if (type == DT_Q8_0) {   /* + 64: we align it */
+        size_t act = (size_t)T * act_stride(K), amx = (size_t)amx_groups(T) * amx_group_bytes(K);
+        return (T >= AMX_MIN_T && amx > act ? amx : act) + 64;
+    }
     if (dtype_is_small_quant(type)) return (size_t)T * small_act_stride(type, K) + 64;
     if (type == DT_F16 || type == DT_BF16 || type == DT_BF16E) return (size_t)F16_WIDE_ROWS * K * sizeof(float) + 64;
     return 0;
@@ -396,6 +419,10 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
         job->act = scratch_base(scratch);
         count_call(isa, 0);
 #ifdef OPS_X86
+        if (isa == OPS_AVX512 && T >= AMX_MIN_T && W->N >= AMX_TOKENS && ops_amx()) {
+            amx_act_pack(scratch_base(scratch), x, T, K);
+            return q8_0_rows_amx;
+        }
         if (isa == OPS_AVX512) {
             act_pack_avx512(scratch_base(scratch), x, T, K);
             return q8_0_rows_avx512;
@@ -451,6 +478,7 @@ void matmul_group(float *const out[], const float *x, const Mat *const W[], int 
     int same = 1, rows = 0;
     for (int i = 0; i < n; i++) {
         same &= W[i]->type == W[0]->type && W[i]->K == W[0]->K;
+        same &= W[i]->N >= AMX_TOKENS || W[i]->type != DT_Q8_0;   /* the AMX tiles' least */
         rows += W[i]->N;
     }
     if (!same || isa == OPS_PLAIN || n == 1) {   /* each on its own, as matmul */

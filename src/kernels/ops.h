@@ -64,6 +64,13 @@ int ops_isa_from_env(Err *e);
 int ops_decode_rows(void);
 void ops_set_decode_rows(int rows);
 
+/* Whether Q8_0 products of AMX_MIN_T (16) or more tokens run on AMX tiles
+ * (tiles_amx.c): 1 where the CPU has AMX-INT8, the operating system allows
+ * it and nothing turned it off. ops_set_amx(0) turns it off, (-1) back to
+ * the CPU's choice; at start-up LLM_AMX=0|1 through ops_isa_from_env. */
+int ops_amx(void);
+void ops_set_amx(int on);
+
 /* The read that the matrix kernels are measured against (tools/bench,
  * tools/kbench): bytes p[0 .. bytes) summed as 64-bit words (a tail of
  * fewer than 8 bytes is left out), on the calling thread, as fast as this
@@ -127,6 +134,9 @@ void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, 
  * plain path follows `reference float64, weights dequantized`, the fast ones
  * llama.cpp). */
 void matmul_ref(float *out, const float *x, const Mat *W, int T);
+/* Q8_0 as the AMX tiles add it: per block the exact integer sum, one float
+ * chain per (row, token), block after block; the reference of that path. */
+void matmul_q8_0_blocks_ref(float *out, const float *x, const Mat *W, int T);
 
 
 /* out = x / sqrt(mean(x^2) + eps) * w, over n values (out may alias x). */

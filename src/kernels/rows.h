@@ -136,6 +136,24 @@ static inline Q32Act q32_act_row(const uint8_t *act, int K, int t) {
     return r;
 }
 
+/* --- Q8_0 activations for AMX (tiles_amx.c).
+ *
+ * Tokens in groups of AMX_TOKENS = 16, the last group padded with tokens of
+ * zeros. Per group, amx_group_bytes(K) bytes:
+ *   int8_t qs[K / 32][8][64]  block b, row r: bytes 4n .. 4n+3 are values
+ *                             4r .. 4r+3 of block b of token n (the layout
+ *                             of tdpbssd's second tile: four values of each
+ *                             of 16 columns to a row)
+ *   float  d[K / 32][16]      the scale of block b of token n
+ * The values and scales are quantize_row_q8_0's. */
+enum { AMX_TOKENS = 16, AMX_BLOCK_BYTES = QK8_0 * AMX_TOKENS };
+/* From this many tokens Q8_0 takes the AMX tiles where ops_amx() (ops.c). */
+enum { AMX_MIN_T = 16 };
+static inline int amx_groups(int T) { return (T + AMX_TOKENS - 1) / AMX_TOKENS; }
+static inline size_t amx_group_bytes(int K) {
+    return (size_t)K / QK8_0 * (AMX_BLOCK_BYTES + AMX_TOKENS * sizeof(float));
+}
+
 /* --- The 4, 5 and 6-bit block formats (quant.c).
  * Activations for them: the Q8_0 layout above for the 32-value formats (on
  * AVX-512 the Q32Act layout; the stride covers both); for the K formats T
@@ -188,6 +206,16 @@ int bf16e_avx512_ok(void);
 void bf16e_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
 void bf16e_widen_avx512(float *out, const Mat *W, int n);   /* row n to floats */
 void q8_0_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
+#endif
+
+#ifdef OPS_X86
+/* From tiles_amx.c. amx_ok: this CPU has AMX tiles with int8 products and
+ * the operating system lets this process use them (asked for once). */
+int amx_ok(void);
+/* T rows of x to the AMX layout above (job->act). */
+void amx_act_pack(uint8_t *act, const float *x, int T, int K);
+/* Q8_0 rows in 16 x 16 tiles (W->N >= 16), after amx_act_pack. */
+void q8_0_rows_amx(const MatmulJob *job, int part, int n0, int n1);
 #endif
 
 /* --- The Q8_0 sums, in one order for every path. */
