@@ -61,6 +61,7 @@ static uint32_t float_to_bits(float f) {
 }
 
 static void *make_small_weights(DType type, int N, int K, uint64_t seed);
+static void check_small_matmul(DType type, int N, int K, int T, OpsIsa isa, uint64_t seed);
 
 /* Random weights of a type. Q8_0 takes every byte value, -128 included (a
  * file may hold it even though our quantizer never writes it), and scales of
@@ -525,45 +526,55 @@ static void q8_0_every_path_gives_the_reference_bits(void **state) {
     ops_set_amx(-1);
 }
 
-/* On a CPU with AMX, Q8_0 from AMX_MIN_T (16) tokens runs on its tiles,
- * which add the block sums in another order (tiles_amx.c): the bits of
- * matmul_q8_0_blocks_ref, at 16 tokens and at groups with padding (17, 33,
+/* On a CPU with AMX, Q8_0 and Q4_0 from AMX_MIN_T (16) tokens run on its
+ * tiles, which add the block sums in another order (tiles_amx.c): the bits
+ * of matmul_blocks_ref, at 16 tokens and at groups with padding (17, 33,
  * 40), rows that are a multiple of 16 and rows that are not (the last tile
- * from N - 16), one block, an odd count and the long row; and none of it
- * where AMX is off. The reference itself is held to the error bound of
- * exact arithmetic by check_matmul below, which runs this path too. */
-static void q8_0_on_amx_tiles_gives_the_blocks_reference_bits(void **state) {
+ * from N - 16), one block, an odd count, more than a chunk of 32 blocks, and
+ * a long row; more than 8 groups of 16 tokens (a second pass: T = 130); and
+ * with AMX off, matmul_ref's bits again. The path is also held to exact
+ * arithmetic in double precision (check_matmul, check_small_matmul). */
+static void check_amx(DType type, int N, int K, int T, uint64_t seed) {
+    Mat W = {type, N, K, make_weights(type, N, K, seed)};
+    float *x = make_activations(T, K, seed + 1);
+    float *got = malloc(sizeof(float) * (size_t)T * N), *ref = malloc(sizeof(float) * (size_t)T * N);
+    assert_non_null(got);
+    assert_non_null(ref);
+    matmul_blocks_ref(ref, x, &W, T);
+    run_matmul(got, x, &W, T, OPS_AVX512);
+    for (int e = 0; e < T * N; e++)
+        if (float_to_bits(got[e]) != float_to_bits(ref[e])) {
+            print_error("%s AMX N=%d K=%d T=%d out[%d][%d]: %.9g, the reference %.9g\n", dtype_name(type), N, K, T,
+                        e / N, e % N, got[e], ref[e]);
+            fail();
+        }
+    if (type == DT_Q8_0) {   /* off: the VNNI tiles, matmul_ref's bits */
+        ops_set_amx(0);
+        run_matmul(got, x, &W, T, OPS_AVX512);
+        ops_set_amx(-1);
+        matmul_ref(ref, x, &W, T);
+        assert_memory_equal(got, ref, sizeof(float) * (size_t)T * N);
+    }
+    free(got), free(ref), free(x), free((void *)W.data);
+}
+
+static void q8_0_and_q4_0_on_amx_tiles_give_the_blocks_reference_bits(void **state) {
     (void)state;
     if (!ops_amx()) {
         print_message("skipped: this CPU or system has no AMX tiles\n");
         return;
     }
-    const int Ks[] = {32, 224, 288, 33792}, Ts[] = {16, 17, 33, 40}, Ns[] = {16, 45, 70};
-    for (int k = 0; k < 4; k++)
-        for (int j = 0; j < 4; j++)
-            for (int i = 0; i < 3; i++) {
-                int N = Ns[i], K = Ks[k], T = Ts[j];
-                if (K > 2048 && (T > 16 || N > 16)) continue;   /* the long row once */
-                Mat W = {DT_Q8_0, N, K, make_weights(DT_Q8_0, N, K, 51 + (unsigned)k)};
-                float *x = make_activations(T, K, 52 + (unsigned)j);
-                float *got = malloc(sizeof(float) * (size_t)T * N), *ref = malloc(sizeof(float) * (size_t)T * N);
-                assert_non_null(got);
-                assert_non_null(ref);
-                matmul_q8_0_blocks_ref(ref, x, &W, T);
-                run_matmul(got, x, &W, T, OPS_AVX512);
-                for (int e = 0; e < T * N; e++)
-                    if (float_to_bits(got[e]) != float_to_bits(ref[e])) {
-                        print_error("Q8_0 AMX N=%d K=%d T=%d out[%d][%d]: %.9g, the reference %.9g\n", N, K, T,
-                                    e / N, e % N, got[e], ref[e]);
-                        fail();
-                    }
-                ops_set_amx(0);   /* off: the VNNI tiles, matmul_ref's bits */
-                run_matmul(got, x, &W, T, OPS_AVX512);
-                ops_set_amx(-1);
-                matmul_ref(ref, x, &W, T);
-                assert_memory_equal(got, ref, sizeof(float) * (size_t)T * N);
-                free(got), free(ref), free(x), free((void *)W.data);
-            }
+    const DType types[] = {DT_Q8_0, DT_Q4_0};
+    const int Ks[] = {32, 224, 288, 2080}, Ts[] = {16, 17, 33, 40}, Ns[] = {16, 45, 70};
+    for (int y = 0; y < 2; y++) {
+        for (int k = 0; k < 4; k++)
+            for (int j = 0; j < 4; j++)
+                for (int i = 0; i < 3; i++) check_amx(types[y], Ns[i], Ks[k], Ts[j], 51 + (unsigned)(k * 16 + j * 4 + i));
+        check_amx(types[y], 16, 33792, 16, 7);   /* the reference rounds each row's blocks again */
+        check_amx(types[y], 33, 64, 130, 8);
+    }
+    check_matmul(DT_Q8_0, 45, 288, 17, OPS_AVX512, 9);
+    check_small_matmul(DT_Q4_0, 45, 288, 17, OPS_AVX512, 10);
 }
 
 /* Each (row, token) goes through the same instructions whatever the tile,
@@ -1600,7 +1611,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(float_matmul_matches_reference_on_both_sides_of_each_path),
         cmocka_unit_test(matmul_matches_reference_at_model_widths),
         cmocka_unit_test(q8_0_every_path_gives_the_reference_bits),
-        cmocka_unit_test(q8_0_on_amx_tiles_gives_the_blocks_reference_bits),
+        cmocka_unit_test(q8_0_and_q4_0_on_amx_tiles_give_the_blocks_reference_bits),
         cmocka_unit_test(q8_0_prefill_rows_equal_decode_rows_bitwise),
         cmocka_unit_test(small_float_batches_equal_single_tokens_bitwise),
         cmocka_unit_test(half_rows_of_one_token_give_the_same_bits_on_generic_and_avx512),

@@ -150,10 +150,10 @@ void matmul_ref(float *out, const float *x, const Mat *W, int T) {
     }
 }
 
-/* Q8_0 in the AMX tiles' order (tiles_amx.c): per block the exact integer
- * sum of its 32 products, then one float chain per (row, token):
+/* Q8_0 and Q4_0 in the AMX tiles' order (tiles_amx.c): per block the exact
+ * integer sum of its 32 products, then one float chain per (row, token):
  * acc = fma(sum, d_w * d_x, acc), block after block. */
-void matmul_q8_0_blocks_ref(float *out, const float *x, const Mat *W, int T) {
+void matmul_blocks_ref(float *out, const float *x, const Mat *W, int T) {
     int N = W->N, K = W->K;
     BlockQ8_0 xq[REF_Q8_BLOCKS];   /* as matmul_ref: kept up to this many blocks */
     int keep = K / QK8_0 <= REF_Q8_BLOCKS;
@@ -161,16 +161,25 @@ void matmul_q8_0_blocks_ref(float *out, const float *x, const Mat *W, int T) {
         const float *xt = x + (size_t)t * K;
         if (keep) quantize_row_q8_0_ref(xq, xt, K);
         for (int n = 0; n < N; n++) {
-            const BlockQ8_0 *w = (const BlockQ8_0 *)row_ptr(W, n);
+            const uint8_t *row = row_ptr(W, n);
             float acc = 0.0f;
             for (int b = 0; b < K / QK8_0; b++) {
                 BlockQ8_0 one;
                 const BlockQ8_0 *xb = &one;
                 if (keep) xb = &xq[b];
                 else one.d = q8_0_quantize_block_ref(one.qs, xt + b * QK8_0);
+                int8_t wq[QK8_0];
+                float dw, m;
+                if (W->type == DT_Q8_0) {
+                    const BlockQ8_0 *w = (const BlockQ8_0 *)row + b;
+                    memcpy(wq, w->qs, QK8_0);
+                    dw = fp16_to_fp32(w->d);
+                } else {
+                    q32_unpack(W->type, row + (size_t)b * sizeof(BlockQ4_0), wq, &dw, &m);
+                }
                 int32_t isum = 0;   /* exact: at most 32 * 128 * 128 */
-                for (int i = 0; i < QK8_0; i++) isum += w[b].qs[i] * xb->qs[i];
-                acc = fmaf((float)isum, fp16_to_fp32(w[b].d) * fp16_to_fp32(xb->d), acc);
+                for (int i = 0; i < QK8_0; i++) isum += wq[i] * xb->qs[i];
+                acc = fmaf((float)isum, dw * fp16_to_fp32(xb->d), acc);
             }
             out[(size_t)t * N + n] = acc;
         }

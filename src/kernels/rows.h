@@ -147,7 +147,7 @@ static inline Q32Act q32_act_row(const uint8_t *act, int K, int t) {
  *   float  d[K / 32][16]      the scale of block b of token n
  * The values and scales are quantize_row_q8_0's. */
 enum { AMX_TOKENS = 16, AMX_BLOCK_BYTES = QK8_0 * AMX_TOKENS };
-/* From this many tokens Q8_0 takes the AMX tiles where ops_amx() (ops.c). */
+/* From this many tokens Q8_0 and Q4_0 take the AMX tiles where ops_amx() (ops.c). */
 enum { AMX_MIN_T = 16 };
 static inline int amx_groups(int T) { return (T + AMX_TOKENS - 1) / AMX_TOKENS; }
 static inline size_t amx_group_bytes(int K) {
@@ -214,8 +214,9 @@ void q8_0_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
 int amx_ok(void);
 /* T rows of x to the AMX layout above (job->act). */
 void amx_act_pack(uint8_t *act, const float *x, int T, int K);
-/* Q8_0 rows in 16 x 16 tiles (W->N >= 16), after amx_act_pack. */
+/* Q8_0 and Q4_0 rows in 16 x 16 tiles (W->N >= 16), after amx_act_pack. */
 void q8_0_rows_amx(const MatmulJob *job, int part, int n0, int n1);
+void q4_0_rows_amx(const MatmulJob *job, int part, int n0, int n1);
 #endif
 
 /* --- The Q8_0 sums, in one order for every path. */

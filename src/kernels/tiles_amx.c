@@ -1,4 +1,5 @@
-/* tiles_amx.c - Q8_0 products on Intel's AMX tiles, for batches of tokens.
+/* tiles_amx.c - Q8_0 and Q4_0 products on Intel's AMX tiles, for batches of
+ * tokens.
  *
  * AMX (Sapphire Rapids and later Xeons) adds eight tile registers of up to
  * 16 rows of 64 bytes and one instruction, tdpbssd, that multiplies a tile of
@@ -7,31 +8,36 @@
  * a third: 16 x 16 x K products in one instruction, where vpdpbusd makes 64.
  * One core's peak (tools/ceilings.h) is about seven times its VNNI peak.
  *
- * How a Q8_0 product maps onto it. A Q8_0 block is 32 int8 values with one
- * scale, and the scales differ from block to block, so the integer sum of
- * each block must leave the tile before the next block's is added: one
- * tdpbssd per block (K = 32) into a zeroed tile, the 16 x 16 sums stored to
- * memory, and then AVX-512 adds them into float accumulators:
+ * How a block format maps onto it. A block is 32 int8 values with one scale,
+ * and the scales differ from block to block, so the integer sum of each
+ * block must leave the tile before the next block's is added: one tdpbssd
+ * per block (K = 32) into a zeroed tile, the 16 x 16 sums stored to memory,
+ * and then AVX-512 adds them into float accumulators:
  *     acc[row][token] = fma((float)S_b, d_w[b] * d_x[b], acc[row][token])
  * for b = 0, 1, ... in order, one chain per (row, token). That is the order
- * of this path, and q8_0_blocks_ref (ref.c) is its plain loop: the same
+ * of this path, and matmul_blocks_ref (ref.c) is its plain loop: the same
  * bits. It is not the VNNI tiles' order (rows.h, q8_0_block_into_lanes,
  * sixteen lanes of sums of four), so a token's result here differs from the
  * same token alone by float rounding (ops.h says when this path runs).
  *
  * Which side is which. The first tile (A, 16 rows of 32 bytes) is 16 weight
- * rows: row r of it is block b of weight row m + r, the 32 values that
- * follow the block's scale, read in place with the matrix's row stride. So
- * the weights need no repacking, and nothing is copied at load. The second
- * (B) is 16 tokens in the grouped layout that tdpbssd wants, made once per
- * call by amx_act_pack (rows.h, "Q8_0 activations for AMX"). The results
- * C[r][n] are row m + r against token n: sixteen accumulators of 16 tokens
- * each, in zmm registers for the whole of K.
+ * rows: row r of it is block b of weight row m + r. For Q8_0 those are the
+ * 32 values that follow the block's scale, read in place with the matrix's
+ * row stride: nothing is repacked or copied. Q4_0's nibbles are unpacked to
+ * bytes (q - 8) a chunk of blocks at a time into a buffer on the stack, once
+ * for all the tokens. The second tile (B) is 16 tokens in the grouped layout
+ * tdpbssd wants, made once per call by amx_act_pack (rows.h, "Q8_0
+ * activations for AMX"). The results C[r][n] are row m + r against token n:
+ * sixteen zmm accumulators of 16 tokens each.
  *
- * Each step takes two blocks, b in tiles 0, 2, 4 and b + 1 in 1, 3, 5, so
- * that the second tdpbssd runs while the first block's sums are added. A
- * matrix whose rows are not a multiple of 16 computes its last 16 rows
- * again from N - 16 (each row's sums are made alike wherever its tile
+ * The loops: for each 16 weight rows, for each chunk of AMX_CHUNK blocks
+ * (its weight scales widened, Q4_0's values unpacked), for each group of 16
+ * tokens (its accumulators loaded from and stored to memory around the
+ * chunk), the blocks two at a time: b in tiles 0, 2, 4 and b + 1 in 1, 3,
+ * 5, so that the second tdpbssd runs while the first block's sums are added.
+ * At most AMX_MAX_GROUPS groups are held at once; more tokens take another
+ * pass. A matrix whose rows are not a multiple of 16 computes its last 16
+ * rows again from N - 16 (a row's sums are made alike wherever its tile
  * starts) and writes only its own.
  *
  * Linux keeps the tile registers off until a process asks for them
@@ -44,7 +50,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define AMX_FN __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma,amx-tile,amx-int8")))
+#define AMX_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma,amx-tile,amx-int8")))
+#define AMX_INLINE static inline __attribute__((always_inline)) AMX_FN
 
 int amx_ok(void) {
     static int known, ok;
@@ -67,11 +74,14 @@ typedef struct __attribute__((packed)) {
     uint8_t rows[16];
 } AmxConfig;
 
-static const AmxConfig AMX_Q8_0 = {
+static const AmxConfig AMX_BLOCKS = {
     .palette = 1,
     .colsb = {32, 32, 64, 64, 64, 64},
     .rows = {16, 16, 8, 8, 16, 16},
 };
+
+/* Blocks unpacked or widened at a time, and token groups kept at once. */
+enum { AMX_CHUNK = 32, AMX_MAX_GROUPS = 8 };
 
 /* --- activations */
 
@@ -79,14 +89,14 @@ AMX_FN void amx_act_pack(uint8_t *act, const float *x, int T, int K) {
     int nb = K / QK8_0;
     size_t gbytes = amx_group_bytes(K);
     memset(act, 0, (size_t)amx_groups(T) * gbytes);   /* padding tokens: values and scales 0 */
-    enum { CHUNK = 64 };   /* blocks rounded at a time */
-    BlockQ8_0 q[CHUNK];
+    enum { ROUNDED = 64 };   /* blocks rounded at a time */
+    BlockQ8_0 q[ROUNDED];
     for (int t = 0; t < T; t++) {
         uint8_t *g = act + (size_t)(t / AMX_TOKENS) * gbytes;
         float *d = (float *)(g + (size_t)nb * AMX_BLOCK_BYTES);
         int n = t % AMX_TOKENS;
-        for (int b0 = 0; b0 < nb; b0 += CHUNK) {
-            int len = nb - b0 < CHUNK ? nb - b0 : CHUNK;
+        for (int b0 = 0; b0 < nb; b0 += ROUNDED) {
+            int len = nb - b0 < ROUNDED ? nb - b0 : ROUNDED;
             quantize_row_q8_0_avx512(q, x + (size_t)t * K + (size_t)b0 * QK8_0, len * QK8_0);
             for (int b = b0; b < b0 + len; b++) {
                 d[b * AMX_TOKENS + n] = fp16_to_fp32(q[b - b0].d);
@@ -97,83 +107,180 @@ AMX_FN void amx_act_pack(uint8_t *act, const float *x, int T, int K) {
     }
 }
 
-/* --- the product */
+/* --- 16 weight rows, made ready for the tiles */
 
-/* The scales of block b of the 16 rows from w (rows `ws` bytes apart), as
- * floats: one gather of the 4 bytes at each block's start (its fp16 scale
- * and two values), the words kept, widened. */
-AMX_FN static inline __m512 amx_weight_scales(const uint8_t *w, __m512i rows_at, int b) {
-    __m512i v = _mm512_i32gather_epi32(rows_at, (const void *)(w + (size_t)b * sizeof(BlockQ8_0)), 1);
-    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+/* The fp16 scales at the start of blocks b0 .. b0 + nb - 1 of the 16 rows
+ * from w (`ws` bytes apart, blocks `bb` bytes long) widened into dw: one
+ * gather of the 4 bytes at each row's block (its scale and what follows),
+ * the low words kept. */
+AMX_INLINE void amx_scales(float *dw, const uint8_t *w, size_t ws, size_t bb, int b0, int nb) {
+    const __m512i rows_at = _mm512_mullo_epi32(_mm512_set1_epi32((int)ws),
+                                               _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    for (int b = 0; b < nb; b++) {
+        __m512i v = _mm512_i32gather_epi32(rows_at, (const void *)(w + (size_t)(b0 + b) * bb), 1);
+        _mm512_store_ps(dw + 16 * b, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)));
+    }
 }
 
-/* A block's 16 x 16 sums c (row r, token n) into acc[r]: d_x the tokens'
+/* Q4_0 blocks b0 .. b0 + nb - 1 of the 16 rows from w into a: block b's
+ * tile at a + 512 b, row r's 32 values (q - 8: values 0-15 from the low
+ * nibbles, 16-31 from the high ones) at + 32 r. Four rows a register. */
+AMX_INLINE void amx_unpack_q4_0(uint8_t *a, const uint8_t *w, size_t ws, int b0, int nb) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+    const __m512i first = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), second = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = w + (size_t)(b0 + b) * sizeof(BlockQ4_0) + 2;   /* the nibbles */
+        for (int r = 0; r < 16; r += 4) {
+            __m512i z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(blk + r * ws)));
+            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(blk + (r + 1) * ws)), 1);
+            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(blk + (r + 2) * ws)), 2);
+            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(blk + (r + 3) * ws)), 3);
+            __m512i lo = _mm512_sub_epi8(_mm512_and_si512(z, m4), eight);
+            __m512i hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(z, 4), m4), eight);
+            uint8_t *o = a + (size_t)b * AMX_BLOCK_BYTES + 32 * r;   /* rows r, r + 1 then r + 2, r + 3 */
+            _mm512_store_si512(o, _mm512_permutex2var_epi64(lo, first, hi));
+            _mm512_store_si512(o + 64, _mm512_permutex2var_epi64(lo, second, hi));
+        }
+    }
+}
+
+/* --- the product */
+
+/* A block's 16 x 16 sums c (row r, token n) into acc[r]: dx the tokens'
  * scales, dw the rows'. */
-AMX_FN static inline void amx_add_block(__m512 acc[16], const int32_t *c, __m512 dx, const float *dw) {
+AMX_INLINE void amx_add_block(__m512 acc[16], const int32_t *c, __m512 dx, const float *dw) {
     for (int r = 0; r < 16; r++) {
         __m512 d = _mm512_mul_ps(_mm512_set1_ps(dw[r]), dx);
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * r)), d, acc[r]);
     }
 }
 
-/* Rows m .. m + 15 (w the first) against the 16 tokens of group g. */
-AMX_FN static void amx_q8_0_tile(__m512 acc[16], const MatmulJob *job, const uint8_t *w, size_t ws, int g) {
-    int K = job->W->K, nb = K / QK8_0;
-    const uint8_t *ag = job->act + (size_t)g * amx_group_bytes(K);
-    const float *adx = (const float *)(ag + (size_t)nb * AMX_BLOCK_BYTES);
-    const __m512i rows_at = _mm512_mullo_epi32(_mm512_set1_epi32((int)ws),
-                                               _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-    __attribute__((aligned(64))) int32_t c0[256], c1[256];
-    __attribute__((aligned(64))) float dw[32];
-    const uint8_t *qs = w + 2;   /* block 0's values, after its scale */
-    for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
-    int b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        _tile_loadd(0, qs + (size_t)b * sizeof(BlockQ8_0), ws);
-        _tile_loadd(2, ag + (size_t)b * AMX_BLOCK_BYTES, 64);
-        _tile_zero(4);
-        _tile_dpbssd(4, 0, 2);
-        _tile_loadd(1, qs + (size_t)(b + 1) * sizeof(BlockQ8_0), ws);
-        _tile_loadd(3, ag + (size_t)(b + 1) * AMX_BLOCK_BYTES, 64);
+/* Blocks b and b + 1 (b alone when two is 0) of 16 rows against 16 tokens,
+ * in two halves so that work can go between them: amx_pair_start multiplies
+ * (the rows' values at a0 and a1, 16 rows a_row apart; the tokens' at x0 and
+ * x1) into tiles 4 and 5, amx_pair_end adds the sums into acc (the rows'
+ * scales at dw0 and dw1, the tokens' at dx0 and dx1). */
+AMX_INLINE void amx_pair_start(const uint8_t *a0, const uint8_t *a1, size_t a_row, const uint8_t *x0,
+                               const uint8_t *x1, int two) {
+    _tile_loadd(0, a0, a_row);
+    _tile_loadd(2, x0, 64);
+    _tile_zero(4);
+    _tile_dpbssd(4, 0, 2);
+    if (two) {
+        _tile_loadd(1, a1, a_row);
+        _tile_loadd(3, x1, 64);
         _tile_zero(5);
         _tile_dpbssd(5, 1, 3);
-        _mm512_store_ps(dw, amx_weight_scales(w, rows_at, b));
-        _mm512_store_ps(dw + 16, amx_weight_scales(w, rows_at, b + 1));
-        _tile_stored(4, c0, 64);
-        amx_add_block(acc, c0, _mm512_loadu_ps(adx + (size_t)b * AMX_TOKENS), dw);
-        _tile_stored(5, c1, 64);
-        amx_add_block(acc, c1, _mm512_loadu_ps(adx + (size_t)(b + 1) * AMX_TOKENS), dw + 16);
-    }
-    if (b < nb) {
-        _tile_loadd(0, qs + (size_t)b * sizeof(BlockQ8_0), ws);
-        _tile_loadd(2, ag + (size_t)b * AMX_BLOCK_BYTES, 64);
-        _tile_zero(4);
-        _tile_dpbssd(4, 0, 2);
-        _mm512_store_ps(dw, amx_weight_scales(w, rows_at, b));
-        _tile_stored(4, c0, 64);
-        amx_add_block(acc, c0, _mm512_loadu_ps(adx + (size_t)b * AMX_TOKENS), dw);
     }
 }
 
+AMX_INLINE void amx_pair_end(__m512 acc[16], const float *dw0, const float *dw1, const float *dx0, const float *dx1,
+                             int two) {
+    __attribute__((aligned(64))) int32_t c0[256], c1[256];
+    _tile_stored(4, c0, 64);
+    amx_add_block(acc, c0, _mm512_loadu_ps(dx0), dw0);
+    if (two) {
+        _tile_stored(5, c1, 64);
+        amx_add_block(acc, c1, _mm512_loadu_ps(dx1), dw1);
+    }
+}
+
+/* Which rows of [n0, n1) the tile for row n holds: it starts at *m (n, or
+ * N - 16 for a matrix's last rows when they are fewer than 16) and holds
+ * rows *m + r for *r0 <= r < *r1. */
+static inline void amx_tile_rows(int n, int n1, int N, int *m, int *r0, int *r1) {
+    *m = n + 16 <= N ? n : N - 16;
+    *r0 = n - *m;
+    *r1 = (n1 < *m + 16 ? n1 : *m + 16) - *m;
+}
+
+/* out[t][m + r] = acc[r][t] for r0 <= r < r1 and the group's tokens. */
+static inline void amx_write(const MatmulJob *job, const float (*acc)[16], int m, int r0, int r1, int g) {
+    int N = job->W->N, tokens = job->T - g * AMX_TOKENS < AMX_TOKENS ? job->T - g * AMX_TOKENS : AMX_TOKENS;
+    for (int t = 0; t < tokens; t++) {
+        float *out = job->out + (size_t)(g * AMX_TOKENS + t) * N + m;
+        for (int r = r0; r < r1; r++) out[r] = acc[r][t];
+    }
+}
+
+/* Q8_0: the tile reads each block's 32 values in place, and the blocks'
+ * scales are gathered as they are needed; each group of 16 tokens keeps its
+ * sums in registers for the whole row. Copying the values into a buffer a
+ * chunk at a time, as Q4_0 must, and gathering a chunk's scales at once were
+ * both slower at 16 tokens (kbench --type Q8_0 --shape 5632x2048 --prefill-t
+ * 16, one Emerald Rapids core, three alternating runs: 256-390 GOP/s this
+ * way, 180-290 those) and no faster at 128. */
 AMX_FN void q8_0_rows_amx(const MatmulJob *job, int part, int n0, int n1) {
     (void)part;
     const Mat *W = job->W;
-    int N = W->N, T = job->T;
-    size_t ws = dtype_row_bytes(DT_Q8_0, W->K);
-    _tile_loadconfig(&AMX_Q8_0);
+    int K = W->K, nb = K / QK8_0;
+    size_t ws = dtype_row_bytes(DT_Q8_0, K), bb = sizeof(BlockQ8_0), gbytes = amx_group_bytes(K);
+    __attribute__((aligned(64))) float dw[32];
+    _tile_loadconfig(&AMX_BLOCKS);
     for (int n = n0; n < n1; n += 16) {
-        int m = n + 16 <= N ? n : N - 16;   /* the last tile of a matrix: from N - 16 */
-        int r0 = n - m, r1 = (n1 < m + 16 ? n1 : m + 16) - m;   /* the rows of [n0, n1) it holds */
-        for (int g = 0; g < amx_groups(T); g++) {
+        int m, r0, r1;
+        amx_tile_rows(n, n1, W->N, &m, &r0, &r1);
+        const uint8_t *w = row_ptr(W, m), *qs = w + 2;   /* block 0's values, after its scale */
+        for (int g = 0; g < amx_groups(job->T); g++) {
+            const uint8_t *x = job->act + (size_t)g * gbytes;
+            const float *dx = (const float *)(x + (size_t)nb * AMX_BLOCK_BYTES);
             __m512 acc[16];
-            __attribute__((aligned(64))) float o[16][16];
-            amx_q8_0_tile(acc, job, row_ptr(W, m), ws, g);
-            for (int r = 0; r < 16; r++) _mm512_store_ps(o[r], acc[r]);
-            int tokens = T - g * AMX_TOKENS < AMX_TOKENS ? T - g * AMX_TOKENS : AMX_TOKENS;
-            for (int t = 0; t < tokens; t++) {
-                float *out = job->out + (size_t)(g * AMX_TOKENS + t) * N + m;
-                for (int r = r0; r < r1; r++) out[r] = o[r][t];
+            for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+            for (int b = 0; b < nb; b += 2) {
+                int two = b + 1 < nb, b1 = two ? b + 1 : b;   /* b1: the second block, if any */
+                amx_pair_start(qs + b * bb, qs + b1 * bb, ws, x + (size_t)b * AMX_BLOCK_BYTES,
+                               x + (size_t)b1 * AMX_BLOCK_BYTES, two);
+                amx_scales(dw, w, ws, bb, b, 1 + two);   /* while the tiles multiply */
+                amx_pair_end(acc, dw, dw + 16, dx + (size_t)b * AMX_TOKENS, dx + (size_t)b1 * AMX_TOKENS, two);
             }
+            __attribute__((aligned(64))) float o[16][16];
+            for (int r = 0; r < 16; r++) _mm512_store_ps(o[r], acc[r]);
+            amx_write(job, (const float(*)[16])o, m, r0, r1, g);
+        }
+    }
+    _tile_release();
+}
+
+/* Q4_0: a chunk of AMX_CHUNK blocks of the 16 rows is unpacked to bytes and
+ * its scales widened, once for every group of tokens; each group's sums
+ * wait in memory between chunks. */
+AMX_FN void q4_0_rows_amx(const MatmulJob *job, int part, int n0, int n1) {
+    (void)part;
+    const Mat *W = job->W;
+    int K = W->K, nb = K / QK8_0, groups = amx_groups(job->T);
+    size_t ws = dtype_row_bytes(DT_Q4_0, K), bb = sizeof(BlockQ4_0), gbytes = amx_group_bytes(K);
+    __attribute__((aligned(64))) float dw[AMX_CHUNK * 16];
+    __attribute__((aligned(64))) uint8_t a[AMX_CHUNK * AMX_BLOCK_BYTES];
+    __attribute__((aligned(64))) float sums[AMX_MAX_GROUPS][16][16];
+    _tile_loadconfig(&AMX_BLOCKS);
+    for (int n = n0; n < n1; n += 16) {
+        int m, r0, r1;
+        amx_tile_rows(n, n1, W->N, &m, &r0, &r1);
+        const uint8_t *w = row_ptr(W, m);
+        for (int g0 = 0; g0 < groups; g0 += AMX_MAX_GROUPS) {
+            int g1 = groups - g0 < AMX_MAX_GROUPS ? groups : g0 + AMX_MAX_GROUPS;
+            memset(sums, 0, sizeof sums);
+            for (int c = 0; c < nb; c += AMX_CHUNK) {
+                int len = nb - c < AMX_CHUNK ? nb - c : AMX_CHUNK;
+                amx_scales(dw, w, ws, bb, c, len);
+                amx_unpack_q4_0(a, w, ws, c, len);
+                for (int g = g0; g < g1; g++) {
+                    const uint8_t *x = job->act + (size_t)g * gbytes + (size_t)c * AMX_BLOCK_BYTES;
+                    const float *dx = (const float *)(job->act + (size_t)g * gbytes + (size_t)nb * AMX_BLOCK_BYTES) +
+                                      (size_t)c * AMX_TOKENS;
+                    __m512 acc[16];
+                    for (int r = 0; r < 16; r++) acc[r] = _mm512_load_ps(sums[g - g0][r]);
+                    for (int b = 0; b < len; b += 2) {
+                        int b1 = b + 1 < len ? b + 1 : b;
+                        amx_pair_start(a + (size_t)b * AMX_BLOCK_BYTES, a + (size_t)b1 * AMX_BLOCK_BYTES, 32,
+                                       x + (size_t)b * AMX_BLOCK_BYTES, x + (size_t)b1 * AMX_BLOCK_BYTES, b1 > b);
+                        amx_pair_end(acc, dw + 16 * b, dw + 16 * b1, dx + (size_t)b * AMX_TOKENS,
+                                     dx + (size_t)b1 * AMX_TOKENS, b1 > b);
+                    }
+                    for (int r = 0; r < 16; r++) _mm512_store_ps(sums[g - g0][r], acc[r]);
+                }
+            }
+            for (int g = g0; g < g1; g++) amx_write(job, (const float(*)[16])sums[g - g0], m, r0, r1, g);
         }
     }
     _tile_release();
