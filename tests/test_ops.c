@@ -526,9 +526,9 @@ static void q8_0_every_path_gives_the_reference_bits(void **state) {
     ops_set_amx(-1);
 }
 
-/* On a CPU with AMX, Q8_0 and Q4_0 from AMX_MIN_T (16) tokens run on its
- * tiles, which add the block sums in another order (tiles_amx.c): the bits
- * of matmul_blocks_ref, at 16 tokens and at groups with padding (17, 33,
+/* On a CPU with AMX, Q8_0, Q4_0 and Q4_K from AMX_MIN_T (16) tokens run on
+ * its tiles, which add the block sums in another order (tiles_amx.c): the
+ * bits of matmul_blocks_ref, at 16 tokens and at groups with padding (17, 33,
  * 40), rows that are a multiple of 16 and rows that are not (the last tile
  * from N - 16), one block, an odd count, more than a chunk of 32 blocks, and
  * a long row; more than 8 groups of 16 tokens (a second pass: T = 130); and
@@ -558,23 +558,27 @@ static void check_amx(DType type, int N, int K, int T, uint64_t seed) {
     free(got), free(ref), free(x), free((void *)W.data);
 }
 
-static void q8_0_and_q4_0_on_amx_tiles_give_the_blocks_reference_bits(void **state) {
+static void q8_0_q4_0_and_q4_k_on_amx_tiles_give_the_blocks_reference_bits(void **state) {
     (void)state;
     if (!ops_amx()) {
         print_message("skipped: this CPU or system has no AMX tiles\n");
         return;
     }
-    const DType types[] = {DT_Q8_0, DT_Q4_0};
-    const int Ks[] = {32, 224, 288, 2080}, Ts[] = {16, 17, 33, 40}, Ns[] = {16, 45, 70};
-    for (int y = 0; y < 2; y++) {
+    const DType types[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K};
+    /* blocks: 1, 7, 9, 65 (2 chunks and one over); super-blocks: 1, 3, 9 (2 chunks and one over) */
+    const int Ks[3][4] = {{32, 224, 288, 2080}, {32, 224, 288, 2080}, {256, 768, 2304, 256}};
+    const int Ts[] = {16, 17, 33, 40}, Ns[] = {16, 45, 70};
+    for (int y = 0; y < 3; y++) {
         for (int k = 0; k < 4; k++)
             for (int j = 0; j < 4; j++)
-                for (int i = 0; i < 3; i++) check_amx(types[y], Ns[i], Ks[k], Ts[j], 51 + (unsigned)(k * 16 + j * 4 + i));
+                for (int i = 0; i < 3; i++)
+                    check_amx(types[y], Ns[i], Ks[y][k], Ts[j], 51 + (unsigned)(k * 16 + j * 4 + i));
         check_amx(types[y], 16, 33792, 16, 7);   /* the reference rounds each row's blocks again */
-        check_amx(types[y], 33, 64, 130, 8);
+        check_amx(types[y], 33, 256, 130, 8);
     }
     check_matmul(DT_Q8_0, 45, 288, 17, OPS_AVX512, 9);
     check_small_matmul(DT_Q4_0, 45, 288, 17, OPS_AVX512, 10);
+    check_small_matmul(DT_Q4_K, 45, 768, 17, OPS_AVX512, 11);
 }
 
 /* Each (row, token) goes through the same instructions whatever the tile,
@@ -1611,7 +1615,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(float_matmul_matches_reference_on_both_sides_of_each_path),
         cmocka_unit_test(matmul_matches_reference_at_model_widths),
         cmocka_unit_test(q8_0_every_path_gives_the_reference_bits),
-        cmocka_unit_test(q8_0_and_q4_0_on_amx_tiles_give_the_blocks_reference_bits),
+        cmocka_unit_test(q8_0_q4_0_and_q4_k_on_amx_tiles_give_the_blocks_reference_bits),
         cmocka_unit_test(q8_0_prefill_rows_equal_decode_rows_bitwise),
         cmocka_unit_test(small_float_batches_equal_single_tokens_bitwise),
         cmocka_unit_test(half_rows_of_one_token_give_the_same_bits_on_generic_and_avx512),

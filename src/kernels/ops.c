@@ -363,7 +363,8 @@ size_t matmul_scratch_bytes(DType type, int T, int K) {
     }
     if (dtype_is_small_quant(type)) {
         size_t act = (size_t)T * small_act_stride(type, K), amx = (size_t)amx_groups(T) * amx_group_bytes(K);
-        return (type == DT_Q4_0 && T >= AMX_MIN_T && amx > act ? amx : act) + 64;
+        if (type == DT_Q4_K) amx = (size_t)amx_groups(T) * amx_k_group_bytes(K);
+        return (amx_type(type) && T >= AMX_MIN_T && amx > act ? amx : act) + 64;
     }
     if (type == DT_F16 || type == DT_BF16 || type == DT_BF16E) return (size_t)F16_WIDE_ROWS * K * sizeof(float) + 64;
     return 0;
@@ -439,7 +440,11 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
         job->act = scratch_base(scratch);
         count_call(isa, 0);
 #ifdef OPS_X86
-        if (W->type == DT_Q4_0 && isa == OPS_AVX512 && T >= AMX_MIN_T && W->N >= AMX_TOKENS && ops_amx()) {
+        if (amx_type(W->type) && isa == OPS_AVX512 && T >= AMX_MIN_T && W->N >= AMX_TOKENS && ops_amx()) {
+            if (W->type == DT_Q4_K) {
+                amx_act_pack_k(scratch_base(scratch), x, T, K);
+                return q4_k_rows_amx;
+            }
             amx_act_pack(scratch_base(scratch), x, T, K);
             return q4_0_rows_amx;
         }
@@ -487,7 +492,7 @@ void matmul_group(float *const out[], const float *x, const Mat *const W[], int 
     int same = 1, rows = 0;
     for (int i = 0; i < n; i++) {
         same &= W[i]->type == W[0]->type && W[i]->K == W[0]->K;
-        same &= W[i]->N >= AMX_TOKENS || (W[i]->type != DT_Q8_0 && W[i]->type != DT_Q4_0);   /* AMX's least */
+        same &= W[i]->N >= AMX_TOKENS || !amx_type(W[i]->type);   /* the AMX tiles' least */
         rows += W[i]->N;
     }
     if (!same || isa == OPS_PLAIN || n == 1) {   /* each on its own, as matmul */

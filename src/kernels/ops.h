@@ -64,7 +64,7 @@ int ops_isa_from_env(Err *e);
 int ops_decode_rows(void);
 void ops_set_decode_rows(int rows);
 
-/* Whether Q8_0 and Q4_0 products of AMX_MIN_T (16) or more tokens run on AMX tiles
+/* Whether Q8_0, Q4_0 and Q4_K products of AMX_MIN_T (16) or more tokens run on AMX tiles
  * (tiles_amx.c): 1 where the CPU has AMX-INT8, the operating system allows
  * it and nothing turned it off. ops_set_amx(0) turns it off, (-1) back to
  * the CPU's choice; at start-up LLM_AMX=0|1 through ops_isa_from_env. */
@@ -134,9 +134,11 @@ void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, 
  * plain path follows `reference float64, weights dequantized`, the fast ones
  * llama.cpp). */
 void matmul_ref(float *out, const float *x, const Mat *W, int T);
-/* Q8_0 and Q4_0 as the AMX tiles add them: per block the exact integer sum
- * (Q4_0's values q - 8), one float chain per (row, token), block after
- * block; the reference of that path. */
+/* Q8_0, Q4_0 and Q4_K as the AMX tiles add them: per block the exact
+ * integer sum (Q4_0's values q - 8), one float chain per (row, token),
+ * block after block; Q4_K with activations rounded to Q8_K, a super-block's
+ * scaled sums and mins in integers, two float steps per super-block
+ * (tiles_amx.c). The reference of that path. */
 void matmul_blocks_ref(float *out, const float *x, const Mat *W, int T);
 
 

@@ -307,16 +307,10 @@ typedef struct {
     __m128 ddm;   /* d in lane 0, dmin in lane 1 (Q6_K: 0) */
 } KScales;
 
-AVX512_INLINE KScales k_scales(DType type, const uint8_t *blk) {
-    KScales s;
-    if (type == DT_Q6_K) {
-        const BlockQ6_K *b = (const BlockQ6_K *)blk;
-        s.sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->scales));
-        s.mn16 = _mm512_setzero_si512();
-        s.ddm = _mm_cvtph_ps(_mm_cvtsi32_si128(b->d));
-        return s;
-    }
-    const BlockQ4_K *b = (const BlockQ4_K *)blk;   /* Q5_K starts the same way */
+/* The 12 bytes of a Q4_K or Q5_K super-block's scales (and the 4 that
+ * follow, read and unused) to 16 bytes: the 8 sub-block scales, then the 8
+ * mins. */
+AVX512_INLINE __m128i k_scale_bytes(const uint8_t *scales) {
     /* k_scale_min for all eight at once, four bytes to a 32-bit word: bytes
      * 0-3 hold scales 0-3 (low six bits), 4-7 mins 0-3, 8-11 the low nibbles
      * of scales 4-7 and (high nibbles) mins 4-7, whose top two bits are the
@@ -327,12 +321,29 @@ AVX512_INLINE KScales k_scales(DType type, const uint8_t *blk) {
      * & two) << 4, all four in one register's dwords: about ten vector
      * instructions, where the scalar form and joining its words cost twenty. */
     const int six = 0x3f3f3f3f, four = 0x0f0f0f0f, two = 0x03030303;
-    __m128i v = _mm_loadu_si128((const __m128i *)b->scales);
+    __m128i v = _mm_loadu_si128((const __m128i *)scales);
     __m128i p = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));   /* w0 w2 w1 w2 */
     __m128i q = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));   /* w0 w0 w1 w1 */
     __m128i low = _mm_and_si128(_mm_srlv_epi32(p, _mm_set_epi32(4, 0, 0, 0)), _mm_set_epi32(four, six, four, six));
     __m128i top = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(q, 6), _mm_set_epi32(two, 0, two, 0)), 4);
-    __m128i bytes = _mm_or_si128(low, top);   /* sc_lo sc_hi mn_lo mn_hi */
+    return _mm_or_si128(low, top);   /* sc_lo sc_hi mn_lo mn_hi */
+}
+
+AVX512_FN void k_scale_bytes_avx512(const uint8_t *scales, uint8_t out[16]) {
+    _mm_storeu_si128((__m128i *)out, k_scale_bytes(scales));
+}
+
+AVX512_INLINE KScales k_scales(DType type, const uint8_t *blk) {
+    KScales s;
+    if (type == DT_Q6_K) {
+        const BlockQ6_K *b = (const BlockQ6_K *)blk;
+        s.sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->scales));
+        s.mn16 = _mm512_setzero_si512();
+        s.ddm = _mm_cvtph_ps(_mm_cvtsi32_si128(b->d));
+        return s;
+    }
+    const BlockQ4_K *b = (const BlockQ4_K *)blk;   /* Q5_K starts the same way */
+    __m128i bytes = k_scale_bytes(b->scales);
     s.sc = _mm512_cvtepu8_epi32(bytes);   /* lanes 0-7 the scales (8-15: the mins, unused) */
     __m512i mn8 = _mm512_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
     const __m512i half = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);

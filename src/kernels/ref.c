@@ -152,9 +152,47 @@ void matmul_ref(float *out, const float *x, const Mat *W, int T) {
 
 /* Q8_0 and Q4_0 in the AMX tiles' order (tiles_amx.c): per block the exact
  * integer sum of its 32 products, then one float chain per (row, token):
- * acc = fma(sum, d_w * d_x, acc), block after block. */
+ * acc = fma(sum, d_w * d_x, acc), block after block. Q4_K: above. */
+/* Q4_K: per super-block I = sum_j sc_j S_j and M = sum_j mn_j X_j exactly
+ * (S_j the integer dot of sub-block j, X_j the sum of its activations), then
+ * acc = fma(I, d d_x, acc), acc = fma(M, -dmin d_x, acc) (tiles_amx.c). Each
+ * token's super-blocks are rounded to Q8_K again for every row: slow, plain. */
+static void matmul_blocks_ref_k(float *out, const float *x, const Mat *W, int T) {
+    int N = W->N, K = W->K;
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            const uint8_t *row = row_ptr(W, n);
+            float acc = 0.0f;
+            for (int s = 0; s < K / QK_K; s++) {
+                BlockQ8_K xq;
+                quantize_row_q8_k(&xq, x + (size_t)t * K + (size_t)s * QK_K, QK_K);
+                uint8_t q[QK_K];
+                int sc[16], mn[16];
+                float d, dmin;
+                qk_unpack(DT_Q4_K, row + (size_t)s * sizeof(BlockQ4_K), q, sc, mn, &d, &dmin);
+                int32_t I = 0, M = 0;
+                for (int j = 0; j < 8; j++) {
+                    int32_t S = 0, X = 0;
+                    for (int i = 32 * j; i < 32 * j + 32; i++) {
+                        S += q[i] * xq.qs[i];
+                        X += xq.qs[i];
+                    }
+                    I += sc[j] * S;
+                    M += mn[j] * X;
+                }
+                acc = fmaf((float)I, d * xq.d, acc);
+                acc = fmaf((float)M, -dmin * xq.d, acc);
+            }
+            out[(size_t)t * N + n] = acc;
+        }
+}
+
 void matmul_blocks_ref(float *out, const float *x, const Mat *W, int T) {
     int N = W->N, K = W->K;
+    if (W->type == DT_Q4_K) {
+        matmul_blocks_ref_k(out, x, W, T);
+        return;
+    }
     BlockQ8_0 xq[REF_Q8_BLOCKS];   /* as matmul_ref: kept up to this many blocks */
     int keep = K / QK8_0 <= REF_Q8_BLOCKS;
     for (int t = 0; t < T; t++) {

@@ -147,12 +147,25 @@ static inline Q32Act q32_act_row(const uint8_t *act, int K, int t) {
  *   float  d[K / 32][16]      the scale of block b of token n
  * The values and scales are quantize_row_q8_0's. */
 enum { AMX_TOKENS = 16, AMX_BLOCK_BYTES = QK8_0 * AMX_TOKENS };
-/* From this many tokens Q8_0 and Q4_0 take the AMX tiles where ops_amx() (ops.c). */
+/* From this many tokens Q8_0, Q4_0 and Q4_K take the AMX tiles where
+ * ops_amx() (ops.c). */
 enum { AMX_MIN_T = 16 };
 static inline int amx_groups(int T) { return (T + AMX_TOKENS - 1) / AMX_TOKENS; }
 static inline size_t amx_group_bytes(int K) {
     return (size_t)K / QK8_0 * (AMX_BLOCK_BYTES + AMX_TOKENS * sizeof(float));
 }
+/* For Q4_K the values are rounded as Q8_K (one scale per 256, formats.h),
+ * and a group is amx_k_group_bytes(K):
+ *   int8_t  qs[K / 32][8][64]     as above
+ *   float   d[K / 256][16]        the scale of super-block s of token n
+ *   int32_t sums[K / 256][4][16]  pair p of super-block s, token n: the sums
+ *                                 of the 32 values of its sub-blocks 2p (low
+ *                                 16 bits) and 2p + 1 (high), for vpdpwssd */
+static inline size_t amx_k_group_bytes(int K) {
+    return (size_t)K / QK_K * (8 * AMX_BLOCK_BYTES + AMX_TOKENS * sizeof(float) + 4 * AMX_TOKENS * sizeof(int32_t));
+}
+/* Whether type has an AMX path. */
+static inline int amx_type(DType type) { return type == DT_Q8_0 || type == DT_Q4_0 || type == DT_Q4_K; }
 
 /* --- The 4, 5 and 6-bit block formats (quant.c).
  * Activations for them: the Q8_0 layout above for the 32-value formats (on
@@ -214,9 +227,16 @@ void q8_0_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
 int amx_ok(void);
 /* T rows of x to the AMX layout above (job->act). */
 void amx_act_pack(uint8_t *act, const float *x, int T, int K);
-/* Q8_0 and Q4_0 rows in 16 x 16 tiles (W->N >= 16), after amx_act_pack. */
+/* The same for Q4_K (Q8_K values and the sums of sub-blocks). */
+void amx_act_pack_k(uint8_t *act, const float *x, int T, int K);
+/* Q8_0, Q4_0 and Q4_K rows in 16 x 16 tiles (W->N >= 16), after
+ * amx_act_pack or amx_act_pack_k. */
 void q8_0_rows_amx(const MatmulJob *job, int part, int n0, int n1);
 void q4_0_rows_amx(const MatmulJob *job, int part, int n0, int n1);
+void q4_k_rows_amx(const MatmulJob *job, int part, int n0, int n1);
+/* From quant_avx512.c: a Q4_K or Q5_K super-block's 12 bytes of scales
+ * (16 are read) to its 8 sub-block scales, then its 8 mins. */
+void k_scale_bytes_avx512(const uint8_t *scales, uint8_t out[16]);
 #endif
 
 /* --- The Q8_0 sums, in one order for every path. */

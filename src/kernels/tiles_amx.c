@@ -1,5 +1,5 @@
-/* tiles_amx.c - Q8_0 and Q4_0 products on Intel's AMX tiles, for batches of
- * tokens.
+/* tiles_amx.c - Q8_0, Q4_0 and Q4_K products on Intel's AMX tiles, for
+ * batches of tokens.
  *
  * AMX (Sapphire Rapids and later Xeons) adds eight tile registers of up to
  * 16 rows of 64 bytes and one instruction, tdpbssd, that multiplies a tile of
@@ -278,6 +278,148 @@ AMX_FN void q4_0_rows_amx(const MatmulJob *job, int part, int n0, int n1) {
                                      dx + (size_t)b1 * AMX_TOKENS, b1 > b);
                     }
                     for (int r = 0; r < 16; r++) _mm512_store_ps(sums[g - g0][r], acc[r]);
+                }
+            }
+            for (int g = g0; g < g1; g++) amx_write(job, (const float(*)[16])sums[g - g0], m, r0, r1, g);
+        }
+    }
+    _tile_release();
+}
+/* --- Q4_K
+ *
+ * A super-block is 8 sub-blocks of 32 values q (0..15) with 6-bit scales sc
+ * and mins mn and two fp16 factors: value = d sc_j q - dmin mn_j. Against
+ * Q8_K activations (one scale d_x per 256, values x) a super-block's sum is
+ *     d_x (d I - dmin M),  I = sum_j sc_j S_j,  M = sum_j mn_j X_j
+ * with S_j the integer dot of sub-block j and X_j the sum of its 32 values.
+ * The tiles make each S_j (tdpbssd, q as signed bytes); I is added up in
+ * int32 (vpmulld by the row's sc_j: |S_j| <= 32 * 15 * 127 needs more than 16
+ * bits), M by four vpdpwssd from the tokens' pairs of X (amx_act_pack_k) and
+ * the row's pairs of mins, both exactly. Floats enter once per super-block:
+ *     acc = fma((float)I, d d_x, acc);  acc = fma((float)M, -dmin d_x, acc)
+ * matmul_blocks_ref's order for Q4_K. A chunk of AMX_K_CHUNK super-blocks of
+ * the 16 rows is unpacked (values, scales, mins, factors) once for all the
+ * groups of tokens. */
+
+enum { AMX_K_CHUNK = AMX_CHUNK / 8 };   /* super-blocks a chunk: the same bytes as Q4_0's */
+
+AMX_FN void amx_act_pack_k(uint8_t *act, const float *x, int T, int K) {
+    int nsb = K / QK_K;
+    size_t gbytes = amx_k_group_bytes(K);
+    memset(act, 0, (size_t)amx_groups(T) * gbytes);
+    for (int t = 0; t < T; t++) {
+        uint8_t *g = act + (size_t)(t / AMX_TOKENS) * gbytes;
+        float *d = (float *)(g + (size_t)nsb * 8 * AMX_BLOCK_BYTES);
+        int32_t *pairs = (int32_t *)(d + (size_t)nsb * AMX_TOKENS);
+        int n = t % AMX_TOKENS;
+        for (int sb = 0; sb < nsb; sb++) {
+            BlockQ8_K q;
+            quantize_row_q8_k(&q, x + (size_t)t * K + (size_t)sb * QK_K, QK_K);
+            d[sb * AMX_TOKENS + n] = q.d;
+            for (int j = 0; j < 8; j++) {
+                uint8_t *blk = g + (size_t)(sb * 8 + j) * AMX_BLOCK_BYTES;
+                for (int r = 0; r < QK8_0 / 4; r++) memcpy(blk + r * 64 + 4 * n, q.qs + 32 * j + 4 * r, 4);
+            }
+            for (int p = 0; p < 4; p++) {   /* |X_j| <= 32 * 127: 16 bits each */
+                int lo = q.bsums[4 * p] + q.bsums[4 * p + 1], hi = q.bsums[4 * p + 2] + q.bsums[4 * p + 3];
+                pairs[(sb * 4 + p) * AMX_TOKENS + n] = (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
+            }
+        }
+    }
+}
+
+/* A chunk of 16 rows, unpacked: block j of super-block s of row r at a[(8 s
+ * + j) * 512 + 32 r]; sc[s][r][j] (j < 8) and mn[s][r][j] (8 <= j < 16) as
+ * int32, the row's pairs of mins (mn_2p | mn_2p+1 << 16) at mnp[s][r][p],
+ * and d and dmin at dd[s][0][r], dd[s][1][r]. */
+typedef struct {
+    __attribute__((aligned(64))) uint8_t a[AMX_K_CHUNK * 8 * AMX_BLOCK_BYTES];
+    __attribute__((aligned(64))) int32_t sc[AMX_K_CHUNK][16][16];
+    __attribute__((aligned(64))) int32_t mnp[AMX_K_CHUNK][16][4];
+    __attribute__((aligned(64))) float dd[AMX_K_CHUNK][2][16];
+} AmxQ4K;
+
+AMX_INLINE void amx_unpack_q4_k(AmxQ4K *u, const uint8_t *w, size_t ws, int s0, int ns) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int s = 0; s < ns; s++)
+        for (int r = 0; r < 16; r++) {
+            const BlockQ4_K *b = (const BlockQ4_K *)(w + (size_t)r * ws) + s0 + s;
+            for (int c = 0; c < 4; c++) {   /* 32 bytes: sub-block 2c low, 2c + 1 high */
+                __m256i v = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
+                _mm256_store_si256((__m256i *)(u->a + (size_t)(8 * s + 2 * c) * AMX_BLOCK_BYTES + 32 * r),
+                                   _mm256_and_si256(v, m4));
+                _mm256_store_si256((__m256i *)(u->a + (size_t)(8 * s + 2 * c + 1) * AMX_BLOCK_BYTES + 32 * r),
+                                   _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+            }
+            __attribute__((aligned(16))) uint8_t scmn[16];
+            k_scale_bytes_avx512(b->scales, scmn);
+            __m128i bytes = _mm_load_si128((const __m128i *)scmn);
+            _mm512_store_si512(u->sc[s][r], _mm512_cvtepu8_epi32(bytes));
+            _mm_store_si128((__m128i *)u->mnp[s][r], _mm_cvtepu8_epi16(_mm_srli_si128(bytes, 8)));
+            u->dd[s][0][r] = fp16_to_fp32(b->d);
+            u->dd[s][1][r] = fp16_to_fp32(b->dmin);
+        }
+}
+
+/* A sub-block's 16 x 16 sums c times the rows' scales sc[r][j] into I. */
+AMX_INLINE void amx_add_sub_block(__m512i I[16], const int32_t *c, const int32_t (*sc)[16], int j) {
+    for (int r = 0; r < 16; r++)
+        I[r] = _mm512_add_epi32(I[r], _mm512_mullo_epi32(_mm512_load_si512(c + 16 * r), _mm512_set1_epi32(sc[r][j])));
+}
+
+AMX_FN void q4_k_rows_amx(const MatmulJob *job, int part, int n0, int n1) {
+    (void)part;
+    const Mat *W = job->W;
+    int K = W->K, nsb = K / QK_K, groups = amx_groups(job->T);
+    size_t ws = dtype_row_bytes(DT_Q4_K, K), gbytes = amx_k_group_bytes(K);
+    AmxQ4K u;
+    __attribute__((aligned(64))) float sums[AMX_MAX_GROUPS][16][16];
+    __attribute__((aligned(64))) int32_t c0[256], c1[256];
+    _tile_loadconfig(&AMX_BLOCKS);
+    for (int n = n0; n < n1; n += 16) {
+        int m, r0, r1;
+        amx_tile_rows(n, n1, W->N, &m, &r0, &r1);
+        const uint8_t *w = row_ptr(W, m);
+        for (int g0 = 0; g0 < groups; g0 += AMX_MAX_GROUPS) {
+            int g1 = groups - g0 < AMX_MAX_GROUPS ? groups : g0 + AMX_MAX_GROUPS;
+            memset(sums, 0, sizeof sums);
+            for (int s0 = 0; s0 < nsb; s0 += AMX_K_CHUNK) {
+                int ns = nsb - s0 < AMX_K_CHUNK ? nsb - s0 : AMX_K_CHUNK;
+                amx_unpack_q4_k(&u, w, ws, s0, ns);
+                for (int g = g0; g < g1; g++) {
+                    const uint8_t *x = job->act + (size_t)g * gbytes;
+                    const float *dx = (const float *)(x + (size_t)nsb * 8 * AMX_BLOCK_BYTES);
+                    const int32_t *pairs = (const int32_t *)(dx + (size_t)nsb * AMX_TOKENS);
+                    for (int s = 0; s < ns; s++) {
+                        __m512i I[16];
+                        for (int r = 0; r < 16; r++) I[r] = _mm512_setzero_si512();
+                        for (int j = 0; j < 8; j += 2) {
+                            const uint8_t *xs = x + (size_t)((s0 + s) * 8 + j) * AMX_BLOCK_BYTES;
+                            const uint8_t *as = u.a + (size_t)(8 * s + j) * AMX_BLOCK_BYTES;
+                            amx_pair_start(as, as + AMX_BLOCK_BYTES, 32, xs, xs + AMX_BLOCK_BYTES, 1);
+                            _tile_stored(4, c0, 64);
+                            amx_add_sub_block(I, c0, (const int32_t(*)[16])u.sc[s], j);
+                            _tile_stored(5, c1, 64);
+                            amx_add_sub_block(I, c1, (const int32_t(*)[16])u.sc[s], j + 1);
+                        }
+                        __m512 d = _mm512_loadu_ps(dx + (size_t)(s0 + s) * AMX_TOKENS);
+                        const int32_t *ps = pairs + (size_t)(s0 + s) * 4 * AMX_TOKENS;
+                        __m512i p0 = _mm512_loadu_si512(ps), p1 = _mm512_loadu_si512(ps + 16),
+                                p2 = _mm512_loadu_si512(ps + 32), p3 = _mm512_loadu_si512(ps + 48);
+                        for (int r = 0; r < 16; r++) {
+                            const int32_t *mp = u.mnp[s][r];
+                            __m512i M = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p0, _mm512_set1_epi32(mp[0]));
+                            M = _mm512_dpwssd_epi32(M, p1, _mm512_set1_epi32(mp[1]));
+                            M = _mm512_dpwssd_epi32(M, p2, _mm512_set1_epi32(mp[2]));
+                            M = _mm512_dpwssd_epi32(M, p3, _mm512_set1_epi32(mp[3]));
+                            __m512 acc = _mm512_load_ps(sums[g - g0][r]);
+                            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[r]), _mm512_mul_ps(_mm512_set1_ps(u.dd[s][0][r]), d),
+                                                  acc);
+                            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(_mm512_set1_ps(-u.dd[s][1][r]), d),
+                                                  acc);
+                            _mm512_store_ps(sums[g - g0][r], acc);
+                        }
+                    }
                 }
             }
             for (int g = g0; g < g1; g++) amx_write(job, (const float(*)[16])sums[g - g0], m, r0, r1, g);
