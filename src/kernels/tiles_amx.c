@@ -328,37 +328,46 @@ AMX_FN void amx_act_pack_k(uint8_t *act, const float *x, int T, int K) {
     }
 }
 
-/* A chunk of 16 rows, unpacked: block j of super-block s of row r at a[(8 s
- * + j) * 512 + 32 r]; sc[s][r][j] (j < 8) and mn[s][r][j] (8 <= j < 16) as
- * int32, the row's pairs of mins (mn_2p | mn_2p+1 << 16) at mnp[s][r][p],
- * and d and dmin at dd[s][0][r], dd[s][1][r]. */
+/* A chunk of 16 rows, unpacked: row r of super-block s as 256 bytes, its
+ * sub-blocks in order, at a[s][r] (so that sub-block j's tile is 16 rows
+ * of 32 bytes at a[s][0] + 32 j, 256 bytes apart); sc[s][r][j] (j < 8) and
+ * mn[s][r][j] (8 <= j < 16) as int32, the row's pairs of mins (mn_2p |
+ * mn_2p+1 << 16) at mnp[s][r][p], and d and dmin at dd[s][0][r],
+ * dd[s][1][r]. */
 typedef struct {
-    __attribute__((aligned(64))) uint8_t a[AMX_K_CHUNK * 8 * AMX_BLOCK_BYTES];
+    __attribute__((aligned(64))) uint8_t a[AMX_K_CHUNK][16][QK_K];
     __attribute__((aligned(64))) int32_t sc[AMX_K_CHUNK][16][16];
     __attribute__((aligned(64))) int32_t mnp[AMX_K_CHUNK][16][4];
     __attribute__((aligned(64))) float dd[AMX_K_CHUNK][2][16];
 } AmxQ4K;
 
 AMX_INLINE void amx_unpack_q4_k(AmxQ4K *u, const uint8_t *w, size_t ws, int s0, int ns) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    for (int s = 0; s < ns; s++)
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    /* 64 bytes of nibbles hold sub-blocks 2c and 2c + 2 in the low nibbles of
+     * their halves, 2c + 1 and 2c + 3 in the high ones: put back in order */
+    const __m512i first = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), second = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
+    const __m512i rows_at = _mm512_mullo_epi32(_mm512_set1_epi32((int)ws),
+                                               _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    for (int s = 0; s < ns; s++) {
+        const uint8_t *blk0 = w + (size_t)(s0 + s) * sizeof(BlockQ4_K);
+        __m512i ddm = _mm512_i32gather_epi32(rows_at, (const void *)blk0, 1);   /* d | dmin << 16, a row a lane */
+        _mm512_store_ps(u->dd[s][0], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(ddm)));
+        _mm512_store_ps(u->dd[s][1], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(ddm, 16))));
         for (int r = 0; r < 16; r++) {
-            const BlockQ4_K *b = (const BlockQ4_K *)(w + (size_t)r * ws) + s0 + s;
-            for (int c = 0; c < 4; c++) {   /* 32 bytes: sub-block 2c low, 2c + 1 high */
-                __m256i v = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
-                _mm256_store_si256((__m256i *)(u->a + (size_t)(8 * s + 2 * c) * AMX_BLOCK_BYTES + 32 * r),
-                                   _mm256_and_si256(v, m4));
-                _mm256_store_si256((__m256i *)(u->a + (size_t)(8 * s + 2 * c + 1) * AMX_BLOCK_BYTES + 32 * r),
-                                   _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+            const BlockQ4_K *b = (const BlockQ4_K *)(blk0 + (size_t)r * ws);
+            for (int h = 0; h < 2; h++) {   /* sub-blocks 4h .. 4h + 3 */
+                __m512i v = _mm512_loadu_si512(b->qs + 64 * h);
+                __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                _mm512_store_si512(u->a[s][r] + 128 * h, _mm512_permutex2var_epi64(lo, first, hi));
+                _mm512_store_si512(u->a[s][r] + 128 * h + 64, _mm512_permutex2var_epi64(lo, second, hi));
             }
             __attribute__((aligned(16))) uint8_t scmn[16];
             k_scale_bytes_avx512(b->scales, scmn);
             __m128i bytes = _mm_load_si128((const __m128i *)scmn);
             _mm512_store_si512(u->sc[s][r], _mm512_cvtepu8_epi32(bytes));
             _mm_store_si128((__m128i *)u->mnp[s][r], _mm_cvtepu8_epi16(_mm_srli_si128(bytes, 8)));
-            u->dd[s][0][r] = fp16_to_fp32(b->d);
-            u->dd[s][1][r] = fp16_to_fp32(b->dmin);
         }
+    }
 }
 
 /* A sub-block's 16 x 16 sums c times the rows' scales sc[r][j] into I. */
@@ -395,8 +404,8 @@ AMX_FN void q4_k_rows_amx(const MatmulJob *job, int part, int n0, int n1) {
                         for (int r = 0; r < 16; r++) I[r] = _mm512_setzero_si512();
                         for (int j = 0; j < 8; j += 2) {
                             const uint8_t *xs = x + (size_t)((s0 + s) * 8 + j) * AMX_BLOCK_BYTES;
-                            const uint8_t *as = u.a + (size_t)(8 * s + j) * AMX_BLOCK_BYTES;
-                            amx_pair_start(as, as + AMX_BLOCK_BYTES, 32, xs, xs + AMX_BLOCK_BYTES, 1);
+                            const uint8_t *as = u.a[s][0] + 32 * j;
+                            amx_pair_start(as, as + 32, QK_K, xs, xs + AMX_BLOCK_BYTES, 1);
                             _tile_stored(4, c0, 64);
                             amx_add_sub_block(I, c0, (const int32_t(*)[16])u.sc[s], j);
                             _tile_stored(5, c1, 64);
