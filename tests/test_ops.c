@@ -1458,6 +1458,35 @@ static void llm_decode_rows_sets_the_rows_and_a_bad_value_is_a_one_line_error(vo
     assert_true(cpu == 1 || cpu == 4);
 }
 
+/* LLM_AMX=0 turns the AMX tiles off (the matmul of 16 tokens then gives
+ * matmul_ref's bits), 1 gives them back where the CPU has them, anything
+ * else is one line naming the variable and changes nothing. */
+static void llm_amx_turns_the_tiles_off_and_a_bad_value_is_a_one_line_error(void **state) {
+    (void)state;
+    Err e;
+    int cpu = ops_amx();
+    setenv("LLM_AMX", "0", 1);
+    assert_int_equal(ops_isa_from_env(&e), ST_OK);
+    assert_int_equal(ops_amx(), 0);
+    int N = 32, K = 64, T = 16;
+    Mat W = {DT_Q8_0, N, K, make_weights(DT_Q8_0, N, K, 61)};
+    float *x = make_activations(T, K, 62), got[32 * 16], ref[32 * 16];
+    run_matmul(got, x, &W, T, ops_best_isa());
+    matmul_ref(ref, x, &W, T);
+    assert_memory_equal(got, ref, sizeof got);
+    setenv("LLM_AMX", "yes", 1);
+    assert_int_equal(ops_isa_from_env(&e), ST_ARG);
+    assert_int_equal(strncmp(e.msg, "LLM_AMX: ", 9), 0);
+    assert_non_null(strstr(e.msg, "'yes'"));
+    assert_null(strchr(e.msg, '\n'));
+    assert_int_equal(ops_amx(), 0);
+    setenv("LLM_AMX", "1", 1);
+    assert_int_equal(ops_isa_from_env(&e), ST_OK);
+    assert_int_equal(ops_amx(), cpu);
+    unsetenv("LLM_AMX");
+    free(x), free((void *)W.data);
+}
+
 /* LLM_ISA sets the path at start-up; unset or empty leaves the default; a bad
  * value is one line that starts with the variable's name, and changes
  * nothing. */
@@ -1623,6 +1652,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(matmul_gives_same_results_on_one_and_two_threads),
         cmocka_unit_test(decoding_one_or_four_rows_at_a_time_gives_the_same_bits),
         cmocka_unit_test(llm_decode_rows_sets_the_rows_and_a_bad_value_is_a_one_line_error),
+        cmocka_unit_test(llm_amx_turns_the_tiles_off_and_a_bad_value_is_a_one_line_error),
         cmocka_unit_test(matmul_scratch_does_not_depend_on_threads),
         cmocka_unit_test(matmul_group_gives_each_matmuls_results),
         cmocka_unit_test(attention_products_match_double_precision),

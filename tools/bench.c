@@ -206,8 +206,8 @@ static void print_machine(const Args *a, const Machine *mc, int argc, char **arg
         if (mc->amx_gops[i] > 0) printf(", AMX tdpbssd %.1f GOP/s", mc->amx_gops[i]);
     }
     if (mc->amx_gops[0] > 0)
-        printf("\n(the engine has no AMX kernels: its int8 products run on VNNI, llama.cpp's batched ones on AMX "
-               "where it has them)");
+        printf("\n(Q8_0, Q4_0 and Q4_K products of %d or more tokens run on AMX tiles: %s (LLM_AMX); the rest "
+               "on VNNI)", AMX_MIN_T, ops_amx() ? "on" : "off");
     printf("\n\n");
 }
 

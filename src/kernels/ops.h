@@ -32,8 +32,8 @@ int ops_threads(void);
  *   OPS_AVX512   AVX-512 and VNNI tiles (tiles_avx512.c), OpenBLAS from 36 tokens.
  *   OPS_BEST     the best of the last two that the CPU has (the default of
  *                the fast and test builds).
- * Q8_0 gives the same bits on every path; F32 and F16 differ by float
- * rounding only (sums in another order). The 4, 5 and 6-bit block formats
+ * Q8_0 gives the same bits on every path (but for the AMX tiles: below);
+ * F32 and F16 differ by float rounding only (sums in another order). The 4, 5 and 6-bit block formats
  * round activations on the generic and AVX-512 paths (the same integer sums,
  * float sums in another order) and not on the plain one (notes/formats.md). */
 typedef enum { OPS_BEST = -1, OPS_PLAIN = 0, OPS_AVX512 = 1, OPS_GENERIC = 2 } OpsIsa;
@@ -51,7 +51,8 @@ int ops_parse_isa(const char *s, OpsIsa *out, Err *e);
 /* At start-up: the environment variable LLM_ISA, when set and not empty, is
  * parsed as above and set; a bad value leaves the choice as it was and
  * returns the error, its message starting "LLM_ISA: ". LLM_DECODE_ROWS
- * likewise (below; "LLM_DECODE_ROWS: " for a value other than 1 or 4). */
+ * and LLM_AMX likewise (below; "LLM_DECODE_ROWS: " for a value other than 1
+ * or 4, "LLM_AMX: " for one other than 0 or 1). */
 int ops_isa_from_env(Err *e);
 
 /* How many weight rows a product of one token (decoding) reads side by side
@@ -64,10 +65,12 @@ int ops_isa_from_env(Err *e);
 int ops_decode_rows(void);
 void ops_set_decode_rows(int rows);
 
-/* Whether Q8_0, Q4_0 and Q4_K products of AMX_MIN_T (16) or more tokens run on AMX tiles
- * (tiles_amx.c): 1 where the CPU has AMX-INT8, the operating system allows
- * it and nothing turned it off. ops_set_amx(0) turns it off, (-1) back to
- * the CPU's choice; at start-up LLM_AMX=0|1 through ops_isa_from_env. */
+/* Whether Q8_0, Q4_0 and Q4_K products of AMX_MIN_T or more tokens run on
+ * AMX tiles (tiles_amx.c; on the AVX-512 path): 1 where the CPU has
+ * AMX-INT8, the operating system allows it and nothing turned it off.
+ * ops_set_amx(0) turns it off, (-1) back to the CPU's choice; at start-up
+ * LLM_AMX=0|1 through ops_isa_from_env. */
+enum { AMX_MIN_T = 16 };
 int ops_amx(void);
 void ops_set_amx(int on);
 
@@ -108,6 +111,11 @@ size_t matmul_scratch_bytes(DType type, int T, int K);
  * Q4_K, Q5_K, Q6_K: x rounded to Q8_K super-blocks of 256 (as llama.cpp
  *       does); integer sums per sub-block times the 6 or 8-bit sub-block
  *       scales, one float multiply per super-block.
+ * Q8_0, Q4_0, Q4_K from AMX_MIN_T tokens where ops_amx(): AMX tiles, 16
+ *       rows by 16 tokens, one tdpbssd per block of 32; the same integer
+ *       sums, added in float block after block (matmul_blocks_ref's bits),
+ *       so a token's result there differs by float rounding from the same
+ *       token alone.
  * On the generic path the small block formats take plain integer loops with
  * the same rounding of x (the same integer sums; float sums in another order).
  * Rows are split between ops_threads() threads; each (row, token) result is

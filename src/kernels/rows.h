@@ -147,9 +147,6 @@ static inline Q32Act q32_act_row(const uint8_t *act, int K, int t) {
  *   float  d[K / 32][16]      the scale of block b of token n
  * The values and scales are quantize_row_q8_0's. */
 enum { AMX_TOKENS = 16, AMX_BLOCK_BYTES = QK8_0 * AMX_TOKENS };
-/* From this many tokens Q8_0, Q4_0 and Q4_K take the AMX tiles where
- * ops_amx() (ops.c). */
-enum { AMX_MIN_T = 16 };
 static inline int amx_groups(int T) { return (T + AMX_TOKENS - 1) / AMX_TOKENS; }
 static inline size_t amx_group_bytes(int K) {
     return (size_t)K / QK8_0 * (AMX_BLOCK_BYTES + AMX_TOKENS * sizeof(float));
