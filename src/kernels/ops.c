@@ -6,7 +6,8 @@
  * the job, the activation layouts), then the leaves that compute: ref.c
  * (the plain-loop references), tiles_generic.c (the generic path),
  * tiles_avx512.c (AVX-512 register tiles), quant.c and quant_avx512.c (the
- * 4, 5 and 6-bit block formats). This file alone chooses between them; no
+ * 4, 5 and 6-bit block formats), tiles_amx.c (Intel's AMX tiles for Q8_0,
+ * Q4_0 and Q4_K batches). This file alone chooses between them; no
  * leaf includes ops.h. Reading order here: threads, the instruction set in
  * use, the dispatching helpers (softmax, attention's products), then
  * matmul_isa, which chooses.
@@ -21,8 +22,10 @@
  *   generic  no intrinsics of ours: OpenBLAS for F32 and F16, threaded plain
  *            loops for Q8_0. The fast path of a CPU without AVX-512.
  *   avx512   register tiles and VNNI (tiles_avx512.c) for up to 35 tokens, and
- *            for Q8_0 at any T; OpenBLAS beyond. `make fast` and `make test`
- *            start at the best the CPU has (OPS_BEST).
+ *            for Q8_0 at any T; OpenBLAS beyond; from 16 tokens AMX tiles
+ *            for Q8_0, Q4_0 and Q4_K where the CPU has them (ops_amx).
+ *            `make fast` and `make test` start at the best the CPU has
+ *            (OPS_BEST).
  * ops_stats() counts the matmul calls of each path, so a test can tell which
  * one ran.
  *

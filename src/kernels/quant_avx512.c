@@ -329,10 +329,6 @@ AVX512_INLINE __m128i k_scale_bytes(const uint8_t *scales) {
     return _mm_or_si128(low, top);   /* sc_lo sc_hi mn_lo mn_hi */
 }
 
-AVX512_FN void k_scale_bytes_avx512(const uint8_t *scales, uint8_t out[16]) {
-    _mm_storeu_si128((__m128i *)out, k_scale_bytes(scales));
-}
-
 AVX512_INLINE KScales k_scales(DType type, const uint8_t *blk) {
     KScales s;
     if (type == DT_Q6_K) {

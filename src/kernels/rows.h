@@ -231,9 +231,6 @@ void amx_act_pack_k(uint8_t *act, const float *x, int T, int K);
 void q8_0_rows_amx(const MatmulJob *job, int part, int n0, int n1);
 void q4_0_rows_amx(const MatmulJob *job, int part, int n0, int n1);
 void q4_k_rows_amx(const MatmulJob *job, int part, int n0, int n1);
-/* From quant_avx512.c: a Q4_K or Q5_K super-block's 12 bytes of scales
- * (16 are read) to its 8 sub-block scales, then its 8 mins. */
-void k_scale_bytes_avx512(const uint8_t *scales, uint8_t out[16]);
 #endif
 
 /* --- The Q8_0 sums, in one order for every path. */

@@ -330,16 +330,49 @@ AMX_FN void amx_act_pack_k(uint8_t *act, const float *x, int T, int K) {
 
 /* A chunk of 16 rows, unpacked: row r of super-block s as 256 bytes, its
  * sub-blocks in order, at a[s][r] (so that sub-block j's tile is 16 rows
- * of 32 bytes at a[s][0] + 32 j, 256 bytes apart); sc[s][r][j] (j < 8) and
- * mn[s][r][j] (8 <= j < 16) as int32, the row's pairs of mins (mn_2p |
- * mn_2p+1 << 16) at mnp[s][r][p], and d and dmin at dd[s][0][r],
+ * of 32 bytes at a[s][0] + 32 j, 256 bytes apart); the scale of sub-block j
+ * of row r at sc[s][j][r], as int32; the row's pairs of mins (mn_2p |
+ * mn_2p+1 << 16, for vpdpwssd) at mnp[s][p][r]; d and dmin at dd[s][0][r],
  * dd[s][1][r]. */
 typedef struct {
     __attribute__((aligned(64))) uint8_t a[AMX_K_CHUNK][16][QK_K];
-    __attribute__((aligned(64))) int32_t sc[AMX_K_CHUNK][16][16];
-    __attribute__((aligned(64))) int32_t mnp[AMX_K_CHUNK][16][4];
+    __attribute__((aligned(64))) int32_t sc[AMX_K_CHUNK][8][16];
+    __attribute__((aligned(64))) int32_t mnp[AMX_K_CHUNK][4][16];
     __attribute__((aligned(64))) float dd[AMX_K_CHUNK][2][16];
 } AmxQ4K;
+
+/* The scales and mins of super-block s of the 16 rows (their blocks at
+ * blk0, rows_at apart) into u: the 12 bytes of each row as three words
+ * w0, w1, w2, one row a lane, and k_scale_min for all 16 rows at once:
+ * scales 0-3 in the low six bits of w0's bytes, mins 0-3 of w1's, scales
+ * and mins 4-7 in w2's nibbles with their top two bits in the top of w0's
+ * and w1's bytes (k_scale_bytes in quant_avx512.c does one row). */
+AMX_INLINE void amx_scales_q4_k(AmxQ4K *u, int s, const uint8_t *blk0, __m512i rows_at) {
+    const uint8_t *sc12 = ((const BlockQ4_K *)blk0)->scales;
+    __m512i w0 = _mm512_i32gather_epi32(rows_at, (const void *)sc12, 1);
+    __m512i w1 = _mm512_i32gather_epi32(rows_at, (const void *)(sc12 + 4), 1);
+    __m512i w2 = _mm512_i32gather_epi32(rows_at, (const void *)(sc12 + 8), 1);
+    const __m512i six = _mm512_set1_epi32(0x3f3f3f3f), four = _mm512_set1_epi32(0x0f0f0f0f),
+                  two = _mm512_set1_epi32(0x03030303), byte = _mm512_set1_epi32(0xff);
+    __m512i sc_lo = _mm512_and_si512(w0, six), mn_lo = _mm512_and_si512(w1, six);
+    __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(w2, four),
+                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), two), 4));
+    __m512i mn_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), four),
+                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), two), 4));
+    for (int j = 0; j < 4; j++) {
+        _mm512_store_si512(u->sc[s][j], _mm512_and_si512(_mm512_srli_epi32(sc_lo, 8 * j), byte));
+        _mm512_store_si512(u->sc[s][4 + j], _mm512_and_si512(_mm512_srli_epi32(sc_hi, 8 * j), byte));
+    }
+    /* bytes b0 b1 b2 b3 of a word to the pairs b0 | b1 << 16 and b2 | b3 << 16 */
+    const __m512i third = _mm512_set1_epi32(0x00ff0000);
+    for (int h = 0; h < 2; h++) {
+        __m512i mn = h ? mn_hi : mn_lo, up = _mm512_srli_epi32(mn, 16);
+        _mm512_store_si512(u->mnp[s][2 * h], _mm512_or_si512(_mm512_and_si512(mn, byte),
+                                                             _mm512_and_si512(_mm512_slli_epi32(mn, 8), third)));
+        _mm512_store_si512(u->mnp[s][2 * h + 1], _mm512_or_si512(_mm512_and_si512(up, byte),
+                                                                 _mm512_and_si512(_mm512_slli_epi32(up, 8), third)));
+    }
+}
 
 AMX_INLINE void amx_unpack_q4_k(AmxQ4K *u, const uint8_t *w, size_t ws, int s0, int ns) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
@@ -353,6 +386,7 @@ AMX_INLINE void amx_unpack_q4_k(AmxQ4K *u, const uint8_t *w, size_t ws, int s0, 
         __m512i ddm = _mm512_i32gather_epi32(rows_at, (const void *)blk0, 1);   /* d | dmin << 16, a row a lane */
         _mm512_store_ps(u->dd[s][0], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(ddm)));
         _mm512_store_ps(u->dd[s][1], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(ddm, 16))));
+        amx_scales_q4_k(u, s, blk0, rows_at);
         for (int r = 0; r < 16; r++) {
             const BlockQ4_K *b = (const BlockQ4_K *)(blk0 + (size_t)r * ws);
             for (int h = 0; h < 2; h++) {   /* sub-blocks 4h .. 4h + 3 */
@@ -361,19 +395,14 @@ AMX_INLINE void amx_unpack_q4_k(AmxQ4K *u, const uint8_t *w, size_t ws, int s0, 
                 _mm512_store_si512(u->a[s][r] + 128 * h, _mm512_permutex2var_epi64(lo, first, hi));
                 _mm512_store_si512(u->a[s][r] + 128 * h + 64, _mm512_permutex2var_epi64(lo, second, hi));
             }
-            __attribute__((aligned(16))) uint8_t scmn[16];
-            k_scale_bytes_avx512(b->scales, scmn);
-            __m128i bytes = _mm_load_si128((const __m128i *)scmn);
-            _mm512_store_si512(u->sc[s][r], _mm512_cvtepu8_epi32(bytes));
-            _mm_store_si128((__m128i *)u->mnp[s][r], _mm_cvtepu8_epi16(_mm_srli_si128(bytes, 8)));
         }
     }
 }
 
-/* A sub-block's 16 x 16 sums c times the rows' scales sc[r][j] into I. */
-AMX_INLINE void amx_add_sub_block(__m512i I[16], const int32_t *c, const int32_t (*sc)[16], int j) {
+/* A sub-block's 16 x 16 sums c times the rows' scales sc[r] into I. */
+AMX_INLINE void amx_add_sub_block(__m512i I[16], const int32_t *c, const int32_t *sc) {
     for (int r = 0; r < 16; r++)
-        I[r] = _mm512_add_epi32(I[r], _mm512_mullo_epi32(_mm512_load_si512(c + 16 * r), _mm512_set1_epi32(sc[r][j])));
+        I[r] = _mm512_add_epi32(I[r], _mm512_mullo_epi32(_mm512_load_si512(c + 16 * r), _mm512_set1_epi32(sc[r])));
 }
 
 AMX_FN void q4_k_rows_amx(const MatmulJob *job, int part, int n0, int n1) {
@@ -407,20 +436,19 @@ AMX_FN void q4_k_rows_amx(const MatmulJob *job, int part, int n0, int n1) {
                             const uint8_t *as = u.a[s][0] + 32 * j;
                             amx_pair_start(as, as + 32, QK_K, xs, xs + AMX_BLOCK_BYTES, 1);
                             _tile_stored(4, c0, 64);
-                            amx_add_sub_block(I, c0, (const int32_t(*)[16])u.sc[s], j);
+                            amx_add_sub_block(I, c0, u.sc[s][j]);
                             _tile_stored(5, c1, 64);
-                            amx_add_sub_block(I, c1, (const int32_t(*)[16])u.sc[s], j + 1);
+                            amx_add_sub_block(I, c1, u.sc[s][j + 1]);
                         }
                         __m512 d = _mm512_loadu_ps(dx + (size_t)(s0 + s) * AMX_TOKENS);
                         const int32_t *ps = pairs + (size_t)(s0 + s) * 4 * AMX_TOKENS;
                         __m512i p0 = _mm512_loadu_si512(ps), p1 = _mm512_loadu_si512(ps + 16),
                                 p2 = _mm512_loadu_si512(ps + 32), p3 = _mm512_loadu_si512(ps + 48);
                         for (int r = 0; r < 16; r++) {
-                            const int32_t *mp = u.mnp[s][r];
-                            __m512i M = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p0, _mm512_set1_epi32(mp[0]));
-                            M = _mm512_dpwssd_epi32(M, p1, _mm512_set1_epi32(mp[1]));
-                            M = _mm512_dpwssd_epi32(M, p2, _mm512_set1_epi32(mp[2]));
-                            M = _mm512_dpwssd_epi32(M, p3, _mm512_set1_epi32(mp[3]));
+                            __m512i M = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p0, _mm512_set1_epi32(u.mnp[s][0][r]));
+                            M = _mm512_dpwssd_epi32(M, p1, _mm512_set1_epi32(u.mnp[s][1][r]));
+                            M = _mm512_dpwssd_epi32(M, p2, _mm512_set1_epi32(u.mnp[s][2][r]));
+                            M = _mm512_dpwssd_epi32(M, p3, _mm512_set1_epi32(u.mnp[s][3][r]));
                             __m512 acc = _mm512_load_ps(sums[g - g0][r]);
                             acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[r]), _mm512_mul_ps(_mm512_set1_ps(u.dd[s][0][r]), d),
                                                   acc);
