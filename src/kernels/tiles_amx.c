@@ -241,50 +241,32 @@ AMX_FN void q8_0_rows_amx(const MatmulJob *job, int part, int n0, int n1) {
     _tile_release();
 }
 
-/* Q4_0: a chunk of AMX_CHUNK blocks of the 16 rows is unpacked to bytes and
- * its scales widened, once for every group of tokens; each group's sums
- * wait in memory between chunks. */
-AMX_FN void q4_0_rows_amx(const MatmulJob *job, int part, int n0, int n1) {
-    (void)part;
-    const Mat *W = job->W;
-    int K = W->K, nb = K / QK8_0, groups = amx_groups(job->T);
-    size_t ws = dtype_row_bytes(DT_Q4_0, K), bb = sizeof(BlockQ4_0), gbytes = amx_group_bytes(K);
-    __attribute__((aligned(64))) float dw[AMX_CHUNK * 16];
+/* Q4_0: a chunk of AMX_CHUNK blocks of the 16 rows is unpacked to bytes
+ * (and their scales widened) once for every group of tokens: a chunk at
+ * a + 512 b, its scales at dw + 16 b. */
+typedef struct {
     __attribute__((aligned(64))) uint8_t a[AMX_CHUNK * AMX_BLOCK_BYTES];
-    __attribute__((aligned(64))) float sums[AMX_MAX_GROUPS][16][16];
-    _tile_loadconfig(&AMX_BLOCKS);
-    for (int n = n0; n < n1; n += 16) {
-        int m, r0, r1;
-        amx_tile_rows(n, n1, W->N, &m, &r0, &r1);
-        const uint8_t *w = row_ptr(W, m);
-        for (int g0 = 0; g0 < groups; g0 += AMX_MAX_GROUPS) {
-            int g1 = groups - g0 < AMX_MAX_GROUPS ? groups : g0 + AMX_MAX_GROUPS;
-            memset(sums, 0, sizeof sums);
-            for (int c = 0; c < nb; c += AMX_CHUNK) {
-                int len = nb - c < AMX_CHUNK ? nb - c : AMX_CHUNK;
-                amx_scales(dw, w, ws, bb, c, len);
-                amx_unpack_q4_0(a, w, ws, c, len);
-                for (int g = g0; g < g1; g++) {
-                    const uint8_t *x = job->act + (size_t)g * gbytes + (size_t)c * AMX_BLOCK_BYTES;
-                    const float *dx = (const float *)(job->act + (size_t)g * gbytes + (size_t)nb * AMX_BLOCK_BYTES) +
-                                      (size_t)c * AMX_TOKENS;
-                    __m512 acc[16];
-                    for (int r = 0; r < 16; r++) acc[r] = _mm512_load_ps(sums[g - g0][r]);
-                    for (int b = 0; b < len; b += 2) {
-                        int b1 = b + 1 < len ? b + 1 : b;
-                        amx_pair_start(a + (size_t)b * AMX_BLOCK_BYTES, a + (size_t)b1 * AMX_BLOCK_BYTES, 32,
-                                       x + (size_t)b * AMX_BLOCK_BYTES, x + (size_t)b1 * AMX_BLOCK_BYTES, b1 > b);
-                        amx_pair_end(acc, dw + 16 * b, dw + 16 * b1, dx + (size_t)b * AMX_TOKENS,
-                                     dx + (size_t)b1 * AMX_TOKENS, b1 > b);
-                    }
-                    for (int r = 0; r < 16; r++) _mm512_store_ps(sums[g - g0][r], acc[r]);
-                }
-            }
-            for (int g = g0; g < g1; g++) amx_write(job, (const float(*)[16])sums[g - g0], m, r0, r1, g);
-        }
+    __attribute__((aligned(64))) float dw[AMX_CHUNK * 16];
+} AmxQ4_0;
+
+/* Blocks c .. c + len - 1 of the chunk u against group g, into sums. */
+AMX_INLINE void amx_q4_0_chunk(float (*sums)[16], const AmxQ4_0 *u, const MatmulJob *job, int g, int c, int len) {
+    int nb = job->W->K / QK8_0;
+    const uint8_t *xg = job->act + (size_t)g * amx_group_bytes(job->W->K);
+    const uint8_t *x = xg + (size_t)c * AMX_BLOCK_BYTES;
+    const float *dx = (const float *)(xg + (size_t)nb * AMX_BLOCK_BYTES) + (size_t)c * AMX_TOKENS;
+    __m512 acc[16];
+    for (int r = 0; r < 16; r++) acc[r] = _mm512_load_ps(sums[r]);
+    for (int b = 0; b < len; b += 2) {
+        int b1 = b + 1 < len ? b + 1 : b;
+        amx_pair_start(u->a + (size_t)b * AMX_BLOCK_BYTES, u->a + (size_t)b1 * AMX_BLOCK_BYTES, 32,
+                       x + (size_t)b * AMX_BLOCK_BYTES, x + (size_t)b1 * AMX_BLOCK_BYTES, b1 > b);
+        amx_pair_end(acc, u->dw + 16 * b, u->dw + 16 * b1, dx + (size_t)b * AMX_TOKENS, dx + (size_t)b1 * AMX_TOKENS,
+                     b1 > b);
     }
-    _tile_release();
+    for (int r = 0; r < 16; r++) _mm512_store_ps(sums[r], acc[r]);
 }
+
 /* --- Q4_K
  *
  * A super-block is 8 sub-blocks of 32 values q (0..15) with 6-bit scales sc
@@ -405,14 +387,57 @@ AMX_INLINE void amx_add_sub_block(__m512i I[16], const int32_t *c, const int32_t
         I[r] = _mm512_add_epi32(I[r], _mm512_mullo_epi32(_mm512_load_si512(c + 16 * r), _mm512_set1_epi32(sc[r])));
 }
 
-AMX_FN void q4_k_rows_amx(const MatmulJob *job, int part, int n0, int n1) {
-    (void)part;
-    const Mat *W = job->W;
-    int K = W->K, nsb = K / QK_K, groups = amx_groups(job->T);
-    size_t ws = dtype_row_bytes(DT_Q4_K, K), gbytes = amx_k_group_bytes(K);
-    AmxQ4K u;
-    __attribute__((aligned(64))) float sums[AMX_MAX_GROUPS][16][16];
+/* Super-blocks s0 .. s0 + ns - 1 of the chunk u against group g, into sums. */
+AMX_INLINE void amx_q4_k_chunk(float (*sums)[16], const AmxQ4K *u, const MatmulJob *job, int g, int s0, int ns) {
+    int nsb = job->W->K / QK_K;
+    const uint8_t *x = job->act + (size_t)g * amx_k_group_bytes(job->W->K);
+    const float *dx = (const float *)(x + (size_t)nsb * 8 * AMX_BLOCK_BYTES);
+    const int32_t *pairs = (const int32_t *)(dx + (size_t)nsb * AMX_TOKENS);
     __attribute__((aligned(64))) int32_t c0[256], c1[256];
+    for (int s = 0; s < ns; s++) {
+        __m512i I[16];
+        for (int r = 0; r < 16; r++) I[r] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j += 2) {
+            const uint8_t *xs = x + (size_t)((s0 + s) * 8 + j) * AMX_BLOCK_BYTES, *as = u->a[s][0] + 32 * j;
+            amx_pair_start(as, as + 32, QK_K, xs, xs + AMX_BLOCK_BYTES, 1);
+            _tile_stored(4, c0, 64);
+            amx_add_sub_block(I, c0, u->sc[s][j]);
+            _tile_stored(5, c1, 64);
+            amx_add_sub_block(I, c1, u->sc[s][j + 1]);
+        }
+        __m512 d = _mm512_loadu_ps(dx + (size_t)(s0 + s) * AMX_TOKENS);
+        const int32_t *ps = pairs + (size_t)(s0 + s) * 4 * AMX_TOKENS;
+        __m512i p0 = _mm512_loadu_si512(ps), p1 = _mm512_loadu_si512(ps + 16), p2 = _mm512_loadu_si512(ps + 32),
+                p3 = _mm512_loadu_si512(ps + 48);
+        for (int r = 0; r < 16; r++) {
+            __m512i M = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p0, _mm512_set1_epi32(u->mnp[s][0][r]));
+            M = _mm512_dpwssd_epi32(M, p1, _mm512_set1_epi32(u->mnp[s][1][r]));
+            M = _mm512_dpwssd_epi32(M, p2, _mm512_set1_epi32(u->mnp[s][2][r]));
+            M = _mm512_dpwssd_epi32(M, p3, _mm512_set1_epi32(u->mnp[s][3][r]));
+            __m512 acc = _mm512_load_ps(sums[r]);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[r]), _mm512_mul_ps(_mm512_set1_ps(u->dd[s][0][r]), d), acc);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(_mm512_set1_ps(-u->dd[s][1][r]), d), acc);
+            _mm512_store_ps(sums[r], acc);
+        }
+    }
+}
+
+/* --- the formats that are unpacked: Q4_0 and Q4_K
+ *
+ * For each 16 rows, for each pass over at most AMX_MAX_GROUPS groups of
+ * tokens, for each chunk (AMX_CHUNK blocks, AMX_K_CHUNK super-blocks: the
+ * same bytes): the chunk unpacked once, then each group's sums, which wait
+ * in memory between chunks. */
+AMX_INLINE void amx_unpacked_rows(const MatmulJob *job, int n0, int n1, DType type) {
+    const Mat *W = job->W;
+    int K = W->K, groups = amx_groups(job->T);
+    int units = type == DT_Q4_K ? K / QK_K : K / QK4, chunk = type == DT_Q4_K ? AMX_K_CHUNK : AMX_CHUNK;
+    size_t ws = dtype_row_bytes(type, K);
+    union {
+        AmxQ4_0 q4_0;
+        AmxQ4K q4_k;
+    } u;
+    __attribute__((aligned(64))) float sums[AMX_MAX_GROUPS][16][16];
     _tile_loadconfig(&AMX_BLOCKS);
     for (int n = n0; n < n1; n += 16) {
         int m, r0, r1;
@@ -421,48 +446,33 @@ AMX_FN void q4_k_rows_amx(const MatmulJob *job, int part, int n0, int n1) {
         for (int g0 = 0; g0 < groups; g0 += AMX_MAX_GROUPS) {
             int g1 = groups - g0 < AMX_MAX_GROUPS ? groups : g0 + AMX_MAX_GROUPS;
             memset(sums, 0, sizeof sums);
-            for (int s0 = 0; s0 < nsb; s0 += AMX_K_CHUNK) {
-                int ns = nsb - s0 < AMX_K_CHUNK ? nsb - s0 : AMX_K_CHUNK;
-                amx_unpack_q4_k(&u, w, ws, s0, ns);
+            for (int c = 0; c < units; c += chunk) {
+                int len = units - c < chunk ? units - c : chunk;
+                if (type == DT_Q4_K) {
+                    amx_unpack_q4_k(&u.q4_k, w, ws, c, len);
+                } else {
+                    amx_scales(u.q4_0.dw, w, ws, sizeof(BlockQ4_0), c, len);
+                    amx_unpack_q4_0(u.q4_0.a, w, ws, c, len);
+                }
                 for (int g = g0; g < g1; g++) {
-                    const uint8_t *x = job->act + (size_t)g * gbytes;
-                    const float *dx = (const float *)(x + (size_t)nsb * 8 * AMX_BLOCK_BYTES);
-                    const int32_t *pairs = (const int32_t *)(dx + (size_t)nsb * AMX_TOKENS);
-                    for (int s = 0; s < ns; s++) {
-                        __m512i I[16];
-                        for (int r = 0; r < 16; r++) I[r] = _mm512_setzero_si512();
-                        for (int j = 0; j < 8; j += 2) {
-                            const uint8_t *xs = x + (size_t)((s0 + s) * 8 + j) * AMX_BLOCK_BYTES;
-                            const uint8_t *as = u.a[s][0] + 32 * j;
-                            amx_pair_start(as, as + 32, QK_K, xs, xs + AMX_BLOCK_BYTES, 1);
-                            _tile_stored(4, c0, 64);
-                            amx_add_sub_block(I, c0, u.sc[s][j]);
-                            _tile_stored(5, c1, 64);
-                            amx_add_sub_block(I, c1, u.sc[s][j + 1]);
-                        }
-                        __m512 d = _mm512_loadu_ps(dx + (size_t)(s0 + s) * AMX_TOKENS);
-                        const int32_t *ps = pairs + (size_t)(s0 + s) * 4 * AMX_TOKENS;
-                        __m512i p0 = _mm512_loadu_si512(ps), p1 = _mm512_loadu_si512(ps + 16),
-                                p2 = _mm512_loadu_si512(ps + 32), p3 = _mm512_loadu_si512(ps + 48);
-                        for (int r = 0; r < 16; r++) {
-                            __m512i M = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p0, _mm512_set1_epi32(u.mnp[s][0][r]));
-                            M = _mm512_dpwssd_epi32(M, p1, _mm512_set1_epi32(u.mnp[s][1][r]));
-                            M = _mm512_dpwssd_epi32(M, p2, _mm512_set1_epi32(u.mnp[s][2][r]));
-                            M = _mm512_dpwssd_epi32(M, p3, _mm512_set1_epi32(u.mnp[s][3][r]));
-                            __m512 acc = _mm512_load_ps(sums[g - g0][r]);
-                            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[r]), _mm512_mul_ps(_mm512_set1_ps(u.dd[s][0][r]), d),
-                                                  acc);
-                            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(_mm512_set1_ps(-u.dd[s][1][r]), d),
-                                                  acc);
-                            _mm512_store_ps(sums[g - g0][r], acc);
-                        }
-                    }
+                    if (type == DT_Q4_K) amx_q4_k_chunk(sums[g - g0], &u.q4_k, job, g, c, len);
+                    else amx_q4_0_chunk(sums[g - g0], &u.q4_0, job, g, c, len);
                 }
             }
             for (int g = g0; g < g1; g++) amx_write(job, (const float(*)[16])sums[g - g0], m, r0, r1, g);
         }
     }
     _tile_release();
+}
+
+AMX_FN void q4_0_rows_amx(const MatmulJob *job, int part, int n0, int n1) {
+    (void)part;
+    amx_unpacked_rows(job, n0, n1, DT_Q4_0);
+}
+
+AMX_FN void q4_k_rows_amx(const MatmulJob *job, int part, int n0, int n1) {
+    (void)part;
+    amx_unpacked_rows(job, n0, n1, DT_Q4_K);
 }
 #else
 typedef int tiles_amx_is_empty_here;   /* ISO C wants something in every file */
