@@ -407,6 +407,43 @@ static void quantize_row_q8_0_fast_path_is_bit_identical_to_reference(void **sta
     free(x);
 }
 
+/* The AVX-512 Q8_K rounding (quantize_row_q8_k on this path) against the
+ * plain one, bit for bit: values of many sizes, exact ties (half-integer
+ * products), the largest magnitude twice with both signs (the first one's
+ * sign is the scale's), a NaN, an infinity, all zeros, and a block too
+ * small to scale. */
+static void quantize_row_q8_k_fast_path_is_bit_identical_to_reference(void **state) {
+    (void)state;
+#if defined(__x86_64__)
+    if (ops_best_isa() != OPS_AVX512) {
+        print_message("skipped: this CPU has no AVX-512\n");
+        return;
+    }
+    enum { K = 16 * QK_K };
+    float *x = make_activations(1, K, 98);
+    for (int i = 0; i < QK_K; i++) x[QK_K + i] = (float)(i % 9) - 4.0f;   /* ties: scale -127 / 4 */
+    x[QK_K + 3] = 4.0f, x[QK_K + 1] = -4.0f;                               /* the first of two maxima */
+    x[2 * QK_K + 7] = NAN;
+    x[3 * QK_K + 200] = INFINITY;
+    for (int i = 0; i < QK_K; i++) x[4 * QK_K + i] = 0.0f;
+    for (int i = 0; i < QK_K; i++) x[5 * QK_K + i] = 1e-39f * (float)(i % 3);
+    BlockQ8_K q[K / QK_K], r[K / QK_K];
+    for (int round = 0; round < 8; round++) {
+        for (int i = 6 * QK_K; i < K; i++) x[i] = ldexpf(x[i], round % 2 ? 5 : -5);
+        quantize_row_q8_k(q, x, K);
+        quantize_row_q8_k_ref(r, x, K);
+        for (int b = 0; b < K / QK_K; b++) {
+            assert_memory_equal(q[b].qs, r[b].qs, sizeof q[b].qs);
+            assert_memory_equal(q[b].bsums, r[b].bsums, sizeof q[b].bsums);
+            assert_memory_equal(&q[b].d, &r[b].d, sizeof q[b].d);
+        }
+    }
+    free(x);
+#else
+    print_message("skipped: not x86-64\n");
+#endif
+}
+
 /* ------------------------------------------------------------ matmul */
 
 static void f32_matmul_matches_plain_reference(void **state) {
@@ -877,7 +914,7 @@ static void rounded_activations(double *out, const float *x, DType type, int K) 
     if (dtype_is_k(type)) {
         BlockQ8_K *q = malloc(sizeof(BlockQ8_K) * (size_t)(K / QK_K));
         assert_non_null(q);
-        quantize_row_q8_k(q, x, K);
+        quantize_row_q8_k_ref(q, x, K);
         for (int k = 0; k < K; k++) out[k] = (double)q[k / QK_K].d * q[k / QK_K].qs[k % QK_K];
         free(q);
     } else {
@@ -1020,7 +1057,7 @@ static void quantize_row_q8_k_follows_llama_cpp_rule(void **state) {
     x[0] = 2.0f, x[1] = -2.54f, x[2] = 2.54f, x[3] = 1.27f, x[4] = -0.01f, x[5] = 0.03f;
     x[17] = 0.05f;   /* -2.5 steps: a tie, to -2 (even) */
     BlockQ8_K b;
-    quantize_row_q8_k(&b, x, QK_K);
+    quantize_row_q8_k_ref(&b, x, QK_K);
     /* max = -2.54 (first of the two): iscale = 127 / 2.54 = 50, d = 1 / 50 */
     float iscale = -127.0f / -2.54f;
     assert_true(b.d == 1.0f / iscale);
@@ -1036,16 +1073,16 @@ static void quantize_row_q8_k_follows_llama_cpp_rule(void **state) {
     assert_int_equal(b.bsums[1], b.qs[17]);
     /* positive max: the sign flips the scale, not the values' order */
     x[1] = 2.54f;
-    quantize_row_q8_k(&b, x, QK_K);
+    quantize_row_q8_k_ref(&b, x, QK_K);
     assert_true(b.d < 0.0f);
     assert_int_equal(b.qs[1], -127);
     assert_int_equal(b.qs[2], -127);
     /* zeros: d = 0; a NaN: d is NaN so that the logits say so */
     memset(x, 0, sizeof x);
-    quantize_row_q8_k(&b, x, QK_K);
+    quantize_row_q8_k_ref(&b, x, QK_K);
     assert_true(b.d == 0.0f);
     x[9] = NAN;
-    quantize_row_q8_k(&b, x, QK_K);
+    quantize_row_q8_k_ref(&b, x, QK_K);
     assert_true(isnan(b.d));
 }
 
@@ -1635,6 +1672,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(quantize_row_q8_0_rounds_ties_to_even),
         cmocka_unit_test(quantize_row_q8_0_keeps_extreme_values_in_range),
         cmocka_unit_test(quantize_row_q8_0_fast_path_is_bit_identical_to_reference),
+        cmocka_unit_test(quantize_row_q8_k_fast_path_is_bit_identical_to_reference),
         cmocka_unit_test(f32_matmul_matches_plain_reference),
         cmocka_unit_test(f16_matmul_matches_plain_reference),
         cmocka_unit_test(bf16_matmul_matches_plain_reference),

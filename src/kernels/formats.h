@@ -196,8 +196,10 @@ static inline const uint8_t *bf16e_row(const Mat *W, int n) {
 void quantize_row_q8_0(BlockQ8_0 *out, const float *x, int K);
 void quantize_row_q8_0_ref(BlockQ8_0 *out, const float *x, int K);
 /* Round one row of K floats (K % 256 == 0) to Q8_K super-blocks, as
- * llama.cpp's quantize_row_q8_K_ref does (see BlockQ8_K). */
+ * llama.cpp's quantize_row_q8_K_ref does (see BlockQ8_K); the fast version
+ * likewise bit-identical to the plain one. */
 void quantize_row_q8_k(BlockQ8_K *out, const float *x, int K);
+void quantize_row_q8_k_ref(BlockQ8_K *out, const float *x, int K);
 
 /* Widen one row of a weight matrix to float (K a whole number of blocks;
  * not DT_BF16E, whose rows need their side: dequantize_mat_row). */

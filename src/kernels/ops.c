@@ -276,6 +276,16 @@ void quantize_row_q8_0(BlockQ8_0 *out, const float *x, int K) {
     quantize_row_q8_0_ref(out, x, K);
 }
 
+void quantize_row_q8_k(BlockQ8_K *out, const float *x, int K) {
+#ifdef OPS_X86
+    if (ops_isa() == OPS_AVX512) {
+        quantize_row_q8_k_avx512(out, x, K);
+        return;
+    }
+#endif
+    quantize_row_q8_k_ref(out, x, K);
+}
+
 void softmax(float *x, int n) {
     if (ops_isa() == OPS_PLAIN) {
         softmax_ref(x, n);
@@ -452,11 +462,14 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
             return q4_0_rows_amx;
         }
 #endif
-        if (dtype_is_k(W->type)) {
-            small_act_pack_k(scratch_base(scratch), x, T, K);   /* Q8_K */
+        if (dtype_is_k(W->type)) {   /* Q8_K */
 #ifdef OPS_X86
-            if (isa == OPS_AVX512 && W->type != DT_Q6_K) qk_act_reorder_avx512(scratch_base(scratch), T, K);
+            if (isa == OPS_AVX512) {
+                small_act_pack_k_avx512(scratch_base(scratch), x, T, K);
+                if (W->type != DT_Q6_K) qk_act_reorder_avx512(scratch_base(scratch), T, K);
+            } else
 #endif
+                small_act_pack_k(scratch_base(scratch), x, T, K);
         }
 #ifdef OPS_X86
         else if (isa == OPS_AVX512)

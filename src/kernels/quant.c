@@ -27,7 +27,7 @@
 
 /* ------------------------------------------------------- Q8_K activations */
 
-void quantize_row_q8_k(BlockQ8_K *out, const float *x, int K) {
+void quantize_row_q8_k_ref(BlockQ8_K *out, const float *x, int K) {
     for (int b = 0; b < K / QK_K; b++, x += QK_K) {
         BlockQ8_K *y = &out[b];
         float max = 0.0f, amax = 0.0f;
@@ -332,7 +332,7 @@ size_t small_act_stride(DType type, int K) {
 
 void small_act_pack_k(uint8_t *act, const float *x, int T, int K) {
     for (int t = 0; t < T; t++)
-        quantize_row_q8_k((BlockQ8_K *)(act + (size_t)t * small_act_stride(DT_Q4_K, K)), x + (size_t)t * K, K);
+        quantize_row_q8_k_ref((BlockQ8_K *)(act + (size_t)t * small_act_stride(DT_Q4_K, K)), x + (size_t)t * K, K);
 }
 
 void small_rows_generic(const MatmulJob *job, int part, int n0, int n1) {

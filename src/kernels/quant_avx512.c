@@ -39,6 +39,7 @@
 
 #ifdef OPS_X86
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define AVX512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
@@ -295,6 +296,52 @@ AVX512_INLINE void q32_tile(const MatmulJob *job, int n, int t0, int R, int TT, 
     }
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) job->out[(size_t)(t0 + t) * N + n + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+/* --- Q8_K activations: quantize_row_q8_k_ref (quant.c), 16 values an
+ * instruction, the same bits: the same multiply by -127 / max and rounding
+ * to nearest even, max the first value of the largest magnitude. */
+
+AVX512_FN void quantize_row_q8_k_avx512(BlockQ8_K *out, const float *x, int K) {
+    enum { NEAREST_EVEN = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC };
+    for (int b = 0; b < K / QK_K; b++, x += QK_K) {
+        BlockQ8_K *y = &out[b];
+        __m512 v[16], amaxv = _mm512_setzero_ps();
+        __mmask16 bad = 0;
+        for (int i = 0; i < 16; i++) {
+            v[i] = _mm512_loadu_ps(x + 16 * i);
+            bad |= _mm512_cmp_ps_mask(_mm512_sub_ps(v[i], v[i]), _mm512_setzero_ps(), _CMP_NEQ_UQ);   /* NaN, inf */
+            amaxv = _mm512_max_ps(amaxv, _mm512_abs_ps(v[i]));
+        }
+        memset(y->qs, 0, sizeof y->qs);
+        memset(y->bsums, 0, sizeof y->bsums);
+        y->d = bad ? NAN : 0.0f;
+        float amax = _mm512_reduce_max_ps(amaxv);
+        if (bad || amax == 0.0f) continue;
+        float max = 0.0f;
+        for (int i = 0; i < 16; i++) {
+            __mmask16 at = _mm512_cmp_ps_mask(_mm512_abs_ps(v[i]), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+            if (at) {
+                max = x[16 * i + __builtin_ctz(at)];
+                break;
+            }
+        }
+        float iscale = -127.0f / max;
+        if (isinf(iscale)) continue;
+        for (int i = 0; i < 16; i++) {
+            __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_set1_ps(iscale), v[i]), NEAREST_EVEN);
+            r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
+            __m512i q = _mm512_cvtps_epi32(r);
+            _mm_storeu_si128((__m128i *)(y->qs + 16 * i), _mm512_cvtepi32_epi8(q));
+            y->bsums[i] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+        y->d = 1.0f / iscale;
+    }
+}
+
+AVX512_FN void small_act_pack_k_avx512(uint8_t *act, const float *x, int T, int K) {
+    for (int t = 0; t < T; t++)
+        quantize_row_q8_k_avx512((BlockQ8_K *)(act + (size_t)t * small_act_stride(DT_Q4_K, K)), x + (size_t)t * K, K);
 }
 
 /* --- super-blocks of 256 */

@@ -165,7 +165,7 @@ static void matmul_blocks_ref_k(float *out, const float *x, const Mat *W, int T)
             float acc = 0.0f;
             for (int s = 0; s < K / QK_K; s++) {
                 BlockQ8_K xq;
-                quantize_row_q8_k(&xq, x + (size_t)t * K + (size_t)s * QK_K, QK_K);
+                quantize_row_q8_k_ref(&xq, x + (size_t)t * K + (size_t)s * QK_K, QK_K);
                 uint8_t q[QK_K];
                 int sc[16], mn[16];
                 float d, dmin;

@@ -184,6 +184,10 @@ void small_rows_generic(const MatmulJob *job, int part, int n0, int n1);
 #ifdef OPS_X86
 /* From quant_avx512.c: the same on AVX-512 and VNNI. */
 void small_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
+/* quantize_row_q8_k_ref and small_act_pack_k, 16 values an instruction,
+ * the same bits. */
+void quantize_row_q8_k_avx512(BlockQ8_K *out, const float *x, int K);
+void small_act_pack_k_avx512(uint8_t *act, const float *x, int T, int K);
 /* Q8_K activations (small_act_pack_k) into the order the Q4_K and Q5_K
  * kernels read them; not for Q6_K. */
 void qk_act_reorder_avx512(uint8_t *act, int T, int K);

@@ -296,7 +296,7 @@ AMX_FN void amx_act_pack_k(uint8_t *act, const float *x, int T, int K) {
         int n = t % AMX_TOKENS;
         for (int sb = 0; sb < nsb; sb++) {
             BlockQ8_K q;
-            quantize_row_q8_k(&q, x + (size_t)t * K + (size_t)sb * QK_K, QK_K);
+            quantize_row_q8_k_avx512(&q, x + (size_t)t * K + (size_t)sb * QK_K, QK_K);
             d[sb * AMX_TOKENS + n] = q.d;
             for (int j = 0; j < 8; j++) {
                 uint8_t *blk = g + (size_t)(sb * 8 + j) * AMX_BLOCK_BYTES;
