@@ -370,14 +370,10 @@ static uint8_t *scratch_base(void *scratch) {
 /* ------------------------------------------------------------- dispatch */
 
 size_t matmul_scratch_bytes(DType type, int T, int K) {
-    if (type == DT_Q8_0) {   /* + 64: we align it */
-        size_t act = (size_t)T * act_stride(K), amx = (size_t)amx_groups(T) * amx_group_bytes(K);
-        return (T >= AMX_MIN_T && amx > act ? amx : act) + 64;
-    }
-    if (dtype_is_small_quant(type)) {
-        size_t act = (size_t)T * small_act_stride(type, K), amx = (size_t)amx_groups(T) * amx_group_bytes(K);
-        if (type == DT_Q4_K) amx = (size_t)amx_groups(T) * amx_k_group_bytes(K);
-        return (amx_type(type) && T >= AMX_MIN_T && amx > act ? amx : act) + 64;
+    if (type == DT_Q8_0 || dtype_is_small_quant(type)) {   /* + 64: we align it */
+        size_t act = (size_t)T * (type == DT_Q8_0 ? act_stride(K) : small_act_stride(type, K));
+        size_t amx = amx_type(type) && T >= AMX_MIN_T ? amx_act_bytes(type, T, K) : 0;
+        return (amx > act ? amx : act) + 64;
     }
     if (type == DT_F16 || type == DT_BF16 || type == DT_BF16E) return (size_t)F16_WIDE_ROWS * K * sizeof(float) + 64;
     return 0;
@@ -403,6 +399,20 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
     Mat all = *W;
     all.N = rows;
     *team = ops_team_size(&all, T);
+#ifdef OPS_X86
+    /* Q8_0, Q4_0, Q4_K batches on AMX tiles (matmul_group sees that every
+     * matrix of a group has 16 rows or more) */
+    if (amx_type(W->type) && isa == OPS_AVX512 && T >= AMX_MIN_T && W->N >= AMX_TOKENS && ops_amx()) {
+        job->act = scratch_base(scratch);
+        count_call(isa, 0);
+        if (W->type == DT_Q4_K) {
+            amx_act_pack_k(scratch_base(scratch), x, T, K);
+            return q4_k_rows_amx;
+        }
+        amx_act_pack(scratch_base(scratch), x, T, K);
+        return W->type == DT_Q8_0 ? q8_0_rows_amx : q4_0_rows_amx;
+    }
+#endif
     switch (W->type) {
     case DT_F32:
 #ifdef OPS_X86
@@ -436,10 +446,6 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
         job->act = scratch_base(scratch);
         count_call(isa, 0);
 #ifdef OPS_X86
-        if (isa == OPS_AVX512 && T >= AMX_MIN_T && W->N >= AMX_TOKENS && ops_amx()) {
-            amx_act_pack(scratch_base(scratch), x, T, K);
-            return q8_0_rows_amx;
-        }
         if (isa == OPS_AVX512) {
             act_pack_avx512(scratch_base(scratch), x, T, K);
             return q8_0_rows_avx512;
@@ -452,16 +458,6 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
         RowsFn fn = small_rows_generic;
         job->act = scratch_base(scratch);
         count_call(isa, 0);
-#ifdef OPS_X86
-        if (amx_type(W->type) && isa == OPS_AVX512 && T >= AMX_MIN_T && W->N >= AMX_TOKENS && ops_amx()) {
-            if (W->type == DT_Q4_K) {
-                amx_act_pack_k(scratch_base(scratch), x, T, K);
-                return q4_k_rows_amx;
-            }
-            amx_act_pack(scratch_base(scratch), x, T, K);
-            return q4_0_rows_amx;
-        }
-#endif
         if (dtype_is_k(W->type)) {   /* Q8_K */
 #ifdef OPS_X86
             if (isa == OPS_AVX512) {

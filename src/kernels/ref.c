@@ -150,9 +150,6 @@ void matmul_ref(float *out, const float *x, const Mat *W, int T) {
     }
 }
 
-/* Q8_0 and Q4_0 in the AMX tiles' order (tiles_amx.c): per block the exact
- * integer sum of its 32 products, then one float chain per (row, token):
- * acc = fma(sum, d_w * d_x, acc), block after block. Q4_K: above. */
 /* Q4_K: per super-block I = sum_j sc_j S_j and M = sum_j mn_j X_j exactly
  * (S_j the integer dot of sub-block j, X_j the sum of its activations), then
  * acc = fma(I, d d_x, acc), acc = fma(M, -dmin d_x, acc) (tiles_amx.c). Each
@@ -187,6 +184,9 @@ static void matmul_blocks_ref_k(float *out, const float *x, const Mat *W, int T)
         }
 }
 
+/* Q8_0 and Q4_0 in the AMX tiles' order (tiles_amx.c): per block the exact
+ * integer sum of its 32 products, then one float chain per (row, token):
+ * acc = fma(sum, d_w * d_x, acc), block after block. Q4_K: above. */
 void matmul_blocks_ref(float *out, const float *x, const Mat *W, int T) {
     int N = W->N, K = W->K;
     if (W->type == DT_Q4_K) {

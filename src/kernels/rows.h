@@ -161,8 +161,11 @@ static inline size_t amx_group_bytes(int K) {
 static inline size_t amx_k_group_bytes(int K) {
     return (size_t)K / QK_K * (8 * AMX_BLOCK_BYTES + AMX_TOKENS * sizeof(float) + 4 * AMX_TOKENS * sizeof(int32_t));
 }
-/* Whether type has an AMX path. */
+/* Whether type has an AMX path, and the bytes its activations take there. */
 static inline int amx_type(DType type) { return type == DT_Q8_0 || type == DT_Q4_0 || type == DT_Q4_K; }
+static inline size_t amx_act_bytes(DType type, int T, int K) {
+    return (size_t)amx_groups(T) * (type == DT_Q4_K ? amx_k_group_bytes(K) : amx_group_bytes(K));
+}
 
 /* --- The 4, 5 and 6-bit block formats (quant.c).
  * Activations for them: the Q8_0 layout above for the 32-value formats (on

@@ -85,10 +85,22 @@ enum { AMX_CHUNK = 32, AMX_MAX_GROUPS = 8 };
 
 /* --- activations */
 
+/* Every token's bytes are written; a last group of fewer than 16 also has
+ * padding tokens, whose columns the tiles compute and nobody reads: zeros,
+ * so that they are never NaNs or subnormals in the float work. */
+static void amx_zero_padding(uint8_t *act, int T, size_t gbytes) {
+    if (T % AMX_TOKENS) memset(act + (size_t)(T / AMX_TOKENS) * gbytes, 0, gbytes);
+}
+
+/* 32 values of token n into a block of the layout: four to each of its 8 rows. */
+static inline void amx_put_block(uint8_t *blk, int n, const int8_t *q) {
+    for (int r = 0; r < QK8_0 / 4; r++) memcpy(blk + r * 64 + 4 * n, q + 4 * r, 4);
+}
+
 AMX_FN void amx_act_pack(uint8_t *act, const float *x, int T, int K) {
     int nb = K / QK8_0;
     size_t gbytes = amx_group_bytes(K);
-    memset(act, 0, (size_t)amx_groups(T) * gbytes);   /* padding tokens: values and scales 0 */
+    amx_zero_padding(act, T, gbytes);
     enum { ROUNDED = 64 };   /* blocks rounded at a time */
     BlockQ8_0 q[ROUNDED];
     for (int t = 0; t < T; t++) {
@@ -100,8 +112,7 @@ AMX_FN void amx_act_pack(uint8_t *act, const float *x, int T, int K) {
             quantize_row_q8_0_avx512(q, x + (size_t)t * K + (size_t)b0 * QK8_0, len * QK8_0);
             for (int b = b0; b < b0 + len; b++) {
                 d[b * AMX_TOKENS + n] = fp16_to_fp32(q[b - b0].d);
-                uint8_t *blk = g + (size_t)b * AMX_BLOCK_BYTES;
-                for (int r = 0; r < QK8_0 / 4; r++) memcpy(blk + r * 64 + 4 * n, q[b - b0].qs + 4 * r, 4);
+                amx_put_block(g + (size_t)b * AMX_BLOCK_BYTES, n, q[b - b0].qs);
             }
         }
     }
@@ -288,7 +299,7 @@ enum { AMX_K_CHUNK = AMX_CHUNK / 8 };   /* super-blocks a chunk: the same bytes 
 AMX_FN void amx_act_pack_k(uint8_t *act, const float *x, int T, int K) {
     int nsb = K / QK_K;
     size_t gbytes = amx_k_group_bytes(K);
-    memset(act, 0, (size_t)amx_groups(T) * gbytes);
+    amx_zero_padding(act, T, gbytes);
     for (int t = 0; t < T; t++) {
         uint8_t *g = act + (size_t)(t / AMX_TOKENS) * gbytes;
         float *d = (float *)(g + (size_t)nsb * 8 * AMX_BLOCK_BYTES);
@@ -298,10 +309,7 @@ AMX_FN void amx_act_pack_k(uint8_t *act, const float *x, int T, int K) {
             BlockQ8_K q;
             quantize_row_q8_k_avx512(&q, x + (size_t)t * K + (size_t)sb * QK_K, QK_K);
             d[sb * AMX_TOKENS + n] = q.d;
-            for (int j = 0; j < 8; j++) {
-                uint8_t *blk = g + (size_t)(sb * 8 + j) * AMX_BLOCK_BYTES;
-                for (int r = 0; r < QK8_0 / 4; r++) memcpy(blk + r * 64 + 4 * n, q.qs + 32 * j + 4 * r, 4);
-            }
+            for (int j = 0; j < 8; j++) amx_put_block(g + (size_t)(sb * 8 + j) * AMX_BLOCK_BYTES, n, q.qs + 32 * j);
             for (int p = 0; p < 4; p++) {   /* |X_j| <= 32 * 127: 16 bits each */
                 int lo = q.bsums[4 * p] + q.bsums[4 * p + 1], hi = q.bsums[4 * p + 2] + q.bsums[4 * p + 3];
                 pairs[(sb * 4 + p) * AMX_TOKENS + n] = (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
