@@ -153,6 +153,10 @@ fi
 LLM_DECODE_ROWS=3 "$INFER" --model data/shakespeare.gguf > "$tmp/out" 2> "$tmp/err"
 [ $? -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] && grep -q "LLM_DECODE_ROWS: '3' is not 1 or 4" "$tmp/err" && ok \
     || bad "LLM_DECODE_ROWS=3: $(cat "$tmp/err")"
+# LLM_AMX: 0 or 1; any other value is one line, exit 2.
+LLM_AMX=on "$INFER" --model data/shakespeare.gguf > "$tmp/out" 2> "$tmp/err"
+[ $? -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] && grep -q "LLM_AMX: 'on' is not 0 or 1" "$tmp/err" && ok \
+    || bad "LLM_AMX=on: $(cat "$tmp/err")"
 
 # The default model shipped in data/ loads and generates.
 if [ -f data/shakespeare.gguf ]; then
