@@ -93,9 +93,9 @@ NVFLAGS    := -arch=sm_90 -std=c++20 -O3 -fmad=false -lineinfo -Werror all-warni
 CUDA_CFLAGS := $(BASE) -O3 -g -DNDEBUG -march=x86-64-v3
 CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 CUDA_SRC   := $(wildcard src/kernels/*.cu)
-CUDA_DEPS  := $(wildcard src/kernels/*.cuh src/kernels/*.h) src/base/err.h
+CUDA_DEPS  := $(wildcard src/kernels/*.cuh src/kernels/*.h) src/base/err.h src/rans.h
 CUDA_OBJ   := $(patsubst src/kernels/%.cu,build/cuda/cu/%.o,$(CUDA_SRC))
-CUDA_TOOLS := bench bench_batch mkmodel gpucheck
+CUDA_TOOLS := bench bench_batch mkmodel gpucheck compress
 cuda: build/cuda/infer build/cuda/serve build/cuda/kcheck $(patsubst %,build/cuda/%,$(CUDA_TOOLS))
 build/cuda/cu/%.o: src/kernels/%.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)

@@ -101,6 +101,7 @@
 #include "base/err.h"
 #include "base/mem.h"
 #include "model.h"
+#include "kernels/gpu.h"
 #include "kernels/ops.h"
 #include <cblas.h>
 #include <stdint.h>
@@ -587,6 +588,12 @@ static int bench_model(const char *path, const Args *a, Err *e) {
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
+    if (!st && m.gpu) {   /* what lives on the GPU */
+        GpuStats gs = gpu_stats(m.gpu);
+        printf("gpu: %s; %.1f MB of weights%s, %.1f MB of decode scratch, %.1f MB of KV pool\n", gs.device,
+               gs.weight_bytes / 1e6, gs.coded ? " (kept BF16E, decoded a product at a time)" : "",
+               gs.scratch_bytes / 1e6, gs.kv_bytes / 1e6);
+    }
     if (!st && !m.n_coded) printf("peak RSS of this process %.1f MB\n\n", ru.ru_maxrss / 1e3);
     if (!st && m.n_coded) {   /* what the codec cost: compressed bytes, buffers, decode time */
         printf("codec: %zu coded bytes in the file, ", m.coded_bytes);

@@ -2,7 +2,7 @@
 # cuda_check.sh - the whole GPU verification in one command, on a machine with
 # an NVIDIA GPU (Hopper, CUDA 13 driver), after `make cuda`:
 #
-#   tools/cuda_check.sh [quick]
+#   tools/cuda_check.sh [quick|coded]
 #
 #   1. kcheck: every kernel against its C reference (random inputs, several shapes)
 #   2. compute-sanitizer memcheck over kcheck --quick and one model check
@@ -18,6 +18,10 @@
 #      (LLM_CUDA_PDL, _EARLY, _FUSE_ROPE, _ONE_PASS, _DEEP, _SWIGLU_APART, _READY_T); batched decode at 1, 16 and 64
 #      sequences ("quick" skips this part)
 #   7. where ncu is: its view of ten kernels of a decode step, into $OUT
+#   8. coded weights (--low-mem: the fast tier, BF16E, kept coded on the GPU):
+#      logits against the CPU's fast tier, greedy text against the BF16 file
+#      on the GPU and on the CPU, memcheck; the rANS and BF16E decoders are in
+#      kcheck (1); with "coded", only this step (and the TinyLlama rows)
 #
 # On a machine with a driver but none of the libraries or fixtures, run it
 # from the pack tools/cuda_pack.sh makes (its header says how).
@@ -35,6 +39,57 @@ ok()  { pass=$((pass + 1)); echo "ok: $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 step() { echo; echo "== $* ($(date +%T))"; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+# Coded weights: a small BF16 model (rows of whole blocks of 64, which the
+# fast tier needs; the tiny fixture's are not) compressed, then checked with
+# --low-mem on the GPU against the CPU and against the BF16 file. $1 = coded
+# runs this alone, then the TinyLlama rows.
+coded_check() {
+    step "8. coded weights: the fast tier (BF16E) kept coded on the GPU"
+    S="$MODELS/small-bf16.gguf"; SC="$MODELS/small-bf16.rans.gguf"
+    "$BIN/mkmodel" --dim 256 --hidden 704 --layers 4 --heads 4 --kv-heads 2 --vocab 512 --ctx 256 --type bf16 --seed 3 "$S" > /dev/null &&
+        "$BIN/compress" "$S" "$SC" > /dev/null || bad "mkmodel and compress of the small BF16 model"
+    for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_GEMM_T=1 LLM_CUDA_DEEP=0 LLM_CUDA_PDL=0; do
+        if env $cfg timeout 120 "$BIN/gpucheck" --model "$SC" --low-mem 1 --prompt "ROMEO:" --steps 64 > "$tmp/gc" 2>&1; then
+            ok "$SC --low-mem against the CPU's fast tier, $cfg: $(grep -m1 'rows:' "$tmp/gc")"
+        else bad "$SC --low-mem against the CPU's fast tier, $cfg"; cat "$tmp/gc"; fi
+    done
+    timeout 60 "$BIN/infer" --model "$S" --prompt "ROMEO:" -n 64 --temperature 0 --device cuda > "$tmp/t-bf16" 2>/dev/null
+    for d in cuda cpu; do
+        timeout 60 "$BIN/infer" --model "$SC" --low-mem --prompt "ROMEO:" -n 64 --temperature 0 --device $d > "$tmp/t-$d" 2> "$tmp/t-$d.err"
+        if [ -s "$tmp/t-bf16" ] && cmp -s "$tmp/t-bf16" "$tmp/t-$d"; then ok "greedy text, --low-mem --device $d: the BF16 file's on the GPU"
+        else bad "greedy text, --low-mem --device $d differs from the BF16 file's on the GPU"; tail -2 "$tmp/t-$d.err"; fi
+    done
+    if timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/gpucheck" --model "$SC" --low-mem 1 --steps 8 \
+        > "$tmp/ms4" 2>&1; then ok "memcheck gpucheck --low-mem 1: $(tail -1 "$tmp/ms4")"
+    else bad "memcheck gpucheck --low-mem 1"; tail -20 "$tmp/ms4"; fi
+    # TinyLlama-shaped BF16 against the same file compressed and kept coded:
+    # decode of one sequence, and batches of 16 and 64 through the engine
+    T="$MODELS/tinyllama-bf16.gguf"; TC="$MODELS/tinyllama-bf16.rans.gguf"
+    [ -f "$T" ] || "$BIN/mkmodel" --preset tinyllama --type bf16 "$T" > /dev/null || bad "mkmodel tinyllama bf16"
+    t0=$(date +%s)
+    [ -f "$TC" ] || "$BIN/compress" "$T" "$TC" > "$tmp/tc" || bad "compress tinyllama bf16"
+    echo "compress: $(tail -1 "$tmp/tc" 2>/dev/null) in $(( $(date +%s) - t0 )) s"
+    for f in "$T" "$TC"; do
+        lm=0; [ "$f" = "$TC" ] && lm=1
+        timeout 60 "$BIN/infer" --model "$f" $( [ $lm = 1 ] && echo --low-mem ) --prompt "ROMEO:" -n 32 --temperature 0 \
+            --device cuda > "$tmp/tl$lm" 2>/dev/null
+        timeout 200 "$BIN/gpucheck" --bench "$f" --low-mem $lm --prompt-len 512 --decode 64 --runs 3 | grep -e "^| /" -e "scratch"
+    done
+    [ -s "$tmp/tl0" ] && cmp -s "$tmp/tl0" "$tmp/tl1" && ok "TinyLlama: greedy text kept coded = BF16, on the GPU" ||
+        bad "TinyLlama: greedy text kept coded differs from BF16 on the GPU"
+    timeout 300 "$BIN/bench_batch" --device cuda --threads 1 --concurrency 1,16,64 --prompt 32 --decode 64 "$T" || bad "bench_batch bf16"
+    timeout 300 "$BIN/bench_batch" --device cuda --threads 1 --concurrency 1,16,64 --prompt 32 --decode 64 --low-mem 1 "$TC" ||
+        bad "bench_batch bf16 kept coded"
+}
+if [ "$1" = coded ]; then
+    timeout 300 "$BIN/kcheck" --quick > "$tmp/kq" 2>&1 && ok "kcheck --quick" || { bad "kcheck --quick"; cat "$tmp/kq"; }
+    grep -e BF16E -e rANS "$tmp/kq"
+    coded_check
+    echo "cuda_check: $pass passed, $fail failed"
+    [ $fail -eq 0 ]
+    exit
+fi
 
 step "device"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv 2>&1 | head -3
@@ -185,7 +240,7 @@ for t in f16 q8_0; do
             | grep -e "^| /" | cut -d'|' -f3,6-9 | sed "s|^|$(basename "$base"): |"
     done
     for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_DEEP=0 LLM_CUDA_DEEP=3 LLM_CUDA_DEEP=4 LLM_CUDA_DEEP=6 \
-               LLM_CUDA_SWIGLU_APART=0 LLM_CUDA_READY_T=1 LLM_CUDA_ONE_PASS=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 \
+               LLM_CUDA_SWIGLU_APART=0 LLM_CUDA_READY_T=1 LLM_CUDA_SPLIT_MIN=1 LLM_CUDA_SPLIT_MIN=2 LLM_CUDA_ONE_PASS=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 \
                "LLM_CUDA_PDL=0 LLM_CUDA_EARLY=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_ONE_PASS=0 LLM_CUDA_DEEP=0 LLM_CUDA_SWIGLU_APART=0"; do
         env $cfg timeout 100 "$BIN/gpucheck" --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 16 --decode 128 --runs 5 \
             | grep -e "^| /" | cut -d'|' -f3,6-9 | sed "s/^/$cfg: /"
@@ -212,5 +267,6 @@ if command -v ncu > /dev/null; then
             | sed "s/^/ncu $t: /"
     done
 fi
+coded_check
 echo "cuda_check: $pass passed, $fail failed"
 [ $fail -eq 0 ]

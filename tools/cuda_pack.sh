@@ -7,7 +7,7 @@
 #
 # Builds `make cuda` from the committed tree (a clean worktree of HEAD, so
 # edits in progress stay out), strips the programs cuda_check.sh runs
-# (infer, kcheck, gpucheck, mkmodel, bench_batch), copies the shared
+# (infer, kcheck, gpucheck, mkmodel, bench_batch, compress), copies the shared
 # libraries they load that a bare machine lacks (OpenBLAS and its runtime,
 # cJSON, PCRE2) and the fixtures the check reads, and writes
 # .gpu/pack.tar.xz (about 30 MB). With BASELINE_COMMIT, that commit's
@@ -35,7 +35,7 @@ build() {   # build COMMIT DIR TARGETS...
 build HEAD "$wt/head" cuda
 rm -rf .gpu/bin .gpu/lib .gpu/fixtures
 mkdir -p .gpu/bin .gpu/lib .gpu/fixtures
-for b in infer kcheck gpucheck mkmodel bench_batch; do strip -o ".gpu/bin/$b" "$wt/head/build/cuda/$b"; done
+for b in infer kcheck gpucheck mkmodel bench_batch compress; do strip -o ".gpu/bin/$b" "$wt/head/build/cuda/$b"; done
 if [ -n "$base" ]; then
     build "$base" "$wt/base" build/cuda/gpucheck
     strip -o .gpu/bin/gpucheck-0-base "$wt/base/build/cuda/gpucheck"

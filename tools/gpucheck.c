@@ -26,7 +26,11 @@
  * (an 8-token prompt, then --decode greedy steps of T = 1; tok/s, the
  * median and range of --runs runs) with the bytes of weights one token
  * reads and that rate as GB/s and as a share of the ceiling; prefill of
- * --prompt-len tokens (one model_forward call); kernels per decoded token. */
+ * --prompt-len tokens (one model_forward call); kernels per decoded token.
+ *
+ * --low-mem 1 loads both with --low-mem: a compressed file's BF16 matrices
+ * on the fast tier (BF16E), which the GPU keeps coded and decodes a product
+ * at a time (notes/cuda.md, "Coded weights"). */
 #include "base/clock.h"
 #include "base/err.h"
 #include "kernels/gpu.h"
@@ -73,8 +77,10 @@ static void compare_row(const float *c, const float *g, int V, int pos, Tally *t
            margin, num, tie ? "a near tie" : "NOT a near tie");
 }
 
+static int low_mem;   /* --low-mem 1 */
+
 static int load(Model *m, const char *path, Device dev, Err *e) {
-    ModelOpts o = {.device = dev};
+    ModelOpts o = {.device = dev, .low_mem = low_mem};
     return model_load_opts(m, path, NULL, &o, e);
 }
 
@@ -138,6 +144,9 @@ static int check_model(const char *path, const char *prompt, int steps, double l
 /* Bytes of weights on the GPU that one decode step reads (the GPU holds the
  * 4, 5 and 6-bit formats as F32). */
 static double dev_bytes(const Mat *w) {
+    if (w->type == DT_BF16E)   /* coded: blocks, row index and escapes */
+        return (double)dtype_row_bytes(w->type, w->K) * w->N + 4.0 * (w->N + 1) +
+               ((const Bf16eData *)w->data)->esc_row[w->N];
     int dev = w->type == DT_F32 || w->type == DT_F16 || w->type == DT_BF16 || w->type == DT_Q8_0;
     return dev ? (double)dtype_row_bytes(w->type, w->K) * w->N : 4.0 * w->N * w->K;
 }
@@ -216,9 +225,10 @@ static int bench(const char *path, int prompt_len, int decode, int runs, Err *e)
     if (gs.deep >= 0) snprintf(deep, sizeof deep, "%d", gs.deep);
     printf("(%ld steps, %ld from CUDA graphs, %ld cuBLAS products; runs %d; programmatic dependent launch %s, "
            "L2 prefetch %d bytes a row slice, early weights %s, RoPE in the q|k|v epilogue %s, "
-           "one-pass norm %s, deep pipeline %s)\n",
+           "one-pass norm %s, deep pipeline %s%s; scratch %.0f MB)\n",
            gs.steps, gs.graph_steps, gs.gemm_calls, runs, gs.pdl ? "on" : "off", gs.prefetch, gs.early ? "on" : "off",
-           gs.fuse_rope ? "on" : "off", gs.one_pass ? "on" : "off", deep);
+           gs.fuse_rope ? "on" : "off", gs.one_pass ? "on" : "off", deep,
+           gs.coded ? "; weights coded (BF16E), decoded a product at a time" : "", gs.scratch_bytes / 1e6);
     mem_free(tok);
     runstate_free(&s);
     model_free(&m);
@@ -226,8 +236,8 @@ static int bench(const char *path, int prompt_len, int decode, int runs, Err *e)
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: gpucheck --model FILE [--prompt TEXT] [--steps 64] [--limit X]\n"
-               "       gpucheck --bench FILE [--prompt-len 512] [--decode 128] [--runs 5]\n");
+    fprintf(f, "usage: gpucheck --model FILE [--prompt TEXT] [--steps 64] [--limit X] [--low-mem 0|1]\n"
+               "       gpucheck --bench FILE [--prompt-len 512] [--decode 128] [--runs 5] [--low-mem 0|1]\n");
 }
 
 int main(int argc, char **argv) {
@@ -254,6 +264,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--prompt-len")) prompt_len = atoi(v);
         else if (!strcmp(a, "--decode")) decode = atoi(v);
         else if (!strcmp(a, "--runs")) runs = atoi(v);
+        else if (!strcmp(a, "--low-mem")) low_mem = atoi(v) != 0;
         else {
             fprintf(stderr, "gpucheck: unknown option %s (see --help)\n", a);
             return 2;

@@ -26,6 +26,9 @@
 #include <vector>
 extern "C" {
 #include "kernels/ops.h"
+#include "codec/expcode.h"
+#include "base/mem.h"
+#include "rans.h"
 /* model.h's prototype (that header is C, not C++): the reference attention. */
 void model_attend_paged(float *out, const float *q, const float *kbase, const float *vbase, const int *table, int BS,
                         int n, int S, size_t kvd, float scale);
@@ -104,11 +107,11 @@ static std::vector<uint8_t> random_weights(DType t, int N, int K) {
 
 /* Weights as the GPU holds them (Q8_0 in two planes), on the device. */
 static DevMat upload_mat(DType t, int N, int K, const std::vector<uint8_t> &w) {
-    if (t != DT_Q8_0) return (DevMat){t, N, K, to_dev(w.data(), w.size()), NULL};
+    if (t != DT_Q8_0) return (DevMat){t, N, K, to_dev(w.data(), w.size()), NULL, NULL};
     std::vector<int8_t> qs((size_t)N * K);
     std::vector<uint16_t> d((size_t)N * (K / 32));
     gpu_pack_q8_0(qs.data(), d.data(), w.data(), N, K);
-    return (DevMat){t, N, K, to_dev(qs.data(), qs.size()), to_dev(d.data(), d.size())};
+    return (DevMat){t, N, K, to_dev(qs.data(), qs.size()), to_dev(d.data(), d.size()), NULL};
 }
 static void free_mat(DevMat *W) {
     cudaFree((void *)W->w);
@@ -445,6 +448,189 @@ static void check_attention(int H, int Hkv, int S, int BS, int maxlen, int nspli
     cudaFree(dpos); cudaFree(dslot); cudaFree(dseq); cudaFree(dtab);
 }
 
+/* ------------------------------------------------------------ coded weights */
+
+/* BF16 bits of a matrix whose exponents spread like a trained layer's, with
+ * some that no table of 7 holds: tiny values, zeros, and 1 in 64 any 16 bits
+ * at all (infinities and NaNs among them), so that rows have escapes. */
+static std::vector<uint16_t> coded_test_bf16(int N, int K) {
+    std::vector<uint16_t> v((size_t)N * K);
+    for (auto &x : v) {
+        uint64_t r = next_u64();
+        float f = uniform() * 0.05f;
+        if (r % 64 == 0) x = (uint16_t)(r >> 16);
+        else if (r % 64 == 1) x = 0;
+        else x = fp32_to_bf16(r % 64 < 8 ? f * 1e-6f : f);
+    }
+    return v;
+}
+
+/* gpu_bf16e_decode against bf16e_row_to_bf16, bit for bit: every row as
+ * BF16 and as F32, and a list of rows (the embedding's use). */
+static void check_bf16e(int N, int K, int time_it) {
+    std::vector<uint16_t> bf = coded_test_bf16(N, K);
+    uint64_t hist[256] = {0};
+    uint8_t exps[8];
+    ec_count(hist, bf.data(), bf.size());
+    uint64_t escapes = ec_table(hist, exps);
+    std::vector<uint8_t> mem(ec_bytes(N, K, escapes));
+    EcWriter wr;
+    Mat W;
+    Bf16eData d;
+    Err e = {0};
+    ec_writer_init(&wr, mem.data(), N, K, exps, escapes, &W, &d);
+    if (ec_write_rows(&wr, bf.data(), N, &e)) {
+        printf("kcheck: BF16E %d x %d: %s\n", N, K, e.msg);
+        failures++;
+        return;
+    }
+    std::vector<uint16_t> ref((size_t)N * K);
+    for (int n = 0; n < N; n++) bf16e_row_to_bf16(ref.data() + (size_t)n * K, &W, n);
+    DevBf16e P = {to_dev(d.blocks, (size_t)N * dtype_row_bytes(DT_BF16E, K)), to_dev(d.esc_row, (size_t)N + 1),
+                  to_dev(d.esc, (size_t)escapes + 1), 0, 0, N};
+    memcpy(&P.exps_lo, d.exps, 4);
+    memcpy(&P.exps_hi, d.exps + 4, 4);
+    float *dout;
+    CK(cudaMalloc((void **)&dout, (size_t)N * K * 4));
+    char what[128];
+    for (int f32 = 0; f32 < 2; f32++) {
+        poison(dout, (size_t)N * K);
+        gpu_bf16e_decode(dout, f32 ? DT_F32 : DT_BF16, &P, K, 0, N, NULL, 0);
+        CK(cudaDeviceSynchronize());
+        size_t bad = 0;
+        if (f32) {
+            std::vector<uint32_t> got = to_host((const uint32_t *)dout, (size_t)N * K);
+            for (size_t i = 0; i < got.size(); i++) bad += got[i] != (uint32_t)ref[i] << 16;
+        } else {
+            std::vector<uint16_t> got = to_host((const uint16_t *)dout, (size_t)N * K);
+            for (size_t i = 0; i < got.size(); i++) bad += got[i] != ref[i];
+        }
+        double gbs = 0;
+        if (time_it) {   /* GB/s of decoded BF16 written */
+            cudaEvent_t a, b;
+            CK(cudaEventCreate(&a));
+            CK(cudaEventCreate(&b));
+            std::vector<float> ms;
+            for (int r = 0; r < 20; r++) {
+                CK(cudaEventRecord(a));
+                gpu_bf16e_decode(dout, f32 ? DT_F32 : DT_BF16, &P, K, 0, N, NULL, 0);
+                CK(cudaEventRecord(b));
+                CK(cudaEventSynchronize(b));
+                float t;
+                CK(cudaEventElapsedTime(&t, a, b));
+                ms.push_back(t);
+            }
+            gbs = (double)N * K * 2 / (median_ms(ms) * 1e-3) / 1e9;
+            cudaEventDestroy(a);
+            cudaEventDestroy(b);
+        }
+        snprintf(what, sizeof what, "BF16E %d x %d -> %s (%.2f%% escaped), values not the reference's", N, K,
+                 f32 ? "F32" : "BF16", 100.0 * escapes / ((double)N * K));
+        report(what, (double)bad, 0, gbs);
+    }
+    /* rows by a list (repeats allowed), as the embedding asks for tokens */
+    int n_list = 7, list[7];
+    for (int i = 0; i < n_list; i++) list[i] = (int)(next_u64() % (uint64_t)N);
+    list[3] = list[1];
+    int *dlist = to_dev(list, (size_t)n_list);
+    poison(dout, (size_t)n_list * K);
+    gpu_bf16e_decode(dout, DT_F32, &P, K, 0, n_list, dlist, 0);
+    CK(cudaDeviceSynchronize());
+    std::vector<uint32_t> got = to_host((const uint32_t *)dout, (size_t)n_list * K);
+    size_t bad = 0;
+    for (int i = 0; i < n_list; i++)
+        for (int k = 0; k < K; k++) bad += got[(size_t)i * K + k] != (uint32_t)ref[(size_t)list[i] * K + k] << 16;
+    snprintf(what, sizeof what, "BF16E %d x %d, 7 rows by a list -> F32, values not the reference's", N, K);
+    report(what, (double)bad, 0, 0);
+    cudaFree((void *)P.blocks); cudaFree((void *)P.esc_row); cudaFree((void *)P.esc); cudaFree(dout); cudaFree(dlist);
+}
+
+/* gpu_rans_decode against the bytes rans_encode was given (which the CPU's
+ * decoders give back: tests/test_rans.c), and a damaged chunk found by
+ * both. Bytes skewed like an exponent plane. */
+static void check_rans(size_t n, int bits, int N, uint32_t C, int time_it) {
+    std::vector<uint8_t> src(n);
+    for (auto &b : src) {
+        uint64_t r = next_u64();
+        b = (uint8_t)(r % 16 == 0 ? r >> 8 : 118 + __builtin_ctzll(r | 1ull << 12));   /* geometric, and 1 in 16 anything */
+    }
+    RansParams par = {bits, N, C};
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    Err e = {0};
+    RansStream s;
+    char what[128];
+    snprintf(what, sizeof what, "rANS %zu bytes, %d bits, %d states, chunks of %u: bytes not the input's", n, bits, N, C);
+    if (rans_encode_alloc(src.data(), n, &par, &buf, &len, NULL, &e) || rans_open(&s, buf, len, &e)) {
+        printf("kcheck: %s: %s\n", what, e.msg);
+        failures++;
+        return;
+    }
+    GpuRans g;
+    CK((cudaError_t)gpu_rans_upload(&g, &s));
+    uint8_t *dout;
+    unsigned long long *dbad;
+    CK(cudaMalloc((void **)&dout, n + 1));
+    CK(cudaMalloc((void **)&dbad, 8));
+    CK(cudaMemset(dout, 0xa5, n + 1));
+    CK(cudaMemset(dbad, 0xff, 8));
+    gpu_rans_decode(dout, &g, dbad, 0);
+    CK(cudaDeviceSynchronize());
+    std::vector<uint8_t> got = to_host(dout, n);
+    unsigned long long flagged = to_host(dbad, 1)[0];
+    size_t bad = flagged != ~0ull;
+    for (size_t i = 0; i < n; i++) bad += got[i] != src[i];
+    double gbs = 0;
+    if (time_it) {
+        cudaEvent_t a, b;
+        CK(cudaEventCreate(&a));
+        CK(cudaEventCreate(&b));
+        std::vector<float> ms;
+        for (int r = 0; r < 10; r++) {
+            CK(cudaEventRecord(a));
+            gpu_rans_decode(dout, &g, dbad, 0);
+            CK(cudaEventRecord(b));
+            CK(cudaEventSynchronize(b));
+            float t;
+            CK(cudaEventElapsedTime(&t, a, b));
+            ms.push_back(t);
+        }
+        gbs = (double)n / (median_ms(ms) * 1e-3) / 1e9;   /* decoded bytes */
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+    }
+    report(what, (double)bad, 0, gbs);
+    /* a byte of the last chunk's payload flipped: the CPU's decoder refuses
+     * that chunk, and the GPU's must flag the same one */
+    if (s.n_chunks > 0 && s.sizes.payload > 0) {
+        uint64_t k = s.n_chunks - 1;
+        std::vector<uint8_t> dam(buf, buf + len);
+        size_t at = (size_t)(s.payload - buf) + s.sizes.payload - 1;   /* the chunk's last byte */
+        dam[at] ^= 0x5a;
+        RansStream sd;
+        std::vector<uint8_t> tmp(n + 1);
+        Err e2 = {0};
+        int cpu_refused = rans_open(&sd, dam.data(), dam.size(), &e2) == ST_OK &&
+                          rans_decode(&sd, tmp.data(), n, RANS_PLAIN, 1, &e2) == ST_FORMAT;
+        GpuRans gd;
+        CK((cudaError_t)gpu_rans_upload(&gd, &sd));
+        CK(cudaMemset(dbad, 0xff, 8));
+        gpu_rans_decode(dout, &gd, dbad, 0);
+        CK(cudaDeviceSynchronize());
+        flagged = to_host(dbad, 1)[0];
+        snprintf(what, sizeof what, "rANS, last chunk damaged: CPU refuses it (%s), GPU flags chunk %lld of %llu",
+                 cpu_refused ? "yes" : "NO", flagged == ~0ull ? -1ll : (long long)flagged, (unsigned long long)k);
+        report(what, cpu_refused && flagged == k ? 0.0 : 1.0, 0, 0);
+        gpu_rans_free(&gd);
+        rans_close(&sd);
+    }
+    gpu_rans_free(&g);
+    rans_close(&s);
+    mem_free(buf);
+    cudaFree(dout);
+    cudaFree(dbad);
+}
+
 int main(int argc, char **argv) {
     int quick = 0;
     for (int i = 1; i < argc; i++) {
@@ -490,6 +676,16 @@ int main(int argc, char **argv) {
     check_attention(32, 4, 64, 16, 700, 5);
     check_attention(32, 4, 64, 7, 300, 13);    /* a block size that is not a power of two */
     check_attention(8, 8, 128, 32, 400, 4);
+    check_bf16e(37, 128, 0);
+    check_bf16e(100, 5632, 0);    /* three rounds of 32 blocks a row, the last partial */
+    check_rans(1000003, 12, 32, 65536, 0);
+    check_rans(200001, 14, 16, 4096, 0);
+    check_rans(20001, 10, 1, 1000, 0);
+    check_rans(777, 15, 32, 100000, 0);   /* one chunk, shorter than a group of 32 at its end */
+    if (!quick) {
+        check_bf16e(11264, 2048, 1);      /* TinyLlama's gate|up */
+        check_rans((size_t)256 << 20, 12, 32, 65536, 1);
+    }
     printf("kcheck: %s (%d failed)\n", failures ? "FAIL" : "all kernels match their references", failures);
     return failures ? 1 : 0;
 }

@@ -56,6 +56,8 @@ typedef struct {
     long kernels;                           /* kernels launched (replayed graphs count theirs) */
     long gemm_calls;                        /* products handed to cuBLAS */
     size_t weight_bytes;                    /* bytes of weights on the GPU */
+    size_t scratch_bytes;                   /* of a matrix widened or decoded for a product (cuBLAS, BF16E) */
+    int coded;                              /* 1: the weights stay BF16E on the GPU, decoded a product at a time */
     size_t kv_bytes;                        /* bytes of the KV pool on the GPU */
     int last_kernels;                       /* kernels of the last step */
     int pdl, prefetch, early, fuse_rope, one_pass, deep;   /* launch settings (gpu_kernels.cuh GpuTune) */

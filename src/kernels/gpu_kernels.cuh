@@ -17,12 +17,63 @@ extern "C" {
  * holds the int8 values, N rows of K bytes (16-byte aligned, so a lane reads
  * 16 of them in one load), and d the fp16 scales, N rows of K / 32; the same
  * numbers as the file's 34-byte blocks, in two planes. */
+typedef struct DevCoded DevCoded;
 typedef struct {
     DType type;
     int N, K;
     const void *w;
     const uint16_t *d;       /* Q8_0: (N, K / 32) scales; else NULL */
+    const DevCoded *coded;   /* BF16E: its parts (a host pointer; kernels never read it); else NULL */
 } DevMat;
+
+/* A BF16E matrix on the GPU (formats.h's Bf16eData, the same bytes, device
+ * pointers): blocks of 64 weights in 88 bytes, row after row; the escaped
+ * exponents of each row after esc_row[n] of them. exps_lo and exps_hi hold
+ * the exponents of codes 0-3 and 4-7, a byte each, as __byte_perm selects. */
+typedef struct {
+    const uint8_t *blocks;   /* (N, K / 64) blocks of 88 bytes */
+    const uint32_t *esc_row; /* (N + 1) */
+    const uint8_t *esc;      /* (esc_row[N]) escaped exponents, rotated right by one bit */
+    uint32_t exps_lo, exps_hi;
+    int N;
+} DevBf16e;
+/* A stacked matrix (q|k|v, gate|up) whose parts are BF16E, each with its
+ * own exponent table: part i holds the next part[i].N rows. */
+struct DevCoded {
+    int n_parts;
+    DevBf16e part[3];
+};
+
+/* Rows of a BF16E part decoded (bf16e_row_to_bf16 in src/kernels/ref.c, bit
+ * for bit) into out, n rows of K values as BF16 (as = DT_BF16) or widened
+ * to F32 (as = DT_F32): rows r0 .. r0 + n - 1, or, where rows is not NULL,
+ * rows[0 .. n - 1] (a device array no kernel of the step writes: the
+ * embedding's tokens). Launched with programmatic dependent launch: its
+ * loads of P start before the kernel ahead ends, its stores after. */
+int gpu_bf16e_decode(void *out, DType as, const DevBf16e *P, int K, int r0, int n, const int *rows, cudaStream_t st);
+
+/* An rANS stream (src/rans.h) on the GPU, for the chunk decoder: the
+ * payload and chunk index as the stream holds them, and the decode tables
+ * (slot -> symbol; symbol -> freq | start << 16). */
+typedef struct {
+    const uint8_t *payload;  /* (payload bytes) */
+    const uint8_t *index;    /* (n_chunks, 12): u64 offset, u32 size, little-endian */
+    const uint8_t *slot_sym; /* (2^bits) */
+    const uint32_t *info;    /* (256) */
+    int bits, n_states;
+    uint32_t chunk_size;
+    uint64_t n, n_chunks;
+    void *mem;               /* the one allocation behind the pointers */
+} GpuRans;
+/* Upload an open stream (rans_open) and its tables; gpu_rans_free frees it. */
+int gpu_rans_upload(GpuRans *g, const void *stream);   /* stream: a RansStream; 0 or a cudaError_t */
+void gpu_rans_free(GpuRans *g);
+/* Decode every chunk into out (n bytes): a warp per chunk, lane j its
+ * state j, as rans.c's decode_plain does, bit for bit. A chunk whose
+ * payload runs out or does not end with every state at L and every byte
+ * read sets *bad (a device u64, set to ~0 before) to the smallest such
+ * chunk. */
+int gpu_rans_decode(uint8_t *out, const GpuRans *g, unsigned long long *bad, cudaStream_t st);
 
 /* Q8_0 rows as the file lays them out (N rows of K / 32 blocks) into the two
  * planes of a DevMat, on the host. */
@@ -139,7 +190,11 @@ size_t gpu_attention_part_floats(int T, int H, int S, int nsplit);
  *             every block
  *   ready_t   LLM_CUDA_READY_T (default 4): from this many rows on, every
  *             product's prologue (RMSNorm, SwiGLU, the Q8_0 rounding) runs
- *             once as gpu_prepare, not in every block of rows; 1: always */
+ *             once as gpu_prepare, not in every block of rows; 1: always
+ *   split_min LLM_CUDA_SPLIT_MIN (default 4): a split of attention covers
+ *             at least this many chunks of 32 positions (gpu_model.cu
+ *             choose_split); fewer: more thread blocks at short contexts,
+ *             and the merge kernel */
 typedef struct {
     int pdl;
     int prefetch;
@@ -150,6 +205,7 @@ typedef struct {
     int waves;
     int swiglu_apart;
     int ready_t;
+    int split_min;
 } GpuTune;
 extern GpuTune gpu_tune;
 void gpu_tune_from_env(void);

@@ -53,7 +53,7 @@ enum { MV_WARPS = 8, MV_THREADS = MV_WARPS * 32, MV_ROWS = 4, PRO_LOADS = 8 };
 /* Shared memory a block may use for its tokens' activations. */
 enum { MV_SMEM = 96 * 1024 };
 
-GpuTune gpu_tune = {1, 0, 1, 1, 1, -1, 1, 1, 4};
+GpuTune gpu_tune = {1, 0, 1, 1, 1, -1, 1, 1, 4, 4};
 
 void gpu_tune_from_env(void) {
     const char *v = getenv("LLM_CUDA_PDL");
@@ -72,6 +72,8 @@ void gpu_tune_from_env(void) {
     if (v) gpu_tune.swiglu_apart = atoi(v) != 0;
     v = getenv("LLM_CUDA_READY_T");
     if (v) gpu_tune.ready_t = atoi(v) < 1 ? 1 : atoi(v);
+    v = getenv("LLM_CUDA_SPLIT_MIN");
+    if (v) gpu_tune.split_min = atoi(v) < 1 ? 1 : atoi(v);
     v = getenv("LLM_CUDA_PREFETCH");
     if (v) gpu_tune.prefetch = atoi(v) < 0 ? 0 : atoi(v) > (1 << 24) ? 1 << 24 : atoi(v);
 }

@@ -53,6 +53,7 @@ enum { MAX_GRAPHS = 64, MAX_ALLOCS = 16, MAX_SPLIT = 32 };
 typedef struct {
     float *attn_norm, *ffn_norm;
     DevMat qkv, wo, gu, down;
+    DevCoded cqkv, cwo, cgu, cdown;   /* their parts, where they are BF16E */
 } DevLayer;
 
 typedef struct {
@@ -73,7 +74,13 @@ struct GpuModel {
     int n_alloc;
     void **lalloc;            /* (L * 6) per-layer allocations */
     DevMat embd, output;
+    DevCoded cembd, coutput;
     float *out_norm;
+    /* BF16E weights are decoded a product at a time into wscratch, which
+     * holds piece_floats floats: a layer's largest matrix (as F32 where
+     * cuBLAS may take it, else as BF16); the classifier goes in pieces */
+    int coded;
+    size_t piece_floats;
     DevLayer *layers;
     /* activations, for cap_T rows and cap_nl logit rows */
     int cap_T, cap_nl, tstride;
@@ -106,6 +113,48 @@ struct GpuModel {
 
 static int dev_type(DType t) { return t == DT_F32 || t == DT_F16 || t == DT_BF16 || t == DT_Q8_0; }
 
+static size_t up16(size_t n) { return (n + 15) / 16 * 16; }
+
+/* Matrices m[0..n) of the fast tier (BF16E, same K) as they are, part after
+ * part in one allocation: the coded bytes stay coded on the GPU too. */
+static int upload_coded(GpuModel *g, void **slot, DevMat *out, DevCoded *c, const Mat *const *m, int n, Err *e) {
+    int K = m[0]->K, N = 0;
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        const Bf16eData *d = (const Bf16eData *)m[i]->data;
+        bytes += up16(dtype_row_bytes(DT_BF16E, K) * m[i]->N) + up16(((size_t)m[i]->N + 1) * 4) +
+                 up16((size_t)d->esc_row[m[i]->N] + 1);
+        N += m[i]->N;
+    }
+    char *p;
+    cudaError_t ce = cudaMalloc((void **)&p, bytes);
+    if (ce != cudaSuccess)
+        return err_set(e, ST_NOMEM, "gpu: cannot allocate %zu bytes of coded weights: %s", bytes, cudaGetErrorString(ce));
+    *slot = p;
+    g->stats.weight_bytes += bytes;
+    c->n_parts = n;
+    for (int i = 0; i < n; i++) {
+        const Bf16eData *d = (const Bf16eData *)m[i]->data;
+        size_t nb = dtype_row_bytes(DT_BF16E, K) * m[i]->N, ne = d->esc_row[m[i]->N];
+        DevBf16e *P = &c->part[i];
+        P->N = m[i]->N;
+        P->blocks = (const uint8_t *)p;
+        CK(cudaMemcpy(p, d->blocks, nb, cudaMemcpyHostToDevice));
+        p += up16(nb);
+        P->esc_row = (const uint32_t *)p;
+        CK(cudaMemcpy(p, d->esc_row, ((size_t)m[i]->N + 1) * 4, cudaMemcpyHostToDevice));
+        p += up16(((size_t)m[i]->N + 1) * 4);
+        P->esc = (const uint8_t *)p;
+        if (ne) CK(cudaMemcpy(p, d->esc, ne, cudaMemcpyHostToDevice));
+        p += up16(ne + 1);
+        memcpy(&P->exps_lo, d->exps, 4);
+        memcpy(&P->exps_hi, d->exps + 4, 4);
+    }
+    *out = (DevMat){DT_BF16E, N, K, c->part[0].blocks, NULL, c};
+    g->coded = 1;
+    return ST_OK;
+}
+
 /* Rows of m into dst on the device as type `as` (m's own type, or F32 for a
  * type the kernels do not read: widened on the host a piece at a time). */
 static int put_rows(char *dst, const Mat *m, DType as, Err *e) {
@@ -114,14 +163,14 @@ static int put_rows(char *dst, const Mat *m, DType as, Err *e) {
         CK(cudaMemcpy(dst, m->data, dtype_row_bytes(m->type, m->K) * m->N, cudaMemcpyHostToDevice));
         return ST_OK;
     }
-    size_t in_row = dtype_row_bytes(m->type, m->K), out_row = (size_t)m->K * 4;
+    size_t out_row = (size_t)m->K * 4;
     int rows = (int)((1u << 22) / out_row) + 1;
     float *buf = (float *)malloc(out_row * rows);
     if (!buf) return err_set(e, ST_NOMEM, "gpu: cannot allocate %zu bytes to widen weights", out_row * rows);
     for (int r0 = 0; r0 < m->N; r0 += rows) {
         int n = m->N - r0 < rows ? m->N - r0 : rows;
         for (int r = 0; r < n; r++)
-            dequantize_row(buf + (size_t)r * m->K, (const char *)m->data + (size_t)(r0 + r) * in_row, m->type, m->K);
+            dequantize_mat_row(buf + (size_t)r * m->K, m, r0 + r);   /* any type, BF16E included */
         cudaError_t ce = cudaMemcpy(dst + (size_t)r0 * out_row, buf, out_row * n, cudaMemcpyHostToDevice);
         if (ce != cudaSuccess) {
             free(buf);
@@ -154,14 +203,16 @@ static int put_q8_0(char *qs, uint16_t *d, const Mat *m, Err *e) {
 
 /* Matrices m[0..n) (same K) stacked into one device matrix, in the type
  * they share, or all widened to F32 when they do not share one the kernels read. */
-static int upload_stack(GpuModel *g, void **slot, DevMat *out, const Mat *const *m, int n, Err *e) {
+static int upload_stack(GpuModel *g, void **slot, DevMat *out, DevCoded *c, const Mat *const *m, int n, Err *e) {
     DType as = m[0]->type;
-    int N = 0;
+    int N = 0, coded = 0;
     for (int i = 0; i < n; i++) {
+        coded += m[i]->type == DT_BF16E;
         if (m[i]->type != as || !dev_type(m[i]->type)) as = DT_F32;
         if (m[i]->K != m[0]->K) return err_set(e, ST_UNSUPPORTED, "gpu: stacked matrices differ in width");
         N += m[i]->N;
     }
+    if (coded == n && n <= 3) return upload_coded(g, slot, out, c, m, n, e);
     int K = m[0]->K;
     size_t plane = (dev_row_bytes(as, K) * N + 15) / 16 * 16;   /* Q8_0: the scales' plane follows */
     size_t bytes = plane + (as == DT_Q8_0 ? (size_t)N * (K / 32) * 2 : 0);
@@ -179,7 +230,7 @@ static int upload_stack(GpuModel *g, void **slot, DevMat *out, const Mat *const 
         at += dev_row_bytes(as, K) * m[i]->N;
         row0 += m[i]->N;
     }
-    *out = (DevMat){as, N, K, p, as == DT_Q8_0 ? (const uint16_t *)(p + plane) : NULL};
+    *out = (DevMat){as, N, K, p, as == DT_Q8_0 ? (const uint16_t *)(p + plane) : NULL, NULL};
     return ST_OK;
 }
 
@@ -249,20 +300,21 @@ extern "C" int gpu_model_create(GpuModel **out, const GpuModelDesc *d, Err *e) {
         void **a = g->lalloc + (size_t)l * 6;
         const Mat *qkv[] = {&w->wq, &w->wk, &w->wv}, *gu[] = {&w->w_gate, &w->w_up};
         const Mat *wo[] = {&w->wo}, *down[] = {&w->w_down};
-        if (!st) st = upload_stack(g, &a[0], &o->qkv, qkv, 3, e);
-        if (!st) st = upload_stack(g, &a[1], &o->wo, wo, 1, e);
-        if (!st) st = upload_stack(g, &a[2], &o->gu, gu, 2, e);
-        if (!st) st = upload_stack(g, &a[3], &o->down, down, 1, e);
+        if (!st) st = upload_stack(g, &a[0], &o->qkv, &o->cqkv, qkv, 3, e);
+        if (!st) st = upload_stack(g, &a[1], &o->wo, &o->cwo, wo, 1, e);
+        if (!st) st = upload_stack(g, &a[2], &o->gu, &o->cgu, gu, 2, e);
+        if (!st) st = upload_stack(g, &a[3], &o->down, &o->cdown, down, 1, e);
         if (!st) st = upload_floats(g, &a[4], &o->attn_norm, w->attn_norm, d->D, e);
         if (!st) st = upload_floats(g, &a[5], &o->ffn_norm, w->ffn_norm, d->D, e);
     }
     const Mat *em[] = {&d->tok_embd}, *om[] = {&d->output};
-    if (!st) st = upload_stack(g, &g->alloc[g->n_alloc++], &g->embd, em, 1, e);
+    if (!st) st = upload_stack(g, &g->alloc[g->n_alloc++], &g->embd, &g->cembd, em, 1, e);
     if (!st) {
         if (d->output.data == d->tok_embd.data && d->output.type == d->tok_embd.type)
             g->output = g->embd;   /* a classifier shared with the embedding (llama2.c) */
-        else st = upload_stack(g, &g->alloc[g->n_alloc++], &g->output, om, 1, e);
+        else st = upload_stack(g, &g->alloc[g->n_alloc++], &g->output, &g->coutput, om, 1, e);
     }
+    g->stats.coded = g->coded;
     if (!st) st = upload_floats(g, &g->alloc[g->n_alloc++], &g->out_norm, d->out_norm, d->D, e);
     if (st) {
         gpu_model_free(g);
@@ -306,15 +358,23 @@ static int ensure_acts(GpuModel *g, int T, int nl, int tstride, const float *rop
     free_acts(g);
     size_t qd = (size_t)d->H * d->S, kvd = (size_t)d->Hkv * d->S, D = d->D, F = d->F;
     size_t Kmax = D > F ? D : F;
-    size_t wmax = 0;   /* the largest matrix cuBLAS may be handed (every layer has layer 0's shapes) */
+    size_t wmax = 0, lmax = 0;   /* the largest matrix cuBLAS may be handed (every layer has layer 0's shapes) */
     const DevLayer *w = &g->layers[0];
     const DevMat *m[] = {&w->qkv, &w->wo, &w->gu, &w->down, &g->output};
-    for (int i = 0; i < 5; i++)
-        if ((size_t)m[i]->N * m[i]->K > wmax) wmax = (size_t)m[i]->N * m[i]->K;
+    for (int i = 0; i < 5; i++) {
+        size_t n = (size_t)m[i]->N * m[i]->K;
+        wmax = n > wmax ? n : wmax;
+        lmax = i < 4 && n > lmax ? n : lmax;
+    }
+    if (g->coded) {   /* a layer's largest matrix, decoded: F32 for cuBLAS, else BF16 */
+        g->piece_floats = g->blas ? lmax : lmax / 2 + 8;
+        wmax = g->piece_floats;
+    }
+    g->stats.scratch_bytes = g->blas || g->coded ? wmax * 4 : 0;
     struct { float **p; size_t n; } b[] = {
         {&g->x, T * D}, {&g->qkv, T * (qd + 2 * kvd)}, {&g->att, T * qd}, {&g->gu, T * 2 * F},
         {&g->logits, (size_t)nl * d->V}, {&g->part, gpu_attention_part_floats(T, d->H, d->S, MAX_SPLIT) + 1},
-        {&g->ascratch, T * (Kmax + 8) + 16}, {&g->wscratch, g->blas ? wmax : 1}};
+        {&g->ascratch, T * (Kmax + 8) + 16}, {&g->wscratch, g->blas || g->coded ? wmax : 1}};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
         cudaError_t ce = cudaMalloc((void **)b[i].p, b[i].n * 4);
         if (ce != cudaSuccess)
@@ -362,10 +422,56 @@ static int on_kernels(const GpuModel *g, const DevMat *W, int T) {
     return !g->blas || T < g->gemm_T || W->type == DT_Q8_0;
 }
 
+/* gpu_matvec on weights that the kernel just before wrote (decoded BF16E):
+ * launched without programmatic dependent launch, since a product reads its
+ * first weights before it waits for the kernel ahead. */
+static int matvec_after(const DevMat *W, const MvArgs *a, cudaStream_t st, bool written) {
+    int pdl = gpu_tune.pdl;
+    if (written) gpu_tune.pdl = 0;
+    int k = gpu_matvec(W, a, st);
+    gpu_tune.pdl = pdl;
+    return k;
+}
+
+static int product_on(GpuModel *g, const DevMat *W, MvArgs a, bool written);
+
+/* A BF16E product: rows decoded into wscratch (BF16 for the kernels, F32
+ * for cuBLAS), as many as it holds, then that piece's product; the same
+ * bits as the BF16 matrix would give. Only the classifier is ever cut in
+ * pieces (wscratch holds a layer's largest matrix), so q|k|v, whose
+ * epilogue numbers its rows, is always whole. */
+static int product_coded(GpuModel *g, const DevMat *W, MvArgs a) {
+    DType as = on_kernels(g, W, a.T) ? DT_BF16 : DT_F32;
+    size_t fit = (as == DT_F32 ? g->piece_floats : 2 * g->piece_floats) / W->K;
+    int rows = fit >= (size_t)W->N ? W->N : (int)fit, k = 0;
+    for (int r0 = 0; r0 < W->N; r0 += rows) {
+        int n = W->N - r0 < rows ? W->N - r0 : rows, at = 0;
+        for (int i = 0; i < W->coded->n_parts; i++) {   /* the parts that hold rows r0 .. r0 + n - 1 */
+            const DevBf16e *P = &W->coded->part[i];
+            int lo = r0 > at ? r0 : at, hi = r0 + n < at + P->N ? r0 + n : at + P->N;
+            if (lo < hi) {
+                char *dst = (char *)g->wscratch + (size_t)(lo - r0) * W->K * (as == DT_F32 ? 4 : 2);
+                k += gpu_bf16e_decode(dst, as, P, W->K, lo - at, hi - lo, NULL, g->st);
+            }
+            at += P->N;
+        }
+        DevMat piece = {as, n, W->K, g->wscratch, NULL, NULL};
+        MvArgs b = a;
+        b.out = a.out + r0;
+        k += product_on(g, &piece, b, true);
+    }
+    return k;
+}
+
 static int product(GpuModel *g, const DevMat *W, MvArgs a) {
+    return W->type == DT_BF16E ? product_coded(g, W, a) : product_on(g, W, a, false);
+}
+
+/* written: W is in wscratch, decoded by the kernel just launched. */
+static int product_on(GpuModel *g, const DevMat *W, MvArgs a, bool written) {
     if (on_kernels(g, W, a.T)) {
         bool apart = a.pre == PRE_SWIGLU && gpu_tune.swiglu_apart;
-        if (a.T < gpu_tune.ready_t && !apart) return gpu_matvec(W, &a, g->st);
+        if (a.T < gpu_tune.ready_t && !apart) return matvec_after(W, &a, g->st, written);
         /* the prologue once for every row, not once per block of rows */
         int k = apart ? gpu_swiglu_apart(g->ascratch, W, &a, g->st) : gpu_prepare(g->ascratch, W, &a, g->st);
         MvArgs r = a;
@@ -375,11 +481,11 @@ static int product(GpuModel *g, const DevMat *W, MvArgs a) {
         r.pre = PRE_READY;
         r.norm = NULL;
         r.x2 = NULL;
-        return k + gpu_matvec(W, &r, g->st);
+        return k + matvec_after(W, &r, g->st, written);
     }
     int k = gpu_prologue(g->ascratch, W, &a, g->st);
     const float *w = (const float *)W->w;
-    if (W->type != DT_F32) {
+    if (W->type != DT_F32) {   /* (decoded BF16E arrives as F32 already) */
         k += gpu_dequantize(g->wscratch, W, g->st);
         w = g->wscratch;
     }
@@ -397,7 +503,8 @@ static int record(GpuModel *g, int T, int nl, int nsplit) {
     const int *token = g->meta, *pos = token + g->cap_T, *seq = pos + g->cap_T, *slot = seq + g->cap_T;
     const int *logit_row = slot + g->cap_T, *tables = logit_row + g->cap_nl;
     size_t layer = (size_t)g->NB * g->BS * kvd;
-    k += gpu_embed(g->x, &g->embd, token, T, g->st);
+    if (g->embd.type == DT_BF16E) k += gpu_bf16e_decode(g->x, DT_F32, &g->embd.coded->part[0], D, 0, T, token, g->st);
+    else k += gpu_embed(g->x, &g->embd, token, T, g->st);
     for (int l = 0; l < d->L; l++) {
         const DevLayer *w = &g->layers[l];
         AttnArgs at = {g->qkv, qd + 2 * kvd, g->kc + l * layer, g->vc + l * layer, pos, slot, seq, tables,
@@ -423,11 +530,12 @@ static int record(GpuModel *g, int T, int nl, int nsplit) {
 }
 
 /* Splits of attention: enough thread blocks for two per SM, but no split
- * shorter than 4 chunks of 32 positions (below that the merge costs more
- * than the blocks it fills gain). maxpos: the batch's last position. */
+ * shorter than gpu_tune.split_min chunks of 32 positions (default 4: a
+ * shorter split gains little against the merge's extra kernel).
+ * maxpos: the batch's last position. */
 static int choose_split(const GpuModel *g, int T, int maxpos) {
     int blocks = T * g->d.H, s = (2 * g->sms + blocks - 1) / blocks, chunks = maxpos / 32 + 1;
-    if (s > chunks / 4) s = chunks / 4;
+    if (s > chunks / gpu_tune.split_min) s = chunks / gpu_tune.split_min;
     return s < 1 ? 1 : s > MAX_SPLIT ? MAX_SPLIT : s;
 }
 

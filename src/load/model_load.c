@@ -617,8 +617,9 @@ int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e) {
 
 /* --device cuda: every weight to the GPU (kernels/gpu.h), told as plain data. */
 static int gpu_upload(Model *m, const ModelOpts *o, Err *e) {
-    if (o->low_mem)
-        return err_set(e, ST_ARG, "--low-mem with --device cuda: the GPU keeps every weight decoded; choose one");
+    if (o->low_mem && !m->fast_tier)   /* the fast tier (BF16E) stays coded on the GPU; the rANS tier does not */
+        return err_set(e, ST_ARG, "--low-mem with --device cuda: the GPU takes the fast tier (BF16 matrices, "
+                       "rows of whole blocks of 64, not --low-mem=rans), and %s takes the rANS tier", m->gguf.path);
     if (m->cfg.arch != ARCH_LLAMA)
         return err_set(e, ST_UNSUPPORTED, "--device cuda: the CUDA kernels run llama files; this one is %s "
                        "(it runs on the CPU)", model_arch_name(m->cfg.arch));
