@@ -9,7 +9,9 @@
  * path) compared by max |gpu - ref| / max |ref|. One line per check with the
  * error, its limit, and for the products the GB/s of weights the kernel
  * streamed (median of 20 launches). Exit 1 if any check fails. --quick leaves
- * out TinyLlama's sizes and the timing (for compute-sanitizer).
+ * out TinyLlama's sizes and the timing (for compute-sanitizer); --coded runs
+ * only the coded-weight decoders (BF16E, rANS: every byte the reference's,
+ * their GB/s timed).
  *
  * Limits: 2e-6, or 1e-6 sqrt(K / 128) for long rows, where the GPU adds the
  * same terms in another order (float rounding of a sum of K products grows
@@ -632,12 +634,13 @@ static void check_rans(size_t n, int bits, int N, uint32_t C, int time_it) {
 }
 
 int main(int argc, char **argv) {
-    int quick = 0;
+    int quick = 0, coded_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--coded")) coded_only = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) rng = strtoull(argv[++i], NULL, 10) * 2654435761u + 1;
         else {
-            printf("usage: kcheck [--quick] [--seed N]\n");
+            printf("usage: kcheck [--quick] [--coded] [--seed N]\n");
             return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
         }
     }
@@ -652,6 +655,7 @@ int main(int argc, char **argv) {
     ops_set_isa(OPS_PLAIN);
     const DType types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0};
     for (DType t : types) {
+        if (coded_only) break;
         int odd = t == DT_Q8_0 ? 352 : 200;   /* not a multiple of 8 (Q8_0: of 32 only) */
         check_matvec(t, 37, odd, 1, PRE_NONE, 0, 0);
         check_matvec(t, 64, 96, 3, PRE_NORM, 0, 0);
@@ -667,6 +671,7 @@ int main(int argc, char **argv) {
         check_alone_bits(t, 2560, 2048, PRE_NORM);
         check_alone_bits(t, 2048, 5632, PRE_SWIGLU);
     }
+    if (!coded_only) {
     check_rope_fused(DT_F16, 8, 2, 16, 16, 1);     /* the tiny fixture's heads */
     check_rope_fused(DT_Q8_0, 4, 1, 24, 24, 5);    /* rand's; the prologue apart */
     check_rope_fused(DT_F32, 2, 1, 6, 4, 9);       /* a group of 4 rows across k|v; partial rotary; two tiles */
@@ -676,13 +681,14 @@ int main(int argc, char **argv) {
     check_attention(32, 4, 64, 16, 700, 5);
     check_attention(32, 4, 64, 7, 300, 13);    /* a block size that is not a power of two */
     check_attention(8, 8, 128, 32, 400, 4);
+    }
     check_bf16e(37, 128, 0);
     check_bf16e(100, 5632, 0);    /* three rounds of 32 blocks a row, the last partial */
     check_rans(1000003, 12, 32, 65536, 0);
     check_rans(200001, 14, 16, 4096, 0);
     check_rans(20001, 10, 1, 1000, 0);
     check_rans(777, 15, 32, 100000, 0);   /* one chunk, shorter than a group of 32 at its end */
-    if (!quick) {
+    if (!quick) {   /* timed */
         check_bf16e(11264, 2048, 1);      /* TinyLlama's gate|up */
         check_rans((size_t)256 << 20, 12, 32, 65536, 1);
     }

@@ -18,8 +18,12 @@
  *             8-byte loads, the next block's issued before this one decodes)
  *     warp:   an inclusive scan of the lanes' escape counts (shuffles) says
  *             where each lane's escapes start in the row's list
- *     lane:   64 weights decoded (the exponent of codes 0-6 by one
- *             __byte_perm), written as 8 x 16 bytes of BF16 or 16 x 16 of F32
+ *     the row's escaped exponents (at most K bytes) staged in shared
+ *             memory first, so that an escape costs a shared-memory read
+ *     lane:   64 weights decoded four at a time (their 3-bit codes spread
+ *             into the nibbles of one __byte_perm selector, which picks four
+ *             exponents out of the table), written as 8 x 16 bytes of BF16
+ *             or 16 x 16 of F32
  *
  * rANS (rans.h): chunks are independent and each interleaves N <= 32
  * states, symbol i of a group belonging to state i % N. The mapping:
@@ -45,68 +49,91 @@ extern "C" {
 
 enum { BE_WARPS = 8, BE_WORDS = BF16E_BLOCK_BYTES / 8 };
 
-/* formats.h's bf16e_pos: where weight k's sign and mantissa byte lies. */
-__host__ __device__ constexpr int be_pos(int k) { return 16 * (k / 4 % 4) + 4 * (k / 16) + k % 4; }
-
 __device__ static inline void be_load(unsigned long long w[BE_WORDS], const unsigned long long *src) {
 #pragma unroll
     for (int i = 0; i < BE_WORDS; i++) w[i] = __ldg(src + i);
 }
 
-/* Weight k of a block (bf16e_weight): its BF16 bits. esc: the block's
- * escape mask; first: where its escapes start in the matrix's list. */
-template <int k>
-__device__ static inline uint32_t be_weight(const unsigned long long w[BE_WORDS], unsigned long long esc,
-                                            uint32_t first, const DevBf16e &P) {
-    constexpr int p = be_pos(k);
-    uint32_t sm = (uint32_t)(w[p / 8] >> (8 * (p % 8))) & 0xffu;
-    uint32_t code = (uint32_t)(w[8] >> p & 1) | (uint32_t)(w[9] >> p & 1) << 1 | (uint32_t)(w[10] >> p & 1) << 2;
-    uint32_t e = __byte_perm(P.exps_lo, P.exps_hi, code) & 0xffu;
-    if (code == BF16E_ESCAPE) {   /* the escapes of the bytes before p come first */
-        uint32_t r = P.esc[first + __popcll(esc & ((1ull << p) - 1))];
-        e = (r << 1 | r >> 7) & 0xffu;   /* rotated left: back to the exponent */
-    }
-    return (sm & 0x80u) << 8 | e << 7 | (sm & 0x7fu);
+/* Bits pb .. pb + 3 of v as the low bits of each of four nibbles (bit i to
+ * bit 4 i). */
+__device__ static inline uint32_t be_spread(unsigned long long v, int pb) {
+    uint32_t x = (uint32_t)(v >> pb) & 0xfu;
+    x = (x | x << 6) & 0x0303u;   /* bits 0 1 2 3 -> 0 1 8 9 */
+    return (x | x << 3) & 0x1111u; /* -> 0 4 8 12 */
 }
 
-/* Eight weights 8g .. 8g + 7 of a block, stored at out (BF16: one 16-byte
+/* Weights k = 4 r .. 4 r + 3 of a block (bf16e_weight for each), which lie
+ * at bytes and code bits pb .. pb + 3, pb = 16 (r % 4) + 4 (r / 4)
+ * (formats.h's bf16e_pos): their BF16 bits, two to a word. The four codes
+ * are gathered into the nibbles of a __byte_perm selector that picks the
+ * four exponents out of the table at once; an escape takes its exponent
+ * from the row's escapes (sesc, staged in shared memory), after `first` of
+ * them and the escapes at bytes before its own in this block. */
+template <int r>
+__device__ static inline void be_four(uint32_t &lo, uint32_t &hi, const unsigned long long w[BE_WORDS],
+                                      unsigned long long esc, uint32_t first, const uint8_t *sesc,
+                                      const DevBf16e &P) {
+    constexpr int pb = 16 * (r % 4) + 4 * (r / 4);
+    uint32_t sel = be_spread(w[8], pb) | be_spread(w[9], pb) << 1 | be_spread(w[10], pb) << 2;
+    uint32_t e4 = __byte_perm(P.exps_lo, P.exps_hi, sel);
+    uint32_t em = (uint32_t)(esc >> pb) & 0xfu;
+    if (em) {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            if (em >> i & 1) {
+                uint32_t x = sesc[first + __popcll(esc & ((1ull << (pb + i)) - 1))];
+                x = (x << 1 | x >> 7) & 0xffu;   /* rotated left: back to the exponent */
+                e4 = (e4 & ~(0xffu << 8 * i)) | x << 8 * i;
+            }
+    }
+    uint32_t sm = (uint32_t)(w[pb / 8] >> (8 * (pb % 8)));   /* the 4 sign and mantissa bytes */
+    /* two weights a word, 16 bits each: sign << 15 | exponent << 7 | mantissa */
+    uint32_t s01 = __byte_perm(sm, 0, 0x4140), s23 = __byte_perm(sm, 0, 0x4342);
+    uint32_t e01 = __byte_perm(e4, 0, 0x4140), e23 = __byte_perm(e4, 0, 0x4342);
+    lo = (s01 & 0x00800080u) << 8 | e01 << 7 | (s01 & 0x007f007fu);
+    hi = (s23 & 0x00800080u) << 8 | e23 << 7 | (s23 & 0x007f007fu);
+}
+
+/* Weights 8 g .. 8 g + 7 of a block, stored at out (BF16: one 16-byte
  * store; F32: two). */
 template <int g, bool F32>
 __device__ static inline void be_eight(void *out, const unsigned long long w[BE_WORDS], unsigned long long esc,
-                                       uint32_t first, const DevBf16e &P) {
-    uint32_t b[8];
-    b[0] = be_weight<8 * g + 0>(w, esc, first, P);
-    b[1] = be_weight<8 * g + 1>(w, esc, first, P);
-    b[2] = be_weight<8 * g + 2>(w, esc, first, P);
-    b[3] = be_weight<8 * g + 3>(w, esc, first, P);
-    b[4] = be_weight<8 * g + 4>(w, esc, first, P);
-    b[5] = be_weight<8 * g + 5>(w, esc, first, P);
-    b[6] = be_weight<8 * g + 6>(w, esc, first, P);
-    b[7] = be_weight<8 * g + 7>(w, esc, first, P);
+                                       uint32_t first, const uint8_t *sesc, const DevBf16e &P) {
+    uint32_t a, b, c, d;
+    be_four<2 * g>(a, b, w, esc, first, sesc, P);
+    be_four<2 * g + 1>(c, d, w, esc, first, sesc, P);
     if (F32) {
         uint4 *o = (uint4 *)out + 2 * g;
-        o[0] = make_uint4(b[0] << 16, b[1] << 16, b[2] << 16, b[3] << 16);
-        o[1] = make_uint4(b[4] << 16, b[5] << 16, b[6] << 16, b[7] << 16);
+        o[0] = make_uint4(a << 16, a & 0xffff0000u, b << 16, b & 0xffff0000u);
+        o[1] = make_uint4(c << 16, c & 0xffff0000u, d << 16, d & 0xffff0000u);
     } else {
-        ((uint4 *)out)[g] = make_uint4(b[0] | b[1] << 16, b[2] | b[3] << 16, b[4] | b[5] << 16, b[6] | b[7] << 16);
+        ((uint4 *)out)[g] = make_uint4(a, b, c, d);
     }
 }
 
 template <bool F32>
 __global__ void __launch_bounds__(BE_WARPS * 32) bf16e_kernel(void *out, DevBf16e P, int K, int r0, int n,
                                                                const int *rows) {
+    extern __shared__ uint8_t besm[];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, i = blockIdx.x * BE_WARPS + warp, nb = K / BF16E_BLOCK;
     /* before the kernel ahead ends only the weights (and the tokens, which
-     * the batch's upload wrote) may be read: the first blocks are asked for */
+     * the batch's upload wrote) may be read: the row's first blocks are
+     * asked for, and its escapes (at most K) staged in shared memory */
     int row = i < n ? (rows ? rows[i] : r0 + i) : -1;
     const unsigned long long *src = (const unsigned long long *)(P.blocks + (size_t)(row < 0 ? 0 : row) * nb * BF16E_BLOCK_BYTES);
     unsigned long long w[BE_WORDS], next[BE_WORDS];
     if (row >= 0 && lane < nb) be_load(w, src + (size_t)lane * BE_WORDS);
-    uint32_t first = row >= 0 ? __ldg(P.esc_row + row) : 0;
+    uint8_t *sesc = besm + (size_t)warp * K;
+    if (row >= 0) {
+        uint32_t e0 = __ldg(P.esc_row + row), ne = __ldg(P.esc_row + row + 1) - e0;
+        for (uint32_t j = lane; j < ne && j < (uint32_t)K; j += 32) sesc[j] = __ldg(P.esc + e0 + j);
+    }
+    __syncwarp();
     pdl_wait();
     pdl_release();
     if (row < 0) return;   /* the whole warp */
     char *o = (char *)out + (size_t)i * K * (F32 ? 4 : 2);
+    uint32_t first = 0;   /* escapes of the row before this round's blocks */
     for (int b0 = 0; b0 < nb; b0 += 32) {
         int b = b0 + lane;
         if (b + 32 < nb) be_load(next, src + (size_t)(b + 32) * BE_WORDS);
@@ -120,14 +147,14 @@ __global__ void __launch_bounds__(BE_WARPS * 32) bf16e_kernel(void *out, DevBf16
         first += __shfl_sync(0xffffffffu, inc, 31);
         if (b < nb) {
             void *ob = o + (size_t)b * BF16E_BLOCK * (F32 ? 4 : 2);
-            be_eight<0, F32>(ob, w, esc, mine, P);
-            be_eight<1, F32>(ob, w, esc, mine, P);
-            be_eight<2, F32>(ob, w, esc, mine, P);
-            be_eight<3, F32>(ob, w, esc, mine, P);
-            be_eight<4, F32>(ob, w, esc, mine, P);
-            be_eight<5, F32>(ob, w, esc, mine, P);
-            be_eight<6, F32>(ob, w, esc, mine, P);
-            be_eight<7, F32>(ob, w, esc, mine, P);
+            be_eight<0, F32>(ob, w, esc, mine, sesc, P);
+            be_eight<1, F32>(ob, w, esc, mine, sesc, P);
+            be_eight<2, F32>(ob, w, esc, mine, sesc, P);
+            be_eight<3, F32>(ob, w, esc, mine, sesc, P);
+            be_eight<4, F32>(ob, w, esc, mine, sesc, P);
+            be_eight<5, F32>(ob, w, esc, mine, sesc, P);
+            be_eight<6, F32>(ob, w, esc, mine, sesc, P);
+            be_eight<7, F32>(ob, w, esc, mine, sesc, P);
         }
 #pragma unroll
         for (int j = 0; j < BE_WORDS; j++) w[j] = next[j];
@@ -137,8 +164,13 @@ __global__ void __launch_bounds__(BE_WARPS * 32) bf16e_kernel(void *out, DevBf16
 int gpu_bf16e_decode(void *out, DType as, const DevBf16e *P, int K, int r0, int n, const int *rows, cudaStream_t st) {
     if (n <= 0) return 0;
     dim3 grid((n + BE_WARPS - 1) / BE_WARPS);
-    if (as == DT_F32) gpu_launch(bf16e_kernel<true>, grid, BE_WARPS * 32, 0, st, out, *P, K, r0, n, rows);
-    else gpu_launch(bf16e_kernel<false>, grid, BE_WARPS * 32, 0, st, out, *P, K, r0, n, rows);
+    size_t smem = (size_t)BE_WARPS * K;   /* each warp's row of escapes */
+    if (smem > 48 * 1024) {
+        cudaFuncSetAttribute(bf16e_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(bf16e_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    }
+    if (as == DT_F32) gpu_launch(bf16e_kernel<true>, grid, BE_WARPS * 32, smem, st, out, *P, K, r0, n, rows);
+    else gpu_launch(bf16e_kernel<false>, grid, BE_WARPS * 32, smem, st, out, *P, K, r0, n, rows);
     return 1;
 }
 
