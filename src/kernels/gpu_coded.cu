@@ -13,17 +13,22 @@
  *
  *   grid (ceil(n / 8))     block: 256 threads = 8 warps, a warp per row
  *
- *   warp w -> row i = 8 blockIdx.x + w of the output
- *     lane l: blocks l, l + 32, l + 64, ... of the row (88 bytes each, eleven
- *             8-byte loads, the next block's issued before this one decodes)
- *     warp:   an inclusive scan of the lanes' escape counts (shuffles) says
- *             where each lane's escapes start in the row's list
- *     the row's escaped exponents (at most K bytes) staged in shared
- *             memory first, so that an escape costs a shared-memory read
- *     lane:   64 weights decoded four at a time (their 3-bit codes spread
- *             into the nibbles of one __byte_perm selector, which picks four
- *             exponents out of the table), written as 8 x 16 bytes of BF16
- *             or 16 x 16 of F32
+ *   warp w -> row i = 8 blockIdx.x + w of the output; first the row's
+ *             escaped exponents (at most K bytes) are staged in shared
+ *             memory, so that an escape costs a shared-memory read
+ *     a round: eight blocks of the row, four lanes each
+ *     lane 4 g + j: quarter j of block g, its bytes 16 j .. 16 j + 15 and the
+ *             same 16 bits of each code plane, which are weights 4 j + 16 m
+ *             .. + 3 for m = 0..3 (bf16e_pos): one 16-byte load (two of 8:
+ *             blocks are 8-byte aligned) and three of 2; the next round's
+ *             issued before this one decodes
+ *     warp:   an inclusive scan of the lanes' escape counts (shuffles), in
+ *             lane order, which is the row's order: where each lane's
+ *             escapes start in the row's list
+ *     lane:   16 weights, four at a time (their 3-bit codes spread into the
+ *             nibbles of one __byte_perm selector, which picks four
+ *             exponents out of the table); the four lanes of a block store
+ *             32 contiguous bytes of BF16 (64 of F32) at each m
  *
  * rANS (rans.h): chunks are independent and each interleaves N <= 32
  * states, symbol i of a group belonging to state i % N. The mapping:
@@ -47,68 +52,70 @@ extern "C" {
 
 /* ------------------------------------------------------------ BF16E */
 
-enum { BE_WARPS = 8, BE_WORDS = BF16E_BLOCK_BYTES / 8 };
+enum { BE_WARPS = 8 };
 
-__device__ static inline void be_load(unsigned long long w[BE_WORDS], const unsigned long long *src) {
-#pragma unroll
-    for (int i = 0; i < BE_WORDS; i++) w[i] = __ldg(src + i);
+/* What a lane decodes: 16 bytes of a block's signs and mantissas (bytes
+ * 16 j .. 16 j + 15 for lane j of the block's four) and the same 16 bits of
+ * its three code planes. */
+typedef struct {
+    uint4 sm;
+    uint32_t c0, c1, c2;
+} BeQuarter;
+
+__device__ static inline BeQuarter be_load(const uint8_t *blk, int j) {
+    BeQuarter q;
+    const uint2 *h = (const uint2 *)(blk + 16 * j);   /* a block is 88 bytes: 8-byte aligned only */
+    uint2 a = __ldg(h), b = __ldg(h + 1);
+    q.sm = make_uint4(a.x, a.y, b.x, b.y);
+    const uint16_t *pl = (const uint16_t *)(blk + BF16E_BLOCK) + j;
+    q.c0 = __ldg(pl);
+    q.c1 = __ldg(pl + 4);
+    q.c2 = __ldg(pl + 8);
+    return q;
 }
 
-/* Bits pb .. pb + 3 of v as the low bits of each of four nibbles (bit i to
- * bit 4 i). */
-__device__ static inline uint32_t be_spread(unsigned long long v, int pb) {
-    uint32_t x = (uint32_t)(v >> pb) & 0xfu;
-    x = (x | x << 6) & 0x0303u;   /* bits 0 1 2 3 -> 0 1 8 9 */
+/* Bits 4 m .. 4 m + 3 of v as the low bits of four nibbles (bit i to bit 4 i). */
+__device__ static inline uint32_t be_spread(uint32_t v, int m) {
+    uint32_t x = v >> 4 * m & 0xfu;
+    x = (x | x << 6) & 0x0303u;    /* bits 0 1 2 3 -> 0 1 8 9 */
     return (x | x << 3) & 0x1111u; /* -> 0 4 8 12 */
 }
 
-/* Weights k = 4 r .. 4 r + 3 of a block (bf16e_weight for each), which lie
- * at bytes and code bits pb .. pb + 3, pb = 16 (r % 4) + 4 (r / 4)
- * (formats.h's bf16e_pos): their BF16 bits, two to a word. The four codes
- * are gathered into the nibbles of a __byte_perm selector that picks the
- * four exponents out of the table at once; an escape takes its exponent
- * from the row's escapes (sesc, staged in shared memory), after `first` of
- * them and the escapes at bytes before its own in this block. */
-template <int r>
-__device__ static inline void be_four(uint32_t &lo, uint32_t &hi, const unsigned long long w[BE_WORDS],
-                                      unsigned long long esc, uint32_t first, const uint8_t *sesc,
-                                      const DevBf16e &P) {
-    constexpr int pb = 16 * (r % 4) + 4 * (r / 4);
-    uint32_t sel = be_spread(w[8], pb) | be_spread(w[9], pb) << 1 | be_spread(w[10], pb) << 2;
+/* Four weights of the lane's quarter: bytes and code bits 4 m .. 4 m + 3 of
+ * it, which are weights 4 j + 16 m .. + 3 of the block (formats.h's
+ * bf16e_pos), as BF16 bits two to a word. Their four 3-bit codes become the
+ * nibbles of one __byte_perm selector, which picks the four exponents out of
+ * the table at once; an escape takes its exponent from the row's escapes in
+ * shared memory, after `first` of them and those at the quarter's bits
+ * before its own. */
+template <int m>
+__device__ static inline uint2 be_four(const BeQuarter &q, uint32_t esc, uint32_t first, const uint8_t *sesc,
+                                       const DevBf16e &P) {
+    uint32_t sel = be_spread(q.c0, m) | be_spread(q.c1, m) << 1 | be_spread(q.c2, m) << 2;
     uint32_t e4 = __byte_perm(P.exps_lo, P.exps_hi, sel);
-    uint32_t em = (uint32_t)(esc >> pb) & 0xfu;
+    uint32_t em = esc >> 4 * m & 0xfu;
     if (em) {
 #pragma unroll
         for (int i = 0; i < 4; i++)
             if (em >> i & 1) {
-                uint32_t x = sesc[first + __popcll(esc & ((1ull << (pb + i)) - 1))];
+                uint32_t x = sesc[first + __popc(esc & ((1u << (4 * m + i)) - 1))];
                 x = (x << 1 | x >> 7) & 0xffu;   /* rotated left: back to the exponent */
                 e4 = (e4 & ~(0xffu << 8 * i)) | x << 8 * i;
             }
     }
-    uint32_t sm = (uint32_t)(w[pb / 8] >> (8 * (pb % 8)));   /* the 4 sign and mantissa bytes */
+    uint32_t sm = m == 0 ? q.sm.x : m == 1 ? q.sm.y : m == 2 ? q.sm.z : q.sm.w;
     /* two weights a word, 16 bits each: sign << 15 | exponent << 7 | mantissa */
     uint32_t s01 = __byte_perm(sm, 0, 0x4140), s23 = __byte_perm(sm, 0, 0x4342);
     uint32_t e01 = __byte_perm(e4, 0, 0x4140), e23 = __byte_perm(e4, 0, 0x4342);
-    lo = (s01 & 0x00800080u) << 8 | e01 << 7 | (s01 & 0x007f007fu);
-    hi = (s23 & 0x00800080u) << 8 | e23 << 7 | (s23 & 0x007f007fu);
+    return make_uint2((s01 & 0x00800080u) << 8 | e01 << 7 | (s01 & 0x007f007fu),
+                      (s23 & 0x00800080u) << 8 | e23 << 7 | (s23 & 0x007f007fu));
 }
 
-/* Weights 8 g .. 8 g + 7 of a block, stored at out (BF16: one 16-byte
- * store; F32: two). */
-template <int g, bool F32>
-__device__ static inline void be_eight(void *out, const unsigned long long w[BE_WORDS], unsigned long long esc,
-                                       uint32_t first, const uint8_t *sesc, const DevBf16e &P) {
-    uint32_t a, b, c, d;
-    be_four<2 * g>(a, b, w, esc, first, sesc, P);
-    be_four<2 * g + 1>(c, d, w, esc, first, sesc, P);
-    if (F32) {
-        uint4 *o = (uint4 *)out + 2 * g;
-        o[0] = make_uint4(a << 16, a & 0xffff0000u, b << 16, b & 0xffff0000u);
-        o[1] = make_uint4(c << 16, c & 0xffff0000u, d << 16, d & 0xffff0000u);
-    } else {
-        ((uint4 *)out)[g] = make_uint4(a, b, c, d);
-    }
+template <int m, bool F32>
+__device__ static inline void be_store(char *blk_out, int j, uint2 v) {
+    int k = 4 * j + 16 * m;   /* the first of the four weights */
+    if (F32) *(uint4 *)(blk_out + 4 * k) = make_uint4(v.x << 16, v.x & 0xffff0000u, v.y << 16, v.y & 0xffff0000u);
+    else *(uint2 *)(blk_out + 2 * k) = v;
 }
 
 template <bool F32>
@@ -116,17 +123,18 @@ __global__ void __launch_bounds__(BE_WARPS * 32) bf16e_kernel(void *out, DevBf16
                                                                const int *rows) {
     extern __shared__ uint8_t besm[];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, i = blockIdx.x * BE_WARPS + warp, nb = K / BF16E_BLOCK;
+    int g = lane / 4, j = lane % 4;   /* block g of the warp's eight, quarter j */
     /* before the kernel ahead ends only the weights (and the tokens, which
      * the batch's upload wrote) may be read: the row's first blocks are
      * asked for, and its escapes (at most K) staged in shared memory */
     int row = i < n ? (rows ? rows[i] : r0 + i) : -1;
-    const unsigned long long *src = (const unsigned long long *)(P.blocks + (size_t)(row < 0 ? 0 : row) * nb * BF16E_BLOCK_BYTES);
-    unsigned long long w[BE_WORDS], next[BE_WORDS];
-    if (row >= 0 && lane < nb) be_load(w, src + (size_t)lane * BE_WORDS);
+    const uint8_t *src = P.blocks + (size_t)(row < 0 ? 0 : row) * nb * BF16E_BLOCK_BYTES;
+    BeQuarter q = {}, next = {};
+    if (row >= 0 && g < nb) q = be_load(src + (size_t)g * BF16E_BLOCK_BYTES, j);
     uint8_t *sesc = besm + (size_t)warp * K;
     if (row >= 0) {
         uint32_t e0 = __ldg(P.esc_row + row), ne = __ldg(P.esc_row + row + 1) - e0;
-        for (uint32_t j = lane; j < ne && j < (uint32_t)K; j += 32) sesc[j] = __ldg(P.esc + e0 + j);
+        for (uint32_t t = lane; t < ne && t < (uint32_t)K; t += 32) sesc[t] = __ldg(P.esc + e0 + t);
     }
     __syncwarp();
     pdl_wait();
@@ -134,30 +142,25 @@ __global__ void __launch_bounds__(BE_WARPS * 32) bf16e_kernel(void *out, DevBf16
     if (row < 0) return;   /* the whole warp */
     char *o = (char *)out + (size_t)i * K * (F32 ? 4 : 2);
     uint32_t first = 0;   /* escapes of the row before this round's blocks */
-    for (int b0 = 0; b0 < nb; b0 += 32) {
-        int b = b0 + lane;
-        if (b + 32 < nb) be_load(next, src + (size_t)(b + 32) * BE_WORDS);
-        unsigned long long esc = b < nb ? w[8] & w[9] & w[10] : 0;
-        int cnt = __popcll(esc), inc = cnt;
-        for (int d = 1; d < 32; d *= 2) {   /* inclusive scan over the lanes */
+    for (int b0 = 0; b0 < nb; b0 += 8) {   /* eight blocks a round, four lanes each */
+        int b = b0 + g;
+        if (b + 8 < nb) next = be_load(src + (size_t)(b + 8) * BF16E_BLOCK_BYTES, j);
+        uint32_t esc = b < nb ? q.c0 & q.c1 & q.c2 : 0;
+        int cnt = __popc(esc), inc = cnt;
+        for (int d = 1; d < 32; d *= 2) {   /* inclusive scan over the lanes: row order */
             int v = __shfl_up_sync(0xffffffffu, inc, d);
             if (lane >= d) inc += v;
         }
         uint32_t mine = first + inc - cnt;
         first += __shfl_sync(0xffffffffu, inc, 31);
         if (b < nb) {
-            void *ob = o + (size_t)b * BF16E_BLOCK * (F32 ? 4 : 2);
-            be_eight<0, F32>(ob, w, esc, mine, sesc, P);
-            be_eight<1, F32>(ob, w, esc, mine, sesc, P);
-            be_eight<2, F32>(ob, w, esc, mine, sesc, P);
-            be_eight<3, F32>(ob, w, esc, mine, sesc, P);
-            be_eight<4, F32>(ob, w, esc, mine, sesc, P);
-            be_eight<5, F32>(ob, w, esc, mine, sesc, P);
-            be_eight<6, F32>(ob, w, esc, mine, sesc, P);
-            be_eight<7, F32>(ob, w, esc, mine, sesc, P);
+            char *ob = o + (size_t)b * BF16E_BLOCK * (F32 ? 4 : 2);
+            be_store<0, F32>(ob, j, be_four<0>(q, esc, mine, sesc, P));
+            be_store<1, F32>(ob, j, be_four<1>(q, esc, mine, sesc, P));
+            be_store<2, F32>(ob, j, be_four<2>(q, esc, mine, sesc, P));
+            be_store<3, F32>(ob, j, be_four<3>(q, esc, mine, sesc, P));
         }
-#pragma unroll
-        for (int j = 0; j < BE_WORDS; j++) w[j] = next[j];
+        q = next;
     }
 }
 
