@@ -49,7 +49,7 @@ coded_check() {
     S="$MODELS/small-bf16.gguf"; SC="$MODELS/small-bf16.rans.gguf"
     "$BIN/mkmodel" --dim 256 --hidden 704 --layers 4 --heads 4 --kv-heads 2 --vocab 512 --ctx 256 --type bf16 --seed 3 "$S" > /dev/null &&
         "$BIN/compress" "$S" "$SC" > /dev/null || bad "mkmodel and compress of the small BF16 model"
-    for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_GEMM_T=1 LLM_CUDA_DEEP=0 LLM_CUDA_PDL=0; do
+    for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_CODED_OVERLAP=0 LLM_CUDA_GEMM_T=1 LLM_CUDA_DEEP=0 LLM_CUDA_PDL=0; do
         if env $cfg timeout 120 "$BIN/gpucheck" --model "$SC" --low-mem 1 --prompt "ROMEO:" --steps 64 > "$tmp/gc" 2>&1; then
             ok "$SC --low-mem against the CPU's fast tier, $cfg: $(grep -m1 'rows:' "$tmp/gc")"
         else bad "$SC --low-mem against the CPU's fast tier, $cfg"; cat "$tmp/gc"; fi
@@ -76,11 +76,19 @@ coded_check() {
             --device cuda > "$tmp/tl$lm" 2>/dev/null
         timeout 200 "$BIN/gpucheck" --bench "$f" --low-mem $lm --prompt-len 512 --decode 64 --runs 3 | grep -e "^| /" -e "scratch"
     done
+    LLM_CUDA_CODED_OVERLAP=0 timeout 200 "$BIN/gpucheck" --bench "$TC" --low-mem 1 --prompt-len 16 --decode 64 --runs 3 |
+        grep -e "^| /" | sed 's/^/LLM_CUDA_CODED_OVERLAP=0: /'
     [ -s "$tmp/tl0" ] && cmp -s "$tmp/tl0" "$tmp/tl1" && ok "TinyLlama: greedy text kept coded = BF16, on the GPU" ||
         bad "TinyLlama: greedy text kept coded differs from BF16 on the GPU"
-    timeout 300 "$BIN/bench_batch" --device cuda --threads 1 --concurrency 1,16,64 --prompt 32 --decode 64 "$T" || bad "bench_batch bf16"
-    timeout 300 "$BIN/bench_batch" --device cuda --threads 1 --concurrency 1,16,64 --prompt 32 --decode 64 --low-mem 1 "$TC" ||
-        bad "bench_batch bf16 kept coded"
+    # the two side by side, twice, alternated (one bench_batch process each)
+    for round in 1 2; do
+        timeout 300 "$BIN/bench_batch" --device cuda --threads 1 --concurrency 1,16,64 --prompt 32 --decode 64 "$T" |
+            grep -e "^| [0-9]" -e "^gpu:" | sed "s/^/round $round, BF16: /" || bad "bench_batch bf16"
+        timeout 300 "$BIN/bench_batch" --device cuda --threads 1 --concurrency 1,16,64 --prompt 32 --decode 64 --low-mem 1 "$TC" |
+            grep -e "^| [0-9]" -e "^gpu:" -e "^codec:" | sed "s/^/round $round, kept coded: /" || bad "bench_batch bf16 kept coded"
+    done
+    LLM_CUDA_CODED_OVERLAP=0 timeout 300 "$BIN/bench_batch" --device cuda --threads 1 --concurrency 1,16,64 --prompt 32 \
+        --decode 64 --low-mem 1 "$TC" | grep -e "^| [0-9]" | sed "s/^/kept coded, LLM_CUDA_CODED_OVERLAP=0: /"
 }
 if [ "$1" = coded ]; then
     timeout 300 "$BIN/kcheck" --coded > "$tmp/kq" 2>&1 && ok "kcheck --coded" || { bad "kcheck --coded"; cat "$tmp/kq"; }

@@ -153,7 +153,7 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
     DevMat W = upload_mat(t, N, K, w);
     float *dx = to_dev(x.data(), x.size()), *dn = to_dev(norm.data(), norm.size());
     float *dout = to_dev(out0.data(), out0.size());
-    MvArgs a = {dout, N, accumulate, dx, ldx, NULL, pre, dn, 1e-5f, pre == PRE_SWIGLU ? dx + K : NULL, T, 0, {}};
+    MvArgs a = {dout, N, accumulate, dx, ldx, NULL, pre, dn, 1e-5f, pre == PRE_SWIGLU ? dx + K : NULL, T, 0, {}, 0};
     if (!accumulate) poison(dout, out0.size());
     gpu_matvec(&W, &a, 0);
     CK(cudaGetLastError());
@@ -164,7 +164,7 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
     CK(cudaMemcpy(dout, out0.data(), out0.size() * 4, cudaMemcpyHostToDevice));
     if (!accumulate) poison(dout, out0.size());
     gpu_prepare(ready, &W, &a, 0);
-    MvArgs ra = {dout, N, accumulate, (const float *)ready, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}};
+    MvArgs ra = {dout, N, accumulate, (const float *)ready, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}, 0};
     gpu_matvec(&W, &ra, 0);
     CK(cudaGetLastError());
     std::vector<float> got2 = to_host(dout, out0.size());
@@ -180,6 +180,19 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
             printf("matvec %s N %d K %d T %d: FAIL: SwiGLU apart gives other bits\n", dtype_name(t), N, K, T);
         }
     }
+    {   /* weights read only after the wait (MvArgs.late, decoded BF16E): the same bits */
+        CK(cudaMemcpy(dout, out0.data(), out0.size() * 4, cudaMemcpyHostToDevice));
+        if (!accumulate) poison(dout, out0.size());
+        MvArgs la = a;
+        la.late = 1;
+        gpu_matvec(&W, &la, 0);
+        CK(cudaGetLastError());
+        std::vector<float> got4 = to_host(dout, out0.size());
+        if (memcmp(got.data(), got4.data(), got.size() * 4)) {
+            failures++;
+            printf("matvec %s N %d K %d T %d: FAIL: weights read late give other bits\n", dtype_name(t), N, K, T);
+        }
+    }
     cudaFree(ready);
     double gbs = 0.0;
     if (time_it) {
@@ -190,7 +203,7 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
         a.accumulate = 0;
         char *rb;   /* timed as the engine runs it: from 4 rows on, the prologue apart */
         CK(cudaMalloc((void **)&rb, gpu_ready_bytes(&W, T)));
-        MvArgs r2 = {dout, N, 0, (const float *)rb, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}};
+        MvArgs r2 = {dout, N, 0, (const float *)rb, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}, 0};
         for (int i = 0; i < 23; i++) {
             CK(cudaEventRecord(e0));
             if (T >= 4) {
@@ -240,7 +253,7 @@ static void check_alone_bits(DType t, int N, int K, int pre) {
     DevMat W = upload_mat(t, N, K, w);
     float *dx = to_dev(x.data(), x.size()), *dn = to_dev(norm.data(), norm.size()), *dout;
     CK(cudaMalloc((void **)&dout, (size_t)T * N * 4));
-    MvArgs a = {dout, N, 0, dx, ldx, NULL, pre, dn, 1e-5f, pre == PRE_SWIGLU ? dx + K : NULL, T, 0, {}};
+    MvArgs a = {dout, N, 0, dx, ldx, NULL, pre, dn, 1e-5f, pre == PRE_SWIGLU ? dx + K : NULL, T, 0, {}, 0};
     gpu_matvec(&W, &a, 0);
     std::vector<float> batch = to_host(dout, (size_t)T * N);
     int same = 1;
@@ -293,7 +306,7 @@ static void check_rope_fused(DType t, int H, int Hkv, int S, int n_rot, int T) {
     for (int fused = 0; fused < 2; fused++) {
         float *dq, *dkc = to_dev(kc.data(), kc.size()), *dvc = to_dev(kc.data(), kc.size());
         CK(cudaMalloc((void **)&dq, (size_t)T * N * 4));
-        MvArgs a = {dq, N, 0, dx, K, NULL, PRE_NORM, dn, 1e-5f, NULL, T, 0, {}};
+        MvArgs a = {dq, N, 0, dx, K, NULL, PRE_NORM, dn, 1e-5f, NULL, T, 0, {}, 0};
         a.use_rope = fused;
         a.rope = (RopeKv){dkc, dvc, dpos, dslot, dcs, H, Hkv, S, n_rot};
         char *ready = NULL;
@@ -488,8 +501,9 @@ static void check_bf16e(int N, int K, int time_it) {
     }
     std::vector<uint16_t> ref((size_t)N * K);
     for (int n = 0; n < N; n++) bf16e_row_to_bf16(ref.data() + (size_t)n * K, &W, n);
-    DevBf16e P = {to_dev(d.blocks, (size_t)N * dtype_row_bytes(DT_BF16E, K)), to_dev(d.esc_row, (size_t)N + 1),
-                  to_dev(d.esc, (size_t)escapes + 1), 0, 0, N};
+    std::vector<uint8_t> gb((size_t)N * dtype_row_bytes(DT_BF16E, K)), ge(escapes + 1);
+    gpu_pack_bf16e(gb.data(), ge.data(), &d, N, K);   /* the GPU's layout, as gpu_model.cu uploads it */
+    DevBf16e P = {to_dev(gb.data(), gb.size()), to_dev(d.esc_row, (size_t)N + 1), to_dev(ge.data(), ge.size()), 0, 0, N};
     memcpy(&P.exps_lo, d.exps, 4);
     memcpy(&P.exps_hi, d.exps + 4, 4);
     float *dout;
@@ -497,7 +511,7 @@ static void check_bf16e(int N, int K, int time_it) {
     char what[128];
     for (int f32 = 0; f32 < 2; f32++) {
         poison(dout, (size_t)N * K);
-        gpu_bf16e_decode(dout, f32 ? DT_F32 : DT_BF16, &P, K, 0, N, NULL, 0);
+        gpu_bf16e_decode(dout, f32 ? DT_F32 : DT_BF16, &P, K, 0, N, NULL, f32, 0);   /* F32 early: the same bits */
         CK(cudaDeviceSynchronize());
         size_t bad = 0;
         if (f32) {
@@ -515,7 +529,7 @@ static void check_bf16e(int N, int K, int time_it) {
             std::vector<float> ms;
             for (int r = 0; r < 20; r++) {
                 CK(cudaEventRecord(a));
-                gpu_bf16e_decode(dout, f32 ? DT_F32 : DT_BF16, &P, K, 0, N, NULL, 0);
+                gpu_bf16e_decode(dout, f32 ? DT_F32 : DT_BF16, &P, K, 0, N, NULL, f32, 0);
                 CK(cudaEventRecord(b));
                 CK(cudaEventSynchronize(b));
                 float t;
@@ -536,7 +550,7 @@ static void check_bf16e(int N, int K, int time_it) {
     list[3] = list[1];
     int *dlist = to_dev(list, (size_t)n_list);
     poison(dout, (size_t)n_list * K);
-    gpu_bf16e_decode(dout, DT_F32, &P, K, 0, n_list, dlist, 0);
+    gpu_bf16e_decode(dout, DT_F32, &P, K, 0, n_list, dlist, 0, 0);
     CK(cudaDeviceSynchronize());
     std::vector<uint32_t> got = to_host((const uint32_t *)dout, (size_t)n_list * K);
     size_t bad = 0;
@@ -681,6 +695,11 @@ int main(int argc, char **argv) {
     check_attention(32, 4, 64, 16, 700, 5);
     check_attention(32, 4, 64, 7, 300, 13);    /* a block size that is not a power of two */
     check_attention(8, 8, 128, 32, 400, 4);
+    }
+    if (coded_only) {   /* the products a decoded BF16E matrix feeds, its weights read late among the checks */
+        check_matvec(DT_BF16, 70, 320, 1, PRE_NORM, 1, 0);
+        check_matvec(DT_BF16, 130, 352, 9, PRE_SWIGLU, 1, 0);
+        check_matvec(DT_BF16, 2560, 2048, 1, PRE_NORM, 0, 0);
     }
     check_bf16e(37, 128, 0);
     check_bf16e(100, 5632, 0);    /* three rounds of 32 blocks a row, the last partial */

@@ -6,10 +6,12 @@
  * gpu_rans_decode. tools/kcheck.cu holds both to them bit for bit.
  *
  * BF16E (formats.h): a block of 64 weights is 88 bytes, the 64 sign and
- * mantissa bytes (in bf16e_pos order), then three 8-byte planes of a 3-bit
- * code per weight: codes 0-6 name one of the matrix's 7 exponents, code 7
- * is an escape whose exponent comes from the row's list of escapes. The
- * mapping:
+ * mantissa bytes, then 3-bit codes: codes 0-6 name one of the matrix's 7
+ * exponents, code 7 is an escape whose exponent comes from the row's list
+ * of escapes. The CPU's order (bf16e_pos, three bit planes) suits 512-bit
+ * vectors; at upload gpu_pack_bf16e lays each block out for a lane of four
+ * (gpu_kernels.cuh, DevBf16e): the weights' bytes in order, each quarter's
+ * 16 codes as 48 contiguous bits. The same bytes in number. The mapping:
  *
  *   grid (ceil(n / 8))     block: 256 threads = 8 warps, a warp per row
  *
@@ -17,18 +19,17 @@
  *             escaped exponents (at most K bytes) are staged in shared
  *             memory, so that an escape costs a shared-memory read
  *     a round: eight blocks of the row, four lanes each
- *     lane 4 g + j: quarter j of block g, its bytes 16 j .. 16 j + 15 and the
- *             same 16 bits of each code plane, which are weights 4 j + 16 m
- *             .. + 3 for m = 0..3 (bf16e_pos): one 16-byte load (two of 8:
- *             blocks are 8-byte aligned) and three of 2; the next round's
- *             issued before this one decodes
+ *     lane 4 g + j: quarter j of block g, weights 16 j .. 16 j + 15: their
+ *             bytes (two 8-byte loads: blocks are 8-byte aligned) and 48
+ *             bits of codes (three 2-byte loads); the next round's issued
+ *             before this one decodes
  *     warp:   an inclusive scan of the lanes' escape counts (shuffles), in
  *             lane order, which is the row's order: where each lane's
  *             escapes start in the row's list
- *     lane:   16 weights, four at a time (their 3-bit codes spread into the
- *             nibbles of one __byte_perm selector, which picks four
- *             exponents out of the table); the four lanes of a block store
- *             32 contiguous bytes of BF16 (64 of F32) at each m
+ *     lane:   16 weights, four at a time (their 12 bits of codes spread into
+ *             the nibbles of one __byte_perm selector, which picks four
+ *             exponents out of the table), stored as 32 contiguous bytes of
+ *             BF16 (64 of F32): a block's four lanes write 128 (256)
  *
  * rANS (rans.h): chunks are independent and each interleaves N <= 32
  * states, symbol i of a group belonging to state i % N. The mapping:
@@ -54,12 +55,37 @@ extern "C" {
 
 enum { BE_WARPS = 8 };
 
-/* What a lane decodes: 16 bytes of a block's signs and mantissas (bytes
- * 16 j .. 16 j + 15 for lane j of the block's four) and the same 16 bits of
- * its three code planes. */
+/* ------------------------------------------------------------ BF16E: the GPU's layout */
+
+/* formats.h's bf16e_pos: where weight k's sign and mantissa byte lies. */
+static inline int be_pos(int k) { return 16 * (k / 4 % 4) + 4 * (k / 16) + k % 4; }
+
+void gpu_pack_bf16e(uint8_t *blocks, uint8_t *esc, const void *bf16e, int N, int K) {
+    const Bf16eData *d = (const Bf16eData *)bf16e;
+    const uint8_t *in = d->blocks, *ein = d->esc;
+    for (size_t b = 0; b < (size_t)N * (K / BF16E_BLOCK); b++, in += BF16E_BLOCK_BYTES, blocks += BF16E_BLOCK_BYTES) {
+        uint64_t pl[3];
+        memcpy(pl, in + BF16E_BLOCK, sizeof pl);
+        uint64_t escs = pl[0] & pl[1] & pl[2], quarter[4] = {0, 0, 0, 0};
+        for (int k = 0; k < BF16E_BLOCK; k++) {
+            int p = be_pos(k);
+            uint64_t code = (pl[0] >> p & 1) | (pl[1] >> p & 1) << 1 | (pl[2] >> p & 1) << 2;
+            blocks[k] = in[p];
+            quarter[k / 16] |= code << (3 * (k % 16));
+            if (code == BF16E_ESCAPE)   /* its exponent: after those at the bytes before p */
+                *esc++ = ein[__builtin_popcountll(escs & ((UINT64_C(1) << p) - 1))];
+        }
+        for (int j = 0; j < 4; j++)
+            for (int i = 0; i < 6; i++) blocks[BF16E_BLOCK + 6 * j + i] = (uint8_t)(quarter[j] >> (8 * i));
+        ein += __builtin_popcountll(escs);
+    }
+}
+
+/* What a lane decodes: quarter j of a block, weights 16 j .. 16 j + 15:
+ * their 16 sign and mantissa bytes and their 16 codes (48 bits). */
 typedef struct {
     uint4 sm;
-    uint32_t c0, c1, c2;
+    unsigned long long c;
 } BeQuarter;
 
 __device__ static inline BeQuarter be_load(const uint8_t *blk, int j) {
@@ -67,40 +93,35 @@ __device__ static inline BeQuarter be_load(const uint8_t *blk, int j) {
     const uint2 *h = (const uint2 *)(blk + 16 * j);   /* a block is 88 bytes: 8-byte aligned only */
     uint2 a = __ldg(h), b = __ldg(h + 1);
     q.sm = make_uint4(a.x, a.y, b.x, b.y);
-    const uint16_t *pl = (const uint16_t *)(blk + BF16E_BLOCK) + j;
-    q.c0 = __ldg(pl);
-    q.c1 = __ldg(pl + 4);
-    q.c2 = __ldg(pl + 8);
+    const uint16_t *c = (const uint16_t *)(blk + BF16E_BLOCK + 6 * j);
+    q.c = (unsigned long long)__ldg(c) | (unsigned long long)__ldg(c + 1) << 16 | (unsigned long long)__ldg(c + 2) << 32;
     return q;
 }
 
-/* Bits 4 m .. 4 m + 3 of v as the low bits of four nibbles (bit i to bit 4 i). */
-__device__ static inline uint32_t be_spread(uint32_t v, int m) {
-    uint32_t x = v >> 4 * m & 0xfu;
-    x = (x | x << 6) & 0x0303u;    /* bits 0 1 2 3 -> 0 1 8 9 */
-    return (x | x << 3) & 0x1111u; /* -> 0 4 8 12 */
+/* The bit of each code (at 3 i) that says it is the escape (all three set). */
+__device__ static inline unsigned long long be_escapes(unsigned long long c) {
+    return c & c >> 1 & c >> 2 & 0x249249249249ull;
 }
 
-/* Four weights of the lane's quarter: bytes and code bits 4 m .. 4 m + 3 of
- * it, which are weights 4 j + 16 m .. + 3 of the block (formats.h's
- * bf16e_pos), as BF16 bits two to a word. Their four 3-bit codes become the
- * nibbles of one __byte_perm selector, which picks the four exponents out of
- * the table at once; an escape takes its exponent from the row's escapes in
- * shared memory, after `first` of them and those at the quarter's bits
- * before its own. */
+/* Weights 16 j + 4 m .. + 3 as BF16 bits, two to a word. Their four 3-bit
+ * codes (12 bits) are spread into the nibbles of one __byte_perm selector,
+ * which picks the four exponents out of the table at once; an escape takes
+ * its exponent from the row's escapes in shared memory, after `first` of
+ * them and those of the quarter's weights before it. */
 template <int m>
-__device__ static inline uint2 be_four(const BeQuarter &q, uint32_t esc, uint32_t first, const uint8_t *sesc,
-                                       const DevBf16e &P) {
-    uint32_t sel = be_spread(q.c0, m) | be_spread(q.c1, m) << 1 | be_spread(q.c2, m) << 2;
+__device__ static inline uint2 be_four(const BeQuarter &q, unsigned long long esc, uint32_t first,
+                                       const uint8_t *sesc, const DevBf16e &P) {
+    uint32_t x = (uint32_t)(q.c >> 12 * m) & 0xfffu;
+    uint32_t sel = (x & 0x7u) | (x << 1 & 0x70u) | (x << 2 & 0x700u) | (x << 3 & 0x7000u);
     uint32_t e4 = __byte_perm(P.exps_lo, P.exps_hi, sel);
-    uint32_t em = esc >> 4 * m & 0xfu;
+    uint32_t em = (uint32_t)(esc >> 12 * m) & 0x249u;
     if (em) {
 #pragma unroll
         for (int i = 0; i < 4; i++)
-            if (em >> i & 1) {
-                uint32_t x = sesc[first + __popc(esc & ((1u << (4 * m + i)) - 1))];
-                x = (x << 1 | x >> 7) & 0xffu;   /* rotated left: back to the exponent */
-                e4 = (e4 & ~(0xffu << 8 * i)) | x << 8 * i;
+            if (em >> 3 * i & 1) {
+                uint32_t v = sesc[first + __popcll(esc & ((1ull << (12 * m + 3 * i)) - 1))];
+                v = (v << 1 | v >> 7) & 0xffu;   /* rotated left: back to the exponent */
+                e4 = (e4 & ~(0xffu << 8 * i)) | v << 8 * i;
             }
     }
     uint32_t sm = m == 0 ? q.sm.x : m == 1 ? q.sm.y : m == 2 ? q.sm.z : q.sm.w;
@@ -111,42 +132,20 @@ __device__ static inline uint2 be_four(const BeQuarter &q, uint32_t esc, uint32_
                       (s23 & 0x00800080u) << 8 | e23 << 7 | (s23 & 0x007f007fu));
 }
 
-template <int m, bool F32>
-__device__ static inline void be_store(char *blk_out, int j, uint2 v) {
-    int k = 4 * j + 16 * m;   /* the first of the four weights */
-    if (F32) *(uint4 *)(blk_out + 4 * k) = make_uint4(v.x << 16, v.x & 0xffff0000u, v.y << 16, v.y & 0xffff0000u);
-    else *(uint2 *)(blk_out + 2 * k) = v;
-}
-
+/* Row `row` of P decoded into row i of out, by one warp: q holds the
+ * lane's quarter of the first round, sesc the row's escapes. */
 template <bool F32>
-__global__ void __launch_bounds__(BE_WARPS * 32) bf16e_kernel(void *out, DevBf16e P, int K, int r0, int n,
-                                                               const int *rows) {
-    extern __shared__ uint8_t besm[];
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, i = blockIdx.x * BE_WARPS + warp, nb = K / BF16E_BLOCK;
-    int g = lane / 4, j = lane % 4;   /* block g of the warp's eight, quarter j */
-    /* before the kernel ahead ends only the weights (and the tokens, which
-     * the batch's upload wrote) may be read: the row's first blocks are
-     * asked for, and its escapes (at most K) staged in shared memory */
-    int row = i < n ? (rows ? rows[i] : r0 + i) : -1;
-    const uint8_t *src = P.blocks + (size_t)(row < 0 ? 0 : row) * nb * BF16E_BLOCK_BYTES;
-    BeQuarter q = {}, next = {};
-    if (row >= 0 && g < nb) q = be_load(src + (size_t)g * BF16E_BLOCK_BYTES, j);
-    uint8_t *sesc = besm + (size_t)warp * K;
-    if (row >= 0) {
-        uint32_t e0 = __ldg(P.esc_row + row), ne = __ldg(P.esc_row + row + 1) - e0;
-        for (uint32_t t = lane; t < ne && t < (uint32_t)K; t += 32) sesc[t] = __ldg(P.esc + e0 + t);
-    }
-    __syncwarp();
-    pdl_wait();
-    pdl_release();
-    if (row < 0) return;   /* the whole warp */
+__device__ static void bf16e_row(void *out, const DevBf16e &P, int K, int i, const uint8_t *src, BeQuarter q,
+                                 const uint8_t *sesc) {
+    int lane = threadIdx.x % 32, g = lane / 4, j = lane % 4, nb = K / BF16E_BLOCK;
     char *o = (char *)out + (size_t)i * K * (F32 ? 4 : 2);
+    BeQuarter next = {};
     uint32_t first = 0;   /* escapes of the row before this round's blocks */
     for (int b0 = 0; b0 < nb; b0 += 8) {   /* eight blocks a round, four lanes each */
         int b = b0 + g;
         if (b + 8 < nb) next = be_load(src + (size_t)(b + 8) * BF16E_BLOCK_BYTES, j);
-        uint32_t esc = b < nb ? q.c0 & q.c1 & q.c2 : 0;
-        int cnt = __popc(esc), inc = cnt;
+        unsigned long long esc = b < nb ? be_escapes(q.c) : 0;
+        int cnt = __popcll(esc), inc = cnt;
         for (int d = 1; d < 32; d *= 2) {   /* inclusive scan over the lanes: row order */
             int v = __shfl_up_sync(0xffffffffu, inc, d);
             if (lane >= d) inc += v;
@@ -154,17 +153,52 @@ __global__ void __launch_bounds__(BE_WARPS * 32) bf16e_kernel(void *out, DevBf16
         uint32_t mine = first + inc - cnt;
         first += __shfl_sync(0xffffffffu, inc, 31);
         if (b < nb) {
-            char *ob = o + (size_t)b * BF16E_BLOCK * (F32 ? 4 : 2);
-            be_store<0, F32>(ob, j, be_four<0>(q, esc, mine, sesc, P));
-            be_store<1, F32>(ob, j, be_four<1>(q, esc, mine, sesc, P));
-            be_store<2, F32>(ob, j, be_four<2>(q, esc, mine, sesc, P));
-            be_store<3, F32>(ob, j, be_four<3>(q, esc, mine, sesc, P));
+            uint2 w0 = be_four<0>(q, esc, mine, sesc, P), w1 = be_four<1>(q, esc, mine, sesc, P);
+            uint2 w2 = be_four<2>(q, esc, mine, sesc, P), w3 = be_four<3>(q, esc, mine, sesc, P);
+            char *ob = o + ((size_t)b * BF16E_BLOCK + 16 * j) * (F32 ? 4 : 2);   /* 16 weights in a row */
+            if (F32) {
+                uint4 *f = (uint4 *)ob;
+                f[0] = make_uint4(w0.x << 16, w0.x & 0xffff0000u, w0.y << 16, w0.y & 0xffff0000u);
+                f[1] = make_uint4(w1.x << 16, w1.x & 0xffff0000u, w1.y << 16, w1.y & 0xffff0000u);
+                f[2] = make_uint4(w2.x << 16, w2.x & 0xffff0000u, w2.y << 16, w2.y & 0xffff0000u);
+                f[3] = make_uint4(w3.x << 16, w3.x & 0xffff0000u, w3.y << 16, w3.y & 0xffff0000u);
+            } else {
+                ((uint4 *)ob)[0] = make_uint4(w0.x, w0.y, w1.x, w1.y);
+                ((uint4 *)ob)[1] = make_uint4(w2.x, w2.y, w3.x, w3.y);
+            }
         }
         q = next;
     }
 }
 
-int gpu_bf16e_decode(void *out, DType as, const DevBf16e *P, int K, int r0, int n, const int *rows, cudaStream_t st) {
+template <bool F32>
+__global__ void __launch_bounds__(BE_WARPS * 32) bf16e_kernel(void *out, DevBf16e P, int K, int r0, int n,
+                                                               const int *rows, int early) {
+    extern __shared__ uint8_t besm[];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, i = blockIdx.x * BE_WARPS + warp, nb = K / BF16E_BLOCK;
+    /* before the kernel ahead ends only the weights (and the tokens, which
+     * the batch's upload wrote) may be read: the row's first blocks are
+     * asked for, and its escapes (at most K) staged in shared memory */
+    int row = i < n ? (rows ? rows[i] : r0 + i) : -1;
+    const uint8_t *src = P.blocks + (size_t)(row < 0 ? 0 : row) * nb * BF16E_BLOCK_BYTES;
+    BeQuarter q = {};
+    if (row >= 0 && lane / 4 < nb) q = be_load(src + (size_t)(lane / 4) * BF16E_BLOCK_BYTES, lane % 4);
+    uint8_t *sesc = besm + (size_t)warp * K;
+    if (row >= 0) {
+        uint32_t e0 = __ldg(P.esc_row + row), ne = __ldg(P.esc_row + row + 1) - e0;
+        for (uint32_t t = lane; t < ne && t < (uint32_t)K; t += 32) sesc[t] = __ldg(P.esc + e0 + t);
+    }
+    __syncwarp();
+    if (!early) pdl_wait();   /* out may still be read by the kernel ahead: store after it ends */
+    pdl_release();
+    if (row >= 0) bf16e_row<F32>(out, P, K, i, src, q, sesc);
+    /* early: end only after the kernel ahead, so that a later kernel's wait
+     * still covers every kernel before it */
+    if (early) pdl_wait();
+}
+
+int gpu_bf16e_decode(void *out, DType as, const DevBf16e *P, int K, int r0, int n, const int *rows, int early,
+                     cudaStream_t st) {
     if (n <= 0) return 0;
     dim3 grid((n + BE_WARPS - 1) / BE_WARPS);
     size_t smem = (size_t)BE_WARPS * K;   /* each warp's row of escapes */
@@ -172,8 +206,8 @@ int gpu_bf16e_decode(void *out, DType as, const DevBf16e *P, int K, int r0, int 
         cudaFuncSetAttribute(bf16e_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         cudaFuncSetAttribute(bf16e_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     }
-    if (as == DT_F32) gpu_launch(bf16e_kernel<true>, grid, BE_WARPS * 32, smem, st, out, *P, K, r0, n, rows);
-    else gpu_launch(bf16e_kernel<false>, grid, BE_WARPS * 32, smem, st, out, *P, K, r0, n, rows);
+    if (as == DT_F32) gpu_launch(bf16e_kernel<true>, grid, BE_WARPS * 32, smem, st, out, *P, K, r0, n, rows, early);
+    else gpu_launch(bf16e_kernel<false>, grid, BE_WARPS * 32, smem, st, out, *P, K, r0, n, rows, early);
     return 1;
 }
 

@@ -26,10 +26,14 @@ typedef struct {
     const DevCoded *coded;   /* BF16E: its parts (a host pointer; kernels never read it); else NULL */
 } DevMat;
 
-/* A BF16E matrix on the GPU (formats.h's Bf16eData, the same bytes, device
- * pointers): blocks of 64 weights in 88 bytes, row after row; the escaped
- * exponents of each row after esc_row[n] of them. exps_lo and exps_hi hold
- * the exponents of codes 0-3 and 4-7, a byte each, as __byte_perm selects. */
+/* A BF16E matrix on the GPU (formats.h's Bf16eData, the same numbers and
+ * sizes, laid out by gpu_pack_bf16e for the decoder): blocks of 64 weights
+ * in 88 bytes, row after row, each its 64 sign and mantissa bytes in the
+ * weights' order, then for each quarter (weights 16 j .. 16 j + 15) their
+ * 3-bit codes as a 48-bit number, weight 16 j + i at bit 3 i; the escaped
+ * exponents of row n after esc_row[n] of them, in the weights' order.
+ * exps_lo and exps_hi hold the exponents of codes 0-3 and 4-7, a byte
+ * each, as __byte_perm selects. */
 typedef struct {
     const uint8_t *blocks;   /* (N, K / 64) blocks of 88 bytes */
     const uint32_t *esc_row; /* (N + 1) */
@@ -44,13 +48,22 @@ struct DevCoded {
     DevBf16e part[3];
 };
 
+/* The rows of a BF16E matrix (bf16e: its Bf16eData, N rows of K) in the
+ * GPU's layout, on the host: blocks (N * K / 64 * 88 bytes) and esc (as many
+ * as the matrix has). */
+void gpu_pack_bf16e(uint8_t *blocks, uint8_t *esc, const void *bf16e, int N, int K);
+
 /* Rows of a BF16E part decoded (bf16e_row_to_bf16 in src/kernels/ref.c, bit
  * for bit) into out, n rows of K values as BF16 (as = DT_BF16) or widened
  * to F32 (as = DT_F32): rows r0 .. r0 + n - 1, or, where rows is not NULL,
  * rows[0 .. n - 1] (a device array no kernel of the step writes: the
  * embedding's tokens). Launched with programmatic dependent launch: its
- * loads of P start before the kernel ahead ends, its stores after. */
-int gpu_bf16e_decode(void *out, DType as, const DevBf16e *P, int K, int r0, int n, const int *rows, cudaStream_t st);
+ * loads of P start before the kernel ahead ends, its stores after; with
+ * `early`, its stores too, so that it runs beside the kernel ahead: only
+ * for an `out` that no kernel still running may read (gpu_model.cu's
+ * second buffer, once the product that read it has passed its wait). */
+int gpu_bf16e_decode(void *out, DType as, const DevBf16e *P, int K, int r0, int n, const int *rows, int early,
+                     cudaStream_t st);
 
 /* An rANS stream (src/rans.h) on the GPU, for the chunk decoder: the
  * payload and chunk index as the stream holds them, and the decode tables
@@ -111,6 +124,8 @@ typedef struct {
     int T;
     int use_rope;            /* rows are q|k|v: apply `rope` as they are written (rows NULL, no accumulate) */
     RopeKv rope;
+    int late;                /* W was written by a kernel of this step (decoded BF16E): read it only after
+                                pdl_wait, where it would otherwise be asked for before */
 } MvArgs;
 
 /* out = pre(x) @ W^T as matmul_ref (ops.c), one token tile of up to 8 rows per
@@ -194,7 +209,11 @@ size_t gpu_attention_part_floats(int T, int H, int S, int nsplit);
  *   split_min LLM_CUDA_SPLIT_MIN (default 4): a split of attention covers
  *             at least this many chunks of 32 positions (gpu_model.cu
  *             choose_split); fewer: more thread blocks at short contexts,
- *             and the merge kernel */
+ *             and the merge kernel
+ *   overlap   LLM_CUDA_CODED_OVERLAP (default 1): BF16E weights (--low-mem)
+ *             are decoded into one buffer while the product before reads
+ *             the other (gpu_model.cu product_coded); 0: each right before
+ *             its product */
 typedef struct {
     int pdl;
     int prefetch;
@@ -206,6 +225,7 @@ typedef struct {
     int swiglu_apart;
     int ready_t;
     int split_min;
+    int overlap;
 } GpuTune;
 extern GpuTune gpu_tune;
 void gpu_tune_from_env(void);

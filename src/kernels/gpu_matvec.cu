@@ -53,7 +53,7 @@ enum { MV_WARPS = 8, MV_THREADS = MV_WARPS * 32, MV_ROWS = 4, PRO_LOADS = 8 };
 /* Shared memory a block may use for its tokens' activations. */
 enum { MV_SMEM = 96 * 1024 };
 
-GpuTune gpu_tune = {1, 0, 1, 1, 1, -1, 1, 1, 4, 4};
+GpuTune gpu_tune = {1, 0, 1, 1, 1, -1, 1, 1, 4, 4, 1};
 
 void gpu_tune_from_env(void) {
     const char *v = getenv("LLM_CUDA_PDL");
@@ -74,6 +74,8 @@ void gpu_tune_from_env(void) {
     if (v) gpu_tune.ready_t = atoi(v) < 1 ? 1 : atoi(v);
     v = getenv("LLM_CUDA_SPLIT_MIN");
     if (v) gpu_tune.split_min = atoi(v) < 1 ? 1 : atoi(v);
+    v = getenv("LLM_CUDA_CODED_OVERLAP");
+    if (v) gpu_tune.overlap = atoi(v) != 0;
     v = getenv("LLM_CUDA_PREFETCH");
     if (v) gpu_tune.prefetch = atoi(v) < 0 ? 0 : atoi(v) > (1 << 24) ? 1 << 24 : atoi(v);
 }
@@ -473,7 +475,7 @@ __global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
      * the first pf bytes of each of the warp's row slices to be brought into
      * L2 (lane r, row r; the first token tile only, the others read the same
      * rows), so memory is busy while the prologue waits for its input. */
-    if (pf > 0 && blockIdx.y == 0 && lane < MV_ROWS && n0 + lane < W.N) {
+    if (pf > 0 && !a.late && blockIdx.y == 0 && lane < MV_ROWS && n0 + lane < W.N) {
         size_t bytes = min((size_t)pf, (size_t)(ke - kb) * (rb / K));
         prefetch_l2((const char *)W.w + (size_t)(n0 + lane) * rb + kb * (rb / K), bytes);
     }
@@ -482,7 +484,8 @@ __global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
      * model; other widths take dot_scalar) */
     bool vec = L.vec;
     Chunk pipe[2];
-    if (vec && EARLY) {
+    bool early = EARLY && !a.late;   /* late: W is written by the kernel ahead */
+    if (vec && early) {
         if (cb < ce) load_chunk<TYPE>(pipe[0], row, drow, cb);
         if (cb + 32 < ce) load_chunk<TYPE>(pipe[1], row, drow, cb + 32);
     }
@@ -491,7 +494,7 @@ __global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
     if (a.pre == PRE_READY) copy_ready<q8>(a, K, Kp, t0, TT, af, aq, ad);
     else load_tokens<q8>(a, K, Kp, t0, TT, af, aq, ad, red, one_pass);
     __syncthreads();
-    if (vec && !EARLY) {
+    if (vec && !early) {
         if (cb < ce) load_chunk<TYPE>(pipe[0], row, drow, cb);
         if (cb + 32 < ce) load_chunk<TYPE>(pipe[1], row, drow, cb + 32);
     }
@@ -545,9 +548,12 @@ __global__ void __launch_bounds__(MV_THREADS, 3) mv_deep_kernel(DevMat W, MvArgs
             }
         cp_async_commit();   /* a group every step, empty or not, so the count in the wait holds */
     };
-    for (int s = 0; s < D; s++) fetch(s);
+    if (!a.late)   /* late: W is written by the kernel ahead, so only after the wait */
+        for (int s = 0; s < D; s++) fetch(s);
     pdl_wait();
     pdl_release();
+    if (a.late)
+        for (int s = 0; s < D; s++) fetch(s);
     if (a.pre == PRE_READY) copy_ready<q8>(a, W.K, Kp, 0, 1, af, aq, ad);
     else load_tokens<q8>(a, W.K, Kp, 0, 1, af, aq, ad, red, one_pass);
     __syncthreads();

@@ -77,10 +77,13 @@ struct GpuModel {
     DevCoded cembd, coutput;
     float *out_norm;
     /* BF16E weights are decoded a product at a time into wscratch, which
-     * holds piece_floats floats: a layer's largest matrix (as F32 where
-     * cuBLAS may take it, else as BF16); the classifier goes in pieces */
+     * holds piece_floats floats: a layer's largest matrix, once as F32 for
+     * cuBLAS, or twice as BF16 (two buffers, one decoded while the other is
+     * read); the classifier goes in pieces */
     int coded;
     size_t piece_floats;
+    const DevMat *pend;       /* decoded early into buffer pend_buf: rows pend_r0.. of this matrix */
+    int pend_r0, pend_buf, cur_buf;
     DevLayer *layers;
     /* activations, for cap_T rows and cap_nl logit rows */
     int cap_T, cap_nl, tstride;
@@ -133,23 +136,30 @@ static int upload_coded(GpuModel *g, void **slot, DevMat *out, DevCoded *c, cons
     *slot = p;
     g->stats.weight_bytes += bytes;
     c->n_parts = n;
-    for (int i = 0; i < n; i++) {
+    int st = ST_OK;
+    for (int i = 0; !st && i < n; i++) {   /* each part laid out for the decoder on the host, then copied */
         const Bf16eData *d = (const Bf16eData *)m[i]->data;
         size_t nb = dtype_row_bytes(DT_BF16E, K) * m[i]->N, ne = d->esc_row[m[i]->N];
+        uint8_t *hb = (uint8_t *)malloc(nb + ne + 1);
+        if (!hb) return err_set(e, ST_NOMEM, "gpu: cannot allocate %zu bytes to lay out coded weights", nb + ne + 1);
+        gpu_pack_bf16e(hb, hb + nb, d, m[i]->N, K);
         DevBf16e *P = &c->part[i];
         P->N = m[i]->N;
         P->blocks = (const uint8_t *)p;
-        CK(cudaMemcpy(p, d->blocks, nb, cudaMemcpyHostToDevice));
+        ce = cudaMemcpy(p, hb, nb, cudaMemcpyHostToDevice);
         p += up16(nb);
         P->esc_row = (const uint32_t *)p;
-        CK(cudaMemcpy(p, d->esc_row, ((size_t)m[i]->N + 1) * 4, cudaMemcpyHostToDevice));
+        if (ce == cudaSuccess) ce = cudaMemcpy(p, d->esc_row, ((size_t)m[i]->N + 1) * 4, cudaMemcpyHostToDevice);
         p += up16(((size_t)m[i]->N + 1) * 4);
         P->esc = (const uint8_t *)p;
-        if (ne) CK(cudaMemcpy(p, d->esc, ne, cudaMemcpyHostToDevice));
+        if (ce == cudaSuccess && ne) ce = cudaMemcpy(p, hb + nb, ne, cudaMemcpyHostToDevice);
         p += up16(ne + 1);
         memcpy(&P->exps_lo, d->exps, 4);
         memcpy(&P->exps_hi, d->exps + 4, 4);
+        free(hb);
+        if (ce != cudaSuccess) st = err_set(e, ST_IO, "cuda: copying coded weights: %s", cudaGetErrorString(ce));
     }
+    if (st) return st;
     *out = (DevMat){DT_BF16E, N, K, c->part[0].blocks, NULL, c};
     g->coded = 1;
     return ST_OK;
@@ -366,9 +376,9 @@ static int ensure_acts(GpuModel *g, int T, int nl, int tstride, const float *rop
         wmax = n > wmax ? n : wmax;
         lmax = i < 4 && n > lmax ? n : lmax;
     }
-    if (g->coded) {   /* a layer's largest matrix, decoded: F32 for cuBLAS, else BF16 */
-        g->piece_floats = g->blas ? lmax : lmax / 2 + 8;
-        wmax = g->piece_floats;
+    if (g->coded) {   /* a layer's largest matrix, decoded: once as F32 (cuBLAS), or twice as BF16 */
+        g->piece_floats = lmax;
+        wmax = lmax;
     }
     g->stats.scratch_bytes = g->blas || g->coded ? wmax * 4 : 0;
     struct { float **p; size_t n; } b[] = {
@@ -422,56 +432,85 @@ static int on_kernels(const GpuModel *g, const DevMat *W, int T) {
     return !g->blas || T < g->gemm_T || W->type == DT_Q8_0;
 }
 
-/* gpu_matvec on weights that the kernel just before wrote (decoded BF16E):
- * launched without programmatic dependent launch, since a product reads its
- * first weights before it waits for the kernel ahead. */
-static int matvec_after(const DevMat *W, const MvArgs *a, cudaStream_t st, bool written) {
-    int pdl = gpu_tune.pdl;
-    if (written) gpu_tune.pdl = 0;
-    int k = gpu_matvec(W, a, st);
-    gpu_tune.pdl = pdl;
-    return k;
-}
+static int product_on(GpuModel *g, const DevMat *W, MvArgs a);
 
-static int product_on(GpuModel *g, const DevMat *W, MvArgs a, bool written);
-
-/* A BF16E product: rows decoded into wscratch (BF16 for the kernels, F32
- * for cuBLAS), as many as it holds, then that piece's product; the same
- * bits as the BF16 matrix would give. Only the classifier is ever cut in
- * pieces (wscratch holds a layer's largest matrix), so q|k|v, whose
- * epilogue numbers its rows, is always whole. */
-static int product_coded(GpuModel *g, const DevMat *W, MvArgs a) {
-    DType as = on_kernels(g, W, a.T) ? DT_BF16 : DT_F32;
-    size_t fit = (as == DT_F32 ? g->piece_floats : 2 * g->piece_floats) / W->K;
-    int rows = fit >= (size_t)W->N ? W->N : (int)fit, k = 0;
-    for (int r0 = 0; r0 < W->N; r0 += rows) {
-        int n = W->N - r0 < rows ? W->N - r0 : rows, at = 0;
-        for (int i = 0; i < W->coded->n_parts; i++) {   /* the parts that hold rows r0 .. r0 + n - 1 */
-            const DevBf16e *P = &W->coded->part[i];
-            int lo = r0 > at ? r0 : at, hi = r0 + n < at + P->N ? r0 + n : at + P->N;
-            if (lo < hi) {
-                char *dst = (char *)g->wscratch + (size_t)(lo - r0) * W->K * (as == DT_F32 ? 4 : 2);
-                k += gpu_bf16e_decode(dst, as, P, W->K, lo - at, hi - lo, NULL, g->st);
-            }
-            at += P->N;
+/* Rows r0 .. r0 + n - 1 of a BF16E stack decoded into dst, a launch per
+ * part they cross. */
+static int decode_rows(GpuModel *g, const DevMat *W, int r0, int n, DType as, void *dst, int early) {
+    int k = 0, at = 0;
+    for (int i = 0; i < W->coded->n_parts; i++) {
+        const DevBf16e *P = &W->coded->part[i];
+        int lo = r0 > at ? r0 : at, hi = r0 + n < at + P->N ? r0 + n : at + P->N;
+        if (lo < hi) {
+            char *d = (char *)dst + (size_t)(lo - r0) * W->K * (as == DT_F32 ? 4 : 2);
+            k += gpu_bf16e_decode(d, as, P, W->K, lo - at, hi - lo, NULL, early, g->st);
         }
-        DevMat piece = {as, n, W->K, g->wscratch, NULL, NULL};
-        MvArgs b = a;
-        b.out = a.out + r0;
-        k += product_on(g, &piece, b, true);
+        at += P->N;
     }
     return k;
 }
 
-static int product(GpuModel *g, const DevMat *W, MvArgs a) {
-    return W->type == DT_BF16E ? product_coded(g, W, a) : product_on(g, W, a, false);
+/* Rows of a BF16E matrix the scratch holds at once (a layer's largest
+ * matrix: only the classifier is cut in pieces, so q|k|v, whose epilogue
+ * numbers its rows, is always whole). */
+static int piece_rows(const GpuModel *g, const DevMat *W) {
+    size_t fit = g->piece_floats / W->K;
+    return fit >= (size_t)W->N ? W->N : (int)fit;
 }
 
-/* written: W is in wscratch, decoded by the kernel just launched. */
-static int product_on(GpuModel *g, const DevMat *W, MvArgs a, bool written) {
+/* A BF16E product: its rows decoded into the scratch (BF16 for the
+ * kernels, F32 for cuBLAS), a piece at a time, each piece then multiplied as
+ * a BF16 (or F32) matrix: the bits the BF16 file gives. For the kernels the
+ * scratch is two buffers: while a piece is multiplied out of one, the next
+ * piece, or the next product's matrix (`next`, of `next_T` rows), is
+ * decoded into the other by an early gpu_bf16e_decode, which runs beside
+ * the product (g->pend remembers it). */
+static int product_coded(GpuModel *g, const DevMat *W, MvArgs a, const DevMat *next, int next_T) {
+    bool kern = on_kernels(g, W, a.T);
+    DType as = kern ? DT_BF16 : DT_F32;
+    size_t half = g->piece_floats / 2;   /* floats: a buffer of piece_floats BF16 values */
+    int rows = piece_rows(g, W), k = 0;
+    for (int r0 = 0; r0 < W->N; r0 += rows) {
+        int n = W->N - r0 < rows ? W->N - r0 : rows;
+        float *buf;
+        if (kern && g->pend == W && g->pend_r0 == r0) {
+            buf = g->wscratch + g->pend_buf * half;   /* decoded already, beside the product before */
+            g->cur_buf = g->pend_buf;
+        } else {
+            if (kern) g->cur_buf ^= 1;
+            buf = kern ? g->wscratch + g->cur_buf * half : g->wscratch;
+            k += decode_rows(g, W, r0, n, as, buf, 0);
+        }
+        g->pend = NULL;
+        DevMat piece = {as, n, W->K, buf, NULL, NULL};
+        MvArgs b = a;
+        b.out = a.out + r0;
+        b.late = 1;   /* the decode writes it: read it after the wait */
+        k += product_on(g, &piece, b);
+        /* the next piece of this matrix, or the next matrix's first, into the other buffer */
+        const DevMat *nw = r0 + rows < W->N ? W : next;
+        int nr0 = nw == W ? r0 + rows : 0;
+        if (!gpu_tune.overlap || !kern || !nw || nw->type != DT_BF16E || !on_kernels(g, nw, nw == W ? a.T : next_T))
+            continue;
+        int nn = nw->N - nr0 < piece_rows(g, nw) ? nw->N - nr0 : piece_rows(g, nw);
+        g->pend = nw;
+        g->pend_r0 = nr0;
+        g->pend_buf = g->cur_buf ^ 1;
+        k += decode_rows(g, nw, nr0, nn, DT_BF16, g->wscratch + g->pend_buf * half, 1);
+    }
+    return k;
+}
+
+/* next, next_T: the product after this one in the step, and its rows
+ * (where W is BF16E, its matrix is decoded while this one runs). */
+static int product(GpuModel *g, const DevMat *W, MvArgs a, const DevMat *next, int next_T) {
+    return W->type == DT_BF16E ? product_coded(g, W, a, next, next_T) : product_on(g, W, a);
+}
+
+static int product_on(GpuModel *g, const DevMat *W, MvArgs a) {
     if (on_kernels(g, W, a.T)) {
         bool apart = a.pre == PRE_SWIGLU && gpu_tune.swiglu_apart;
-        if (a.T < gpu_tune.ready_t && !apart) return matvec_after(W, &a, g->st, written);
+        if (a.T < gpu_tune.ready_t && !apart) return gpu_matvec(W, &a, g->st);
         /* the prologue once for every row, not once per block of rows */
         int k = apart ? gpu_swiglu_apart(g->ascratch, W, &a, g->st) : gpu_prepare(g->ascratch, W, &a, g->st);
         MvArgs r = a;
@@ -481,7 +520,7 @@ static int product_on(GpuModel *g, const DevMat *W, MvArgs a, bool written) {
         r.pre = PRE_READY;
         r.norm = NULL;
         r.x2 = NULL;
-        return k + matvec_after(W, &r, g->st, written);
+        return k + gpu_matvec(W, &r, g->st);
     }
     int k = gpu_prologue(g->ascratch, W, &a, g->st);
     const float *w = (const float *)W->w;
@@ -498,34 +537,36 @@ static int product_on(GpuModel *g, const DevMat *W, MvArgs a, bool written) {
 
 /* Every kernel of the step for T rows and nl logit rows; returns their count. */
 static int record(GpuModel *g, int T, int nl, int nsplit) {
+    g->pend = NULL;   /* no decode crosses steps */
     const GpuModelDesc *d = &g->d;
     int D = d->D, F = d->F, qd = d->H * d->S, kvd = d->Hkv * d->S, k = 0;
     const int *token = g->meta, *pos = token + g->cap_T, *seq = pos + g->cap_T, *slot = seq + g->cap_T;
     const int *logit_row = slot + g->cap_T, *tables = logit_row + g->cap_nl;
     size_t layer = (size_t)g->NB * g->BS * kvd;
-    if (g->embd.type == DT_BF16E) k += gpu_bf16e_decode(g->x, DT_F32, &g->embd.coded->part[0], D, 0, T, token, g->st);
+    if (g->embd.type == DT_BF16E) k += gpu_bf16e_decode(g->x, DT_F32, &g->embd.coded->part[0], D, 0, T, token, 0, g->st);
     else k += gpu_embed(g->x, &g->embd, token, T, g->st);
     for (int l = 0; l < d->L; l++) {
         const DevLayer *w = &g->layers[l];
         AttnArgs at = {g->qkv, qd + 2 * kvd, g->kc + l * layer, g->vc + l * layer, pos, slot, seq, tables,
                        g->tstride, g->BS, g->rope_cs, d->H, d->Hkv, d->S, d->n_rot, T};
-        MvArgs a = {g->qkv, qd + 2 * kvd, 0, g->x, D, NULL, PRE_NORM, w->attn_norm, d->eps, NULL, T, 0, {}};
+        MvArgs a = {g->qkv, qd + 2 * kvd, 0, g->x, D, NULL, PRE_NORM, w->attn_norm, d->eps, NULL, T, 0, {}, 0};
         /* RoPE and the K/V store in the product's epilogue where the kernels
          * run it; after cuBLAS, their own kernel */
         a.use_rope = gpu_tune.fuse_rope && on_kernels(g, &w->qkv, T);
         a.rope = (RopeKv){at.kc, at.vc, pos, slot, g->rope_cs, d->H, d->Hkv, d->S, d->n_rot};
-        k += product(g, &w->qkv, a);
+        k += product(g, &w->qkv, a, &w->wo, T);
         if (!a.use_rope) k += gpu_rope_store(&at, g->st);
         k += gpu_attention(g->att, &at, nsplit, g->part, g->st);
-        a = (MvArgs){g->x, D, 1, g->att, qd, NULL, PRE_NONE, NULL, 0.0f, NULL, T, 0, {}};
-        k += product(g, &w->wo, a);
-        a = (MvArgs){g->gu, 2 * F, 0, g->x, D, NULL, PRE_NORM, w->ffn_norm, d->eps, NULL, T, 0, {}};
-        k += product(g, &w->gu, a);
-        a = (MvArgs){g->x, D, 1, g->gu, 2 * F, NULL, PRE_SWIGLU, NULL, 0.0f, g->gu + F, T, 0, {}};
-        k += product(g, &w->down, a);
+        a = (MvArgs){g->x, D, 1, g->att, qd, NULL, PRE_NONE, NULL, 0.0f, NULL, T, 0, {}, 0};
+        k += product(g, &w->wo, a, &w->gu, T);
+        a = (MvArgs){g->gu, 2 * F, 0, g->x, D, NULL, PRE_NORM, w->ffn_norm, d->eps, NULL, T, 0, {}, 0};
+        k += product(g, &w->gu, a, &w->down, T);
+        a = (MvArgs){g->x, D, 1, g->gu, 2 * F, NULL, PRE_SWIGLU, NULL, 0.0f, g->gu + F, T, 0, {}, 0};
+        if (l + 1 < d->L) k += product(g, &w->down, a, &g->layers[l + 1].qkv, T);
+        else k += product(g, &w->down, a, &g->output, nl);
     }
-    MvArgs a = {g->logits, d->V, 0, g->x, D, logit_row, PRE_NORM, g->out_norm, d->eps, NULL, nl, 0, {}};
-    k += product(g, &g->output, a);
+    MvArgs a = {g->logits, d->V, 0, g->x, D, logit_row, PRE_NORM, g->out_norm, d->eps, NULL, nl, 0, {}, 0};
+    k += product(g, &g->output, a, NULL, 0);
     return k;
 }
 
