@@ -7,6 +7,7 @@
 #     original, token for token (both kernel paths); a batch of four requests
 #     on the fast tier gives each the text it gets alone.
 #  3. What it must refuse, with one line: --low-mem on an uncompressed file,
+#     --low-mem=rans with --device cuda (the GPU keeps only the fast tier),
 #     compressing a compressed file, a plain tensor with a flipped byte (every
 #     tensor's CRC-32, compress --check), a coded tensor with a damaged payload (at
 #     load, in either mode), --decode of a file that is not compressed.
@@ -80,6 +81,10 @@ one_line() {   # WHAT PATTERN: $tmp/err holds one line matching PATTERN
 }
 greedy data/shakespeare.gguf --low-mem > /dev/null; [ $? -ne 0 ] && one_line "--low-mem, uncompressed" "needs a compressed" \
     || bad "--low-mem on an uncompressed file was accepted"
+# the GPU keeps the fast tier coded, never the rANS tier: refused before any GPU is asked for
+greedy "$tmp/shakespeare-bf16.rans.gguf" --low-mem=rans --device cuda > /dev/null
+[ $? -ne 0 ] && one_line "--low-mem=rans --device cuda" "GPU takes the fast tier.*takes the rANS tier" \
+    || bad "--low-mem=rans with --device cuda was accepted"
 "$BIN/compress" "$tmp/shakespeare.rans.gguf" "$tmp/twice.gguf" > /dev/null 2> "$tmp/err"
 [ $? -ne 0 ] && one_line "compressing twice" "compressed already" || bad "a compressed file was compressed again"
 "$BIN/compress" --decode data/shakespeare.gguf "$tmp/x.gguf" > /dev/null 2> "$tmp/err"

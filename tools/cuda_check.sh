@@ -20,8 +20,10 @@
 #   7. where ncu is: its view of ten kernels of a decode step, into $OUT
 #   8. coded weights (--low-mem: the fast tier, BF16E, kept coded on the GPU):
 #      logits against the CPU's fast tier, greedy text against the BF16 file
-#      on the GPU and on the CPU, memcheck; the rANS and BF16E decoders are in
-#      kcheck (1); with "coded", only this step (and the TinyLlama rows)
+#      on the GPU and on the CPU, a batch against each request alone,
+#      memcheck; TinyLlama BF16 against it kept coded (text, decode at 1, 16
+#      and 64 sequences, alternated); the rANS and BF16E decoders are in
+#      kcheck (1); with "coded", only kcheck --coded and this step
 #
 # On a machine with a driver but none of the libraries or fixtures, run it
 # from the pack tools/cuda_pack.sh makes (its header says how).
@@ -60,6 +62,24 @@ coded_check() {
         if [ -s "$tmp/t-bf16" ] && cmp -s "$tmp/t-bf16" "$tmp/t-$d"; then ok "greedy text, --low-mem --device $d: the BF16 file's on the GPU"
         else bad "greedy text, --low-mem --device $d differs from the BF16 file's on the GPU"; tail -2 "$tmp/t-$d.err"; fi
     done
+    # a batch against each request alone, kept coded (chunked prefill, decodes of several sequences a step)
+    i=0; : > "$tmp/wc.jsonl"
+    for p in "ROMEO:" "JULIET:" "First Citizen:" "KING RICHARD III:" "Now is the winter" "To be, or not"; do
+        echo "{\"prompt\": \"$p\", \"max_tokens\": 24, \"arrival_ms\": $((i * 3))}" >> "$tmp/wc.jsonl"
+        timeout 60 "$BIN/infer" --model "$SC" --low-mem --prompt "$p" -n 24 --temperature 0 --device cuda > "$tmp/ca$i" 2>/dev/null
+        i=$((i + 1))
+    done
+    mkdir -p "$tmp/cb"
+    if timeout 120 "$BIN/infer" --model "$SC" --low-mem --workload "$tmp/wc.jsonl" --device cuda --max-seqs 6 --chunk 8 \
+        --token-budget 32 --out-dir "$tmp/cb" > /dev/null 2> "$tmp/cb.err"; then
+        i=0; same=0
+        for p in "ROMEO:" "JULIET:" "First Citizen:" "KING RICHARD III:" "Now is the winter" "To be, or not"; do
+            tail -c +$(( $(printf '%s' "$p" | wc -c) + 1 )) "$tmp/ca$i" > "$tmp/cr$i"
+            cmp -s "$tmp/cb/$i.txt" "$tmp/cr$i" && same=$((same + 1))
+            i=$((i + 1))
+        done
+        [ $same -eq 6 ] && ok "kept coded: 6 batched requests equal each alone" || bad "kept coded: $same of 6 batched requests equal each alone"
+    else bad "kept coded: batched workload failed: $(tail -2 "$tmp/cb.err")"; fi
     if timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/gpucheck" --model "$SC" --low-mem 1 --steps 8 \
         > "$tmp/ms4" 2>&1; then ok "memcheck gpucheck --low-mem 1: $(tail -1 "$tmp/ms4")"
     else bad "memcheck gpucheck --low-mem 1"; tail -20 "$tmp/ms4"; fi

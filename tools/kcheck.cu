@@ -561,6 +561,12 @@ static void check_bf16e(int N, int K, int time_it) {
     cudaFree((void *)P.blocks); cudaFree((void *)P.esc_row); cudaFree((void *)P.esc); cudaFree(dout); cudaFree(dlist);
 }
 
+/* An open stream told as plain data, as the kernel wing takes it. */
+static GpuRansHost host_stream(const RansStream *s) {
+    return (GpuRansHost){s->payload, s->sizes.payload, s->index, s->slot_sym, s->freq, s->start, s->bits,
+                         s->n_states, s->chunk_size, RANS_L, s->n, s->n_chunks};
+}
+
 /* gpu_rans_decode against the bytes rans_encode was given (which the CPU's
  * decoders give back: tests/test_rans.c), and a damaged chunk found by
  * both. Bytes skewed like an exponent plane. */
@@ -583,7 +589,8 @@ static void check_rans(size_t n, int bits, int N, uint32_t C, int time_it) {
         return;
     }
     GpuRans g;
-    CK((cudaError_t)gpu_rans_upload(&g, &s));
+    GpuRansHost h = host_stream(&s);
+    CK((cudaError_t)gpu_rans_upload(&g, &h));
     uint8_t *dout;
     unsigned long long *dbad;
     CK(cudaMalloc((void **)&dout, n + 1));
@@ -629,7 +636,8 @@ static void check_rans(size_t n, int bits, int N, uint32_t C, int time_it) {
         int cpu_refused = rans_open(&sd, dam.data(), dam.size(), &e2) == ST_OK &&
                           rans_decode(&sd, tmp.data(), n, RANS_PLAIN, 1, &e2) == ST_FORMAT;
         GpuRans gd;
-        CK((cudaError_t)gpu_rans_upload(&gd, &sd));
+        GpuRansHost hd = host_stream(&sd);
+        CK((cudaError_t)gpu_rans_upload(&gd, &hd));
         CK(cudaMemset(dbad, 0xff, 8));
         gpu_rans_decode(dout, &gd, dbad, 0);
         CK(cudaDeviceSynchronize());

@@ -47,9 +47,6 @@
 #include "kernels/gpu_kernels.cuh"
 #include "kernels/gpu_util.cuh"
 #include <string.h>
-extern "C" {
-#include "rans.h"
-}
 
 /* ------------------------------------------------------------ BF16E */
 
@@ -239,7 +236,7 @@ __global__ void __launch_bounds__(RD_WARPS * 32) rans_kernel(uint8_t *out, GpuRa
     const uint8_t *p = r.payload + rd_u64(ix), *end = p + rd_u32(ix + 8);
     uint64_t len = r.n - k * r.chunk_size < r.chunk_size ? r.n - k * r.chunk_size : r.chunk_size;
     uint8_t *o = out + k * r.chunk_size;
-    uint32_t x = lane < N ? rd_u32(p + 4 * lane) : RANS_L;
+    uint32_t x = lane < N ? rd_u32(p + 4 * lane) : r.L;
     p += 4 * N;
     bool ok = true;
     const unsigned below = (1u << lane) - 1;
@@ -251,7 +248,7 @@ __global__ void __launch_bounds__(RD_WARPS * 32) rans_kernel(uint8_t *out, GpuRa
             x = (f & 0xffffu) * (x >> r.bits) + slot - (f >> 16);
         }
         for (int round = 0; round < 2; round++) {   /* refill: state order, one byte a round */
-            bool need = act && x < RANS_L;
+            bool need = act && x < r.L;
             unsigned want = __ballot_sync(0xffffffffu, need);
             int count = __popc(want);
             if (count > end - p) {   /* the payload ends while states need bytes */
@@ -262,7 +259,7 @@ __global__ void __launch_bounds__(RD_WARPS * 32) rans_kernel(uint8_t *out, GpuRa
             p += count;
         }
     }
-    bool good = __all_sync(0xffffffffu, ok && p == end && x == RANS_L);
+    bool good = __all_sync(0xffffffffu, ok && p == end && x == r.L);
     if (!good && lane == 0) atomicMin(bad, (unsigned long long)k);
 }
 
@@ -273,18 +270,17 @@ int gpu_rans_decode(uint8_t *out, const GpuRans *g, unsigned long long *bad, cud
     return 1;
 }
 
-int gpu_rans_upload(GpuRans *g, const void *stream) {
-    const RansStream *s = (const RansStream *)stream;
+int gpu_rans_upload(GpuRans *g, const GpuRansHost *s) {
     memset(g, 0, sizeof *g);
     size_t M = (size_t)1 << s->bits, idx = (size_t)s->n_chunks * 12;
-    size_t at_idx = (s->sizes.payload + 15) / 16 * 16, at_sym = at_idx + (idx + 15) / 16 * 16, at_info = at_sym + M;
+    size_t at_idx = (s->payload_bytes + 15) / 16 * 16, at_sym = at_idx + (idx + 15) / 16 * 16, at_info = at_sym + M;
     uint32_t info[256];
     for (int c = 0; c < 256; c++) info[c] = s->freq[c] | s->start[c] << 16;
     char *p;
     cudaError_t ce = cudaMalloc((void **)&p, at_info + sizeof info);
     if (ce != cudaSuccess) return ce;
     g->mem = p;
-    if ((ce = cudaMemcpy(p, s->payload, s->sizes.payload, cudaMemcpyHostToDevice)) ||
+    if ((ce = cudaMemcpy(p, s->payload, s->payload_bytes, cudaMemcpyHostToDevice)) ||
         (ce = cudaMemcpy(p + at_idx, s->index, idx, cudaMemcpyHostToDevice)) ||
         (s->n && (ce = cudaMemcpy(p + at_sym, s->slot_sym, M, cudaMemcpyHostToDevice))) ||
         (ce = cudaMemcpy(p + at_info, info, sizeof info, cudaMemcpyHostToDevice))) {
@@ -298,6 +294,7 @@ int gpu_rans_upload(GpuRans *g, const void *stream) {
     g->bits = s->bits;
     g->n_states = s->n_states;
     g->chunk_size = s->chunk_size;
+    g->L = s->L;
     g->n = s->n;
     g->n_chunks = s->n_chunks;
     return 0;

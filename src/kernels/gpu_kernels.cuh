@@ -65,21 +65,32 @@ void gpu_pack_bf16e(uint8_t *blocks, uint8_t *esc, const void *bf16e, int N, int
 int gpu_bf16e_decode(void *out, DType as, const DevBf16e *P, int K, int r0, int n, const int *rows, int early,
                      cudaStream_t st);
 
-/* An rANS stream (src/rans.h) on the GPU, for the chunk decoder: the
- * payload and chunk index as the stream holds them, and the decode tables
- * (slot -> symbol; symbol -> freq | start << 16). */
+/* An rANS stream (src/rans.h) as its caller tells it, plain data from an
+ * open RansStream (host pointers): the payload and the chunk index as the
+ * stream holds them, and the decode tables. */
 typedef struct {
-    const uint8_t *payload;  /* (payload bytes) */
+    const uint8_t *payload;
+    size_t payload_bytes;
     const uint8_t *index;    /* (n_chunks, 12): u64 offset, u32 size, little-endian */
-    const uint8_t *slot_sym; /* (2^bits) */
+    const uint8_t *slot_sym; /* (2^bits) the symbol of each slot */
+    const uint32_t *freq, *start;   /* (256) each */
+    int bits, n_states;      /* M = 2^bits; N states, at most 32 */
+    uint32_t chunk_size, L;  /* C; L, the low end of a state's range (RANS_L) */
+    uint64_t n, n_chunks;
+} GpuRansHost;
+/* The same on the GPU, for the chunk decoder (symbol -> freq | start << 16). */
+typedef struct {
+    const uint8_t *payload;
+    const uint8_t *index;
+    const uint8_t *slot_sym;
     const uint32_t *info;    /* (256) */
     int bits, n_states;
-    uint32_t chunk_size;
+    uint32_t chunk_size, L;
     uint64_t n, n_chunks;
     void *mem;               /* the one allocation behind the pointers */
 } GpuRans;
-/* Upload an open stream (rans_open) and its tables; gpu_rans_free frees it. */
-int gpu_rans_upload(GpuRans *g, const void *stream);   /* stream: a RansStream; 0 or a cudaError_t */
+/* Upload a stream and its tables; gpu_rans_free frees it. 0 or a cudaError_t. */
+int gpu_rans_upload(GpuRans *g, const GpuRansHost *h);
 void gpu_rans_free(GpuRans *g);
 /* Decode every chunk into out (n bytes): a warp per chunk, lane j its
  * state j, as rans.c's decode_plain does, bit for bit. A chunk whose
