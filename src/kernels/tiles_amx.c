@@ -80,6 +80,15 @@ static const AmxConfig AMX_BLOCKS = {
     .rows = {16, 16, 8, 8, 16, 16},
 };
 
+/* Q4_K with its scales split (below): 0 and 1 hold 16 weight rows of two
+ * sub-blocks (64 bytes each), 2 two blocks of 16 tokens (16 rows of 64
+ * bytes), 4 and 5 the 16 x 16 int32 sums. */
+static const AmxConfig AMX_PAIRS = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 0, 64, 64},
+    .rows = {16, 16, 16, 0, 16, 16},
+};
+
 /* Blocks unpacked or widened at a time, and token groups kept at once. */
 enum { AMX_CHUNK = 32, AMX_MAX_GROUPS = 8 };
 
@@ -205,12 +214,38 @@ static inline void amx_tile_rows(int n, int n1, int N, int *m, int *r0, int *r1)
     *r1 = (n1 < *m + 16 ? n1 : *m + 16) - *m;
 }
 
-/* out[t][m + r] = acc[r][t] for r0 <= r < r1 and the group's tokens. */
-static inline void amx_write(const MatmulJob *job, const float (*acc)[16], int m, int r0, int r1, int g) {
+/* out[t][m + r] = acc[r][t] for r0 <= r < r1 and the group's tokens: the
+ * 16 x 16 block transposed in registers (four rounds of shuffles), then a
+ * token's 16 rows stored at once, masked to [r0, r1). A loop of single
+ * floats had taken a seventh of a Q4_K prefill (perf). */
+AMX_INLINE void amx_write(const MatmulJob *job, const float (*acc)[16], int m, int r0, int r1, int g) {
     int N = job->W->N, tokens = job->T - g * AMX_TOKENS < AMX_TOKENS ? job->T - g * AMX_TOKENS : AMX_TOKENS;
-    for (int t = 0; t < tokens; t++) {
-        float *out = job->out + (size_t)(g * AMX_TOKENS + t) * N + m;
-        for (int r = r0; r < r1; r++) out[r] = acc[r][t];
+    __m512 a[16], b[16];
+    for (int r = 0; r < 16; r++) a[r] = _mm512_load_ps(acc[r]);
+    for (int i = 0; i < 16; i += 2) {   /* pairs of rows, interleaved by floats */
+        b[i] = _mm512_unpacklo_ps(a[i], a[i + 1]);
+        b[i + 1] = _mm512_unpackhi_ps(a[i], a[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4)   /* then by pairs of floats */
+        for (int j = 0; j < 2; j++) {
+            a[i + j] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(b[i + j]), _mm512_castps_pd(b[i + j + 2])));
+            a[i + j + 2] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(b[i + j]), _mm512_castps_pd(b[i + j + 2])));
+        }
+    for (int i = 0; i < 16; i += 8)   /* then 128-bit lanes of rows i .. i + 7 */
+        for (int j = 0; j < 4; j++) {
+            b[i + j] = _mm512_shuffle_f32x4(a[i + j], a[i + j + 4], 0x88);       /* lanes 0, 2 of each */
+            b[i + j + 4] = _mm512_shuffle_f32x4(a[i + j], a[i + j + 4], 0xdd);   /* lanes 1, 3 */
+        }
+    for (int j = 0; j < 8; j++) {   /* and of rows 0-7 with rows 8-15 */
+        a[j] = _mm512_shuffle_f32x4(b[j], b[j + 8], 0x88);
+        a[j + 8] = _mm512_shuffle_f32x4(b[j], b[j + 8], 0xdd);
+    }
+    /* a[k] now holds one token's 16 rows; which token: */
+    static const int token_of[16] = {0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15};
+    __mmask16 keep = (__mmask16)(((1u << r1) - 1) & ~((1u << r0) - 1));
+    for (int k = 0; k < 16; k++) {
+        int t = token_of[k];
+        if (t < tokens) _mm512_mask_storeu_ps(job->out + (size_t)(g * AMX_TOKENS + t) * N + m, keep, a[k]);
     }
 }
 
@@ -292,9 +327,13 @@ AMX_INLINE void amx_q4_0_chunk(float (*sums)[16], const AmxQ4_0 *u, const Matmul
  *     acc = fma((float)I, d d_x, acc);  acc = fma((float)M, -dmin d_x, acc)
  * matmul_blocks_ref's order for Q4_K. A chunk of AMX_K_CHUNK super-blocks of
  * the 16 rows is unpacked (values, scales, mins, factors) once for all the
- * groups of tokens. */
+ * groups of tokens. From AMX_SPLIT_GROUPS groups on, I is made without
+ * vpmulld: amx_q4_k_chunk_split, the same integer. */
 
 enum { AMX_K_CHUNK = AMX_CHUNK / 8 };   /* super-blocks a chunk: the same bytes as Q4_0's */
+#ifndef AMX_SPLIT_GROUPS
+#define AMX_SPLIT_GROUPS 2   /* groups of 16 tokens from which Q4_K's scales are split */
+#endif
 
 AMX_FN void amx_act_pack_k(uint8_t *act, const float *x, int T, int K) {
     int nsb = K / QK_K;
@@ -326,6 +365,8 @@ AMX_FN void amx_act_pack_k(uint8_t *act, const float *x, int T, int K) {
  * dd[s][1][r]. */
 typedef struct {
     __attribute__((aligned(64))) uint8_t a[AMX_K_CHUNK][16][QK_K];
+    __attribute__((aligned(64))) uint8_t ah[AMX_K_CHUNK][16][QK_K];   /* split: q sh (a holds q sl) */
+    __attribute__((aligned(64))) uint32_t scb[AMX_K_CHUNK][2][16];     /* row r's scales 0-3, 4-7: a byte each */
     __attribute__((aligned(64))) int32_t sc[AMX_K_CHUNK][8][16];
     __attribute__((aligned(64))) int32_t mnp[AMX_K_CHUNK][4][16];
     __attribute__((aligned(64))) float dd[AMX_K_CHUNK][2][16];
@@ -349,6 +390,8 @@ AMX_INLINE void amx_scales_q4_k(AmxQ4K *u, int s, const uint8_t *blk0, __m512i r
                                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), two), 4));
     __m512i mn_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), four),
                                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), two), 4));
+    _mm512_store_si512(u->scb[s][0], sc_lo);
+    _mm512_store_si512(u->scb[s][1], sc_hi);
     for (int j = 0; j < 4; j++) {
         _mm512_store_si512(u->sc[s][j], _mm512_and_si512(_mm512_srli_epi32(sc_lo, 8 * j), byte));
         _mm512_store_si512(u->sc[s][4 + j], _mm512_and_si512(_mm512_srli_epi32(sc_hi, 8 * j), byte));
@@ -364,7 +407,7 @@ AMX_INLINE void amx_scales_q4_k(AmxQ4K *u, int s, const uint8_t *blk0, __m512i r
     }
 }
 
-AMX_INLINE void amx_unpack_q4_k(AmxQ4K *u, const uint8_t *w, size_t ws, int s0, int ns) {
+AMX_INLINE void amx_unpack_q4_k(AmxQ4K *u, const uint8_t *w, size_t ws, int s0, int ns, int split) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     /* 64 bytes of nibbles hold sub-blocks 2c and 2c + 2 in the low nibbles of
      * their halves, 2c + 1 and 2c + 3 in the high ones: put back in order */
@@ -379,11 +422,36 @@ AMX_INLINE void amx_unpack_q4_k(AmxQ4K *u, const uint8_t *w, size_t ws, int s0, 
         amx_scales_q4_k(u, s, blk0, rows_at);
         for (int r = 0; r < 16; r++) {
             const BlockQ4_K *b = (const BlockQ4_K *)(blk0 + (size_t)r * ws);
+            __m512i sl = m4, sh = m4;
+            if (split) {   /* the row's 8 scales, a byte each in every 8 bytes; sc = 8 sh + sl */
+                __m512i t = _mm512_set1_epi64((long long)((uint64_t)u->scb[s][1][r] << 32 | u->scb[s][0][r]));
+                sl = _mm512_and_si512(t, _mm512_set1_epi8(7));
+                sh = _mm512_and_si512(_mm512_srli_epi16(t, 3), _mm512_set1_epi8(7));
+            }
             for (int h = 0; h < 2; h++) {   /* sub-blocks 4h .. 4h + 3 */
                 __m512i v = _mm512_loadu_si512(b->qs + 64 * h);
                 __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-                _mm512_store_si512(u->a[s][r] + 128 * h, _mm512_permutex2var_epi64(lo, first, hi));
-                _mm512_store_si512(u->a[s][r] + 128 * h + 64, _mm512_permutex2var_epi64(lo, second, hi));
+                if (!split) {
+                    _mm512_store_si512(u->a[s][r] + 128 * h, _mm512_permutex2var_epi64(lo, first, hi));
+                    _mm512_store_si512(u->a[s][r] + 128 * h + 64, _mm512_permutex2var_epi64(lo, second, hi));
+                    continue;
+                }
+                /* each 16-bit lane of lo holds two values of one sub-block (4h, then 4h + 2) and of hi
+                 * (4h + 1, 4h + 3): times that sub-block's sl (sh), as words, q s <= 105 fits a byte */
+                /* the multipliers by vpshufb from the 8 scales (every 16 bytes hold them twice):
+                 * byte j of the table at even bytes, zero (0x80) at odd ones */
+                const __mmask64 upper = 0xffffffff00000000ull;
+                __m512i il = _mm512_mask_blend_epi8(upper, _mm512_set1_epi16((short)(0x8000 | 4 * h)),
+                                                    _mm512_set1_epi16((short)(0x8000 | (4 * h + 2))));
+                __m512i ih = _mm512_add_epi16(il, _mm512_set1_epi16(1));
+                __m512i lol = _mm512_mullo_epi16(lo, _mm512_shuffle_epi8(sl, il));
+                __m512i hil = _mm512_mullo_epi16(hi, _mm512_shuffle_epi8(sl, ih));
+                __m512i loh = _mm512_mullo_epi16(lo, _mm512_shuffle_epi8(sh, il));
+                __m512i hih = _mm512_mullo_epi16(hi, _mm512_shuffle_epi8(sh, ih));
+                _mm512_store_si512(u->a[s][r] + 128 * h, _mm512_permutex2var_epi64(lol, first, hil));
+                _mm512_store_si512(u->a[s][r] + 128 * h + 64, _mm512_permutex2var_epi64(lol, second, hil));
+                _mm512_store_si512(u->ah[s][r] + 128 * h, _mm512_permutex2var_epi64(loh, first, hih));
+                _mm512_store_si512(u->ah[s][r] + 128 * h + 64, _mm512_permutex2var_epi64(loh, second, hih));
             }
         }
     }
@@ -436,6 +504,49 @@ AMX_INLINE void amx_q4_k_chunk(float (*sums)[16], const AmxQ4K *u, const MatmulJ
     }
 }
 
+/* The same with the scales split (amx_unpack_q4_k with split): the rows'
+ * values times sl in a, times sh in ah, so that the tiles add a whole
+ * super-block, two sub-blocks a tdpbssd: C = sum_j sl_j S_j and
+ * H = sum_j sh_j S_j, and I = 8 H + C = sum_j sc_j S_j, the same integer.
+ * Twice the tile work, and two stores of sums a super-block instead of
+ * eight, with their 128 vpmulld: faster from two groups of tokens on. */
+AMX_INLINE void amx_q4_k_chunk_split(float (*sums)[16], const AmxQ4K *u, const MatmulJob *job, int g, int s0, int ns) {
+    int nsb = job->W->K / QK_K;
+    const uint8_t *x = job->act + (size_t)g * amx_k_group_bytes(job->W->K);
+    const float *dx = (const float *)(x + (size_t)nsb * 8 * AMX_BLOCK_BYTES);
+    const int32_t *pairs = (const int32_t *)(dx + (size_t)nsb * AMX_TOKENS);
+    __attribute__((aligned(64))) int32_t c0[256], c1[256];
+    for (int s = 0; s < ns; s++) {
+        _tile_zero(4);
+        _tile_zero(5);
+        for (int j = 0; j < 8; j += 2) {   /* sub-blocks j and j + 1: 64 values of each row */
+            _tile_loadd(2, x + (size_t)((s0 + s) * 8 + j) * AMX_BLOCK_BYTES, 64);
+            _tile_loadd(0, u->a[s][0] + 32 * j, QK_K);
+            _tile_dpbssd(4, 0, 2);
+            _tile_loadd(1, u->ah[s][0] + 32 * j, QK_K);
+            _tile_dpbssd(5, 1, 2);
+        }
+        _tile_stored(4, c0, 64);
+        _tile_stored(5, c1, 64);
+        __m512 d = _mm512_loadu_ps(dx + (size_t)(s0 + s) * AMX_TOKENS);
+        const int32_t *ps = pairs + (size_t)(s0 + s) * 4 * AMX_TOKENS;
+        __m512i p0 = _mm512_loadu_si512(ps), p1 = _mm512_loadu_si512(ps + 16), p2 = _mm512_loadu_si512(ps + 32),
+                p3 = _mm512_loadu_si512(ps + 48);
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; r++) {
+            __m512i I = _mm512_add_epi32(_mm512_load_si512(c0 + 16 * r), _mm512_slli_epi32(_mm512_load_si512(c1 + 16 * r), 3));
+            __m512i M = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p0, _mm512_set1_epi32(u->mnp[s][0][r]));
+            M = _mm512_dpwssd_epi32(M, p1, _mm512_set1_epi32(u->mnp[s][1][r]));
+            M = _mm512_dpwssd_epi32(M, p2, _mm512_set1_epi32(u->mnp[s][2][r]));
+            M = _mm512_dpwssd_epi32(M, p3, _mm512_set1_epi32(u->mnp[s][3][r]));
+            __m512 acc = _mm512_load_ps(sums[r]);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_set1_ps(u->dd[s][0][r]), d), acc);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(_mm512_set1_ps(-u->dd[s][1][r]), d), acc);
+            _mm512_store_ps(sums[r], acc);
+        }
+    }
+}
+
 /* --- the formats that are unpacked: Q4_0 and Q4_K
  *
  * For each 16 rows, for each pass over at most AMX_MAX_GROUPS groups of
@@ -452,7 +563,9 @@ AMX_INLINE void amx_unpacked_rows(const MatmulJob *job, int n0, int n1, DType ty
         AmxQ4K q4_k;
     } u;
     __attribute__((aligned(64))) float sums[AMX_MAX_GROUPS][16][16];
-    _tile_loadconfig(&AMX_BLOCKS);
+    /* Q4_K from two groups of tokens on: its scales split (amx_q4_k_chunk_split) */
+    int split = type == DT_Q4_K && groups >= AMX_SPLIT_GROUPS;
+    _tile_loadconfig(split ? &AMX_PAIRS : &AMX_BLOCKS);
     for (int n = n0; n < n1; n += 16) {
         int m, r0, r1;
         amx_tile_rows(n, n1, W->N, &m, &r0, &r1);
@@ -463,13 +576,14 @@ AMX_INLINE void amx_unpacked_rows(const MatmulJob *job, int n0, int n1, DType ty
             for (int c = 0; c < units; c += chunk) {
                 int len = units - c < chunk ? units - c : chunk;
                 if (type == DT_Q4_K) {
-                    amx_unpack_q4_k(&u.q4_k, w, ws, c, len);
+                    amx_unpack_q4_k(&u.q4_k, w, ws, c, len, split);
                 } else {
                     amx_scales(u.q4_0.dw, w, ws, sizeof(BlockQ4_0), c, len);
                     amx_unpack_q4_0(u.q4_0.a, w, ws, c, len);
                 }
                 for (int g = g0; g < g1; g++) {
-                    if (type == DT_Q4_K) amx_q4_k_chunk(sums[g - g0], &u.q4_k, job, g, c, len);
+                    if (split) amx_q4_k_chunk_split(sums[g - g0], &u.q4_k, job, g, c, len);
+                    else if (type == DT_Q4_K) amx_q4_k_chunk(sums[g - g0], &u.q4_k, job, g, c, len);
                     else amx_q4_0_chunk(sums[g - g0], &u.q4_0, job, g, c, len);
                 }
             }
