@@ -467,12 +467,41 @@ AMX_INLINE void amx_add_sub_block(__m512i I[16], const int32_t *c, const int32_t
         I[r] = _mm512_add_epi32(I[r], _mm512_mullo_epi32(_mm512_load_si512(c + 16 * r), _mm512_set1_epi32(sc[r])));
 }
 
-/* Super-blocks s0 .. s0 + ns - 1 of the chunk u against group g, into sums. */
-AMX_INLINE void amx_q4_k_chunk(float (*sums)[16], const AmxQ4K *u, const MatmulJob *job, int g, int s0, int ns) {
+/* Where group g's activations lie: values, scales of each super-block, pairs of sub-block sums. */
+AMX_INLINE const uint8_t *amx_k_group(const MatmulJob *job, int g, const float **dx, const int32_t **pairs) {
     int nsb = job->W->K / QK_K;
     const uint8_t *x = job->act + (size_t)g * amx_k_group_bytes(job->W->K);
-    const float *dx = (const float *)(x + (size_t)nsb * 8 * AMX_BLOCK_BYTES);
-    const int32_t *pairs = (const int32_t *)(dx + (size_t)nsb * AMX_TOKENS);
+    *dx = (const float *)(x + (size_t)nsb * 8 * AMX_BLOCK_BYTES);
+    *pairs = (const int32_t *)(*dx + (size_t)nsb * AMX_TOKENS);
+    return x;
+}
+
+/* Super-block s of the chunk against the group, its I made: the mins' M by
+ * vpdpwssd, then the two fmas into sums (dx and ps: the super-block's token
+ * scales and pairs of sums). */
+AMX_INLINE void amx_q4_k_super(float (*sums)[16], const AmxQ4K *u, int s, const __m512i I[16], const float *dx,
+                               const int32_t *ps) {
+    __m512 d = _mm512_loadu_ps(dx);
+    __m512i p0 = _mm512_loadu_si512(ps), p1 = _mm512_loadu_si512(ps + 16), p2 = _mm512_loadu_si512(ps + 32),
+            p3 = _mm512_loadu_si512(ps + 48);
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++) {
+        __m512i M = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p0, _mm512_set1_epi32(u->mnp[s][0][r]));
+        M = _mm512_dpwssd_epi32(M, p1, _mm512_set1_epi32(u->mnp[s][1][r]));
+        M = _mm512_dpwssd_epi32(M, p2, _mm512_set1_epi32(u->mnp[s][2][r]));
+        M = _mm512_dpwssd_epi32(M, p3, _mm512_set1_epi32(u->mnp[s][3][r]));
+        __m512 acc = _mm512_load_ps(sums[r]);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[r]), _mm512_mul_ps(_mm512_set1_ps(u->dd[s][0][r]), d), acc);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(_mm512_set1_ps(-u->dd[s][1][r]), d), acc);
+        _mm512_store_ps(sums[r], acc);
+    }
+}
+
+/* Super-blocks s0 .. s0 + ns - 1 of the chunk u against group g, into sums. */
+AMX_INLINE void amx_q4_k_chunk(float (*sums)[16], const AmxQ4K *u, const MatmulJob *job, int g, int s0, int ns) {
+    const float *dx;
+    const int32_t *pairs;
+    const uint8_t *x = amx_k_group(job, g, &dx, &pairs);
     __attribute__((aligned(64))) int32_t c0[256], c1[256];
     for (int s = 0; s < ns; s++) {
         __m512i I[16];
@@ -486,21 +515,7 @@ AMX_INLINE void amx_q4_k_chunk(float (*sums)[16], const AmxQ4K *u, const MatmulJ
             _tile_stored(5, c1, 64);
             amx_add_sub_block(I, c1, u->sc[s][j + 1]);
         }
-        __m512 d = _mm512_loadu_ps(dx + (size_t)(s0 + s) * AMX_TOKENS);
-        const int32_t *ps = pairs + (size_t)(s0 + s) * 4 * AMX_TOKENS;
-        __m512i p0 = _mm512_loadu_si512(ps), p1 = _mm512_loadu_si512(ps + 16), p2 = _mm512_loadu_si512(ps + 32),
-                p3 = _mm512_loadu_si512(ps + 48);
-#pragma GCC unroll 16
-        for (int r = 0; r < 16; r++) {
-            __m512i M = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p0, _mm512_set1_epi32(u->mnp[s][0][r]));
-            M = _mm512_dpwssd_epi32(M, p1, _mm512_set1_epi32(u->mnp[s][1][r]));
-            M = _mm512_dpwssd_epi32(M, p2, _mm512_set1_epi32(u->mnp[s][2][r]));
-            M = _mm512_dpwssd_epi32(M, p3, _mm512_set1_epi32(u->mnp[s][3][r]));
-            __m512 acc = _mm512_load_ps(sums[r]);
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[r]), _mm512_mul_ps(_mm512_set1_ps(u->dd[s][0][r]), d), acc);
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(_mm512_set1_ps(-u->dd[s][1][r]), d), acc);
-            _mm512_store_ps(sums[r], acc);
-        }
+        amx_q4_k_super(sums, u, s, I, dx + (size_t)(s0 + s) * AMX_TOKENS, pairs + (size_t)(s0 + s) * 4 * AMX_TOKENS);
     }
 }
 
@@ -511,10 +526,9 @@ AMX_INLINE void amx_q4_k_chunk(float (*sums)[16], const AmxQ4K *u, const MatmulJ
  * Twice the tile work, and two stores of sums a super-block instead of
  * eight, with their 128 vpmulld: faster from two groups of tokens on. */
 AMX_INLINE void amx_q4_k_chunk_split(float (*sums)[16], const AmxQ4K *u, const MatmulJob *job, int g, int s0, int ns) {
-    int nsb = job->W->K / QK_K;
-    const uint8_t *x = job->act + (size_t)g * amx_k_group_bytes(job->W->K);
-    const float *dx = (const float *)(x + (size_t)nsb * 8 * AMX_BLOCK_BYTES);
-    const int32_t *pairs = (const int32_t *)(dx + (size_t)nsb * AMX_TOKENS);
+    const float *dx;
+    const int32_t *pairs;
+    const uint8_t *x = amx_k_group(job, g, &dx, &pairs);
     __attribute__((aligned(64))) int32_t c0[256], c1[256];
     for (int s = 0; s < ns; s++) {
         _tile_zero(4);
@@ -528,22 +542,11 @@ AMX_INLINE void amx_q4_k_chunk_split(float (*sums)[16], const AmxQ4K *u, const M
         }
         _tile_stored(4, c0, 64);
         _tile_stored(5, c1, 64);
-        __m512 d = _mm512_loadu_ps(dx + (size_t)(s0 + s) * AMX_TOKENS);
-        const int32_t *ps = pairs + (size_t)(s0 + s) * 4 * AMX_TOKENS;
-        __m512i p0 = _mm512_loadu_si512(ps), p1 = _mm512_loadu_si512(ps + 16), p2 = _mm512_loadu_si512(ps + 32),
-                p3 = _mm512_loadu_si512(ps + 48);
+        __m512i I[16];
 #pragma GCC unroll 16
-        for (int r = 0; r < 16; r++) {
-            __m512i I = _mm512_add_epi32(_mm512_load_si512(c0 + 16 * r), _mm512_slli_epi32(_mm512_load_si512(c1 + 16 * r), 3));
-            __m512i M = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p0, _mm512_set1_epi32(u->mnp[s][0][r]));
-            M = _mm512_dpwssd_epi32(M, p1, _mm512_set1_epi32(u->mnp[s][1][r]));
-            M = _mm512_dpwssd_epi32(M, p2, _mm512_set1_epi32(u->mnp[s][2][r]));
-            M = _mm512_dpwssd_epi32(M, p3, _mm512_set1_epi32(u->mnp[s][3][r]));
-            __m512 acc = _mm512_load_ps(sums[r]);
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_set1_ps(u->dd[s][0][r]), d), acc);
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(_mm512_set1_ps(-u->dd[s][1][r]), d), acc);
-            _mm512_store_ps(sums[r], acc);
-        }
+        for (int r = 0; r < 16; r++)
+            I[r] = _mm512_add_epi32(_mm512_load_si512(c0 + 16 * r), _mm512_slli_epi32(_mm512_load_si512(c1 + 16 * r), 3));
+        amx_q4_k_super(sums, u, s, I, dx + (size_t)(s0 + s) * AMX_TOKENS, pairs + (size_t)(s0 + s) * 4 * AMX_TOKENS);
     }
 }
 
