@@ -575,7 +575,7 @@ AMX_INLINE void amx_unpacked_rows(const MatmulJob *job, int n0, int n1, DType ty
         const uint8_t *w = row_ptr(W, m);
         for (int g0 = 0; g0 < groups; g0 += AMX_MAX_GROUPS) {
             int g1 = groups - g0 < AMX_MAX_GROUPS ? groups : g0 + AMX_MAX_GROUPS;
-            memset(sums, 0, sizeof sums);
+            memset(sums, 0, (size_t)(g1 - g0) * sizeof sums[0]);   /* the groups of this pass only */
             for (int c = 0; c < units; c += chunk) {
                 int len = units - c < chunk ? units - c : chunk;
                 if (type == DT_Q4_K) {
