@@ -465,6 +465,26 @@ static void check_attention(int H, int Hkv, int S, int BS, int maxlen, int nspli
 
 /* ------------------------------------------------------------ coded weights */
 
+/* The median of `reps` timings of launch() on the default stream, in ms. */
+template <typename F> static float launch_ms(int reps, F launch) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<float> ms;
+    for (int r = 0; r < reps; r++) {
+        CK(cudaEventRecord(a));
+        launch();
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float t;
+        CK(cudaEventElapsedTime(&t, a, b));
+        ms.push_back(t);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return median_ms(ms);
+}
+
 /* BF16 bits of a matrix whose exponents spread like a trained layer's, with
  * some that no table of 7 holds: tiny values, zeros, and 1 in 64 any 16 bits
  * at all (infinities and NaNs among them), so that rows have escapes. */
@@ -522,24 +542,10 @@ static void check_bf16e(int N, int K, int time_it) {
             for (size_t i = 0; i < got.size(); i++) bad += got[i] != ref[i];
         }
         double gbs = 0;
-        if (time_it) {   /* GB/s of decoded BF16 written */
-            cudaEvent_t a, b;
-            CK(cudaEventCreate(&a));
-            CK(cudaEventCreate(&b));
-            std::vector<float> ms;
-            for (int r = 0; r < 20; r++) {
-                CK(cudaEventRecord(a));
-                gpu_bf16e_decode(dout, f32 ? DT_F32 : DT_BF16, &P, K, 0, N, NULL, f32, 0);
-                CK(cudaEventRecord(b));
-                CK(cudaEventSynchronize(b));
-                float t;
-                CK(cudaEventElapsedTime(&t, a, b));
-                ms.push_back(t);
-            }
-            gbs = (double)N * K * 2 / (median_ms(ms) * 1e-3) / 1e9;
-            cudaEventDestroy(a);
-            cudaEventDestroy(b);
-        }
+        if (time_it)   /* GB/s of decoded BF16 written */
+            gbs = (double)N * K * 2 / (launch_ms(20, [&] {
+                      gpu_bf16e_decode(dout, f32 ? DT_F32 : DT_BF16, &P, K, 0, N, NULL, f32, 0);
+                  }) * 1e-3) / 1e9;
         snprintf(what, sizeof what, "BF16E %d x %d -> %s (%.2f%% escaped), values not the reference's", N, K,
                  f32 ? "F32" : "BF16", 100.0 * escapes / ((double)N * K));
         report(what, (double)bad, 0, gbs);
@@ -604,24 +610,7 @@ static void check_rans(size_t n, int bits, int N, uint32_t C, int time_it) {
     size_t bad = flagged != ~0ull;
     for (size_t i = 0; i < n; i++) bad += got[i] != src[i];
     double gbs = 0;
-    if (time_it) {
-        cudaEvent_t a, b;
-        CK(cudaEventCreate(&a));
-        CK(cudaEventCreate(&b));
-        std::vector<float> ms;
-        for (int r = 0; r < 10; r++) {
-            CK(cudaEventRecord(a));
-            gpu_rans_decode(dout, &g, dbad, 0);
-            CK(cudaEventRecord(b));
-            CK(cudaEventSynchronize(b));
-            float t;
-            CK(cudaEventElapsedTime(&t, a, b));
-            ms.push_back(t);
-        }
-        gbs = (double)n / (median_ms(ms) * 1e-3) / 1e9;   /* decoded bytes */
-        cudaEventDestroy(a);
-        cudaEventDestroy(b);
-    }
+    if (time_it) gbs = (double)n / (launch_ms(10, [&] { gpu_rans_decode(dout, &g, dbad, 0); }) * 1e-3) / 1e9;   /* decoded bytes */
     report(what, (double)bad, 0, gbs);
     /* a byte of the last chunk's payload flipped: the CPU's decoder refuses
      * that chunk, and the GPU's must flag the same one */
