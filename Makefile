@@ -34,7 +34,7 @@ BLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
 # same source gives the same bits in every flavour and on every CPU the same
 # kernels run on (notes/training.md, "Determinism").
 BASE    := -std=gnu11 -D_GNU_SOURCE -ffp-contract=off -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp -Isrc $(WARN)
-LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lpcre2-8 -lcjson -lmicrohttpd -lm -lpthread
+LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lpcre2-8 -lcjson -lm -lpthread
 FIXTURES ?= ../shared/fixtures
 
 PROG_SRC := src/front/infer.c src/front/serve.c

@@ -171,6 +171,63 @@ check "405" "$(code "$URL/v1/completions")" 405
 head -c 70000 /dev/zero | tr '\0' ' ' > "$tmp/big"
 check "413" "$(code "$URL/v1/completions" --data-binary @"$tmp/big")" 413
 
+# 4b. The HTTP layer's own refusals (src/front/http1.c) are OpenAI error
+# objects too, each with its status: a request line too long (414), a head
+# too large (431), an HTTP version not spoken (505), not HTTP at all (400), a
+# transfer coding not known (501), a bad chunk size (400); a body over
+# --max-body is refused at the header or chunk that passes it, before the
+# client has sent it all (curl stops at the answer: far fewer bytes sent
+# than the 20 MB offered). Chunked bodies, 100-continue and HTTP/1.0 are
+# served.
+# raw FILE: FILE's bytes sent as they are on one connection; prints what
+# came back once the server closed it
+raw() {
+    URL=$URL node -e '
+const u = new URL(process.env.URL), fs = require("fs");
+const s = require("net").connect(+u.port, u.hostname, () => s.write(fs.readFileSync(process.argv[1])));
+let got = Buffer.alloc(0);
+s.on("data", d => got = Buffer.concat([got, d])); s.on("error", () => {});
+s.on("close", () => process.stdout.write(got));
+setTimeout(() => s.destroy(), 10000);' "$1"
+}
+# refused NAME STATUS FILE: FILE's answer is STATUS with an error object
+refused() {
+    raw "$3" > "$tmp/raw.out"
+    got=$(head -1 "$tmp/raw.out" | cut -d' ' -f2)
+    msg=$(sed '1,/^\r*$/d' "$tmp/raw.out" | jq -r .error.message 2>/dev/null)
+    [ "$got" = "$2" ] && [ -n "$msg" ] && [ "$msg" != null ] && ok ||
+        bad "$1: want $2 and an error object, got: $(head -c 300 "$tmp/raw.out")"
+}
+if command -v node > /dev/null 2>&1; then
+    printf 'GET /health HTTP/2.0\r\nHost: x\r\n\r\n' > "$tmp/r1"; refused "HTTP/2.0" 505 "$tmp/r1"
+    printf '\026\003\001\002\000\001\000\001\374\003\003' > "$tmp/r2"; refused "a TLS hello" 400 "$tmp/r2"
+    printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nxx' > "$tmp/r3"
+    refused "Transfer-Encoding: gzip" 501 "$tmp/r3"
+    printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n' > "$tmp/r4"
+    refused "a bad chunk size" 400 "$tmp/r4"
+    grep -q 'chunk size' "$tmp/raw.out" && ok || bad "the bad chunk's message: $(tail -1 "$tmp/raw.out")"
+    printf 'GET /health HTTP/1.1\r\n\r\n' > "$tmp/r5"; refused "no Host" 400 "$tmp/r5"
+    # two requests in one write, answered in turn on the one connection
+    printf 'GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' > "$tmp/r6"
+    check "pipelined requests" "$(raw "$tmp/r6" | grep -o 'HTTP/1.1 200 OK' | wc -l)" 2
+elif [ "${CI:-}" = true ]; then
+    bad "node is missing, and under CI that is a failure"
+fi
+check "414" "$(code "$URL/$(head -c 9000 /dev/zero | tr '\0' a)") $(jq -r '.error.type' "$tmp/err.json")" "414 invalid_request_error"
+check "431" "$(code -H "X-Big: $(head -c 40000 /dev/zero | tr '\0' b)" "$URL/health") $(jq -r '.error.type' "$tmp/err.json")" \
+    "431 invalid_request_error"
+for how in "Transfer-Encoding: chunked" "X-Length: known"; do
+    r=$(head -c 20000000 /dev/zero | curl -s -o "$tmp/err.json" -w '%{http_code} %{size_upload}' -H "$how" \
+        -H 'Content-Type: application/json' --data-binary @- "$URL/v1/completions")
+    [ "${r% *}" = 413 ] && [ "${r#* }" -lt 10000000 ] && jq -r .error.message "$tmp/err.json" | grep -q -- --max-body &&
+        ok || bad "20 MB offered ($how) against --max-body 65536: want 413 early, got '$r' $(cat "$tmp/err.json")"
+done
+check "a chunked body" "$(curl -s -H 'Transfer-Encoding: chunked' -H 'Content-Type: application/json' "$URL/v1/completions" \
+    -d '{"prompt": "ROMEO:", "max_tokens": 3, "temperature": 0}' | jq -r '.choices[0].finish_reason')" length
+check "100-continue" "$(curl -s -H 'Expect: 100-continue' -H 'Content-Type: application/json' "$URL/v1/completions" \
+    -d '{"prompt": "ROMEO:", "max_tokens": 3, "temperature": 0}' | jq -r '.choices[0].finish_reason')" length
+check "HTTP/1.0" "$(curl -s --http1.0 "$URL/health" | jq -r .status)" ok
+
 # 5. 16 concurrent streamed clients, each the whole greedy text
 "$INFER" --model $MODEL --prompt "ROMEO:" -n 48 --temperature 0 --threads 1 > "$tmp/ref48.full" 2>/dev/null
 tail -c +7 "$tmp/ref48.full" | head -c -1 > "$tmp/ref48"
@@ -440,7 +497,8 @@ kill -TERM $PID; wait $PID
 check "idle-timeout server exit status" $? 0
 # The request deadline (--request-timeout 2): a client that trickles a
 # header line every 0.3 s is never idle, nor is one that trickles its body;
-# both are closed once 2 s have passed without a whole request, not before.
+# both are answered 408 (an error object) and closed once 2 s have passed
+# without a whole request, not before.
 # A keep-alive client whose two requests come 1.2 s apart has both answered.
 start deadline --request-timeout 2 --idle-timeout 30
 if command -v node > /dev/null 2>&1; then
@@ -449,13 +507,20 @@ const net = require("net"), http = require("http");
 const url = new URL(process.env.URL), t0 = Date.now();
 const trickle = (head, more) => new Promise(res => {
   const s = net.connect(+url.port, url.hostname);
-  let timer;
+  let timer, got = "";
   s.on("error", () => {});
+  s.on("data", d => got += d);
   s.on("connect", () => { s.write(head); timer = setInterval(() => s.write(more), 300); });
-  s.on("close", () => { clearInterval(timer); res(Date.now() - t0); });
+  s.on("close", () => { clearInterval(timer); res([Date.now() - t0, got]); });
   setTimeout(() => s.destroy(), 10000);
 });
-const cut = (what, ms) => ms >= 1800 && ms < 5000 ? what + "-cut" : what + " " + ms + " ms";
+/* closed at the deadline, not before, with a 408 error object */
+const cut = (what, [ms, got]) => {
+  const body = got.split("\r\n\r\n")[1] || "";
+  let msg = ""; try { msg = JSON.parse(body).error.message; } catch (e) {}
+  return ms >= 1800 && ms < 5000 && got.startsWith("HTTP/1.1 408 ") && msg.includes("--request-timeout") ?
+    what + "-cut" : what + " " + ms + " ms " + JSON.stringify(got.slice(0, 200));
+};
 (async () => {
   const [h, b] = await Promise.all([
     trickle("GET /health HTTP/1.1\r\nHost: x\r\n", "X-More: y\r\n"),

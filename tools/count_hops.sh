@@ -19,7 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 inc="-I/usr/include/x86_64-linux-gnu/openblas-openmp"
-libs="-L/usr/lib/x86_64-linux-gnu/openblas-openmp -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -lpcre2-8 -lcjson -lmicrohttpd -lm -lpthread"
+libs="-L/usr/lib/x86_64-linux-gnu/openblas-openmp -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -lpcre2-8 -lcjson -lm -lpthread"
 # the library and the CLI's main: every source but the server's main (in a
 # tree of one flat folder, src/*.c is all there is)
 srcs=$(ls src/*.c src/*/*.c 2>/dev/null | grep -v -e '/serve\.c$')

@@ -17,7 +17,6 @@ fi
 [ -f /usr/include/pcre2.h ] || need="$need libpcre2-dev"
 [ -f /usr/include/cjson/cJSON.h ] || need="$need libcjson-dev"
 [ -f /usr/include/zstd.h ] || need="$need libzstd-dev"   # tools/rans_bench compares with zstd
-[ -f /usr/include/microhttpd.h ] || need="$need libmicrohttpd-dev"   # the HTTP server (src/front/server.c)
 command -v curl >/dev/null 2>&1 || need="$need curl"   # tests/server.sh drives the server with it
 command -v jq >/dev/null 2>&1 || need="$need jq"       # ... and reads its JSON answers with jq
 command -v gdb >/dev/null 2>&1 || need="$need gdb"     # tests/gdb.sh: the walkthroughs of notes/gdb

@@ -4,7 +4,7 @@
  *   build/fast/serve --model FILE [--host A] [--port P] [engine options]
  *
  * The engine options are infer's (cli_opts.c). This thread becomes the
- * engine thread (srv_run); libmicrohttpd's threads answer the sockets. The
+ * engine thread (srv_run); a thread per connection answers the sockets. The
  * line "serve: listening on http://HOST:PORT ..." goes to stderr once the
  * socket is bound (with --port 0 it names the port chosen), then the trace
  * if asked. See notes/server.md. */
@@ -189,8 +189,7 @@ int main(int argc, char **argv) {
     }
     char id[256];
     model_id(&o, id, sizeof id);
-    /* Every connection is two descriptors (its socket, and the duplicate
-     * that the request deadline shuts): the soft limit goes up to the hard
+    /* Every connection is a descriptor: the soft limit goes up to the hard
      * one (as far as 65536), and the cap stays below what it allows. */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
@@ -199,7 +198,7 @@ int main(int argc, char **argv) {
             rl.rlim_cur = want;
             if (setrlimit(RLIMIT_NOFILE, &rl) != 0) getrlimit(RLIMIT_NOFILE, &rl);
         }
-        long room = ((long)rl.rlim_cur - 64) / 2;
+        long room = (long)rl.rlim_cur - 64;
         if (o.max_connections > room) {
             fprintf(stderr, "serve: --max-connections %ld lowered to %ld (the process may open %ld files)\n",
                     o.max_connections, room > 16 ? room : 16, (long)rl.rlim_cur);

@@ -4,7 +4,7 @@
  * HTTP requests into rt_submit calls and the text that comes back into JSON
  * or Server-Sent Events. Two kinds of thread meet in it:
  *
- *   HTTP threads (libmicrohttpd, one per connection) read and validate a
+ *   HTTP threads (one per connection, http1.h) read and validate a
  *   body, put a Job on the server's queue, and wait on the job's condition
  *   variable for its text;
  *   the engine thread (the one that calls srv_run) alone owns the Runtime:
@@ -43,7 +43,7 @@ typedef struct {
                                     closed (0: 60); waiting for the engine is not idle */
     int request_timeout;         /* seconds from a connection's start, or the end of its last
                                     answer, by which its next request must be whole, headers
-                                    and body; beyond, its socket is shut (0: 60) */
+                                    and body; beyond, it is refused (408) and closed (0: 60) */
     const SrvChat *chat;         /* the model's chat template (front/chat.h); must outlive the server */
     const Tokenizer *tok;        /* the model's vocabulary, for /tokenize and /detokenize: read-only,
                                     so the HTTP threads may share it with the engine's */
@@ -57,7 +57,10 @@ typedef struct {
     SrvConfig cfg;
     SrvLimits lim;
     Runtime *rt;                 /* the engine thread's alone */
-    struct MHD_Daemon *daemon;
+    int listen_fd;               /* the listening socket */
+    int wake_fd[2];              /* a pipe: a byte in it stops the accepting thread */
+    pthread_t acceptor;          /* the accepting thread (server_http.c) */
+    int accepting;               /* it runs: srv_free stops it */
     int port;                    /* the port bound */
     pthread_mutex_t mu;          /* guards the fields down to `metrics` */
     pthread_cond_t wake;         /* the engine thread waits on it when idle */
@@ -76,8 +79,8 @@ typedef struct {
                                     yet all sent (under mu): srv_free lets them finish */
     int n_live, cap_live;
     struct Track *tracks;        /* every open connection (under mu): server_http.c */
-    pthread_t reaper;            /* shuts connections past request_timeout */
-    int reaper_on;
+    int n_conns;                 /* how many (under mu) */
+    pthread_cond_t conns_gone;   /* n_conns fell to 0 */
 } Server;
 
 /* Bind and start listening (HTTP threads start answering; requests wait

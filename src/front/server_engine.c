@@ -3,17 +3,17 @@
  *
  * A request's path, with the functions to break on:
  *
- *   handle_request     an HTTP thread (libmicrohttpd's, one per connection)
- *                      gathers the body; answer_generate parses it
+ *   conn_main          an HTTP thread (one per connection) reads a request
+ *                      (http1.h) and routes it; answer_generate parses it
  *                      (srv_parse_request), makes a Job and queue_job puts it on
  *                      the server's queue, then waits for the engine to take it
  *   srv_run            the engine thread takes the queue (take_work), submits
  *                      each job (submit_job -> rt_submit), steps the engine
  *   on_text, on_finish the runtime's callbacks, on the engine thread: text
  *                      appended to the job under its lock, waiters woken
- *   stream_reader      libmicrohttpd asks for the next bytes of a streamed
- *                      response: the job's new text as SSE chunks (refill)
- *   request_done       the request ended: if the client went away before the
+ *   stream_answer      sends a streamed response: the job's new text as SSE
+ *                      chunks (refill), one HTTP chunk each
+ *   request_end        the request ended: if the client went away before the
  *                      end, the job is marked cancelled (job_cancel) and the
  *                      engine thread calls rt_cancel at its next turn (sweep)
  *

@@ -1,115 +1,90 @@
-/* server_http.c - the server's HTTP threads (libmicrohttpd's, one per
- * connection): a body gathered, parsed (openai.h), put on the queue as a
- * Job, and the job's text sent back whole or as Server-Sent Events; the
- * server started and stopped (srv_init, srv_free). server_engine.c has the
- * request's whole path. */
+/* server_http.c - the server's HTTP threads, one per connection: a
+ * request read (http1.h), its body parsed (openai.h) and put on the queue
+ * as a Job, and the job's text sent back whole or as Server-Sent Events;
+ * the listening socket, the thread that accepts, and the server started
+ * and stopped (srv_init, srv_free). server_engine.c has the request's whole
+ * path. */
 #include "front/server_internal.h"
+#include "front/http1.h"
 #include "front/strbuf.h"
 #include "base/clock.h"
 #include <arpa/inet.h>
 #include <errno.h>
-#include <microhttpd.h>
+#include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ==== the HTTP side ========================================================== */
 
-/* One HTTP request (libmicrohttpd's per-request pointer). */
 typedef struct Track Track;
 
+/* One open connection, on the server's list (under its lock) so that
+ * srv_free can shut the sockets still open and wait for their threads. */
+struct Track {
+    long id;
+    int fd;
+    Server *srv;
+    Track *prev, *next;
+};
+
+/* One request on a connection, from its head to the end of its answer. */
 typedef struct {
     Server *srv;
     long conn;
-    Track *track;                /* the connection's deadline (below) */
+    HttpConn *hc;
     int fd;                      /* the connection's socket (to notice a client gone) */
-    char *body;
-    size_t len, cap;
-    int too_big;
-    int too_many;                /* the server holds max_buffered bytes of bodies: 503 */
-    int counted_off;             /* the body is whole: its cap is off the server's count */
+    HttpBody body;
+    int counted_off;             /* the body is whole: its bytes are off the server's count */
+    int keep;                    /* the connection stays open after the answer */
     Job *job;
     int queued;                  /* the job went on the queue (the engine has it) */
-    /* a streamed response: bytes made and not yet sent */
-    char *out;
-    size_t out_len, out_off;
+    char *out;                   /* (out_len) a stream's next bytes */
+    size_t out_len;
     int ended;                   /* [DONE] is in out */
     long bytes_sent;
     int first_byte;
     int status;
 } Conn;
 
-/* ---- the request deadline ----
- *
- * libmicrohttpd closes a connection that sends nothing for idle_timeout
- * seconds, but one that trickles a byte every few seconds is never idle and
- * could hold its thread forever. So every connection is tracked from the
- * moment it opens: by request_timeout seconds after it opened, or after its
- * last answer ended, its next request must be whole (headers and body), or
- * the reaper shuts its socket. An answer under way (waiting for the engine,
- * streaming) is never cut. The reaper shuts a duplicate of the socket's
- * descriptor, held until the connection is closed: the descriptor it uses
- * can never be one the system has since given to another connection. */
-struct Track {
-    long id;
-    int fd;                      /* a dup of the connection's socket; -1 if none */
-    double since;                /* when the wait for a whole request began */
-    int whole;                   /* the request is whole: its answer is under way */
-    Track *prev, *next;
-};
-
-/* The request on k's connection is whole (1), or its answer has ended (0). */
-static void track_mark(Server *s, Track *t, int whole) {
-    if (!t) return;
+/* Every connection's unfinished body counts against one bound
+ * (--max-buffered), so that a thousand slow bodies cannot take the memory:
+ * asked by http_read_body before a body's buffer grows (or, new_cap below
+ * cap, told that it shrank back). */
+static int body_grow(void *ctx, size_t cap, size_t new_cap, HttpFail *f) {
+    Server *s = ctx;
     pthread_mutex_lock(&s->mu);
-    t->whole = whole;
-    t->since = clock_seconds();
+    int room = new_cap <= cap || s->buffered + (new_cap - cap) <= s->cfg.max_buffered;
+    if (room) s->buffered = s->buffered + new_cap - cap;
+    else s->metrics.rejected_full++;
     pthread_mutex_unlock(&s->mu);
+    if (room) return 0;
+    f->status = 503;
+    snprintf(f->msg, sizeof f->msg, "the server holds %zu bytes of request bodies not yet whole "
+             "(--max-buffered); try again", s->cfg.max_buffered);
+    return 1;
 }
 
-static void *reaper_main(void *arg) {
-    Server *s = arg;
-    pthread_mutex_lock(&s->mu);
-    while (s->reaper_on) {
-        double now = clock_seconds();
-        long shut[64];
-        int n = 0;
-        for (Track *t = s->tracks; t; t = t->next)
-            if (!t->whole && t->fd >= 0 && now - t->since > s->cfg.request_timeout) {
-                shutdown(t->fd, SHUT_RDWR);   /* its thread's next read ends; libmicrohttpd closes it */
-                t->whole = 1;                 /* once */
-                if (n < 64) shut[n++] = t->id;
-            }
-        pthread_mutex_unlock(&s->mu);
-        for (int i = 0; i < n; i++)
-            srv_note(s, "conn %ld: no whole request within %d s (--request-timeout): closed", shut[i],
-                     s->cfg.request_timeout);
-        struct timespec nap = {0, 250 * 1000 * 1000};   /* a quarter of a second between looks */
-        nanosleep(&nap, NULL);
-        pthread_mutex_lock(&s->mu);
-    }
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
-}
-
-/* A body's bytes no longer held: freed, and taken off the server's count. */
+/* A body's bytes no longer held: taken off the server's count (once). */
 static void release_body_count(Conn *k) {
-    if (!k->cap) return;
+    if (k->counted_off || !k->body.cap) return;
     pthread_mutex_lock(&k->srv->mu);
-    k->srv->buffered -= k->cap;
+    k->srv->buffered -= k->body.cap;
     pthread_mutex_unlock(&k->srv->mu);
     k->counted_off = 1;
 }
 
 static void release_body(Conn *k) {
-    if (!k->counted_off) release_body_count(k);
-    free(k->body);
-    k->body = NULL;
-    k->len = k->cap = 0;
-    k->counted_off = 0;
+    release_body_count(k);
+    free(k->body.p);
+    k->body = (HttpBody){0};
 }
 
 /* Is the peer gone? A hang-up or an error on the socket: the connection is
@@ -117,9 +92,9 @@ static void release_body(Conn *k) {
  * down its sending side once the request is out and still read the answer
  * (a half-close), and from here that looks exactly like the FIN of a client
  * that closed for good. A client that did close is found when the answer is
- * written to it (libmicrohttpd then ends the request, request_done cancels
- * the job): for a stream within a chunk or two, for a whole answer at its
- * end, the request having run to completion. */
+ * written to it (the write fails, request_end cancels the job): for a
+ * stream within a chunk or two, for a whole answer at its end, the request
+ * having run to completion. */
 static int peer_gone(int fd) {
     if (fd < 0) return 0;
     struct pollfd p = {.fd = fd, .events = 0};   /* POLLHUP and POLLERR are always reported */
@@ -221,7 +196,6 @@ static int refill(Conn *k) {
         free(k->out);
         k->out = strdup(SRV_SSE_KEEPALIVE);
         k->out_len = k->out ? strlen(k->out) : 0;
-        k->out_off = 0;
         return k->out ? 0 : -1;
     }
     SrvChunk c = {.chat = j->req.chat, .id = j->id, .model = s->cfg.model_id, .created = j->created,
@@ -277,67 +251,51 @@ static int refill(Conn *k) {
     free(k->out);
     k->out = buf_take(&b);
     k->out_len = k->out ? strlen(k->out) : 0;
-    k->out_off = 0;
     return k->out ? 0 : -1;
 }
 
-static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
-    Conn *k = cls;
-    while (k->out_off == k->out_len) {
-        if (k->ended) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (refill(k)) return MHD_CONTENT_READER_END_WITH_ERROR;
-    }
-    size_t n = k->out_len - k->out_off < max ? k->out_len - k->out_off : max;
-    memcpy(buf, k->out + k->out_off, n);
-    k->out_off += n;
-    k->bytes_sent += (long)n;
-    if (!k->first_byte) {
-        k->first_byte = 1;
-        srv_note(k->srv, "conn %ld: first byte of the stream sent (%s)", k->conn, k->job->id);
-    }
-    return (ssize_t)n;
+/* The X-Chat-Template header every answer carries (and more lines). */
+static void answer_headers(const Server *s, char *out, size_t cap, const char *more) {
+    snprintf(out, cap, "%sX-Chat-Template: %s\r\n", more, s->cfg.chat->kind);
 }
 
-/* A whole response: body (malloc'd, handed over) with its type. */
-static enum MHD_Result reply(struct MHD_Connection *c, Conn *k, int status, char *body, const char *type) {
+/* A whole answer: body (malloc'd, taken) with its type. 0, or -1 when the
+ * client is gone. */
+static int reply(Conn *k, int status, char *body, const char *type) {
     if (!body) {
-        static char oom[] = "{\"error\": {\"message\": \"out of memory\", \"type\": \"server_error\", "
-                            "\"param\": null, \"code\": null}}";
+        static const char oom[] = "{\"error\": {\"message\": \"out of memory\", \"type\": \"server_error\", "
+                                  "\"param\": null, \"code\": null}}";
         body = strdup(oom);
         status = 500;
-        if (!body) return MHD_NO;
+        if (!body) return -1;
     }
     size_t len = strlen(body);
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    MHD_add_response_header(r, "X-Chat-Template", k->srv->cfg.chat->kind);
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
+    char extra[320];
+    answer_headers(k->srv, extra, sizeof extra, "");
+    int r = http_send_head(k->hc, status, type, extra, (long long)len, k->keep);
+    if (!r) r = http_send(k->hc, body, len);
+    free(body);
     k->status = status;
-    k->bytes_sent = (long)len;
-    return ret;
+    k->bytes_sent = r ? 0 : (long)len;
+    return r;
 }
 
-static enum MHD_Result reply_error(struct MHD_Connection *c, Conn *k, const SrvError *err) {
-    return reply(c, k, err->status, srv_error_json(err), "application/json");
+static int reply_error(Conn *k, const SrvError *err) {
+    return reply(k, err->status, srv_error_json(err), "application/json");
 }
 
-static enum MHD_Result answer_models(struct MHD_Connection *c, Conn *k) {
+static int answer_models(Conn *k) {
     Server *s = k->srv;
-    return reply(c, k, 200, srv_models_json(s->cfg.model_id, s->start_time, s->context, s->cfg.chat->kind),
+    return reply(k, 200, srv_models_json(s->cfg.model_id, s->start_time, s->context, s->cfg.chat->kind),
                  "application/json");
 }
 
-static enum MHD_Result answer_metrics(struct MHD_Connection *c, Conn *k) {
+static int answer_metrics(Conn *k) {
     Server *s = k->srv;
     pthread_mutex_lock(&s->mu);
     SrvMetrics m = s->metrics;
     pthread_mutex_unlock(&s->mu);
-    return reply(c, k, 200, srv_metrics_text(&m), "text/plain; version=0.0.4");
+    return reply(k, 200, srv_metrics_text(&m), "text/plain; version=0.0.4");
 }
 
 static void count_invalid(Server *s) {
@@ -348,18 +306,18 @@ static void count_invalid(Server *s) {
 
 /* /tokenize, /detokenize, /apply-template: answered on the HTTP thread
  * (the vocabulary and the template are read-only). */
-static enum MHD_Result answer_extension(struct MHD_Connection *c, Conn *k, const char *url) {
+static int answer_extension(Conn *k, const char *url) {
     Server *s = k->srv;
     SrvError err;
-    const char *body = k->body ? k->body : "";
-    char *json = !strcmp(url, "/tokenize") ? srv_tokenize_json(s->cfg.tok, body, k->len, &err)
-               : !strcmp(url, "/detokenize") ? srv_detokenize_json(s->cfg.tok, body, k->len, &err)
-               : srv_apply_template_json(&s->lim, body, k->len, &err);
+    const char *body = k->body.p ? k->body.p : "";
+    char *json = !strcmp(url, "/tokenize") ? srv_tokenize_json(s->cfg.tok, body, k->body.len, &err)
+               : !strcmp(url, "/detokenize") ? srv_detokenize_json(s->cfg.tok, body, k->body.len, &err)
+               : srv_apply_template_json(&s->lim, body, k->body.len, &err);
     if (!json) {
         count_invalid(s);
-        return reply_error(c, k, &err);
+        return reply_error(k, &err);
     }
-    return reply(c, k, 200, json, "application/json");
+    return reply(k, 200, json, "application/json");
 }
 
 /* Onto the server's queue; 503 (in err) when full or stopping. */
@@ -386,49 +344,59 @@ static int queue_job(Server *s, Job *j, SrvError *err) {
     return ST_OK;
 }
 
-static enum MHD_Result answer_generate(struct MHD_Connection *c, Conn *k, int chat) {
+/* A stream: the head, then each piece of text as it comes, to [DONE]. */
+static int stream_answer(Conn *k) {
+    Server *s = k->srv;
+    char extra[320];
+    answer_headers(s, extra, sizeof extra, "Cache-Control: no-cache\r\n");
+    k->status = 200;
+    if (http_send_head(k->hc, 200, "text/event-stream", extra, -1, k->keep)) return -1;
+    while (!k->ended) {
+        if (refill(k)) return -1;
+        if (!k->out_len) continue;
+        if (http_send(k->hc, k->out, k->out_len)) return -1;
+        k->bytes_sent += (long)k->out_len;
+        if (!k->first_byte) {
+            k->first_byte = 1;
+            srv_note(s, "conn %ld: first byte of the stream sent (%s)", k->conn, k->job->id);
+        }
+    }
+    return http_send_end(k->hc);
+}
+
+static int answer_generate(Conn *k, int chat) {
     Server *s = k->srv;
     SrvRequest req;
     SrvError err;
-    if (srv_parse_request(k->body ? k->body : "", k->len, chat, &s->lim, &req, &err)) {
+    if (srv_parse_request(k->body.p ? k->body.p : "", k->body.len, chat, &s->lim, &req, &err)) {
         count_invalid(s);
         srv_note(s, "conn %ld: invalid request: %s", k->conn, err.msg);
-        return reply_error(c, k, &err);
+        return reply_error(k, &err);
     }
     Job *j = srv_job_new(s, k->conn, &req);
     if (!j) {
         srv_request_free(&req);
-        return reply(c, k, 500, NULL, "");
+        return reply(k, 500, NULL, "");
     }
     k->job = j;
     if (queue_job(s, j, &err)) {
         srv_note(s, "conn %ld: refused, %s", k->conn, err.msg);
-        return reply_error(c, k, &err);
+        return reply_error(k, &err);
     }
     k->queued = 1;
     pthread_mutex_lock(&s->mu);
-    s->answering++;              /* until request_done: srv_free waits for it */
+    s->answering++;              /* until request_end: srv_free waits for it */
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&j->mu);
     int gone = wait_for(k, j->req.stream ? accepted : finished, 0);
     int state = j->state;
     pthread_mutex_unlock(&j->mu);
-    if (gone) return MHD_NO;     /* the engine thread cancels it */
+    if (gone) return -1;         /* the engine thread cancels it */
     if (state == J_REFUSED) {
         srv_error_set(&err, j->refused_status == 503 ? 503 : 400, "", "%s", j->why);
-        return reply_error(c, k, &err);
+        return reply_error(k, &err);
     }
-    if (j->req.stream) {
-        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, k, NULL);
-        if (!r) return MHD_NO;
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        MHD_add_response_header(r, "X-Chat-Template", s->cfg.chat->kind);
-        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-        MHD_destroy_response(r);
-        k->status = 200;
-        return ret;
-    }
+    if (j->req.stream) return stream_answer(k);
     /* Whole: every choice has ended. */
     pthread_mutex_lock(&j->mu);
     SrvChoice ch[RT_MAX_SAMPLES];
@@ -444,107 +412,34 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, Conn *k, int ch
     pthread_mutex_unlock(&j->mu);
     if (j->error[0]) {
         err.type = "server_error";
-        return reply_error(c, k, &err);
+        return reply_error(k, &err);
     }
-    return reply(c, k, 200, body, "application/json");
+    return reply(k, 200, body, "application/json");
 }
 
-static enum MHD_Result handle_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                      const char *version, const char *upload, size_t *upload_size,
-                                      void **req_cls) {
-    Server *s = cls;
-    Conn *k = *req_cls;
-    if (!k) {                    /* the headers are in; the body follows */
-        if (!(k = calloc(1, sizeof *k))) return MHD_NO;
-        *req_cls = k;
-        k->srv = s;
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-        k->track = ci ? ci->socket_context : NULL;
-        k->conn = k->track ? k->track->id : 0;
-        ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        k->fd = ci ? ci->connect_fd : -1;
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        srv_note(s, "conn %ld: %s %s arrived%s%s%s", k->conn, method, url, cl ? ", " : "", cl ? cl : "",
-             cl ? " bytes" : "");
-        if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body) k->too_big = 1;
-        if (!k->too_big) return MHD_YES;
-    }
-    if (*upload_size) {          /* a piece of the body */
-        if (!k->too_big && k->len + *upload_size > s->cfg.max_body) {
-            k->too_big = 1;
-            release_body(k);
-        }
-        if (!k->too_big && !k->too_many) {
-            if (k->len + *upload_size > k->cap) {
-                size_t cap = k->cap ? k->cap : 4096;
-                while (cap < k->len + *upload_size) cap *= 2;
-                /* every connection's unfinished body counts against one bound,
-                 * so that a thousand slow bodies cannot take the memory */
-                pthread_mutex_lock(&s->mu);
-                int room = s->buffered + (cap - k->cap) <= s->cfg.max_buffered;
-                if (room) s->buffered += cap - k->cap;
-                pthread_mutex_unlock(&s->mu);
-                if (!room) {
-                    k->too_many = 1;
-                    release_body(k);
-                    *upload_size = 0;
-                    return MHD_YES;
-                }
-                char *grown = realloc(k->body, cap);
-                if (!grown) {
-                    k->cap = cap;    /* counted: release_body takes it back */
-                    release_body(k);
-                    return MHD_NO;
-                }
-                k->body = grown;
-                k->cap = cap;
-            }
-            memcpy(k->body + k->len, upload, *upload_size);
-            k->len += *upload_size;
-        }
-        *upload_size = 0;
-        return MHD_YES;
-    }
-    track_mark(s, k->track, 1);   /* whole: no deadline now */
+/* A whole request: routed and answered. 0, or -1 when the client is gone. */
+static int answer(Conn *k, const char *method, const char *url) {
     SrvError err;
-    if (k->too_big) {
-        count_invalid(s);
-        srv_error_set(&err, 413, "", "the body is larger than %zu bytes (--max-body)", s->cfg.max_body);
-        return reply_error(c, k, &err);
-    }
-    if (k->too_many) {
-        pthread_mutex_lock(&s->mu);
-        s->metrics.rejected_full++;
-        pthread_mutex_unlock(&s->mu);
-        srv_error_set(&err, 503, "", "the server holds %zu bytes of request bodies not yet whole "
-                      "(--max-buffered); try again", s->cfg.max_buffered);
-        return reply_error(c, k, &err);
-    }
-    release_body_count(k);   /* whole: the body no longer counts as unfinished */
     int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
-    if (!strcmp(url, "/health") && get) return reply(c, k, 200, strdup("{\"status\":\"ok\"}"), "application/json");
-    if (!strcmp(url, "/v1/models") && get) return answer_models(c, k);
-    if (!strcmp(url, "/metrics") && get) return answer_metrics(c, k);
-    if (!strcmp(url, "/v1/completions") && post) return answer_generate(c, k, 0);
-    if (!strcmp(url, "/v1/chat/completions") && post) return answer_generate(c, k, 1);
+    if (!strcmp(url, "/health") && get) return reply(k, 200, strdup("{\"status\":\"ok\"}"), "application/json");
+    if (!strcmp(url, "/v1/models") && get) return answer_models(k);
+    if (!strcmp(url, "/metrics") && get) return answer_metrics(k);
+    if (!strcmp(url, "/v1/completions") && post) return answer_generate(k, 0);
+    if (!strcmp(url, "/v1/chat/completions") && post) return answer_generate(k, 1);
     int extension = !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize") || !strcmp(url, "/apply-template");
-    if (extension && post) return answer_extension(c, k, url);
+    if (extension && post) return answer_extension(k, url);
     int known = extension || !strcmp(url, "/health") || !strcmp(url, "/v1/models") || !strcmp(url, "/metrics") ||
                 !strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions");
     if (known) srv_error_set(&err, 405, "", "%s is not allowed on %s", method, url);
     else srv_error_set(&err, 404, "", "no such endpoint: %s %s", method, url);
     err.type = "invalid_request_error";
-    return reply_error(c, k, &err);
+    return reply_error(k, &err);
 }
 
-/* The request has ended: sent whole, or cut off. A job not done by then is
- * cancelled: its client will read no more. */
-static void request_done(void *cls, struct MHD_Connection *c, void **req_cls,
-                         enum MHD_RequestTerminationCode why) {
-    Server *s = cls;
-    Conn *k = *req_cls;
-    if (!k) return;
-    *req_cls = NULL;
+/* The request has ended: its answer sent whole (failed 0), or cut off. A
+ * job not done by then is cancelled: its client will read no more. */
+static void request_end(Conn *k, int failed) {
+    Server *s = k->srv;
     Job *j = k->job;
     int cut = 0;
     if (j && k->queued) {
@@ -557,61 +452,153 @@ static void request_done(void *cls, struct MHD_Connection *c, void **req_cls,
         pthread_cond_broadcast(&s->wake);
         pthread_mutex_unlock(&s->mu);
     }
-    if (why != MHD_REQUEST_TERMINATED_COMPLETED_OK || cut)
+    if (failed || cut)
         srv_note(s, "conn %ld: client disconnected before the end%s%s; %ld bytes sent", k->conn,
-             j ? ", cancelling " : "", j ? j->id : "", k->bytes_sent);
+                 j ? ", cancelling " : "", j ? j->id : "", k->bytes_sent);
     else
         srv_note(s, "conn %ld: done, status %d, %ld bytes", k->conn, k->status, k->bytes_sent);
-    track_mark(s, k->track, 0);   /* the next request's wait begins */
     srv_job_unref(j);
     release_body(k);
     free(k->out);
-    free(k);
 }
 
-/* A connection opened: number it (the trace's "conn N"). */
-static void connection_event(void *cls, struct MHD_Connection *c, void **socket_ctx,
-                             enum MHD_ConnectionNotificationCode what) {
-    Server *s = cls;
-    Track *t = *socket_ctx;
-    if (what == MHD_CONNECTION_NOTIFY_CLOSED) {
-        if (!t) return;
-        pthread_mutex_lock(&s->mu);
-        if (t->prev) t->prev->next = t->next;
-        else s->tracks = t->next;
-        if (t->next) t->next->prev = t->prev;
-        pthread_mutex_unlock(&s->mu);
-        if (t->fd >= 0) close(t->fd);
-        free(t);
-        *socket_ctx = NULL;
-        return;
-    }
-    if (what != MHD_CONNECTION_NOTIFY_STARTED) return;
-    t = calloc(1, sizeof *t);   /* without it the connection is served, only not watched */
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+/* A request refused before it was whole (its head, its body, a deadline):
+ * the refusal as an error object, the connection closed after it. */
+static void refuse(Server *s, HttpConn *hc, long conn, const HttpFail *f) {
+    SrvError err;
+    srv_error_set(&err, f->status, "", "%s", f->msg);
+    err.type = f->status == 503 ? "server_error" : "invalid_request_error";
+    if (f->status != 503 && f->status != 408) count_invalid(s);
+    srv_note(s, "conn %ld: refused %d: %s", conn, f->status, f->msg);
+    Conn k = {.srv = s, .conn = conn, .hc = hc, .keep = 0};
+    reply_error(&k, &err);
+    http_close_lingering(hc);
+}
+
+/* t off the server's list: srv_free no longer waits for it. */
+static void untrack(Server *s, Track *t) {
     pthread_mutex_lock(&s->mu);
-    long n = ++s->next_conn;
-    if (t) {
-        t->id = n;
-        t->fd = ci ? dup(ci->connect_fd) : -1;
-        t->since = clock_seconds();
-        t->next = s->tracks;
-        if (s->tracks) s->tracks->prev = t;
-        s->tracks = t;
-    }
+    if (t->prev) t->prev->next = t->next;
+    else s->tracks = t->next;
+    if (t->next) t->next->prev = t->prev;
+    if (--s->n_conns == 0) pthread_cond_broadcast(&s->conns_gone);
     pthread_mutex_unlock(&s->mu);
-    *socket_ctx = t;
-    ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    char addr[64] = "?";
-    if (ci && ci->client_addr && ci->client_addr->sa_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)ci->client_addr;
-        char ip[INET_ADDRSTRLEN];
-        inet_ntop(AF_INET, &in->sin_addr, ip, sizeof ip);
-        snprintf(addr, sizeof addr, "%s:%d", ip, ntohs(in->sin_port));
-    }
-    srv_note(s, "conn %ld: opened from %s", n, addr);
 }
 
+/* A connection's thread: its requests one after another, until it closes,
+ * a deadline passes, a request is refused before it was whole, or the
+ * server stops. */
+static void *conn_main(void *arg) {
+    Track *t = arg;
+    Server *s = t->srv;
+    HttpConn hc = {.fd = t->fd, .idle_s = s->cfg.idle_timeout};
+    HttpLimits lim = {.max_body = s->cfg.max_body};
+    HttpHead *h = malloc(sizeof *h);
+    for (int open = h != NULL; open;) {
+        /* by request_timeout seconds after the connection opened, or after
+         * its last answer ended, the next request must be whole */
+        hc.deadline = clock_seconds() + s->cfg.request_timeout;
+        HttpFail f;
+        int r = http_read_head(&hc, &lim, h, &f);
+        if (r == HTTP_REFUSED) {
+            refuse(s, &hc, t->id, &f);
+            break;
+        }
+        if (r == HTTP_TIMEOUT && hc.got == 0) {   /* a connection kept open, and no request came */
+            srv_note(s, "conn %ld: idle for %d s (--idle-timeout): closed", t->id, s->cfg.idle_timeout);
+            break;
+        }
+        if (r == HTTP_TIMEOUT) {
+            srv_note(s, "conn %ld: no whole request within %d s (--request-timeout): closed", t->id,
+                     s->cfg.request_timeout);
+            refuse(s, &hc, t->id, &f);
+            break;
+        }
+        if (r != HTTP_OK) break;
+        if (h->chunked) srv_note(s, "conn %ld: %s %s arrived, chunked", t->id, h->method, h->path);
+        else if (h->length >= 0) srv_note(s, "conn %ld: %s %s arrived, %lld bytes", t->id, h->method, h->path, h->length);
+        else srv_note(s, "conn %ld: %s %s arrived", t->id, h->method, h->path);
+        Conn k = {.srv = s, .conn = t->id, .hc = &hc, .fd = hc.fd, .body = {.grow = body_grow, .ctx = s}};
+        r = http_read_body(&hc, h, &lim, &k.body, &f);
+        if (r != HTTP_OK) {
+            release_body(&k);
+            if (r == HTTP_REFUSED || r == HTTP_TIMEOUT) refuse(s, &hc, t->id, &f);
+            break;
+        }
+        release_body_count(&k);  /* whole: the body no longer counts as unfinished */
+        pthread_mutex_lock(&s->mu);
+        k.keep = h->keep_alive && !s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        int failed = answer(&k, h->method, h->path) != 0;
+        request_end(&k, failed);
+        open = !failed && k.keep;
+    }
+    free(h);
+    untrack(s, t);   /* s is not touched past this: srv_free may be freeing it */
+    http_close(&hc);
+    free(t);
+    return NULL;
+}
+
+/* The accepting thread: each connection numbered (the trace's "conn N") and
+ * given a thread, up to max_connections open; one more is closed at once. */
+static void *accept_main(void *arg) {
+    Server *s = arg;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* a connection's thread parses JSON (cJSON recurses at most 1000 deep)
+     * and renders a prompt: 2 MiB is room to spare even under ASan, and
+     * 4096 of them are 8 GiB of address space, not of memory */
+    pthread_attr_setstacksize(&attr, (size_t)2 << 20);
+    for (;;) {
+        struct pollfd p[2] = {{.fd = s->listen_fd, .events = POLLIN}, {.fd = s->wake_fd[0], .events = POLLIN}};
+        if (poll(p, 2, -1) < 0 && errno != EINTR) break;
+        if (p[1].revents) break;     /* srv_free */
+        if (!(p[0].revents & POLLIN)) continue;
+        struct sockaddr_in from;
+        socklen_t len = sizeof from;
+        int fd = accept4(s->listen_fd, (struct sockaddr *)&from, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS) {
+                struct timespec nap = {0, 50 * 1000 * 1000};   /* out of descriptors: wait, do not spin */
+                nanosleep(&nap, NULL);
+            }
+            continue;
+        }
+        Track *t = calloc(1, sizeof *t);
+        pthread_mutex_lock(&s->mu);
+        int over = s->n_conns >= s->cfg.max_connections;
+        long id = ++s->next_conn;
+        if (t && !over) {
+            *t = (Track){.id = id, .fd = fd, .srv = s, .next = s->tracks};
+            if (s->tracks) s->tracks->prev = t;
+            s->tracks = t;
+            s->n_conns++;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!t || over) {
+            srv_note(s, "conn %ld: closed at once: %s", id, over ? "--max-connections open already" : "out of memory");
+            close(fd);
+            free(t);
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);   /* an SSE chunk goes out when written */
+        char ip[INET_ADDRSTRLEN] = "?";
+        inet_ntop(AF_INET, &from.sin_addr, ip, sizeof ip);
+        srv_note(s, "conn %ld: opened from %s:%d", id, ip, ntohs(from.sin_port));
+        pthread_t th;
+        if (pthread_create(&th, &attr, conn_main, t) != 0) {
+            srv_note(s, "conn %ld: closed at once: no thread for it", id);
+            untrack(s, t);
+            close(fd);
+            free(t);
+        }
+    }
+    pthread_attr_destroy(&attr);
+    return NULL;
+}
 int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, Err *e) {
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
@@ -620,6 +607,7 @@ int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, Err *e) {
     if (!s->cfg.idle_timeout) s->cfg.idle_timeout = 60;
     if (!s->cfg.request_timeout) s->cfg.request_timeout = 60;
     s->rt = rt;
+    s->listen_fd = s->wake_fd[0] = s->wake_fd[1] = -1;
     s->start_time = (long)time(NULL);
     RtStats rs = rt_stats(rt);   /* read here, before any HTTP thread starts */
     s->max_seqs = rs.engine.sched.max_seqs;
@@ -631,6 +619,7 @@ int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, Err *e) {
     srv_metrics_init(&s->metrics);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
+    pthread_cond_init(&s->conns_gone, NULL);
     rt->release_finished = 1;   /* memory stays flat however many requests come */
 
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
@@ -639,35 +628,22 @@ int srv_init(Server *s, Runtime *rt, const SrvConfig *cfg, Err *e) {
     struct sockaddr_in addr = *(struct sockaddr_in *)ai->ai_addr;
     freeaddrinfo(ai);
     addr.sin_port = htons((uint16_t)cfg->port);
-    s->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL,
-                                 (uint16_t)cfg->port, NULL, NULL, handle_request, s,
-                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                                 MHD_OPTION_NOTIFY_COMPLETED, request_done, s,
-                                 MHD_OPTION_NOTIFY_CONNECTION, connection_event, s,
-                                 /* a connection beyond the cap is closed as it is accepted; one
-                                  * that sends and takes nothing for idle_timeout seconds is closed
-                                  * (a thread waiting in our handler or stream reader for the
-                                  * engine is not polled, so a queued request is never cut) */
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.idle_timeout,
-                                 /* a connection's thread parses JSON (cJSON recurses at most
-                                  * 1000 deep) and renders a prompt: 2 MiB is room to spare even
-                                  * under ASan, and 4096 of them are 8 GiB of address space, not
-                                  * of memory */
-                                 MHD_OPTION_THREAD_STACK_SIZE, (size_t)2 << 20,
-                                 MHD_OPTION_END);
-    if (!s->daemon)
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof addr) || listen(fd, SOMAXCONN)) {
+        if (fd >= 0) close(fd);
         return err_set(e, ST_IO, "cannot listen on %s:%d (in use, or not an address of this machine)",
                        cfg->host, cfg->port);
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : cfg->port;
-    s->reaper_on = 1;
-    if (pthread_create(&s->reaper, NULL, reaper_main, s) != 0) {
-        s->reaper_on = 0;
-        MHD_stop_daemon(s->daemon);
-        s->daemon = NULL;
-        return err_set(e, ST_NOMEM, "cannot start the thread that watches request deadlines");
     }
+    socklen_t len = sizeof addr;
+    s->port = getsockname(fd, (struct sockaddr *)&addr, &len) ? cfg->port : ntohs(addr.sin_port);
+    s->listen_fd = fd;
+    if (pipe2(s->wake_fd, O_CLOEXEC) || pthread_create(&s->acceptor, NULL, accept_main, s)) {
+        close(fd);
+        s->listen_fd = -1;
+        return err_set(e, ST_NOMEM, "cannot start the thread that accepts connections");
+    }
+    s->accepting = 1;
     return ST_OK;
 }
 
@@ -677,19 +653,24 @@ void srv_free(Server *s) {
      * and a whole answer is sent; only then are the sockets closed. A
      * client too slow to take its bytes is not waited for beyond
      * SRV_DRAIN_SECONDS. */
-    if (s->daemon) {
+    if (s->accepting) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += SRV_DRAIN_SECONDS;
         pthread_mutex_lock(&s->mu);
         while (s->answering > 0 && pthread_cond_timedwait(&s->wake, &s->mu, &until) != ETIMEDOUT) {}
-        int reaping = s->reaper_on;
-        s->reaper_on = 0;
         pthread_mutex_unlock(&s->mu);
-        if (reaping) pthread_join(s->reaper, NULL);
-        MHD_stop_daemon(s->daemon);   /* waits for every HTTP thread */
+        /* no new connections; then every open one shut (a thread waiting
+         * for a request reads the end, one writing fails), and waited for */
+        if (write(s->wake_fd[1], "", 1) == 1) pthread_join(s->acceptor, NULL);
+        close(s->listen_fd);
+        pthread_mutex_lock(&s->mu);
+        for (Track *t = s->tracks; t; t = t->next) shutdown(t->fd, SHUT_RDWR);
+        while (s->n_conns > 0) pthread_cond_wait(&s->conns_gone, &s->mu);
+        pthread_mutex_unlock(&s->mu);
     }
-    s->daemon = NULL;
+    for (int i = 0; i < 2; i++)
+        if (s->wake_fd[i] >= 0) close(s->wake_fd[i]);
     /* Left after the threads: events never printed, jobs the engine holds. */
     for (SrvEvent *ev = s->events; ev;) {
         SrvEvent *next = ev->next;
@@ -705,5 +686,6 @@ void srv_free(Server *s) {
     free(s->live);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);
+    pthread_cond_destroy(&s->conns_gone);
     memset(s, 0, sizeof *s);
 }
