@@ -444,25 +444,34 @@ int http_read_head(HttpConn *c, const HttpLimits *lim, HttpHead *h, HttpFail *f)
 
 static int send_iov(HttpConn *c, struct iovec *iov, int n);
 
-/* Room for need bytes in b, asking b->grow first. */
-static int body_room(HttpBody *b, size_t need, HttpFail *f) {
+/* Room for need bytes in b (growing by doubling, but never past most:
+ * the body's whole size, when it is known), asking b->grow first when the
+ * body is to be counted. */
+static int body_room(HttpBody *b, size_t need, size_t most, int count, HttpFail *f) {
     if (need <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 4096;
     while (cap < need) cap *= 2;
-    if (b->grow && b->grow(b->ctx, b->cap, cap, f)) return -1;
+    if (cap > most && most >= need) cap = most;
+    size_t counted = count ? cap : b->counted;
+    if (count && b->grow && b->grow(b->ctx, b->counted, counted, f)) return -1;
     char *p = realloc(b->p, cap);
     if (!p) {
-        if (b->grow) b->grow(b->ctx, cap, b->cap, f);   /* given back */
+        if (count && b->grow) b->grow(b->ctx, counted, b->counted, f);   /* given back */
         return fail(f, 503, "out of memory for a body of %zu bytes", need);
     }
     b->p = p;
     b->cap = cap;
+    b->counted = counted;
     return 0;
 }
 
 int http_read_body(HttpConn *c, const HttpHead *h, const HttpLimits *lim, HttpBody *b, HttpFail *f) {
     b->len = 0;
-    if (!h->chunked && h->length <= 0) return body_room(b, 1, f) ? HTTP_REFUSED : (b->p[0] = 0, HTTP_OK);
+    if (!h->chunked && h->length <= 0) return body_room(b, 1, 1, 0, f) ? HTTP_REFUSED : (b->p[0] = 0, HTTP_OK);
+    /* A body that came whole with its head is not an unfinished one: it is
+     * not counted (a small request is served while slow bodies hold the
+     * server's whole allowance). */
+    int count = h->chunked || c->len - c->off < (size_t)h->length;
     if (h->expect_continue && h->minor == 1 && c->off == c->len) {
         static const char go[] = "HTTP/1.1 100 Continue\r\n\r\n";
         struct iovec v = {(void *)go, sizeof go - 1};
@@ -473,7 +482,7 @@ int http_read_body(HttpConn *c, const HttpHead *h, const HttpLimits *lim, HttpBo
         size_t avail = c->len - c->off;
         if (avail && h->chunked) {
             size_t most = lim->max_body - b->len < avail ? lim->max_body - b->len : avail;
-            if (body_room(b, b->len + most + 1, f)) return HTTP_REFUSED;
+            if (body_room(b, b->len + most + 1, lim->max_body + 1, count, f)) return HTTP_REFUSED;
             /* the decoder writes no more than max_body in all, so most is room enough */
             size_t out_n;
             long used = http_chunks_feed(&ch, c->in + c->off, avail, b->p + b->len, &out_n, lim->max_body, f);
@@ -483,7 +492,7 @@ int http_read_body(HttpConn *c, const HttpHead *h, const HttpLimits *lim, HttpBo
             if (ch.done) break;
         } else if (avail) {
             size_t want = (size_t)h->length - b->len, take = avail < want ? avail : want;
-            if (body_room(b, b->len + take + 1, f)) return HTTP_REFUSED;
+            if (body_room(b, b->len + take + 1, (size_t)h->length + 1, count, f)) return HTTP_REFUSED;
             memcpy(b->p + b->len, c->in + c->off, take);
             c->off += take;
             b->len += take;
@@ -494,6 +503,7 @@ int http_read_body(HttpConn *c, const HttpHead *h, const HttpLimits *lim, HttpBo
         if (r == 0 || r == IO_FAILED) return HTTP_CLOSED;
         return timed_out(c, r, f);
     }
+    if (body_room(b, b->len + 1, b->len + 1, count, f)) return HTTP_REFUSED;   /* room for the NUL (made above) */
     b->p[b->len] = 0;
     return HTTP_OK;
 }

@@ -101,12 +101,14 @@ enum {
  * HTTP_TIMEOUT *f is a 408 whose message says which limit passed. */
 int http_read_head(HttpConn *c, const HttpLimits *lim, HttpHead *h, HttpFail *f);
 
-/* A body's buffer. grow is asked before it grows from cap to new_cap bytes
- * (the server counts every connection's buffered bytes against one bound):
- * non-zero refuses, with *f set by it. */
+/* A body's buffer. grow is asked before the bytes counted for an
+ * unfinished body go from cap to new_cap (the server counts every
+ * connection's against one bound): non-zero refuses, with *f set by it.
+ * A body that came whole with its head is not counted. */
 typedef struct {
     char *p;                     /* (cap) malloc'd; len bytes of body; a NUL after them */
     size_t len, cap;
+    size_t counted;              /* bytes of cap that grow accepted (0 for a body not counted) */
     int (*grow)(void *ctx, size_t cap, size_t new_cap, HttpFail *f);
     void *ctx;
 } HttpBody;

@@ -74,9 +74,9 @@ static int body_grow(void *ctx, size_t cap, size_t new_cap, HttpFail *f) {
 
 /* A body's bytes no longer held: taken off the server's count (once). */
 static void release_body_count(Conn *k) {
-    if (k->counted_off || !k->body.cap) return;
+    if (k->counted_off || !k->body.counted) return;
     pthread_mutex_lock(&k->srv->mu);
-    k->srv->buffered -= k->body.cap;
+    k->srv->buffered -= k->body.counted;
     pthread_mutex_unlock(&k->srv->mu);
     k->counted_off = 1;
 }
