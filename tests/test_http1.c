@@ -334,6 +334,100 @@ static void pipelined_requests_and_a_continued_body_are_read_in_turn(void **st) 
     assert_string_equal(out, "data: one\n\ndata: [DONE]\n\n");
 }
 
+/* The next request on a kept connection, sent after the last was read to
+ * its end (the buffer starts over): read whole. */
+static void a_request_after_a_pause_on_a_kept_connection_is_read(void **st) {
+    int peer;
+    HttpConn c = conn_pair(&peer);
+    char first[400];
+    int n = snprintf(first, sizeof first, "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 300\r\n\r\n");
+    memset(first + n, 'x', 300);
+    first[n + 300] = 0;
+    Writer w = {peer, first, 0, "GET /b HTTP/1.1\r\nHost: x\r\n\r\n"};
+    pthread_t th;
+    pthread_create(&th, NULL, writer_main, &w);
+    HttpHead h;
+    HttpFail f;
+    HttpBody b = {0};
+    c.deadline = clock_seconds() + 5;
+    assert_int_equal(http_read_head(&c, &LIM, &h, &f), HTTP_OK);
+    assert_int_equal(http_read_body(&c, &h, &LIM, &b, &f), HTTP_OK);
+    assert_int_equal(b.len, 300);
+    assert_int_equal(http_read_head(&c, &LIM, &h, &f), HTTP_OK);
+    assert_string_equal(h.path, "/b");
+    free(b.p);
+    pthread_join(th, NULL);
+    http_close(&c);
+    close(peer);
+}
+
+/* Many requests of every shape on one connection, sent in pieces of
+ * random sizes with pauses between some (so the buffer fills, moves and
+ * starts over at every point of a request): each read back as written. */
+typedef struct {
+    int fd;
+    const char *bytes;
+    size_t n;
+} Pieces;
+
+static void *pieces_main(void *arg) {
+    Pieces *p = arg;
+    for (size_t i = 0; i < p->n;) {
+        size_t k = 1 + rnd(rnd(4) ? 64 : 9000);
+        if (k > p->n - i) k = p->n - i;
+        if (send(p->fd, p->bytes + i, k, MSG_NOSIGNAL) != (ssize_t)k) break;
+        i += k;
+        if (!rnd(8)) usleep(200);
+    }
+    return NULL;
+}
+
+static void requests_sent_in_random_pieces_are_read_in_order(void **st) {
+    enum { N = 60 };
+    char *all = malloc(1 << 20), paths[N][32], *bodies[N];
+    size_t n = 0, blen[N];
+    for (int i = 0; i < N; i++) {
+        int kind = (int)rnd(3);   /* 0: GET, 1: a body by its length, 2: in chunks */
+        const char *eol = rnd(4) ? "\r\n" : "\n";
+        snprintf(paths[i], sizeof paths[i], "/r%d", i);
+        blen[i] = kind ? rnd(5000) : 0;
+        bodies[i] = malloc(blen[i] + 1);
+        for (size_t j = 0; j < blen[i]; j++) bodies[i][j] = (char)('a' + rnd(26));
+        bodies[i][blen[i]] = 0;
+        n += (size_t)sprintf(all + n, "%s %s?q=%d HTTP/1.1%sHOST: x%sX-Pad: %0*d%s", kind ? "POST" : "GET", paths[i], i,
+                             eol, eol, (int)rnd(300), 0, eol);
+        if (kind == 1) n += (size_t)sprintf(all + n, "content-length: %zu%s%s", blen[i], eol, eol);
+        if (kind == 2) n += (size_t)sprintf(all + n, "Transfer-Encoding: CHUNKED%s%s", eol, eol);
+        if (kind == 0) n += (size_t)sprintf(all + n, "%s", eol);
+        if (kind == 1) memcpy(all + n, bodies[i], blen[i]), n += blen[i];
+        if (kind == 2) n += encode_chunked(bodies[i], blen[i], all + n);
+    }
+    int peer;
+    HttpConn c = conn_pair(&peer);
+    Pieces p = {peer, all, n};
+    pthread_t th;
+    pthread_create(&th, NULL, pieces_main, &p);
+    HttpHead h;
+    HttpFail f;
+    HttpBody b = {0};
+    for (int i = 0; i < N; i++) {
+        c.deadline = clock_seconds() + 10;
+        int r = http_read_head(&c, &LIM, &h, &f);
+        if (r != HTTP_OK) fail_msg("request %d: %d (%d %s)", i, r, f.status, f.msg);
+        assert_string_equal(h.path, paths[i]);
+        r = http_read_body(&c, &h, &LIM, &b, &f);
+        if (r != HTTP_OK) fail_msg("request %d's body: %d (%d %s)", i, r, f.status, f.msg);
+        assert_int_equal(b.len, blen[i]);
+        assert_memory_equal(b.p, bodies[i], blen[i]);
+        free(bodies[i]);
+    }
+    pthread_join(th, NULL);
+    free(b.p);
+    free(all);
+    http_close(&c);
+    close(peer);
+}
+
 static void a_trickled_head_is_refused_at_its_deadline_not_before(void **st) {
     int peer;
     HttpConn c = conn_pair(&peer);
@@ -365,6 +459,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(chunked_bodies_decode_whole_byte_by_byte_and_in_random_pieces),
         cmocka_unit_test(each_defect_of_a_chunked_body_gets_its_status),
         cmocka_unit_test(pipelined_requests_and_a_continued_body_are_read_in_turn),
+        cmocka_unit_test(a_request_after_a_pause_on_a_kept_connection_is_read),
+        cmocka_unit_test(requests_sent_in_random_pieces_are_read_in_order),
         cmocka_unit_test(a_trickled_head_is_refused_at_its_deadline_not_before),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -425,9 +425,10 @@ int http_read_head(HttpConn *c, const HttpLimits *lim, HttpHead *h, HttpFail *f)
                 return HTTP_OK;
             }
         }
-        size_t from = c->len;
+        size_t had = c->len - c->off;   /* fill may move the bytes to the buffer's start */
         int r = fill(c, max_head + 4096);
         if (r == 1) {
+            size_t from = c->off + had;
             /* parsed again only when it can change the answer: a new line
              * end, the request line still open (its bytes are checked as
              * they come), or past a limit; a head trickled a byte at a time
@@ -566,7 +567,7 @@ int http_send_end(HttpConn *c) {
     return send_iov(c, &v, 1);
 }
 
-void http_close_lingering(HttpConn *c) {
+void http_linger(HttpConn *c) {
     if (c->fd >= 0) {
         shutdown(c->fd, SHUT_WR);
         double until = clock_seconds() + 1;
@@ -581,7 +582,6 @@ void http_close_lingering(HttpConn *c) {
             if (got > 0) dropped += (size_t)got;
         }
     }
-    http_close(c);
 }
 
 void http_close(HttpConn *c) {

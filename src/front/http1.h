@@ -127,10 +127,11 @@ int http_send_head(HttpConn *c, int status, const char *type, const char *extra,
 int http_send(HttpConn *c, const char *p, size_t n);
 /* The end of a stream (the last chunk under 1.1): 0 or -1. */
 int http_send_end(HttpConn *c);
-/* After refusing a request whose body was not read: stop sending, read and
- * drop what the client still sends (at most a second, 64 MiB), so that the
- * answer is not lost to a reset, then close. */
-void http_close_lingering(HttpConn *c);
+/* After refusing a request whose body was not read: stop sending, then
+ * read and drop what the client still sends (at most a second, 64 MiB), so
+ * that the answer is not lost to the reset that closing a socket with
+ * unread bytes sends. http_close follows. */
+void http_linger(HttpConn *c);
 /* Close the socket and free the buffer. */
 void http_close(HttpConn *c);
 

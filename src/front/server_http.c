@@ -472,7 +472,7 @@ static void refuse(Server *s, HttpConn *hc, long conn, const HttpFail *f) {
     srv_note(s, "conn %ld: refused %d: %s", conn, f->status, f->msg);
     Conn k = {.srv = s, .conn = conn, .hc = hc, .keep = 0};
     reply_error(&k, &err);
-    http_close_lingering(hc);
+    http_linger(hc);   /* closed by conn_main, once off the server's list */
 }
 
 /* t off the server's list: srv_free no longer waits for it. */
