@@ -104,6 +104,18 @@ rc=$?
 [ $rc -eq 0 ] && grep -q "^totals: 2 requests served" "$tmp/r12.err" && ok \
     || bad "a workload arriving at 4007 ms on the step clock: exit $rc (124: it hung)"
 
+# The step clock counts whole microseconds: a request arriving at 1007 ms
+# while the engine is busy is submitted after step 1007, at 1007.0 ms, as
+# clock.h's rule says (summing 1e-3 a step in floating point left the clock
+# an ulp short of 1007 ms there, and the request waited for step 1008).
+for p in ROMEO JULIET KING QUEEN HAMLET; do
+    echo "{\"prompt\": \"$p:\", \"max_tokens\": 250, \"arrival_ms\": 0}"
+done > "$tmp/r12b.jsonl"
+echo '{"prompt": "a", "max_tokens": 1, "arrival_ms": 1007}' >> "$tmp/r12b.jsonl"
+"$INFER" --model $MODEL --workload "$tmp/r12b.jsonl" --clock steps --max-seqs 1 --trace --threads 1 2> "$tmp/r12b.err" > /dev/null
+grep -q '^\[ *1007\.0 ms\] #5 arrived' "$tmp/r12b.err" && grep -q '^\[ *1008\.0 ms\] step 1008: ' "$tmp/r12b.err" && ok \
+    || bad "an arrival at 1007 ms on a busy step clock: $(grep -E '#5 arrived|step 1008:' "$tmp/r12b.err")"
+
 # "n": samples of one prompt fork from the first; each is the request alone with seed + i
 printf '%s\n' '{"prompt": "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?", "max_tokens": 12, "n": 3, "temperature": 0.8, "seed": 5}' > "$tmp/n.jsonl"
 "$INFER" --model $MODEL --workload "$tmp/n.jsonl" --trace > "$tmp/nout" 2> "$tmp/nerr"

@@ -12,6 +12,7 @@
  * errors go to stderr, so stdout can be piped. This is the only file that
  * prints errors and exits; the library returns Status codes. */
 #include "front/cli_opts.h"
+#include "base/clock.h"
 #include "base/mem.h"
 #include "model.h"
 #include "runtime.h"
@@ -413,11 +414,11 @@ static int run_workload(const Options *o, Runtime *rt, char *closing, size_t cap
     double start = rt_now(rt);
     int next = 0, lines = 0;
     while (next < w.n || !rt_idle(rt)) {
-        /* arrival times in seconds, computed as rt_wait_until is given them:
-         * a time in ms made from seconds can fall an ulp short of the
-         * arrival it waited for, and the loop would wait for it forever */
+        /* arrival times in seconds on the clock's own grain (clock_at): on
+         * the step clock an arrival and the step that reaches it compare
+         * equal, so none is missed or taken a step late */
         double now = rt_now(rt);
-        for (; next < w.n && start + w.items[next].arrival_ms * 1e-3 <= now; next++) {
+        for (; next < w.n && start + clock_at(w.items[next].arrival_ms) <= now; next++) {
             WorkItem *it = &w.items[next];
             Sink *k = &sinks[used];
             it->params.on_text = to_sink;
@@ -447,7 +448,7 @@ static int run_workload(const Options *o, Runtime *rt, char *closing, size_t cap
             }
         }
         if (rt_idle(rt)) {   /* nothing to do until the next arrival */
-            rt_wait_until(rt, start + w.items[next].arrival_ms * 1e-3);
+            rt_wait_until(rt, start + clock_at(w.items[next].arrival_ms));
             continue;
         }
         rt_step(rt);
