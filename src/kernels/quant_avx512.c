@@ -514,24 +514,28 @@ void qk_act_reorder_avx512(uint8_t *act, int T, int K) {
     }
 }
 
+/* Tokens a super-block tile takes at once: each row's super-block is
+ * unpacked once for them all (QK_TILES). */
+enum { QK_TT = 8 };
+
 AVX512_INLINE void qk_tile(const MatmulJob *job, int n, int t0, int R, int TT, DType type) {
     int N = job->W->N, K = job->W->K, nb = K / QK_K;
     size_t bytes = dtype_row_bytes(type, QK_K), stride = dtype_row_bytes(type, K);
     size_t xstride = small_act_stride(type, K);
     const uint8_t *w = row_ptr(job->W, n);
-    const BlockQ8_K *xr[4];
+    const BlockQ8_K *xr[QK_TT];
     for (int t = 0; t < TT; t++) xr[t] = (const BlockQ8_K *)(job->act + (size_t)(t0 + t) * xstride);
     /* acc gathers the products; mins (Q4_K, Q5_K) their own sum, taken off
      * at the end: two chains of one FMA per super-block, not one of two. */
-    __m512 acc[4][4], mins[4][4];
+    __m512 acc[4][QK_TT], mins[4][QK_TT];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) acc[r][t] = mins[r][t] = _mm512_setzero_ps();
     /* A super-block of one row at a time (its scales, its four chunks, its
      * integer sums for each token), folded into the float accumulators
      * before the next row: few registers live, none spilled. */
     for (int b = 0; b < nb; b++) {
-        __m512i bs[4];
-        float dx[4];
+        __m512i bs[QK_TT];
+        float dx[QK_TT];
         for (int t = 0; t < TT; t++) {
             bs[t] = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)xr[t][b].bsums));
             dx[t] = xr[t][b].d;
@@ -540,8 +544,8 @@ AVX512_INLINE void qk_tile(const MatmulJob *job, int n, int t0, int R, int TT, D
             const uint8_t *blk = w + (size_t)r * stride + (size_t)b * bytes;
             prefetch_weights(blk, bytes, R, TT, stride);
             KScales ks = k_scales(type, blk);
-            __m512i isum[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
-                               _mm512_setzero_si512()};
+            __m512i isum[QK_TT];
+            for (int t = 0; t < TT; t++) isum[t] = _mm512_setzero_si512();
             /* Each lane's p (four products) times its scale with vpmaddwd, a
              * 16-bit multiply, where vpmulld (32 bits) costs two
              * micro-operations on Intel: |p| <= 4 * 63 * 128 < 2^15, so p's
@@ -620,18 +624,28 @@ static AVX512_FN void q32_r1t4(const MatmulJob *j, int n, int t) { q32_tile_by_t
 static AVX512_FN void q32_r1t3(const MatmulJob *j, int n, int t) { q32_tile_by_type(j, n, t, 1, 3); }
 static AVX512_FN void q32_r1t2(const MatmulJob *j, int n, int t) { q32_tile_by_type(j, n, t, 1, 2); }
 static AVX512_FN void q32_r1t1(const MatmulJob *j, int n, int t) { q32_tile_by_type(j, n, t, 1, 1); }
-/* Super-blocks: one row by up to 4 tokens, each row's weights unpacked once
- * for the 4 (an int32 sum and two float accumulators per token: 4 rows by 4
+/* Super-blocks: one row by up to 8 tokens, each row's weights unpacked once
+ * for the 8 (an int32 sum and two float accumulators per token: 4 rows by 4
  * would spill); the "4-row" entries run four such rows. Before, 4 rows by 2
  * tokens unpacked every super-block once per 2 tokens: 16 sequences
  * decoding Q4_K on 2 Zen 5 cores went at 0.94x llama.cpp's rate
- * (tools/bench_llamacpp.sh). */
+ * (tools/bench_llamacpp.sh); then one row by 4 tokens, and Q6_K's 16
+ * sequences (on VNNI on every CPU: AMX takes Q4_K's) unpacked each
+ * super-block four times a step. */
 #define QK_ROWS4(TT) \
     for (int r = 0; r < 4; r++) qk_tile_by_type(j, n + r, t, 1, TT)
+static AVX512_FN void qk_r4t8(const MatmulJob *j, int n, int t) { QK_ROWS4(8); }
+static AVX512_FN void qk_r4t7(const MatmulJob *j, int n, int t) { QK_ROWS4(7); }
+static AVX512_FN void qk_r4t6(const MatmulJob *j, int n, int t) { QK_ROWS4(6); }
+static AVX512_FN void qk_r4t5(const MatmulJob *j, int n, int t) { QK_ROWS4(5); }
 static AVX512_FN void qk_r4t4(const MatmulJob *j, int n, int t) { QK_ROWS4(4); }
 static AVX512_FN void qk_r4t3(const MatmulJob *j, int n, int t) { QK_ROWS4(3); }
 static AVX512_FN void qk_r4t2(const MatmulJob *j, int n, int t) { QK_ROWS4(2); }
 static AVX512_FN void qk_r4t1(const MatmulJob *j, int n, int t) { QK_ROWS4(1); }
+static AVX512_FN void qk_r1t8(const MatmulJob *j, int n, int t) { qk_tile_by_type(j, n, t, 1, 8); }
+static AVX512_FN void qk_r1t7(const MatmulJob *j, int n, int t) { qk_tile_by_type(j, n, t, 1, 7); }
+static AVX512_FN void qk_r1t6(const MatmulJob *j, int n, int t) { qk_tile_by_type(j, n, t, 1, 6); }
+static AVX512_FN void qk_r1t5(const MatmulJob *j, int n, int t) { qk_tile_by_type(j, n, t, 1, 5); }
 static AVX512_FN void qk_r1t4(const MatmulJob *j, int n, int t) { qk_tile_by_type(j, n, t, 1, 4); }
 static AVX512_FN void qk_r1t3(const MatmulJob *j, int n, int t) { qk_tile_by_type(j, n, t, 1, 3); }
 static AVX512_FN void qk_r1t2(const MatmulJob *j, int n, int t) { qk_tile_by_type(j, n, t, 1, 2); }
@@ -655,18 +669,18 @@ static AVX512_FN void q32_rows1(const MatmulJob *j, int n0, int n1) {
 static AVX512_FN void qk_rows1(const MatmulJob *j, int n0, int n1) {
     for (int n = n0; n < n1; n++) qk_tile_by_type(j, n, 0, 1, 1);
 }
-static const SqTileFn Q32_TILES[2][4] = {{q32_r1t1, q32_r1t2, q32_r1t3, q32_r1t4},
-                                         {q32_r4t1, q32_r4t2, q32_r4t3, q32_r4t4}};
-static const SqTileFn QK_TILES[2][4] = {{qk_r1t1, qk_r1t2, qk_r1t3, qk_r1t4},
-                                        {qk_r4t1, qk_r4t2, qk_r4t3, qk_r4t4}};
+static const SqTileFn Q32_TILES[2][QK_TT] = {{q32_r1t1, q32_r1t2, q32_r1t3, q32_r1t4},
+                                             {q32_r4t1, q32_r4t2, q32_r4t3, q32_r4t4}};
+static const SqTileFn QK_TILES[2][QK_TT] = {{qk_r1t1, qk_r1t2, qk_r1t3, qk_r1t4, qk_r1t5, qk_r1t6, qk_r1t7, qk_r1t8},
+                                            {qk_r4t1, qk_r4t2, qk_r4t3, qk_r4t4, qk_r4t5, qk_r4t6, qk_r4t7, qk_r4t8}};
 
 /* Rows [n0, n1) for all tokens: over a chunk of rows that stays in L2, the
  * tokens a tile's width at a time, and within that the rows four at a time.
  * Every (row, token) result is the same whatever the tile (its lanes are
  * filled and added in one order), so threads and T do not change the bits. */
 void small_rows_avx512(const MatmulJob *job, int part, int n0, int n1) {
-    int k = dtype_is_k(job->W->type), T = job->T, width = 4;
-    const SqTileFn(*tiles)[4] = k ? QK_TILES : Q32_TILES;
+    int k = dtype_is_k(job->W->type), T = job->T, width = k ? QK_TT : 4;
+    const SqTileFn(*tiles)[QK_TT] = k ? QK_TILES : Q32_TILES;
     size_t row_bytes = dtype_row_bytes(job->W->type, job->W->K);
     int chunk = (int)(SQ_CHUNK_BYTES / row_bytes) / 4 * 4;
     if (chunk < 4) chunk = 4;
