@@ -145,7 +145,7 @@ static int list_has(const char *v, size_t n, const char *tok) {
 
 /* One header line p[0..n) (no line end), the k-th. */
 static int parse_header(const char *p, size_t n, int k, const HttpLimits *lim, HttpHead *h, int *hosts, int *close,
-                        int *keep, int *te, HttpFail *f) {
+                        int *te, HttpFail *f) {
     if (p[0] == ' ' || p[0] == '\t') return fail(f, 400, "header line %d starts with white space (obsolete line folding)", k);
     size_t i = 0;
     while (i < n && tchar((unsigned char)p[i])) i++;
@@ -177,8 +177,7 @@ static int parse_header(const char *p, size_t n, int k, const HttpLimits *lim, H
             return fail(f, 501, "Transfer-Encoding '%.*s' is not supported (only chunked, once)", (int)(vn < 40 ? vn : 40), v);
         *te = 1;
     } else if (IS("Connection")) {
-        *close |= list_has(v, vn, "close");
-        *keep |= list_has(v, vn, "keep-alive");
+        *close |= list_has(v, vn, "close");   /* keep-alive is 1.1's default; 1.0's is not offered */
     } else if (IS("Expect")) {
         if (vn != 12 || strncasecmp(v, "100-continue", 12))
             return fail(f, 417, "Expect '%.*s' is not supported (only 100-continue)", (int)(vn < 40 ? vn : 40), v);
@@ -227,7 +226,7 @@ long http_head_parse(const char *buf, size_t n, const HttpLimits *lim, HttpHead 
     if (memchr(buf + at, '\r', (size_t)len)) return fail(f, 400, "a CR inside the request line");
     if (parse_request_line(buf + at, (size_t)len, h, f)) return -1;
     at += next;
-    int hosts = 0, close = 0, keep = 0, te = 0;
+    int hosts = 0, close = 0, te = 0;
     for (int k = 1;; k++) {
         len = line_at(buf + at, n - at, &next);
         if (len == -1) {
@@ -240,14 +239,13 @@ long http_head_parse(const char *buf, size_t n, const HttpLimits *lim, HttpHead 
             at += next;
             break;
         }
-        if (parse_header(buf + at, (size_t)len, k, lim, h, &hosts, &close, &keep, &te, f)) return -1;
+        if (parse_header(buf + at, (size_t)len, k, lim, h, &hosts, &close, &te, f)) return -1;
         at += next;
     }
     if (te && h->length >= 0) return fail(f, 400, "both Transfer-Encoding and Content-Length");
     if (h->minor == 1 && hosts != 1) return fail(f, 400, hosts ? "more than one Host header" : "no Host header (HTTP/1.1 needs one)");
     h->chunked = te;
     h->keep_alive = h->minor == 1 && !close;
-    (void)keep;   /* HTTP/1.0's keep-alive is not offered: such a connection ends with its answer */
     return (long)at;
 }
 
@@ -504,8 +502,7 @@ int http_read_body(HttpConn *c, const HttpHead *h, const HttpLimits *lim, HttpBo
         if (r == 0 || r == IO_FAILED) return HTTP_CLOSED;
         return timed_out(c, r, f);
     }
-    if (body_room(b, b->len + 1, b->len + 1, count, f)) return HTTP_REFUSED;   /* room for the NUL (made above) */
-    b->p[b->len] = 0;
+    b->p[b->len] = 0;   /* each body_room above made room for it */
     return HTTP_OK;
 }
 
