@@ -184,6 +184,7 @@ static void add_calls(OpsStats *sum, OpsStats a, OpsStats b) {
     sum->plain += b.plain - a.plain;
     sum->generic += b.generic - a.generic;
     sum->avx512 += b.avx512 - a.avx512;
+    sum->avx2 += b.avx2 - a.avx2;
     sum->sgemm += b.sgemm - a.sgemm;
 }
 
@@ -258,16 +259,18 @@ static void check_plain_path_equals_default(const char *model_rel, const char *t
         checked++;
     }
     assert_int_equal(checked, 4);
-    print_message("           %s: plain path %llu matmul calls; default %llu avx512, %llu generic, "
-                  "%llu with sgemm; logits %.3g apart at most\n", model_rel,
+    print_message("           %s: plain path %llu matmul calls; default %llu avx512, %llu avx2, "
+                  "%llu generic, %llu with sgemm; logits %.3g apart at most\n", model_rel,
                   (unsigned long long)calls[1].plain, (unsigned long long)calls[0].avx512,
-                  (unsigned long long)calls[0].generic, (unsigned long long)calls[0].sgemm, worst);
+                  (unsigned long long)calls[0].avx2, (unsigned long long)calls[0].generic, (unsigned long long)calls[0].sgemm, worst);
     assert_true(calls[1].plain > 0);
     assert_int_equal(calls[1].avx512, 0);
     assert_int_equal(calls[1].generic, 0);
     assert_int_equal(calls[1].sgemm, 0);
     assert_int_equal(calls[0].plain, 0);
     if (saved == OPS_AVX512) assert_true(calls[0].avx512 > 0);
+    if (saved == OPS_AVX2) assert_true(calls[0].avx2 > 0);
+    assert_int_equal(calls[1].avx2, 0);
     if (strcmp(format, "q8_0") != 0) assert_true(calls[0].sgemm > 0);   /* the long prefill */
     assert_int_equal(ops_isa(), saved);
     free(seen[0]), free(seen[1]);
@@ -516,10 +519,11 @@ static int llama_cpp_exact_rows(const char *model_rel, const char *dir, const ch
 
 static void check_llama_cpp_logits(const char *model_rel, const char *dir, const char *format,
                                    int min_exact) {
-    /* the best path, then the generic one (the same integer sums, its own
-     * code: the path of every CPU without AVX-512) */
-    OpsIsa saved = ops_isa(), isas[] = {ops_best_isa(), OPS_GENERIC};
-    for (int k = 0; k < (isas[0] == OPS_GENERIC ? 1 : 2); k++) {
+    /* every fast path the CPU has: generic (the same integer sums, its own
+     * code: the path of every CPU without AVX2), AVX2, AVX-512 */
+    OpsIsa saved = ops_isa(), isas[4];
+    int n_isas = cpu_isas(isas, 0);
+    for (int k = 0; k < n_isas; k++) {
         ops_set_isa(isas[k]);
         int exact = llama_cpp_exact_rows(model_rel, dir, format, 3e-2);
         ops_set_isa(saved);

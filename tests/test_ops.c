@@ -185,8 +185,9 @@ static const int TOKEN_COUNTS[] = {1, 2, 3, 6, 7, 17, 64};
 static const int ROW_COUNTS[] = {1, 7, 33, 130};   /* 4-row tiles leave 1, 3, 1, 2; 16-row groups too */
 
 static void check_type_everywhere(DType type, const int *Ks, int nK) {
-    OpsIsa isas[] = {OPS_GENERIC, ops_best_isa()};
-    for (int i = 0; i < 2; i++)
+    OpsIsa isas[4];
+    int n_isas = cpu_isas(isas, 0);
+    for (int i = 0; i < n_isas; i++)
         for (int k = 0; k < nK; k++)
             for (size_t n = 0; n < sizeof ROW_COUNTS / sizeof ROW_COUNTS[0]; n++)
                 for (size_t t = 0; t < sizeof TOKEN_COUNTS / sizeof TOKEN_COUNTS[0]; t++)
@@ -541,7 +542,8 @@ static void q8_0_every_path_gives_the_reference_bits(void **state) {
     (void)state;
     ops_set_amx(0);   /* T = 17 would take the AMX tiles: their own test, below */
     const int Ks[] = {32, 224, 288, 320, 33792}, Ts[] = {1, 2, 3, 7, 17};
-    OpsIsa isas[] = {OPS_PLAIN, OPS_GENERIC, ops_best_isa()};
+    OpsIsa isas[4];
+    int n_isas = cpu_isas(isas, 1);
     int N = 45;
     for (int k = 0; k < 5; k++) {
         for (int j = 0; j < 5; j++) {
@@ -550,7 +552,7 @@ static void q8_0_every_path_gives_the_reference_bits(void **state) {
             float *x = make_activations(T, K, 12 + (unsigned)j);
             float got[17 * 45], ref[17 * 45];
             matmul_ref(ref, x, &W, T);
-            for (int i = 0; i < 3; i++) {
+            for (int i = 0; i < n_isas; i++) {
                 run_matmul(got, x, &W, T, isas[i]);
                 if (memcmp(got, ref, sizeof(float) * (size_t)T * N) != 0) {
                     print_error("Q8_0 %s K=%d T=%d differs from matmul_ref\n", ops_isa_name(isas[i]), K, T);
@@ -641,8 +643,13 @@ static void check_batch_equals_single_tokens_on(DType type, int N, int K, int T,
     free(all), free(one), free(x), free((void *)W.data);
 }
 
+/* On the best path, and on AVX2 too where the best is AVX-512. */
 static void check_batch_equals_single_tokens(DType type, int N, int K, int T) {
     check_batch_equals_single_tokens_on(type, N, K, T, ops_best_isa());
+    OpsIsa isas[4];
+    int n_isas = cpu_isas(isas, 0);
+    for (int i = 0; i < n_isas; i++)
+        if (isas[i] == OPS_AVX2 && ops_best_isa() != OPS_AVX2) check_batch_equals_single_tokens_on(type, N, K, T, OPS_AVX2);
 }
 
 static void q8_0_prefill_rows_equal_decode_rows_bitwise(void **state) {
@@ -662,13 +669,16 @@ static void small_float_batches_equal_single_tokens_bitwise(void **state) {
     check_batch_equals_single_tokens(DT_F16, 70, 1000, 35);
 }
 
-static void half_rows_of_one_token_give_the_same_bits_on_generic_and_avx512(void **state) {
+static void half_rows_of_one_token_give_the_same_bits_on_every_fast_path(void **state) {
     (void)state;
     /* F16 and BF16 at T = 1: the generic loop keeps the AVX-512 kernel's 16
-     * lanes and adds them in its order, so the two paths agree bit for bit;
-     * K = 200 ends in a short step, K = 2048 is a model's width */
-    if (ops_best_isa() != OPS_AVX512) {
-        print_message("skipped: this CPU has no AVX-512 to compare with\n");
+     * lanes and adds them in its order, and so do the AVX2 tiles (two
+     * registers of 8), so the paths agree bit for bit; K = 200 ends in a
+     * short step, K = 2048 is a model's width */
+    OpsIsa isas[4];
+    int n_isas = cpu_isas(isas, 0);
+    if (n_isas == 1) {
+        print_message("skipped: this CPU has neither AVX2 nor AVX-512 to compare with\n");
         return;
     }
     DType types[] = {DT_F16, DT_BF16};
@@ -679,15 +689,72 @@ static void half_rows_of_one_token_give_the_same_bits_on_generic_and_avx512(void
             Mat W = {types[i], N, K, make_weights(types[i], N, K, 41 + i)};
             float *x = make_activations(1, K, 42 + j), a[70], b[70];
             run_matmul(a, x, &W, 1, OPS_GENERIC);
-            run_matmul(b, x, &W, 1, OPS_AVX512);
-            for (int n = 0; n < N; n++) {
-                if (float_to_bits(a[n]) != float_to_bits(b[n]))
-                    print_error("%s K=%d row %d: generic %.9g, avx512 %.9g\n", dtype_name(types[i]), K, n, a[n],
-                                b[n]);
-                assert_int_equal(float_to_bits(a[n]), float_to_bits(b[n]));
+            for (int s = 1; s < n_isas; s++) {
+                run_matmul(b, x, &W, 1, isas[s]);
+                for (int n = 0; n < N; n++) {
+                    if (float_to_bits(a[n]) != float_to_bits(b[n]))
+                        print_error("%s K=%d row %d: generic %.9g, %s %.9g\n", dtype_name(types[i]), K, n, a[n],
+                                    ops_isa_name(isas[s]), b[n]);
+                    assert_int_equal(float_to_bits(a[n]), float_to_bits(b[n]));
+                }
             }
             free(x), free((void *)W.data);
         }
+}
+
+/* The AVX2 tiles add the same lanes in the same order as the AVX-512 ones:
+ * F32, F16 and BF16 below 36 tokens give the same bits on both, at every tile
+ * shape (T = 1, 2, 3, 7, 17) and with a short last step (K = 200). */
+static void float_tiles_give_the_same_bits_on_avx2_and_avx512(void **state) {
+    (void)state;
+    if (ops_best_isa() != OPS_AVX512) {
+        print_message("skipped: this CPU has no AVX-512 to compare with\n");
+        return;
+    }
+    DType types[] = {DT_F32, DT_F16, DT_BF16};
+    int Ts[] = {1, 2, 3, 7, 17};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 5; j++) {
+            int N = 37, K = 200, T = Ts[j];
+            Mat W = {types[i], N, K, make_weights(types[i], N, K, 51 + i)};
+            float *x = make_activations(T, K, 52 + j), a[17 * 37], b[17 * 37];
+            run_matmul(a, x, &W, T, OPS_AVX2);
+            run_matmul(b, x, &W, T, OPS_AVX512);
+            if (memcmp(a, b, sizeof(float) * (size_t)T * N) != 0) {
+                print_error("%s T=%d: avx2 and avx512 differ\n", dtype_name(types[i]), T);
+                fail();
+            }
+            free(x), free((void *)W.data);
+        }
+}
+
+/* Q4_K and Q6_K on AVX2: the exact integer sums of each super-block, then the
+ * generic path's float step in its order, so the generic path's bits, for
+ * one and several super-blocks and tokens in one group of 8 and beyond it. */
+static void k_formats_on_avx2_give_the_generic_bits(void **state) {
+    (void)state;
+    OpsIsa got;
+    Err e;
+    if (ops_parse_isa("avx2", &got, &e) != ST_OK) {
+        print_message("skipped: this CPU has no AVX2\n");
+        return;
+    }
+    DType types[] = {DT_Q4_K, DT_Q6_K};
+    int Ks[] = {256, 768}, Ts[] = {1, 3, 11};
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < 3; j++) {
+                int N = 33, K = Ks[k], T = Ts[j];
+                Mat W = {types[i], N, K, make_weights(types[i], N, K, 61 + (unsigned)(i + k))};
+                float *x = make_activations(T, K, 62 + (unsigned)j), a[11 * 33], b[11 * 33];
+                run_matmul(a, x, &W, T, OPS_GENERIC);
+                run_matmul(b, x, &W, T, OPS_AVX2);
+                if (memcmp(a, b, sizeof(float) * (size_t)T * N) != 0) {
+                    print_error("%s K=%d T=%d: avx2 and generic differ\n", dtype_name(types[i]), K, T);
+                    fail();
+                }
+                free(x), free((void *)W.data);
+            }
 }
 
 static void q8_0_small_batches_equal_single_tokens_bitwise(void **state) {
@@ -716,15 +783,16 @@ static void matmul_gives_same_results_on_one_and_two_threads(void **state) {
             float *a = malloc(sizeof(float) * (size_t)T * N), *b = malloc(sizeof(float) * (size_t)T * N);
             assert_non_null(a);
             assert_non_null(b);
-            OpsIsa isas[] = {OPS_PLAIN, OPS_GENERIC, ops_best_isa()};
-            for (int s = 0; s < 3; s++) {
+            OpsIsa isas[4];
+            int n_isas = cpu_isas(isas, 1);
+            for (int s = 0; s < n_isas; s++) {
                 ops_set_threads(1);
                 run_matmul(a, x, &W, T, isas[s]);
                 ops_set_threads(2);
                 run_matmul(b, x, &W, T, isas[s]);
-                /* ours: Q8_0 always; F32 and F16 below 36 tokens on AVX-512;
-                 * the generic F16 loop at T == 1; the plain path always */
-                int ours = types[i] == DT_Q8_0 || (isas[s] == OPS_AVX512 && T < 36) ||
+                /* ours: Q8_0 always; F32 and F16 below 36 tokens on AVX-512
+                 * and AVX2; the generic F16 loop at T == 1; the plain path always */
+                int ours = types[i] == DT_Q8_0 || ((isas[s] == OPS_AVX512 || isas[s] == OPS_AVX2) && T < 36) ||
                            ((types[i] == DT_F16 || types[i] == DT_BF16) && T == 1) ||
                            isas[s] == OPS_PLAIN;
                 for (int t = 0; t < T; t++) {
@@ -796,8 +864,9 @@ static void matmul_group_gives_each_matmuls_results(void **state) {
             }
             void *scratch = malloc(bytes);   /* exactly the largest promised size */
             assert_non_null(scratch);
-            OpsIsa isas[] = {OPS_PLAIN, OPS_GENERIC, ops_best_isa()};
-            for (int s = 0; s < 3; s++) {
+            OpsIsa isas[4];
+            int n_isas = cpu_isas(isas, 1);
+            for (int s = 0; s < n_isas; s++) {
                 for (int threads = 1; threads <= 2; threads++) {
                     ops_set_isa(isas[s]);
                     ops_set_threads(threads);
@@ -809,7 +878,7 @@ static void matmul_group_gives_each_matmuls_results(void **state) {
                     for (int i = 0; i < NM; i++) {
                         DType type = W[i].type;
                         int ours = !(type == DT_F32 || type == DT_F16 || type == DT_BF16) ||
-                                   (isas[s] == OPS_AVX512 && T < 36) ||
+                                   ((isas[s] == OPS_AVX512 || isas[s] == OPS_AVX2) && T < 36) ||
                                    ((type == DT_F16 || type == DT_BF16) && T == 1) || isas[s] == OPS_PLAIN;
                         for (int t = 0; t < T; t++) {
                             for (int n = 0; n < Ns[i]; n++) {
@@ -847,9 +916,10 @@ static void attention_products_match_double_precision(void **state) {
     float q[MAXS], s[MAXN], w[MAXN], out[MAXS], start[MAXS];
     Rng r = {99};
     for (int i = 0; i < MAXN * STRIDE; i++) rows[i] = rng_uniform(&r);
-    OpsIsa isas[] = {OPS_GENERIC, ops_best_isa()};
+    OpsIsa isas[4];
+    int n_isas = cpu_isas(isas, 0);
     const int Ss[] = {1, 7, 16, 48, 64, 80, 128, 200};
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < n_isas; k++) {
         ops_set_isa(isas[k]);
         for (size_t a = 0; a < sizeof Ss / sizeof Ss[0]; a++) {
             int S = Ss[a];
@@ -976,12 +1046,13 @@ static void check_small_matmul(DType type, int N, int K, int T, OpsIsa isa, uint
  * time), for the K formats one and several super-blocks. */
 static void small_formats_match_a_float64_loop_on_every_path(void **state) {
     (void)state;
-    OpsIsa isas[] = {OPS_GENERIC, ops_best_isa()};
+    OpsIsa isas[4];
+    int n_isas = cpu_isas(isas, 0);
     int Ns[] = {1, 7, 33}, Ts[] = {1, 2, 3, 5};
     for (int i = 0; i < N_SMALL; i++) {
         int k_type = dtype_is_k(SMALL_TYPES[i]);
         int Ks[] = {k_type ? 256 : 224, k_type ? 768 : 288, k_type ? 1024 : 320, 768};
-        for (int s = 0; s < 2; s++)
+        for (int s = 0; s < n_isas; s++)
             for (int k = 0; k < 4; k++)
                 for (int n = 0; n < 3; n++)
                     for (int t = 0; t < 4; t++)
@@ -1028,14 +1099,15 @@ static void small_formats_give_the_same_bits_by_tokens_and_threads(void **state)
             check_batch_equals_single_tokens(SMALL_TYPES[i], 70, 320, 5);
             check_batch_equals_single_tokens(SMALL_TYPES[i], 70, 224, 5);
         }
-        OpsIsa isas[] = {OPS_GENERIC, ops_best_isa()};
+        OpsIsa isas[4];
+        int n_isas = cpu_isas(isas, 0);
         int N = 1203, K = 512, T = 3;   /* big enough to be split between threads */
         Mat W = {SMALL_TYPES[i], N, K, make_weights(SMALL_TYPES[i], N, K, 41)};
         float *x = make_activations(T, K, 42);
         float *a = malloc(sizeof(float) * (size_t)T * N), *b = malloc(sizeof(float) * (size_t)T * N);
         assert_non_null(a);
         assert_non_null(b);
-        for (int s = 0; s < 2; s++) {
+        for (int s = 0; s < n_isas; s++) {
             ops_set_threads(1);
             run_matmul(a, x, &W, T, isas[s]);
             ops_set_threads(2);
@@ -1372,7 +1444,7 @@ static void read_sum_adds_every_word_of_every_length(void **state) {
 }
 
 /* Without a choice, the test build runs the best path the CPU has: on an
- * AVX-512 CPU its kernels, and sgemm from 36 tokens of F32. */
+ * AVX-512 or AVX2 CPU its kernels, and sgemm from 36 tokens of F32. */
 static void default_isa_is_the_best_the_cpu_has(void **state) {
     (void)state;
     assert_int_equal(ops_isa(), ops_best_isa());
@@ -1385,6 +1457,9 @@ static void default_isa_is_the_best_the_cpu_has(void **state) {
     OpsStats c = ops_stats();
     if (ops_best_isa() == OPS_AVX512) {
         assert_int_equal(b.avx512 - a.avx512, 1);
+        assert_int_equal(b.sgemm, a.sgemm);
+    } else if (ops_best_isa() == OPS_AVX2) {
+        assert_int_equal(b.avx2 - a.avx2, 1);
         assert_int_equal(b.sgemm, a.sgemm);
     } else {
         assert_int_equal(b.generic - a.generic, 1);
@@ -1413,13 +1488,18 @@ static void softmax_on_the_plain_isa_is_the_libm_reference(void **state) {
  * an error of one line that names the bad value and the good ones. */
 static void isa_names_parse_and_anything_else_is_a_one_line_error(void **state) {
     (void)state;
-    OpsIsa all[] = {OPS_PLAIN, OPS_GENERIC, OPS_AVX512, OPS_BEST}, got;
+    OpsIsa all[] = {OPS_PLAIN, OPS_GENERIC, OPS_AVX2, OPS_AVX512, OPS_BEST}, got;
     Err e;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         int st = ops_parse_isa(ops_isa_name(all[i]), &got, &e);
         if (all[i] == OPS_AVX512 && ops_best_isa() != OPS_AVX512) {
             assert_int_equal(st, ST_UNSUPPORTED);
             assert_non_null(strstr(e.msg, "lacks AVX-512"));
+            continue;
+        }
+        if (all[i] == OPS_AVX2 && ops_best_isa() == OPS_GENERIC) {
+            assert_int_equal(st, ST_UNSUPPORTED);
+            assert_non_null(strstr(e.msg, "lacks AVX2"));
             continue;
         }
         assert_int_equal(st, ST_OK);
@@ -1431,7 +1511,7 @@ static void isa_names_parse_and_anything_else_is_a_one_line_error(void **state) 
         assert_int_equal(ops_parse_isa(bad[i], &got, &e), ST_ARG);
         assert_int_equal(got, OPS_PLAIN);   /* untouched */
         assert_null(strchr(e.msg, '\n'));
-        assert_non_null(strstr(e.msg, "want plain, generic, avx512 or best"));
+        assert_non_null(strstr(e.msg, "want plain, generic, avx2, avx512 or best"));
     }
     assert_int_equal(ops_parse_isa(NULL, &got, &e), ST_ARG);
 }
@@ -1685,7 +1765,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(q8_0_q4_0_and_q4_k_on_amx_tiles_give_the_blocks_reference_bits),
         cmocka_unit_test(q8_0_prefill_rows_equal_decode_rows_bitwise),
         cmocka_unit_test(small_float_batches_equal_single_tokens_bitwise),
-        cmocka_unit_test(half_rows_of_one_token_give_the_same_bits_on_generic_and_avx512),
+        cmocka_unit_test(half_rows_of_one_token_give_the_same_bits_on_every_fast_path),
+        cmocka_unit_test(float_tiles_give_the_same_bits_on_avx2_and_avx512),
+        cmocka_unit_test(k_formats_on_avx2_give_the_generic_bits),
         cmocka_unit_test(q8_0_small_batches_equal_single_tokens_bitwise),
         cmocka_unit_test(matmul_gives_same_results_on_one_and_two_threads),
         cmocka_unit_test(decoding_one_or_four_rows_at_a_time_gives_the_same_bits),

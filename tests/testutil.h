@@ -15,6 +15,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "kernels/ops.h"
+
+/* The kernel paths this CPU runs, from the least to the best: plain (when
+ * `plain` is 1), generic, then AVX2 and AVX-512 where the CPU has them. So a
+ * test of every path covers the AVX2 kernels on an AVX-512 machine too.
+ * Returns how many were written to out (at most 4). */
+static inline int cpu_isas(OpsIsa out[4], int plain) {
+    int n = 0;
+    OpsIsa got;
+    Err e;
+    if (plain) out[n++] = OPS_PLAIN;
+    out[n++] = OPS_GENERIC;
+    if (ops_parse_isa("avx2", &got, &e) == ST_OK) out[n++] = OPS_AVX2;
+    if (ops_parse_isa("avx512", &got, &e) == ST_OK) out[n++] = OPS_AVX512;
+    return n;
+}
 
 /* cmocka's integer asserts print both sides in hexadecimal ("0x1 != 0");
  * these print them in decimal, with the expressions, where the test failed. */

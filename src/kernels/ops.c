@@ -51,9 +51,11 @@
  * count or T, so their results depend neither on the number of threads nor on
  * how many tokens are processed together.
  *
- * Dispatch. The AVX-512 functions are compiled with a target attribute and
- * chosen at run time, so the debug build (no -march) runs on any x86-64, and
- * the generic path is the fast path everywhere else. */
+ * Dispatch. The AVX-512 and AVX2 functions are compiled with a target
+ * attribute and chosen at run time, so the debug build (no -march) runs on
+ * any x86-64: AVX-512 where the CPU has it, AVX2 (tiles_avx2.c) on one
+ * without it (an AMD Zen 2 or Zen 3, an Intel core before Ice Lake), and the
+ * generic path everywhere else. */
 #include "kernels/ops.h"
 #include "kernels/rows.h"
 #include <assert.h>
@@ -118,6 +120,8 @@ OpsIsa ops_best_isa(void) {
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma"))
         return OPS_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma"))
+        return OPS_AVX2;
 #endif
     return OPS_GENERIC;
 }
@@ -127,6 +131,7 @@ const char *ops_isa_name(OpsIsa isa) {
     case OPS_BEST: return "best";
     case OPS_PLAIN: return "plain";
     case OPS_AVX512: return "avx512";
+    case OPS_AVX2: return "avx2";
     case OPS_GENERIC: return "generic";
     }
     return "unknown";
@@ -140,16 +145,25 @@ const char *ops_isa_name(OpsIsa isa) {
 
 static OpsIsa g_isa = OPS_DEFAULT_ISA;
 
-/* isa as it runs on this CPU: OPS_BEST is the best the CPU has, and AVX-512
- * on a CPU without it falls back to the generic path. */
+/* Whether this CPU has the instructions of isa. */
+static int isa_supported(OpsIsa isa) {
+    OpsIsa best = ops_best_isa();
+    if (isa == OPS_AVX512) return best == OPS_AVX512;
+    if (isa == OPS_AVX2) return best == OPS_AVX512 || best == OPS_AVX2;
+    return 1;
+}
+
+/* isa as it runs on this CPU: OPS_BEST is the best the CPU has, and a path
+ * the CPU lacks falls back to the best below it (AVX-512 to AVX2 or generic,
+ * AVX2 to generic). */
 static OpsIsa isa_on_this_cpu(OpsIsa isa) {
     if (isa == OPS_BEST) return ops_best_isa();
-    if (isa == OPS_AVX512 && ops_best_isa() != OPS_AVX512) return OPS_GENERIC;
+    if (!isa_supported(isa)) return isa == OPS_AVX512 && isa_supported(OPS_AVX2) ? OPS_AVX2 : OPS_GENERIC;
     return isa;
 }
 
 void ops_set_isa(OpsIsa isa) {
-    assert(isa == OPS_BEST || isa == OPS_PLAIN || isa == OPS_GENERIC || isa == OPS_AVX512);
+    assert(isa == OPS_BEST || isa == OPS_PLAIN || isa == OPS_GENERIC || isa == OPS_AVX2 || isa == OPS_AVX512);
     g_isa = isa;
 }
 
@@ -174,16 +188,18 @@ uint64_t ops_read_sum(const void *p, size_t bytes) {
 }
 
 int ops_parse_isa(const char *s, OpsIsa *out, Err *e) {
-    const OpsIsa all[] = {OPS_PLAIN, OPS_GENERIC, OPS_AVX512, OPS_BEST};
+    const OpsIsa all[] = {OPS_PLAIN, OPS_GENERIC, OPS_AVX2, OPS_AVX512, OPS_BEST};
     for (size_t i = 0; s && i < sizeof all / sizeof all[0]; i++) {
         if (strcmp(s, ops_isa_name(all[i])) != 0) continue;
-        if (all[i] == OPS_AVX512 && ops_best_isa() != OPS_AVX512)
+        if (all[i] == OPS_AVX512 && !isa_supported(OPS_AVX512))
             return err_set(e, ST_UNSUPPORTED, "instruction set 'avx512': this CPU lacks AVX-512 "
                            "(F, BW, VL and VNNI, with F16C and FMA)");
+        if (all[i] == OPS_AVX2 && !isa_supported(OPS_AVX2))
+            return err_set(e, ST_UNSUPPORTED, "instruction set 'avx2': this CPU lacks AVX2 (with F16C and FMA)");
         *out = all[i];
         return ST_OK;
     }
-    return err_set(e, ST_ARG, "unknown instruction set '%.40s' (want plain, generic, avx512 or best)",
+    return err_set(e, ST_ARG, "unknown instruction set '%.40s' (want plain, generic, avx2, avx512 or best)",
                    s ? s : "");
 }
 
@@ -260,6 +276,7 @@ OpsStats ops_stats(void) { return g_stats; }
 static void count_call(OpsIsa isa, int used_blas) {
     if (isa == OPS_PLAIN) g_stats.plain++;
     else if (isa == OPS_AVX512) g_stats.avx512++;
+    else if (isa == OPS_AVX2) g_stats.avx2++;
     else g_stats.generic++;
     if (used_blas) g_stats.sgemm++;
 }
@@ -357,8 +374,10 @@ static void ops_run_jobs(RowsFn fn, const MatmulJob *jobs, int n, int team) {
 
 static void ops_run_rows(RowsFn fn, const MatmulJob *job, int team) { ops_run_jobs(fn, job, 1, team); }
 
+/* BF16E counts as the BF16 it decodes to: it takes BF16's paths, and split
+ * the same way sgemm sees the same blocks and gives BF16's bits. */
 static int ops_team_size(const Mat *W, int T) {
-    double traffic = (double)dtype_row_bytes(W->type, W->K) * W->N * T;
+    double traffic = (double)dtype_row_bytes(W->type == DT_BF16E ? DT_BF16 : W->type, W->K) * W->N * T;
     if (g_threads < 2 || W->N < 2 * OPS_ROW_GROUP || traffic < OPS_MIN_PARALLEL_BYTES) return 1;
     return g_threads;
 }
@@ -420,6 +439,10 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
             count_call(isa, 0);
             return f32_rows_avx512;
         }
+        if (isa == OPS_AVX2 && T < SGEMM_MIN_T) {
+            count_call(isa, 0);
+            return f32_rows_avx2;
+        }
 #endif
         count_call(isa, 1);
         return f32_rows_blas;
@@ -431,13 +454,25 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
             count_call(isa, 0);
             return W->type == DT_F16 ? f16_rows_avx512 : W->type == DT_BF16 ? bf16_rows_avx512 : bf16e_rows_avx512;
         }
+        if (isa == OPS_AVX2 && T < SGEMM_MIN_T && W->type != DT_BF16E) {
+            count_call(isa, 0);
+            return W->type == DT_F16 ? f16_rows_avx2 : bf16_rows_avx2;
+        }
+#endif
+        /* the scratch holds F16_WIDE_ROWS rows, shared out between the threads */
+        if (*team > F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART) *team = F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART;
+#ifdef OPS_X86
+        if (isa == OPS_AVX2 && T < SGEMM_MIN_T) {   /* BF16E: a row at a time into the scratch */
+            job->wide = (float *)scratch_base(scratch);
+            job->rows_per_part = F16_WIDE_ROWS / *team;
+            count_call(isa, 0);
+            return bf16e_rows_avx2;
+        }
 #endif
         if (T == 1) {
             count_call(isa, 0);
             return f16_rows_generic;
         }
-        /* the scratch holds F16_WIDE_ROWS rows, shared out between the threads */
-        if (*team > F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART) *team = F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART;
         job->wide = (float *)scratch_base(scratch);
         job->rows_per_part = F16_WIDE_ROWS / *team;
         count_call(isa, 1);
@@ -452,6 +487,9 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
         }
 #endif
         act_pack_ref(scratch_base(scratch), x, T, K);
+#ifdef OPS_X86
+        if (isa == OPS_AVX2) return q8_0_rows_avx2;
+#endif
         return q8_0_rows_generic;
     default: {   /* the 4, 5 and 6-bit block formats: activations rounded once per call */
         assert(dtype_is_small_quant(W->type));
@@ -475,6 +513,8 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
             act_pack_ref(scratch_base(scratch), x, T, K);       /* Q8_0 */
 #ifdef OPS_X86
         if (isa == OPS_AVX512) fn = small_rows_avx512;
+        if (isa == OPS_AVX2 && W->type == DT_Q4_0) fn = q4_0_rows_avx2;
+        if (isa == OPS_AVX2 && (W->type == DT_Q4_K || W->type == DT_Q6_K)) fn = qk_rows_avx2;
 #endif
         return fn;
     }

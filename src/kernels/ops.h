@@ -29,24 +29,29 @@ int ops_threads(void);
  *                default of the debug build.
  *   OPS_GENERIC  no intrinsics of ours: OpenBLAS for F32 and F16, threaded
  *                plain loops for Q8_0. The fast path without AVX-512.
+ *   OPS_AVX2     AVX2, FMA and F16C tiles (tiles_avx2.c) for F32, F16, BF16,
+ *                Q8_0, Q4_0, Q4_K and Q6_K, the generic path for the rest:
+ *                the fast path of an x86-64 CPU without AVX-512.
  *   OPS_AVX512   AVX-512 and VNNI tiles (tiles_avx512.c), OpenBLAS from 36 tokens.
- *   OPS_BEST     the best of the last two that the CPU has (the default of
+ *   OPS_BEST     the best of the three that the CPU has (the default of
  *                the fast and test builds).
  * Q8_0 gives the same bits on every path (but for the AMX tiles: below);
  * F32 and F16 differ by float rounding only (sums in another order). The 4, 5 and 6-bit block formats
  * round activations on the generic and AVX-512 paths (the same integer sums,
  * float sums in another order) and not on the plain one (notes/formats.md). */
-typedef enum { OPS_BEST = -1, OPS_PLAIN = 0, OPS_AVX512 = 1, OPS_GENERIC = 2 } OpsIsa;
-OpsIsa ops_best_isa(void);               /* AVX-512 (F, BW, VL, VNNI, F16C, FMA) or generic */
-const char *ops_isa_name(OpsIsa isa);    /* "plain", "generic", "avx512" or "best" */
+typedef enum { OPS_BEST = -1, OPS_PLAIN = 0, OPS_AVX512 = 1, OPS_GENERIC = 2, OPS_AVX2 = 3 } OpsIsa;
+OpsIsa ops_best_isa(void);   /* AVX-512 (F, BW, VL, VNNI, F16C, FMA), AVX2 (with FMA, F16C) or generic */
+const char *ops_isa_name(OpsIsa isa);    /* "plain", "generic", "avx2", "avx512" or "best" */
 
 /* The process-wide choice. The build sets the start (OPS_DEFAULT_ISA: plain
  * for `make`, best otherwise); ops_isa() is the path it runs on this CPU,
- * never OPS_BEST (AVX-512 asked for on a CPU without it runs generic). */
+ * never OPS_BEST (a path asked for on a CPU without its instructions runs
+ * the best one the CPU has below it). */
 void ops_set_isa(OpsIsa isa);
 OpsIsa ops_isa(void);
-/* "plain", "generic", "avx512" or "best" into *out. ST_ARG for any other
- * string, ST_UNSUPPORTED for "avx512" on a CPU without it; e gets one line. */
+/* "plain", "generic", "avx2", "avx512" or "best" into *out. ST_ARG for any
+ * other string, ST_UNSUPPORTED for "avx2" or "avx512" on a CPU without it;
+ * e gets one line. */
 int ops_parse_isa(const char *s, OpsIsa *out, Err *e);
 /* At start-up: the environment variable LLM_ISA, when set and not empty, is
  * parsed as above and set; a bad value leaves the choice as it was and
@@ -84,10 +89,10 @@ void ops_set_amx(int on);
 uint64_t ops_read_sum(const void *p, size_t bytes);
 
 /* matmul calls so far, by the path they ran on (each call counts once in
- * plain, generic or avx512), and how many of them handed their products to
+ * plain, generic, avx2 or avx512), and how many of them handed their products to
  * OpenBLAS (sgemm or sgemv). Process-wide, counted from one calling thread. */
 typedef struct {
-    uint64_t plain, generic, avx512;
+    uint64_t plain, generic, avx512, avx2;
     uint64_t sgemm;
 } OpsStats;
 OpsStats ops_stats(void);

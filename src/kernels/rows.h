@@ -226,6 +226,21 @@ void q8_0_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
 #endif
 
 #ifdef OPS_X86
+/* From tiles_avx2.c; call them only when ops_best_isa() is OPS_AVX2 or
+ * OPS_AVX512. F32, F16 and BF16 for T < SGEMM_MIN_T; Q8_0 and Q4_0 after
+ * act_pack_ref (the Q8_0 layout above); Q4_K and Q6_K after
+ * small_act_pack_k. */
+void f32_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
+void f16_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
+void bf16_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
+/* BF16E: needs job->wide and rows_per_part as f16_rows_widened (K floats a part). */
+void bf16e_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
+void q8_0_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
+void q4_0_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
+void qk_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
+#endif
+
+#ifdef OPS_X86
 /* From tiles_amx.c. amx_ok: this CPU has AMX tiles with int8 products and
  * the operating system lets this process use them (asked for once). */
 int amx_ok(void);

@@ -1,0 +1,409 @@
+/* tiles_avx2.c - the AVX2 kernels of matmul: the fast path of an x86-64 CPU
+ * without AVX-512 (an AMD Zen 2 or Zen 3, an Intel core before Ice Lake):
+ * F32, F16 and BF16 register tiles below SGEMM_MIN_T tokens, Q8_0 and Q4_0
+ * at any number of tokens, and Q4_K and Q6_K against Q8_K activations.
+ *
+ * What the AVX-512 file explains (tiles_avx512.c: why decoding is a memory
+ * problem, why prefill is a compute problem, the prefetch policy) holds
+ * here; only the width differs. A 256-bit register holds 8 floats, so the 16
+ * running sums ("lanes", rows.h) of a row and a token live in two registers,
+ * lanes 0-7 and 8-15, each lane taking the same products in the same order as
+ * on AVX-512 and on the generic path. So:
+ *   F32, F16, BF16  lane j adds the products of k = j (mod 16) by FMA; the
+ *                   same bits as float_tile (AVX-512) and half_row_dot.
+ *   Q8_0            lanes 0-7 the even blocks, 8-15 the odd ones, each lane
+ *                   the exact integer sum of four products times d_w * d_x;
+ *                   the same bits as q8_0_block_into_lanes.
+ *   Q4_K, Q6_K      the exact integer sums of a super-block in vector lanes,
+ *                   added across them at its end, then the generic path's
+ *                   float step (quant.c, qk_dot_int_of): the same bits as it.
+ *   Q4_0            its own order (below): lanes of whole blocks, like Q8_0,
+ *                   where the generic path adds block after block.
+ *
+ * Without VNNI the int8 products go through vpmaddubsw, which multiplies
+ * unsigned bytes by signed bytes and adds neighbouring pairs into int16, with
+ * saturation. The pairs must fit: for Q8_0 the weight's magnitude (at most
+ * 128) is the unsigned side and its sign moves to the activation (at most
+ * 127 in magnitude), so a pair is at most 2 * 128 * 127 = 32512; 4 and 6-bit
+ * values are unsigned already (at most 15 and 63). vpmaddwd then adds pairs
+ * of those into int32, times 1 or a sub-block's scale.
+ *
+ * Compiled for AVX2, FMA and F16C by a target attribute on each function:
+ * ops.c calls these only after ops_best_isa() has found the instructions. */
+#include "kernels/rows.h"
+
+#ifdef OPS_X86
+#include <immintrin.h>
+#include <string.h>
+
+#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define AVX2_INLINE static inline __attribute__((always_inline)) AVX2_FN
+
+/* Lanes 0-7 in lo, 8-15 in hi, added as lanes_sum adds them (rows.h). */
+AVX2_INLINE float lanes_sum_avx2(__m256 lo, __m256 hi) {
+    __m256 h = _mm256_add_ps(lo, hi);                                          /* h[i], i < 8 */
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));   /* q[i], i < 4 */
+    __m128 s = _mm_add_ps(q, _mm_movehl_ps(q, q));                             /* q0+q2, q1+q3 */
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* The eight int32 lanes of v added: exact, so any order. */
+AVX2_INLINE int32_t isum8(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Tiles of R rows by TT tokens, R * TT <= 6 (two registers of sums each, 12
+ * of the 16 registers): 1 x 1 and 4 x 1 for decoding (rows side by side
+ * where ops_decode_rows says), 2 x 3 and the shapes of what is left over for
+ * batches. */
+enum { AVX2_R = 2, AVX2_TT = 3 };
+typedef void (*Avx2TileFn)(const MatmulJob *job, int n, int t);
+
+/* Rows [n0, n1) for all T tokens: over a chunk of rows that stays in L2,
+ * tokens AVX2_TT at a time and rows AVX2_R at a time. tiles[r - 1][tt - 1]
+ * is the r x tt tile; rows1 the T == 1 pass. */
+enum { AVX2_CHUNK_BYTES = 256 * 1024 };
+static void rows_by_tiles_avx2(const MatmulJob *job, Avx2TileFn const tiles[AVX2_R][AVX2_TT],
+                               void (*rows1)(const MatmulJob *, int, int), int n0, int n1) {
+    int T = job->T;
+    size_t row_bytes = dtype_row_bytes(job->W->type, job->W->K);
+    int chunk = (int)(AVX2_CHUNK_BYTES / row_bytes) / AVX2_R * AVX2_R;
+    if (chunk < AVX2_R) chunk = AVX2_R;
+    for (int c0 = n0; c0 < n1; c0 += chunk) {
+        int c1 = c0 + chunk < n1 ? c0 + chunk : n1;
+        if (T == 1) {
+            rows1(job, c0, c1);
+            continue;
+        }
+        for (int t = 0; t < T; t += AVX2_TT) {
+            int tt = T - t < AVX2_TT ? T - t : AVX2_TT, n = c0;
+            for (; n + AVX2_R <= c1; n += AVX2_R) tiles[AVX2_R - 1][tt - 1](job, n, t);
+            for (; n < c1; n++) tiles[0][tt - 1](job, n, t);
+        }
+    }
+}
+
+/* --- F32, F16, BF16 */
+
+/* Eight weights from p as floats. */
+AVX2_INLINE __m256 wide8(const uint8_t *p, DType type) {
+    if (type == DT_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    if (type == DT_BF16)   /* the top half of a float: widen by a shift of 16 */
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    return _mm256_loadu_ps((const float *)p);
+}
+
+/* out[t][n + r] for r < R, t0 <= t < t0 + TT, from the R rows of `type` at
+ * w, ws bytes apart: 16 lanes of sums in a[r][t][0] (lanes 0-7) and
+ * a[r][t][1] (8-15). The last step, short of 16, reads the rest of each row
+ * and of x into zeroed copies: its missing products are 0 * 0, as the masked
+ * loads of AVX-512 make them. */
+AVX2_INLINE void float_tile_at(const MatmulJob *job, const uint8_t *w, size_t ws, int n, int t0, DType type, int R,
+                               int TT) {
+    int N = job->W->N, K = job->W->K;
+    size_t wsize = type == DT_F32 ? 4 : 2;
+    const float *x = job->x + (size_t)t0 * K;
+    __m256 a[4][AVX2_TT][2];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) a[r][t][0] = a[r][t][1] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 16 <= K; k += 16) {
+        for (int h = 0; h < 2; h++) {
+            __m256 wv[4];
+            for (int r = 0; r < R; r++) {
+                const uint8_t *p = w + r * ws + (k + 8 * h) * wsize;
+                if (h == 0) prefetch_weights(p, 8 * wsize, R, TT, ws);
+                wv[r] = wide8(p, type);
+            }
+            for (int t = 0; t < TT; t++) {
+                __m256 xv = _mm256_loadu_ps(x + (size_t)t * K + k + 8 * h);
+                for (int r = 0; r < R; r++) a[r][t][h] = _mm256_fmadd_ps(wv[r], xv, a[r][t][h]);
+            }
+        }
+    }
+    if (k < K) {
+        int left = K - k;
+        for (int r = 0; r < R; r++) {
+            uint8_t wb[64] = {0};
+            memcpy(wb, w + r * ws + k * wsize, (size_t)left * wsize);
+            for (int t = 0; t < TT; t++) {
+                float xb[16] = {0};
+                memcpy(xb, x + (size_t)t * K + k, (size_t)left * sizeof(float));
+                for (int h = 0; h < 2; h++)
+                    a[r][t][h] = _mm256_fmadd_ps(wide8(wb + 8 * h * wsize, type), _mm256_loadu_ps(xb + 8 * h),
+                                                 a[r][t][h]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) job->out[(size_t)(t0 + t) * N + n + r] = lanes_sum_avx2(a[r][t][0], a[r][t][1]);
+}
+
+AVX2_INLINE void float_tile_avx2(const MatmulJob *job, int n, int t0, DType type, int R, int TT) {
+    float_tile_at(job, row_ptr(job->W, n), dtype_row_bytes(type, job->W->K), n, t0, type, R, TT);
+}
+
+/* The shapes, each compiled with constant sizes so that the loops unroll. */
+#define FLOAT_TILES(name, TYPE)                                                                         \
+    static AVX2_FN void name##_r1t1(const MatmulJob *j, int n, int t) { float_tile_avx2(j, n, t, TYPE, 1, 1); } \
+    static AVX2_FN void name##_r1t2(const MatmulJob *j, int n, int t) { float_tile_avx2(j, n, t, TYPE, 1, 2); } \
+    static AVX2_FN void name##_r1t3(const MatmulJob *j, int n, int t) { float_tile_avx2(j, n, t, TYPE, 1, 3); } \
+    static AVX2_FN void name##_r2t1(const MatmulJob *j, int n, int t) { float_tile_avx2(j, n, t, TYPE, 2, 1); } \
+    static AVX2_FN void name##_r2t2(const MatmulJob *j, int n, int t) { float_tile_avx2(j, n, t, TYPE, 2, 2); } \
+    static AVX2_FN void name##_r2t3(const MatmulJob *j, int n, int t) { float_tile_avx2(j, n, t, TYPE, 2, 3); } \
+    static AVX2_FN void name##_rows1(const MatmulJob *j, int n0, int n1) {                              \
+        int n = n0;                                                                                     \
+        if (j->decode_rows == 4)                                                                        \
+            for (; n + 4 <= n1; n += 4) float_tile_avx2(j, n, 0, TYPE, 4, 1);                            \
+        for (; n < n1; n++) float_tile_avx2(j, n, 0, TYPE, 1, 1);                                        \
+    }                                                                                                   \
+    static Avx2TileFn const name##_TILES[AVX2_R][AVX2_TT] = {{name##_r1t1, name##_r1t2, name##_r1t3},   \
+                                                             {name##_r2t1, name##_r2t2, name##_r2t3}};  \
+    void name##_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {                             \
+        rows_by_tiles_avx2(job, name##_TILES, name##_rows1, n0, n1);                                    \
+    }
+FLOAT_TILES(f32, DT_F32)
+FLOAT_TILES(f16, DT_F16)
+FLOAT_TILES(bf16, DT_BF16)
+
+/* BF16E: each row decoded to floats (dequantize_mat_row) in this part's
+ * first K floats of job->wide, then the F32 tile over it: the products and
+ * lanes of the BF16 tile, so BF16's bits. */
+static AVX2_FN void bf16e_tile(const MatmulJob *j, const float *row, int n, int t, int TT) {
+    size_t ws = (size_t)j->W->K * sizeof(float);
+    if (TT == 3) float_tile_at(j, (const uint8_t *)row, ws, n, t, DT_F32, 1, 3);
+    else if (TT == 2) float_tile_at(j, (const uint8_t *)row, ws, n, t, DT_F32, 1, 2);
+    else float_tile_at(j, (const uint8_t *)row, ws, n, t, DT_F32, 1, 1);
+}
+
+void bf16e_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {
+    float *row = job->wide + (size_t)part * job->rows_per_part * job->W->K;
+    for (int n = n0; n < n1; n++) {
+        dequantize_mat_row(row, job->W, n);
+        for (int t = 0; t < job->T; t += AVX2_TT) bf16e_tile(job, row, n, t, job->T - t < AVX2_TT ? job->T - t : AVX2_TT);
+    }
+}
+
+/* --- Q8_0 and Q4_0 against Q8_0 activations (act_row) */
+
+/* The exact sums of four products of 32 int8 weights w by 32 int8
+ * activations x, in eight int32 lanes (lane j: values 4j .. 4j+3). */
+AVX2_INLINE __m256i q8_sums4(__m256i w, __m256i x) {
+    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* The same for 32 unsigned 4-bit values q (0..15) less 8: the products of q
+ * less 8 times the sum of each four activations, which act_row's corr holds
+ * as -128 times it. */
+AVX2_INLINE __m256i q4_sums4(__m256i q, __m256i x, const int32_t *corr) {
+    __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), _mm256_set1_epi16(1));
+    return _mm256_add_epi32(s, _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)corr), 4));
+}
+
+/* A Q4_0 block's 16 bytes of nibbles as its 32 values in order: the low
+ * nibbles are values 0-15, the high ones 16-31. */
+AVX2_INLINE __m256i q4_values(const uint8_t *qs) {
+    __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+/* Rows n .. n+R-1 by tokens t0 .. t0+TT-1 of Q8_0 (type DT_Q8_0) or Q4_0.
+ * Block b's sums go to register b % 2 of the pair, its scale d_w * d_x to
+ * each of the eight lanes by one FMA. For Q8_0 this is rows.h's order: lanes
+ * 0-7 the even blocks, 8-15 the odd ones, added by lanes_sum. Q4_0 uses the
+ * same order. */
+AVX2_INLINE void q8_tile_avx2(const MatmulJob *job, int n, int t0, DType type, int R, int TT) {
+    int N = job->W->N, K = job->W->K, nb = K / QK8_0;
+    const uint8_t *w = row_ptr(job->W, n);
+    size_t ws = dtype_row_bytes(type, K), bs = type == DT_Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+    ActRow xr[AVX2_TT];
+    for (int t = 0; t < TT; t++) xr[t] = act_row(job->act, K, t0 + t);
+    __m256 a[4][AVX2_TT][2];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) a[r][t][0] = a[r][t][1] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        int h = b % 2;
+        __m256i wq[4];
+        float dw[4];
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + r * ws + b * bs;
+            if (h == 0) prefetch_weights(blk, 2 * bs, R, TT, ws);
+            uint16_t d16;
+            memcpy(&d16, blk, 2);
+            dw[r] = _cvtsh_ss(d16);
+            wq[r] = type == DT_Q8_0 ? _mm256_loadu_si256((const __m256i *)(blk + 2)) : q4_values(blk + 2);
+        }
+        for (int t = 0; t < TT; t++) {
+            __m256i xq = _mm256_loadu_si256((const __m256i *)(xr[t].qs + b * QK8_0));
+            for (int r = 0; r < R; r++) {
+                __m256i s = type == DT_Q8_0 ? q8_sums4(wq[r], xq) : q4_sums4(wq[r], xq, xr[t].corr + b * 8);
+                __m256 d = _mm256_set1_ps(dw[r] * xr[t].d[b]);
+                a[r][t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, a[r][t][h]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) job->out[(size_t)(t0 + t) * N + n + r] = lanes_sum_avx2(a[r][t][0], a[r][t][1]);
+}
+
+#define Q8_TILES(name, TYPE)                                                                          \
+    static AVX2_FN void name##_r1t1(const MatmulJob *j, int n, int t) { q8_tile_avx2(j, n, t, TYPE, 1, 1); } \
+    static AVX2_FN void name##_r1t2(const MatmulJob *j, int n, int t) { q8_tile_avx2(j, n, t, TYPE, 1, 2); } \
+    static AVX2_FN void name##_r1t3(const MatmulJob *j, int n, int t) { q8_tile_avx2(j, n, t, TYPE, 1, 3); } \
+    static AVX2_FN void name##_r2t1(const MatmulJob *j, int n, int t) { q8_tile_avx2(j, n, t, TYPE, 2, 1); } \
+    static AVX2_FN void name##_r2t2(const MatmulJob *j, int n, int t) { q8_tile_avx2(j, n, t, TYPE, 2, 2); } \
+    static AVX2_FN void name##_r2t3(const MatmulJob *j, int n, int t) { q8_tile_avx2(j, n, t, TYPE, 2, 3); } \
+    static AVX2_FN void name##_rows1(const MatmulJob *j, int n0, int n1) {                            \
+        int n = n0;                                                                                   \
+        if (j->decode_rows == 4)                                                                      \
+            for (; n + 4 <= n1; n += 4) q8_tile_avx2(j, n, 0, TYPE, 4, 1);                             \
+        for (; n < n1; n++) q8_tile_avx2(j, n, 0, TYPE, 1, 1);                                         \
+    }                                                                                                 \
+    static Avx2TileFn const name##_TILES[AVX2_R][AVX2_TT] = {{name##_r1t1, name##_r1t2, name##_r1t3}, \
+                                                             {name##_r2t1, name##_r2t2, name##_r2t3}}; \
+    void name##_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {                           \
+        rows_by_tiles_avx2(job, name##_TILES, name##_rows1, n0, n1);                                  \
+    }
+Q8_TILES(q8_0, DT_Q8_0)
+Q8_TILES(q4_0, DT_Q4_0)
+
+/* --- Q4_K and Q6_K against Q8_K activations
+ *
+ * One row by up to QK_TT_AVX2 tokens: each super-block's weights are unpacked
+ * once for all of them, 32 values (two of Q6_K's sub-blocks, one of Q4_K's)
+ * at a time, and each token's exact integer sums gather in eight int32 lanes:
+ *   Q4_K  isum = sum_j sc[j] sum_i q x,   msum = sum_j mn[j] (the sums of x
+ *         in sub-block j, from the Q8_K block's bsums)
+ *   Q6_K  isum = sum_j sc[j] sum_i q x - 32 sum_j sc[j] bsums[j]
+ * then the float step of qk_dot_int_of, in its order. */
+enum { QK_TT_AVX2 = 8 };
+
+/* Q4_K's twelve bytes of 6-bit scales and mins as sc[0..7] (bytes 0-7 of the
+ * result) and mn[0..7] (bytes 8-15), k_scale_min for all eight at once: the
+ * first four of each are the low six bits of bytes 0-3 and 4-7; the last
+ * four take their low four bits from the nibbles of bytes 8-11 and their top
+ * two from the top two bits of bytes 0-3 (scales) and 4-7 (mins). */
+static inline void q4_k_scales(const uint8_t s[12], uint8_t out[16]) {
+    uint32_t a, b, c;
+    memcpy(&a, s, 4), memcpy(&b, s + 4, 4), memcpy(&c, s + 8, 4);
+    uint32_t sc_lo = a & 0x3f3f3f3fu, mn_lo = b & 0x3f3f3f3fu;
+    uint32_t sc_hi = (c & 0x0f0f0f0fu) | ((a >> 6) & 0x03030303u) << 4;
+    uint32_t mn_hi = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 6) & 0x03030303u) << 4;
+    memcpy(out, &sc_lo, 4), memcpy(out + 4, &sc_hi, 4), memcpy(out + 8, &mn_lo, 4), memcpy(out + 12, &mn_hi, 4);
+}
+
+/* Q6_K's 32 values 128h + 32i .. +31 (i < 4): low nibbles of ql[64h + l] for
+ * i = 0 and 2 (high ones for 2), of ql[64h + 32 + l] for 1 and 3, the top two
+ * bits from bits 2i, 2i + 1 of qh[32h + l]. */
+AVX2_INLINE __m256i q6_values(const BlockQ6_K *b, int h, int i) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
+    __m256i ql = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32 * (i % 2)));
+    __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+    __m256i lo = i < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * i), m2);
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+}
+
+AVX2_INLINE void qk_tile_avx2(const MatmulJob *job, int n, int t0, DType type, int TT) {
+    int N = job->W->N, K = job->W->K;
+    const uint8_t *row = row_ptr(job->W, n);
+    size_t bytes = dtype_row_bytes(type, QK_K), row_bytes = dtype_row_bytes(type, K),
+           stride = small_act_stride(type, K);
+    const BlockQ8_K *x[QK_TT_AVX2];
+    float sum[QK_TT_AVX2];
+    for (int t = 0; t < TT; t++) {
+        x[t] = (const BlockQ8_K *)(job->act + (size_t)(t0 + t) * stride);
+        sum[t] = 0.0f;
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int sb = 0; sb < K / QK_K; sb++) {
+        const uint8_t *blk = row + sb * bytes;
+        prefetch_weights(blk, bytes, 1, TT, row_bytes);
+        __m256i acc[QK_TT_AVX2], macc[QK_TT_AVX2];
+        for (int t = 0; t < TT; t++) acc[t] = _mm256_setzero_si256();
+        float d, dmin = 0.0f;
+        if (type == DT_Q4_K) {
+            const BlockQ4_K *b = (const BlockQ4_K *)blk;
+            uint8_t sm[16];
+            q4_k_scales(b->scales, sm);
+            d = _cvtsh_ss(b->d), dmin = _cvtsh_ss(b->dmin);
+            for (int c = 0; c < 4; c++) {   /* sub-blocks 2c (low nibbles) and 2c + 1 (high) */
+                __m256i v = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
+                __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                __m256i s0 = _mm256_set1_epi16(sm[2 * c]), s1 = _mm256_set1_epi16(sm[2 * c + 1]);
+                for (int t = 0; t < TT; t++) {
+                    const int8_t *xq = x[t][sb].qs + 64 * c;
+                    __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
+                    __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
+                }
+            }
+            /* mn[j] beside both halves of sub-block j's sums: bytes mn0 mn0 mn1 mn1 ... */
+            __m128i mn = _mm_loadl_epi64((const __m128i *)(sm + 8));
+            __m256i mn2 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
+            for (int t = 0; t < TT; t++)
+                macc[t] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x[t][sb].bsums), mn2);
+        } else {
+            const BlockQ6_K *b = (const BlockQ6_K *)blk;
+            d = _cvtsh_ss(b->d);
+            /* the scales as int16, and -32 times them against the bsums */
+            __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+            for (int t = 0; t < TT; t++)
+                acc[t] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x[t][sb].bsums),
+                                           _mm256_mullo_epi16(sc, _mm256_set1_epi16(-32)));
+            for (int h = 0; h < 2; h++)
+                for (int i = 0; i < 4; i++) {   /* sub-blocks 8h + 2i and 8h + 2i + 1 */
+                    __m256i q = q6_values(b, h, i);
+                    __m256i s = _mm256_inserti128_si256(_mm256_set1_epi16(b->scales[8 * h + 2 * i]),
+                                                        _mm_set1_epi16(b->scales[8 * h + 2 * i + 1]), 1);
+                    for (int t = 0; t < TT; t++) {
+                        __m256i xq = _mm256_loadu_si256((const __m256i *)(x[t][sb].qs + 128 * h + 32 * i));
+                        acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), s));
+                    }
+                }
+        }
+        for (int t = 0; t < TT; t++) {   /* qk_dot_int_of's float step, in its order */
+            int32_t isum = isum8(acc[t]), msum = type == DT_Q4_K ? isum8(macc[t]) : 0;
+            sum[t] += d * x[t][sb].d * (float)isum - dmin * x[t][sb].d * (float)msum;
+        }
+    }
+    for (int t = 0; t < TT; t++) job->out[(size_t)(t0 + t) * N + n] = sum[t];
+}
+
+#define QK_TILES_OF(name, TYPE)                                                                      \
+    static AVX2_FN void name##_tile(const MatmulJob *j, int n, int t, int TT) {                      \
+        switch (TT) {   /* each width compiled with its constant */                                  \
+        case 1: qk_tile_avx2(j, n, t, TYPE, 1); break;                                               \
+        case 2: qk_tile_avx2(j, n, t, TYPE, 2); break;                                               \
+        case 3: qk_tile_avx2(j, n, t, TYPE, 3); break;                                               \
+        case 4: qk_tile_avx2(j, n, t, TYPE, 4); break;                                               \
+        case 5: qk_tile_avx2(j, n, t, TYPE, 5); break;                                               \
+        case 6: qk_tile_avx2(j, n, t, TYPE, 6); break;                                               \
+        case 7: qk_tile_avx2(j, n, t, TYPE, 7); break;                                               \
+        default: qk_tile_avx2(j, n, t, TYPE, 8); break;                                              \
+        }                                                                                            \
+    }
+QK_TILES_OF(q4_k, DT_Q4_K)
+QK_TILES_OF(q6_k, DT_Q6_K)
+
+/* Rows [n0, n1): over a chunk of rows that stays in L2, tokens QK_TT_AVX2
+ * at a time, row by row. */
+void qk_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {
+    void (*tile)(const MatmulJob *, int, int, int) = job->W->type == DT_Q4_K ? q4_k_tile : q6_k_tile;
+    size_t row_bytes = dtype_row_bytes(job->W->type, job->W->K);
+    int chunk = (int)(AVX2_CHUNK_BYTES / row_bytes), T = job->T;
+    if (chunk < 1) chunk = 1;
+    for (int c0 = n0; c0 < n1; c0 += chunk) {
+        int c1 = c0 + chunk < n1 ? c0 + chunk : n1;
+        for (int t = 0; t < T; t += QK_TT_AVX2)
+            for (int n = c0; n < c1; n++) tile(job, n, t, T - t < QK_TT_AVX2 ? T - t : QK_TT_AVX2);
+    }
+}
+#else
+typedef int tiles_avx2_is_empty_here;   /* ISO C wants something in every file */
+#endif /* OPS_X86 */
