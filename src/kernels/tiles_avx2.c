@@ -55,33 +55,35 @@ AVX2_INLINE int32_t isum8(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-/* Tiles of R rows by TT tokens, R * TT <= 6 (two registers of sums each, 12
- * of the 16 registers): 1 x 1 and 4 x 1 for decoding (rows side by side
- * where ops_decode_rows says), 2 x 3 and the shapes of what is left over for
- * batches. */
-enum { AVX2_R = 2, AVX2_TT = 3 };
+/* A kernel's tiles: tile[r - 1][tt - 1] computes r rows by tt tokens, for
+ * r <= R and tt <= TT (the float tiles 2 x 3, the Q8_0 and Q4_0 ones 1 x 4:
+ * what fits the 16 registers with two registers of sums for each row and
+ * token); rows1 is the pass of one token down the rows. */
 typedef void (*Avx2TileFn)(const MatmulJob *job, int n, int t);
+typedef struct {
+    int R, TT;
+    Avx2TileFn tile[2][4];
+    void (*rows1)(const MatmulJob *job, int n0, int n1);
+} Avx2Tiles;
 
 /* Rows [n0, n1) for all T tokens: over a chunk of rows that stays in L2,
- * tokens AVX2_TT at a time and rows AVX2_R at a time. tiles[r - 1][tt - 1]
- * is the r x tt tile; rows1 the T == 1 pass. */
+ * tokens ts->TT at a time and rows ts->R at a time. */
 enum { AVX2_CHUNK_BYTES = 256 * 1024 };
-static void rows_by_tiles_avx2(const MatmulJob *job, Avx2TileFn const tiles[AVX2_R][AVX2_TT],
-                               void (*rows1)(const MatmulJob *, int, int), int n0, int n1) {
-    int T = job->T;
+static void rows_by_tiles_avx2(const MatmulJob *job, const Avx2Tiles *ts, int n0, int n1) {
+    int T = job->T, R = ts->R;
     size_t row_bytes = dtype_row_bytes(job->W->type, job->W->K);
-    int chunk = (int)(AVX2_CHUNK_BYTES / row_bytes) / AVX2_R * AVX2_R;
-    if (chunk < AVX2_R) chunk = AVX2_R;
+    int chunk = (int)(AVX2_CHUNK_BYTES / row_bytes) / R * R;
+    if (chunk < R) chunk = R;
     for (int c0 = n0; c0 < n1; c0 += chunk) {
         int c1 = c0 + chunk < n1 ? c0 + chunk : n1;
         if (T == 1) {
-            rows1(job, c0, c1);
+            ts->rows1(job, c0, c1);
             continue;
         }
-        for (int t = 0; t < T; t += AVX2_TT) {
-            int tt = T - t < AVX2_TT ? T - t : AVX2_TT, n = c0;
-            for (; n + AVX2_R <= c1; n += AVX2_R) tiles[AVX2_R - 1][tt - 1](job, n, t);
-            for (; n < c1; n++) tiles[0][tt - 1](job, n, t);
+        for (int t = 0; t < T; t += ts->TT) {
+            int tt = T - t < ts->TT ? T - t : ts->TT, n = c0;
+            for (; n + R <= c1; n += R) ts->tile[R - 1][tt - 1](job, n, t);
+            for (; n < c1; n++) ts->tile[0][tt - 1](job, n, t);
         }
     }
 }
@@ -96,50 +98,68 @@ AVX2_INLINE __m256 wide8(const uint8_t *p, DType type) {
     return _mm256_loadu_ps((const float *)p);
 }
 
-/* out[t][n + r] for r < R, t0 <= t < t0 + TT, from the R rows of `type` at
- * w, ws bytes apart: 16 lanes of sums in a[r][t][0] (lanes 0-7) and
- * a[r][t][1] (8-15). The last step, short of 16, reads the rest of each row
- * and of x into zeroed copies: its missing products are 0 * 0, as the masked
- * loads of AVX-512 make them. */
+/* out[t][n + r] for r < R <= 2, t0 <= t < t0 + TT <= 3, from the R rows of
+ * `type` at w, ws bytes apart: 16 lanes of sums in a<r><t>l (lanes 0-7) and
+ * a<r><t>h (8-15), named variables, since GCC 12 keeps an array of them in
+ * memory and stores it at every step (the tiles ran at half speed). The last
+ * step, short of 16, reads the rest of each row and of x into zeroed copies:
+ * its missing products are 0 * 0, as the masked loads of AVX-512 make them. */
+#define FLOAT_HALF(W0, W1, X0, X1, X2, L)                                                      \
+    do {                                                                                       \
+        __m256 w0_ = wide8(W0, type), w1_ = R > 1 ? wide8(W1, type) : w0_, x_ = _mm256_loadu_ps(X0); \
+        a00##L = _mm256_fmadd_ps(w0_, x_, a00##L);                                            \
+        if (R > 1) a10##L = _mm256_fmadd_ps(w1_, x_, a10##L);                                 \
+        if (TT > 1) {                                                                          \
+            x_ = _mm256_loadu_ps(X1);                                                          \
+            a01##L = _mm256_fmadd_ps(w0_, x_, a01##L);                                        \
+            if (R > 1) a11##L = _mm256_fmadd_ps(w1_, x_, a11##L);                             \
+        }                                                                                      \
+        if (TT > 2) {                                                                          \
+            x_ = _mm256_loadu_ps(X2);                                                          \
+            a02##L = _mm256_fmadd_ps(w0_, x_, a02##L);                                        \
+            if (R > 1) a12##L = _mm256_fmadd_ps(w1_, x_, a12##L);                             \
+        }                                                                                      \
+    } while (0)
+
 AVX2_INLINE void float_tile_at(const MatmulJob *job, const uint8_t *w, size_t ws, int n, int t0, DType type, int R,
                                int TT) {
     int N = job->W->N, K = job->W->K;
     size_t wsize = type == DT_F32 ? 4 : 2;
-    const float *x = job->x + (size_t)t0 * K;
-    __m256 a[4][AVX2_TT][2];
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < TT; t++) a[r][t][0] = a[r][t][1] = _mm256_setzero_ps();
+    const float *x0 = job->x + (size_t)t0 * K, *x1 = TT > 1 ? x0 + K : x0, *x2 = TT > 2 ? x0 + 2 * (size_t)K : x0;
+    const uint8_t *w1 = R > 1 ? w + ws : w;
+    __m256 a00l = _mm256_setzero_ps(), a00h = a00l, a01l = a00l, a01h = a00l, a02l = a00l, a02h = a00l,
+           a10l = a00l, a10h = a00l, a11l = a00l, a11h = a00l, a12l = a00l, a12h = a00l;
     int k = 0;
     for (; k + 16 <= K; k += 16) {
-        for (int h = 0; h < 2; h++) {
-            __m256 wv[4];
-            for (int r = 0; r < R; r++) {
-                const uint8_t *p = w + r * ws + (k + 8 * h) * wsize;
-                if (h == 0) prefetch_weights(p, 8 * wsize, R, TT, ws);
-                wv[r] = wide8(p, type);
-            }
-            for (int t = 0; t < TT; t++) {
-                __m256 xv = _mm256_loadu_ps(x + (size_t)t * K + k + 8 * h);
-                for (int r = 0; r < R; r++) a[r][t][h] = _mm256_fmadd_ps(wv[r], xv, a[r][t][h]);
-            }
-        }
+        const uint8_t *p0 = w + k * wsize, *p1 = w1 + k * wsize;
+        prefetch_weights(p0, 16 * wsize, R, TT, ws);
+        if (R > 1) prefetch_weights(p1, 16 * wsize, R, TT, ws);
+        FLOAT_HALF(p0, p1, x0 + k, x1 + k, x2 + k, l);
+        FLOAT_HALF(p0 + 8 * wsize, p1 + 8 * wsize, x0 + k + 8, x1 + k + 8, x2 + k + 8, h);
     }
     if (k < K) {
-        int left = K - k;
-        for (int r = 0; r < R; r++) {
-            uint8_t wb[64] = {0};
-            memcpy(wb, w + r * ws + k * wsize, (size_t)left * wsize);
-            for (int t = 0; t < TT; t++) {
-                float xb[16] = {0};
-                memcpy(xb, x + (size_t)t * K + k, (size_t)left * sizeof(float));
-                for (int h = 0; h < 2; h++)
-                    a[r][t][h] = _mm256_fmadd_ps(wide8(wb + 8 * h * wsize, type), _mm256_loadu_ps(xb + 8 * h),
-                                                 a[r][t][h]);
-            }
-        }
+        size_t left = (size_t)(K - k);
+        uint8_t wb0[64] = {0}, wb1[64] = {0};
+        float xb0[16] = {0}, xb1[16] = {0}, xb2[16] = {0};
+        memcpy(wb0, w + k * wsize, left * wsize);
+        memcpy(wb1, w1 + k * wsize, left * wsize);
+        memcpy(xb0, x0 + k, left * sizeof(float));
+        memcpy(xb1, x1 + k, left * sizeof(float));
+        memcpy(xb2, x2 + k, left * sizeof(float));
+        FLOAT_HALF(wb0, wb1, xb0, xb1, xb2, l);
+        FLOAT_HALF(wb0 + 8 * wsize, wb1 + 8 * wsize, xb0 + 8, xb1 + 8, xb2 + 8, h);
     }
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < TT; t++) job->out[(size_t)(t0 + t) * N + n + r] = lanes_sum_avx2(a[r][t][0], a[r][t][1]);
+    float *o = job->out + (size_t)t0 * N + n;
+    o[0] = lanes_sum_avx2(a00l, a00h);
+    if (R > 1) o[1] = lanes_sum_avx2(a10l, a10h);
+    if (TT > 1) {
+        o[N] = lanes_sum_avx2(a01l, a01h);
+        if (R > 1) o[N + 1] = lanes_sum_avx2(a11l, a11h);
+    }
+    if (TT > 2) {
+        o[2 * (size_t)N] = lanes_sum_avx2(a02l, a02h);
+        if (R > 1) o[2 * (size_t)N + 1] = lanes_sum_avx2(a12l, a12h);
+    }
 }
 
 AVX2_INLINE void float_tile_avx2(const MatmulJob *job, int n, int t0, DType type, int R, int TT) {
@@ -156,14 +176,14 @@ AVX2_INLINE void float_tile_avx2(const MatmulJob *job, int n, int t0, DType type
     static AVX2_FN void name##_r2t3(const MatmulJob *j, int n, int t) { float_tile_avx2(j, n, t, TYPE, 2, 3); } \
     static AVX2_FN void name##_rows1(const MatmulJob *j, int n0, int n1) {                              \
         int n = n0;                                                                                     \
-        if (j->decode_rows == 4)                                                                        \
-            for (; n + 4 <= n1; n += 4) float_tile_avx2(j, n, 0, TYPE, 4, 1);                            \
+        if (j->decode_rows == 4)   /* two rows side by side: four would not fit the registers */         \
+            for (; n + 2 <= n1; n += 2) float_tile_avx2(j, n, 0, TYPE, 2, 1);                            \
         for (; n < n1; n++) float_tile_avx2(j, n, 0, TYPE, 1, 1);                                        \
     }                                                                                                   \
-    static Avx2TileFn const name##_TILES[AVX2_R][AVX2_TT] = {{name##_r1t1, name##_r1t2, name##_r1t3},   \
-                                                             {name##_r2t1, name##_r2t2, name##_r2t3}};  \
+    static const Avx2Tiles name##_TILES = {2, 3, {{name##_r1t1, name##_r1t2, name##_r1t3},              \
+                                                  {name##_r2t1, name##_r2t2, name##_r2t3}}, name##_rows1};  \
     void name##_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {                             \
-        rows_by_tiles_avx2(job, name##_TILES, name##_rows1, n0, n1);                                    \
+        rows_by_tiles_avx2(job, &name##_TILES, n0, n1);                                                 \
     }
 FLOAT_TILES(f32, DT_F32)
 FLOAT_TILES(f16, DT_F16)
@@ -172,6 +192,7 @@ FLOAT_TILES(bf16, DT_BF16)
 /* BF16E: each row decoded to floats (dequantize_mat_row) in this part's
  * first K floats of job->wide, then the F32 tile over it: the products and
  * lanes of the BF16 tile, so BF16's bits. */
+enum { FLOAT_TT = 3 };   /* the float tiles' most tokens */
 static AVX2_FN void bf16e_tile(const MatmulJob *j, const float *row, int n, int t, int TT) {
     size_t ws = (size_t)j->W->K * sizeof(float);
     if (TT == 3) float_tile_at(j, (const uint8_t *)row, ws, n, t, DT_F32, 1, 3);
@@ -183,91 +204,84 @@ void bf16e_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {
     float *row = job->wide + (size_t)part * job->rows_per_part * job->W->K;
     for (int n = n0; n < n1; n++) {
         dequantize_mat_row(row, job->W, n);
-        for (int t = 0; t < job->T; t += AVX2_TT) bf16e_tile(job, row, n, t, job->T - t < AVX2_TT ? job->T - t : AVX2_TT);
+        for (int t = 0; t < job->T; t += FLOAT_TT)
+            bf16e_tile(job, row, n, t, job->T - t < FLOAT_TT ? job->T - t : FLOAT_TT);
     }
 }
 
 /* --- Q8_0 and Q4_0 against Q8_0 activations (act_row) */
 
-/* The exact sums of four products of 32 int8 weights w by 32 int8
- * activations x, in eight int32 lanes (lane j: values 4j .. 4j+3). */
-AVX2_INLINE __m256i q8_sums4(__m256i w, __m256i x) {
-    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
-/* The same for 32 unsigned 4-bit values q (0..15) less 8: the products of q
- * less 8 times the sum of each four activations, which act_row's corr holds
- * as -128 times it. */
-AVX2_INLINE __m256i q4_sums4(__m256i q, __m256i x, const int32_t *corr) {
-    __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), _mm256_set1_epi16(1));
-    return _mm256_add_epi32(s, _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)corr), 4));
-}
-
-/* A Q4_0 block's 16 bytes of nibbles as its 32 values in order: the low
- * nibbles are values 0-15, the high ones 16-31. */
+/* A Q4_0 block's 16 bytes of nibbles as its 32 values in order, less 8
+ * (-8 .. 7): the low nibbles are values 0-15, the high ones 16-31. */
 AVX2_INLINE __m256i q4_values(const uint8_t *qs) {
     __m128i v = _mm_loadu_si128((const __m128i *)qs);
     __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+    return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
 }
 
-/* Rows n .. n+R-1 by tokens t0 .. t0+TT-1 of Q8_0 (type DT_Q8_0) or Q4_0.
- * Block b's sums go to register b % 2 of the pair, its scale d_w * d_x to
- * each of the eight lanes by one FMA. For Q8_0 this is rows.h's order: lanes
- * 0-7 the even blocks, 8-15 the odd ones, added by lanes_sum. Q4_0 uses the
- * same order. */
-AVX2_INLINE void q8_tile_avx2(const MatmulJob *job, int n, int t0, DType type, int R, int TT) {
+/* Rows n .. n+R-1 by tokens t0 .. t0+TT-1 of Q8_0 (type DT_Q8_0) or Q4_0
+ * (its values less 8 are int8 values like Q8_0's). Block b's sums go to
+ * register b % 2 of the pair, its scale d_w * d_x to each of the eight lanes
+ * by one FMA. For Q8_0 this is rows.h's order: lanes 0-7 the even blocks,
+ * 8-15 the odd ones, added by lanes_sum. Q4_0 uses the same order. The
+ * weight's magnitude is taken once per row and block, the scales broadcast
+ * once per row (or token) and block: per row and token and block that leaves
+ * a sign, the two multiply-adds, a conversion, a multiply and an FMA. */
+#define Q8_TOKEN(XR, A_L, A_H)                                                                     \
+    do {                                                                                           \
+        __m256i xq_ = _mm256_loadu_si256((const __m256i *)((XR).qs + b * QK8_0));                  \
+        __m256i s_ = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(xq_, wq)), ones);  \
+        __m256 d_ = _mm256_mul_ps(dw, _mm256_broadcast_ss((XR).d + b));                            \
+        if (h) A_H = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s_), d_, A_H);                             \
+        else A_L = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s_), d_, A_L);                               \
+    } while (0)
+
+/* One row by up to four tokens: eight registers of sums, named (see
+ * float_tile_at), and the block's weights, magnitudes and scale. */
+AVX2_INLINE void q8_tile_avx2(const MatmulJob *job, int n, int t0, DType type, int TT) {
     int N = job->W->N, K = job->W->K, nb = K / QK8_0;
     const uint8_t *w = row_ptr(job->W, n);
-    size_t ws = dtype_row_bytes(type, K), bs = type == DT_Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
-    ActRow xr[AVX2_TT];
-    for (int t = 0; t < TT; t++) xr[t] = act_row(job->act, K, t0 + t);
-    __m256 a[4][AVX2_TT][2];
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < TT; t++) a[r][t][0] = a[r][t][1] = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        int h = b % 2;
-        __m256i wq[4];
-        float dw[4];
-        for (int r = 0; r < R; r++) {
-            const uint8_t *blk = w + r * ws + b * bs;
-            if (h == 0) prefetch_weights(blk, 2 * bs, R, TT, ws);
-            uint16_t d16;
+    size_t bs = type == DT_Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+    ActRow x0 = act_row(job->act, K, t0), x1 = x0, x2 = x0, x3 = x0;
+    if (TT > 1) x1 = act_row(job->act, K, t0 + 1);
+    if (TT > 2) x2 = act_row(job->act, K, t0 + 2);
+    if (TT > 3) x3 = act_row(job->act, K, t0 + 3);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 a0l = _mm256_setzero_ps(), a0h = a0l, a1l = a0l, a1h = a0l, a2l = a0l, a2h = a0l, a3l = a0l, a3h = a0l;
+    for (int b0 = 0; b0 < nb; b0 += 2) {
+        prefetch_weights(w + b0 * bs, 2 * bs, 1, TT, dtype_row_bytes(type, K));
+        for (int h = 0; h < 2 && b0 + h < nb; h++) {   /* h a constant once unrolled */
+            int b = b0 + h;
+            const uint8_t *blk = w + b * bs;
+            short d16;
             memcpy(&d16, blk, 2);
-            dw[r] = _cvtsh_ss(d16);
-            wq[r] = type == DT_Q8_0 ? _mm256_loadu_si256((const __m256i *)(blk + 2)) : q4_values(blk + 2);
-        }
-        for (int t = 0; t < TT; t++) {
-            __m256i xq = _mm256_loadu_si256((const __m256i *)(xr[t].qs + b * QK8_0));
-            for (int r = 0; r < R; r++) {
-                __m256i s = type == DT_Q8_0 ? q8_sums4(wq[r], xq) : q4_sums4(wq[r], xq, xr[t].corr + b * 8);
-                __m256 d = _mm256_set1_ps(dw[r] * xr[t].d[b]);
-                a[r][t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, a[r][t][h]);
-            }
+            __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16(d16));   /* d_w in every lane */
+            __m256i wq = type == DT_Q8_0 ? _mm256_loadu_si256((const __m256i *)(blk + 2)) : q4_values(blk + 2);
+            __m256i wa = _mm256_sign_epi8(wq, wq);
+            Q8_TOKEN(x0, a0l, a0h);
+            if (TT > 1) Q8_TOKEN(x1, a1l, a1h);
+            if (TT > 2) Q8_TOKEN(x2, a2l, a2h);
+            if (TT > 3) Q8_TOKEN(x3, a3l, a3h);
         }
     }
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < TT; t++) job->out[(size_t)(t0 + t) * N + n + r] = lanes_sum_avx2(a[r][t][0], a[r][t][1]);
+    float *o = job->out + (size_t)t0 * N + n;
+    o[0] = lanes_sum_avx2(a0l, a0h);
+    if (TT > 1) o[N] = lanes_sum_avx2(a1l, a1h);
+    if (TT > 2) o[2 * (size_t)N] = lanes_sum_avx2(a2l, a2h);
+    if (TT > 3) o[3 * (size_t)N] = lanes_sum_avx2(a3l, a3h);
 }
 
 #define Q8_TILES(name, TYPE)                                                                          \
-    static AVX2_FN void name##_r1t1(const MatmulJob *j, int n, int t) { q8_tile_avx2(j, n, t, TYPE, 1, 1); } \
-    static AVX2_FN void name##_r1t2(const MatmulJob *j, int n, int t) { q8_tile_avx2(j, n, t, TYPE, 1, 2); } \
-    static AVX2_FN void name##_r1t3(const MatmulJob *j, int n, int t) { q8_tile_avx2(j, n, t, TYPE, 1, 3); } \
-    static AVX2_FN void name##_r2t1(const MatmulJob *j, int n, int t) { q8_tile_avx2(j, n, t, TYPE, 2, 1); } \
-    static AVX2_FN void name##_r2t2(const MatmulJob *j, int n, int t) { q8_tile_avx2(j, n, t, TYPE, 2, 2); } \
-    static AVX2_FN void name##_r2t3(const MatmulJob *j, int n, int t) { q8_tile_avx2(j, n, t, TYPE, 2, 3); } \
+    static AVX2_FN void name##_t1(const MatmulJob *j, int n, int t) { q8_tile_avx2(j, n, t, TYPE, 1); }  \
+    static AVX2_FN void name##_t2(const MatmulJob *j, int n, int t) { q8_tile_avx2(j, n, t, TYPE, 2); }  \
+    static AVX2_FN void name##_t3(const MatmulJob *j, int n, int t) { q8_tile_avx2(j, n, t, TYPE, 3); }  \
+    static AVX2_FN void name##_t4(const MatmulJob *j, int n, int t) { q8_tile_avx2(j, n, t, TYPE, 4); }  \
     static AVX2_FN void name##_rows1(const MatmulJob *j, int n0, int n1) {                            \
-        int n = n0;                                                                                   \
-        if (j->decode_rows == 4)                                                                      \
-            for (; n + 4 <= n1; n += 4) q8_tile_avx2(j, n, 0, TYPE, 4, 1);                             \
-        for (; n < n1; n++) q8_tile_avx2(j, n, 0, TYPE, 1, 1);                                         \
+        for (int n = n0; n < n1; n++) q8_tile_avx2(j, n, 0, TYPE, 1);                                 \
     }                                                                                                 \
-    static Avx2TileFn const name##_TILES[AVX2_R][AVX2_TT] = {{name##_r1t1, name##_r1t2, name##_r1t3}, \
-                                                             {name##_r2t1, name##_r2t2, name##_r2t3}}; \
+    static const Avx2Tiles name##_TILES = {1, 4, {{name##_t1, name##_t2, name##_t3, name##_t4}}, name##_rows1}; \
     void name##_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {                           \
-        rows_by_tiles_avx2(job, name##_TILES, name##_rows1, n0, n1);                                  \
+        rows_by_tiles_avx2(job, &name##_TILES, n0, n1);                                               \
     }
 Q8_TILES(q8_0, DT_Q8_0)
 Q8_TILES(q4_0, DT_Q4_0)
@@ -309,6 +323,42 @@ AVX2_INLINE __m256i q6_values(const BlockQ6_K *b, int h, int i) {
     return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
 }
 
+/* F(t) for each token t < TT of a K tile: its sums are named variables acc0
+ * .. acc7 (see float_tile_at). */
+#define QK_EACH(F)          \
+    do {                    \
+        F(0);               \
+        if (TT > 1) F(1);   \
+        if (TT > 2) F(2);   \
+        if (TT > 3) F(3);   \
+        if (TT > 4) F(4);   \
+        if (TT > 5) F(5);   \
+        if (TT > 6) F(6);   \
+        if (TT > 7) F(7);   \
+    } while (0)
+#define QK_ZERO(t) acc##t = _mm256_setzero_si256()
+/* Q4_K, chunk c: sub-block 2c's values lo and scale s0, 2c + 1's hi and s1 */
+#define Q4K_TOKEN(t)                                                                                   \
+    do {                                                                                               \
+        const int8_t *xq_ = x[t][sb].qs + 64 * c;                                                      \
+        __m256i p0_ = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq_));              \
+        __m256i p1_ = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq_ + 32)));       \
+        acc##t = _mm256_add_epi32(acc##t, _mm256_add_epi32(_mm256_madd_epi16(p0_, s0), _mm256_madd_epi16(p1_, s1))); \
+    } while (0)
+/* Q6_K: the -32 term from the bsums, then 32 values q with their scales s */
+#define Q6K_START(t) acc##t = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x[t][sb].bsums), sc32)
+#define Q6K_TOKEN(t)                                                                                   \
+    acc##t = _mm256_add_epi32(acc##t, _mm256_madd_epi16(_mm256_maddubs_epi16(q, _mm256_loadu_si256(     \
+                                          (const __m256i *)(x[t][sb].qs + 128 * h + 32 * i))), s))
+/* qk_dot_int_of's float step, in its order; Q4_K's msum from the bsums */
+#define QK_FINISH(t)                                                                                   \
+    do {                                                                                               \
+        int32_t isum_ = isum8(acc##t), msum_ = 0;                                                      \
+        if (type == DT_Q4_K)                                                                           \
+            msum_ = isum8(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x[t][sb].bsums), mn2)); \
+        sum[t] += d * x[t][sb].d * (float)isum_ - dmin * x[t][sb].d * (float)msum_;                   \
+    } while (0)
+
 AVX2_INLINE void qk_tile_avx2(const MatmulJob *job, int n, int t0, DType type, int TT) {
     int N = job->W->N, K = job->W->K;
     const uint8_t *row = row_ptr(job->W, n);
@@ -321,56 +371,43 @@ AVX2_INLINE void qk_tile_avx2(const MatmulJob *job, int n, int t0, DType type, i
         sum[t] = 0.0f;
     }
     const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7;
     for (int sb = 0; sb < K / QK_K; sb++) {
         const uint8_t *blk = row + sb * bytes;
         prefetch_weights(blk, bytes, 1, TT, row_bytes);
-        __m256i acc[QK_TT_AVX2], macc[QK_TT_AVX2];
-        for (int t = 0; t < TT; t++) acc[t] = _mm256_setzero_si256();
         float d, dmin = 0.0f;
+        __m256i mn2 = _mm256_setzero_si256();
         if (type == DT_Q4_K) {
             const BlockQ4_K *b = (const BlockQ4_K *)blk;
             uint8_t sm[16];
             q4_k_scales(b->scales, sm);
             d = _cvtsh_ss(b->d), dmin = _cvtsh_ss(b->dmin);
+            QK_EACH(QK_ZERO);
             for (int c = 0; c < 4; c++) {   /* sub-blocks 2c (low nibbles) and 2c + 1 (high) */
                 __m256i v = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
                 __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
                 __m256i s0 = _mm256_set1_epi16(sm[2 * c]), s1 = _mm256_set1_epi16(sm[2 * c + 1]);
-                for (int t = 0; t < TT; t++) {
-                    const int8_t *xq = x[t][sb].qs + 64 * c;
-                    __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
-                    __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
-                    acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
-                }
+                QK_EACH(Q4K_TOKEN);
             }
             /* mn[j] beside both halves of sub-block j's sums: bytes mn0 mn0 mn1 mn1 ... */
             __m128i mn = _mm_loadl_epi64((const __m128i *)(sm + 8));
-            __m256i mn2 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
-            for (int t = 0; t < TT; t++)
-                macc[t] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x[t][sb].bsums), mn2);
+            mn2 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
         } else {
             const BlockQ6_K *b = (const BlockQ6_K *)blk;
             d = _cvtsh_ss(b->d);
-            /* the scales as int16, and -32 times them against the bsums */
-            __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
-            for (int t = 0; t < TT; t++)
-                acc[t] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x[t][sb].bsums),
-                                           _mm256_mullo_epi16(sc, _mm256_set1_epi16(-32)));
+            /* the scales as int16, -32 times them against the bsums */
+            __m256i sc32 = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)),
+                                              _mm256_set1_epi16(-32));
+            QK_EACH(Q6K_START);
             for (int h = 0; h < 2; h++)
                 for (int i = 0; i < 4; i++) {   /* sub-blocks 8h + 2i and 8h + 2i + 1 */
                     __m256i q = q6_values(b, h, i);
                     __m256i s = _mm256_inserti128_si256(_mm256_set1_epi16(b->scales[8 * h + 2 * i]),
                                                         _mm_set1_epi16(b->scales[8 * h + 2 * i + 1]), 1);
-                    for (int t = 0; t < TT; t++) {
-                        __m256i xq = _mm256_loadu_si256((const __m256i *)(x[t][sb].qs + 128 * h + 32 * i));
-                        acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), s));
-                    }
+                    QK_EACH(Q6K_TOKEN);
                 }
         }
-        for (int t = 0; t < TT; t++) {   /* qk_dot_int_of's float step, in its order */
-            int32_t isum = isum8(acc[t]), msum = type == DT_Q4_K ? isum8(macc[t]) : 0;
-            sum[t] += d * x[t][sb].d * (float)isum - dmin * x[t][sb].d * (float)msum;
-        }
+        QK_EACH(QK_FINISH);
     }
     for (int t = 0; t < TT; t++) job->out[(size_t)(t0 + t) * N + n] = sum[t];
 }
