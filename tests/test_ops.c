@@ -1517,14 +1517,13 @@ static void isa_names_parse_and_anything_else_is_a_one_line_error(void **state) 
 }
 
 /* Decoding on AVX-512 reads one row at a time or four side by side
- * (ops_decode_rows, chosen by CPU kind): every output is the same bits
+ * (ops_decode_rows, chosen by CPU kind; AVX2's float tiles two for four):
+ * every output is the same bits
  * either way, and the same as that token's in a batch of 5 (the batched
  * tiles' sums). N = 1203 leaves 3 rows after the last four; K leaves a
  * masked step (floats), an odd last block (Q8_0) or a last quad of one
  * block (the blocks of 32). */
-static void decoding_one_or_four_rows_at_a_time_gives_the_same_bits(void **state) {
-    (void)state;
-    if (ops_best_isa() != OPS_AVX512) skip();
+static void check_decode_rows(OpsIsa isa) {
     DType types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q5_1};
     for (int i = 0; i < 6; i++) {
         int N = 1203, K = dtype_block(types[i]) > 1 ? 288 : 280, T = 5;
@@ -1536,20 +1535,29 @@ static void decoding_one_or_four_rows_at_a_time_gives_the_same_bits(void **state
         assert_non_null(four);
         assert_non_null(batch);
         ops_set_decode_rows(1);
-        run_matmul(one, x, &W, 1, OPS_AVX512);
+        run_matmul(one, x, &W, 1, isa);
         ops_set_decode_rows(4);
-        run_matmul(four, x, &W, 1, OPS_AVX512);
-        run_matmul(batch, x, &W, T, OPS_AVX512);
+        run_matmul(four, x, &W, 1, isa);
+        run_matmul(batch, x, &W, T, isa);
         ops_set_decode_rows(0);
         for (int n = 0; n < N; n++) {
             if (float_to_bits(one[n]) != float_to_bits(four[n]) || float_to_bits(one[n]) != float_to_bits(batch[n])) {
-                print_error("%s row %d: one row at a time %.9g, four %.9g, in a batch %.9g\n",
-                            dtype_name(types[i]), n, one[n], four[n], batch[n]);
+                print_error("%s %s row %d: one row at a time %.9g, four %.9g, in a batch %.9g\n",
+                            dtype_name(types[i]), ops_isa_name(isa), n, one[n], four[n], batch[n]);
                 fail();
             }
         }
         free(one), free(four), free(batch), free(x), free((void *)W.data);
     }
+}
+
+static void decoding_one_or_four_rows_at_a_time_gives_the_same_bits(void **state) {
+    (void)state;
+    OpsIsa isas[4];
+    int n_isas = cpu_isas(isas, 0);
+    if (n_isas == 1) skip();
+    for (int s = 1; s < n_isas; s++)   /* AVX2 (its float tiles take two rows side by side), AVX-512 */
+        check_decode_rows(isas[s]);
 }
 
 /* LLM_DECODE_ROWS: 1 or 4, set at start-up like LLM_ISA; anything else is a

@@ -201,8 +201,10 @@ static void print_machine(const Args *a, const Machine *mc, int argc, char **arg
     }
     printf(" GFLOP/s\ninstruction peaks (independent chains, median of %d):", CEIL_RUNS);
     for (int i = 0; i < a->n_threads; i++) {
-        printf("%s %d thread%s AVX-512 FMA %.1f GFLOP/s, VNNI vpdpbusd %.1f GOP/s", i ? ";" : "", a->threads[i],
-               a->threads[i] > 1 ? "s" : "", mc->fma_gflops[i], mc->vnni_gops[i]);
+        int avx2 = !ceil_has_avx512() && ceil_has_avx2();   /* ceilings.h: the AVX2 forms */
+        printf("%s %d thread%s %s FMA %.1f GFLOP/s, %s %.1f GOP/s", i ? ";" : "", a->threads[i],
+               a->threads[i] > 1 ? "s" : "", avx2 ? "AVX2" : "AVX-512", mc->fma_gflops[i],
+               avx2 ? "int8 vpmaddubsw+vpmaddwd+vpaddd" : "VNNI vpdpbusd", mc->vnni_gops[i]);
         if (mc->amx_gops[i] > 0) printf(", AMX tdpbssd %.1f GOP/s", mc->amx_gops[i]);
     }
     if (mc->amx_gops[0] > 0)

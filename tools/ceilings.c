@@ -65,7 +65,11 @@ int main(int argc, char **argv) {
     char kind[96], name[160];
     cpu_kind(kind, sizeof kind);
     cpu_name(name, sizeof name);
-    printf("cpu: %s (%s)%s\n", kind, name, ceil_has_vnni() ? "" : ceil_has_avx512() ? ", no VNNI" : ", no AVX-512");
+    printf("cpu: %s (%s)%s\n", kind, name,
+           ceil_has_vnni()     ? ""
+           : ceil_has_avx512() ? ", no VNNI"
+           : ceil_has_avx2()   ? ", no AVX-512: AVX2 loops, FMA and int8 (vpmaddubsw, vpmaddwd, vpaddd)"
+                               : ", no AVX-512 or AVX2");
     printf("read: %d GiB, median of %d runs a loop; peaks: median of %d\n\n", gib, CEIL_RUNS, CEIL_RUNS);
     printf("| threads |");
     for (int w = 0; w < CEIL_READS; w++) printf(" %s GB/s |", CEIL_READ_NAMES[w]);

@@ -15,11 +15,19 @@
  *              four rows side by side: on a Xeon Emerald Rapids core this
  *              beat every loop above)
  *
+ * On a CPU without AVX-512 but with AVX2 (an AMD Zen 2 or Zen 3) the wide
+ * loops are the same with 32-byte loads, sixteen a step.
+ *
  * and the peaks of the instructions that do a product's work, one core:
  *
- *   fma        AVX-512 vfmadd on 16 independent accumulators: 2 x 16 flops each
+ *   fma        AVX-512 vfmadd on 16 independent accumulators: 2 x 16 flops
+ *              each (AVX2: 10 accumulators, 2 x 8)
  *   vnni       AVX-512 VNNI vpdpbusd on 16 accumulators: 64 u8 x s8 products
- *              and their sums into 16 int32, 128 operations each
+ *              and their sums into 16 int32, 128 operations each. Without
+ *              VNNI, on AVX2, the three instructions that do one vpdpbusd's
+ *              work on 32 bytes (vpmaddubsw, vpmaddwd by ones, vpaddd: what
+ *              every AVX2 int8 kernel, ours and llama.cpp's, runs), 64
+ *              operations each three
  *   amx        where the CPU has AMX (Intel since Sapphire Rapids): tdpbssd
  *              on 4 tiles of 16 x 16 int32, 16 x 16 x 64 s8 x s8 products
  *              and sums each, 32768 operations; llama.cpp's batched
@@ -68,8 +76,10 @@ static inline void cpu_kind(char *buf, size_t cap) {
 
 static inline int ceil_has_avx512(void) { return __builtin_cpu_supports("avx512f"); }
 static inline int ceil_has_vnni(void) { return __builtin_cpu_supports("avx512vnni"); }
+static inline int ceil_has_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 
 #define CEIL_AVX512 __attribute__((target("avx512f")))
+#define CEIL_AVX2 __attribute__((target("avx2,fma")))
 #define CEIL_AMX __attribute__((target("amx-tile,amx-int8")))
 #define CEIL_VNNI __attribute__((target("avx512f,avx512vnni")))
 
@@ -138,7 +148,68 @@ CEIL_AVX512 static inline uint64_t read_four_rows(const uint8_t *p, size_t bytes
     return s;
 }
 
+/* The same three on AVX2: sixteen 32-byte loads a step. */
+CEIL_AVX2 static inline uint64_t avx2_sum(const __m256i a[16]) {
+    __m256i t = a[0];
+    for (int v = 1; v < 16; v++) t = _mm256_add_epi64(t, a[v]);
+    uint64_t lanes[4];
+    _mm256_storeu_si256((__m256i *)lanes, t);
+    return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
+CEIL_AVX2 static inline uint64_t read_wide_avx2(const uint8_t *p, size_t bytes, size_t ahead) {
+    __m256i a[16];
+    for (int v = 0; v < 16; v++) a[v] = _mm256_setzero_si256();
+    for (size_t i = 0; i < bytes; i += 512) {
+        if (ahead)
+            for (int v = 0; v < 8; v++) _mm_prefetch((const char *)(p + i + ahead + 64 * v), _MM_HINT_T0);
+        for (int v = 0; v < 16; v++) a[v] = _mm256_add_epi64(a[v], _mm256_loadu_si256((const __m256i *)(p + i + 32 * v)));
+    }
+    return avx2_sum(a);
+}
+
+CEIL_AVX2 static inline uint64_t read_two_streams_avx2(const uint8_t *p, size_t bytes) {
+    const uint8_t *q = p + bytes / 2;
+    __m256i a[16];
+    for (int v = 0; v < 16; v++) a[v] = _mm256_setzero_si256();
+    for (size_t i = 0; i < bytes / 2; i += 256) {
+        for (int v = 0; v < 8; v++) a[v] = _mm256_add_epi64(a[v], _mm256_loadu_si256((const __m256i *)(p + i + 32 * v)));
+        for (int v = 0; v < 8; v++)
+            a[8 + v] = _mm256_add_epi64(a[8 + v], _mm256_loadu_si256((const __m256i *)(q + i + 32 * v)));
+    }
+    return avx2_sum(a);
+}
+
+CEIL_AVX2 static inline uint64_t read_four_rows_avx2(const uint8_t *p, size_t bytes) {
+    enum { ROW = 4096 };
+    __m256i a[16];
+    for (int v = 0; v < 16; v++) a[v] = _mm256_setzero_si256();
+    for (size_t g = 0; g < bytes; g += 4 * ROW) {
+        const uint8_t *r = p + g;
+        for (size_t i = 0; i < ROW; i += 128) {
+            for (int v = 0; v < 4; v++) {
+                _mm_prefetch((const char *)(r + 4 * ROW + v * ROW + i), _MM_HINT_T1);
+                _mm_prefetch((const char *)(r + 4 * ROW + v * ROW + i + 64), _MM_HINT_T1);
+            }
+            for (int v = 0; v < 4; v++)
+                for (int k = 0; k < 4; k++)
+                    a[4 * v + k] = _mm256_add_epi64(a[4 * v + k],
+                                                    _mm256_loadu_si256((const __m256i *)(r + v * ROW + i + 32 * k)));
+        }
+    }
+    return avx2_sum(a);
+}
+
 static inline uint64_t read_once(int which, const uint8_t *p, size_t bytes) {
+    if (which > 0 && !ceil_has_avx512() && ceil_has_avx2()) {
+        switch (which) {
+        case 1: return read_wide_avx2(p, bytes, 0);
+        case 2: return read_wide_avx2(p, bytes, 1024);
+        case 3: return read_wide_avx2(p, bytes, 4096);
+        case 4: return read_two_streams_avx2(p, bytes);
+        default: return read_four_rows_avx2(p, bytes);
+        }
+    }
     if (which > 0 && !ceil_has_avx512()) return read_plain(p, bytes);
     switch (which) {
     case 1: return read_wide(p, bytes, 0);
@@ -191,6 +262,41 @@ CEIL_AVX512 static inline float fma_chains(long n) {
         for (int v = 0; v < 16; v++) a[v] = _mm512_fmadd_ps(a[v], x, y);
     for (int v = 1; v < 16; v++) a[0] = _mm512_add_ps(a[0], a[v]);
     return _mm512_reduce_add_ps(a[0]);
+}
+
+/* The same on AVX2 with 10 chains (16 registers, not 32; ten cover the FMA
+ * latency times two a cycle): 2 * 10 * 8 flops a step. */
+enum { CEIL_FMA_CHAINS_AVX2 = 10, CEIL_INT8_CHAINS_AVX2 = 6 };
+CEIL_AVX2 static inline float fma_chains_avx2(long n) {
+    __m256 a[CEIL_FMA_CHAINS_AVX2], x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
+    for (int v = 0; v < CEIL_FMA_CHAINS_AVX2; v++) a[v] = _mm256_set1_ps((float)v);
+    for (long i = 0; i < n; i++)
+        for (int v = 0; v < CEIL_FMA_CHAINS_AVX2; v++) a[v] = _mm256_fmadd_ps(a[v], x, y);
+    for (int v = 1; v < CEIL_FMA_CHAINS_AVX2; v++) a[0] = _mm256_add_ps(a[0], a[v]);
+    float lanes[8], s = 0.0f;
+    _mm256_storeu_ps(lanes, a[0]);
+    for (int l = 0; l < 8; l++) s += lanes[l];
+    return s;
+}
+
+/* AVX2's int8 dot product: 6 chains of vpmaddubsw, vpmaddwd by ones, vpaddd,
+ * each chain its own signed bytes against one register of unsigned ones,
+ * which an empty asm statement marks as changed at every step (so that the
+ * products are not computed once, outside the loop): 6 x 64 operations a
+ * step (32 products, 32 sums). */
+CEIL_AVX2 static inline int int8_chains_avx2(long n) {
+    __m256i a[CEIL_INT8_CHAINS_AVX2], y[CEIL_INT8_CHAINS_AVX2], x = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+    for (int v = 0; v < CEIL_INT8_CHAINS_AVX2; v++) a[v] = _mm256_set1_epi32(v), y[v] = _mm256_set1_epi8((char)(-v - 1));
+    for (long i = 0; i < n; i++) {
+        __asm__ volatile("" : "+x"(x));
+        for (int v = 0; v < CEIL_INT8_CHAINS_AVX2; v++)
+            a[v] = _mm256_add_epi32(a[v], _mm256_madd_epi16(_mm256_maddubs_epi16(x, y[v]), ones));
+    }
+    for (int v = 1; v < CEIL_INT8_CHAINS_AVX2; v++) a[0] = _mm256_add_epi32(a[0], a[v]);
+    uint32_t lanes[8], s = 0;
+    _mm256_storeu_si256((__m256i *)lanes, a[0]);
+    for (int l = 0; l < 8; l++) s += lanes[l];
+    return (int)(s & 0x7fffffff);
 }
 
 /* n steps of 16 independent vpdpbusd chains: 16 x 128 operations a step. */
@@ -252,16 +358,21 @@ CEIL_AMX static inline int amx_chains(long n) {
 /* GFLOP/s (kind 0, FMA) or GOP/s (1, VNNI; 2, AMX) of all threads together,
  * each running its own chains; 0 where the CPU lacks the instruction. */
 static inline double ceil_peak(int kind, int threads, uint64_t *sink) {
-    if (kind == 2 ? !ceil_has_amx() : kind ? !ceil_has_vnni() : !ceil_has_avx512()) return 0.0;
+    int avx2 = !ceil_has_avx512() && ceil_has_avx2() && kind < 2;   /* the AVX2 forms of FMA and int8 */
+    if (!avx2 && (kind == 2 ? !ceil_has_amx() : kind ? !ceil_has_vnni() : !ceil_has_avx512())) return 0.0;
     const long steps = kind == 2 ? 100 * 1000 : 20 * 1000 * 1000;
-    const double ops = kind == 2 ? 4.0 * 16 * 16 * 64 * 2 : kind ? 16.0 * 128.0 : 16.0 * 32.0;
+    const double ops = kind == 2 ? 4.0 * 16 * 16 * 64 * 2
+                       : kind    ? (avx2 ? CEIL_INT8_CHAINS_AVX2 * 64.0 : 16.0 * 128.0)
+                                 : (avx2 ? CEIL_FMA_CHAINS_AVX2 * 16.0 : 16.0 * 32.0);
     double g[CEIL_RUNS];
     for (int r = -1; r < CEIL_RUNS; r++) {
         uint64_t s = 0;
         double t0 = clock_seconds();
 #pragma omp parallel for num_threads(threads) reduction(+ : s) schedule(static)
         for (int i = 0; i < threads; i++)
-            s += kind == 2 ? (uint64_t)amx_chains(steps) : kind ? (uint64_t)vnni_chains(steps) : (uint64_t)fma_chains(steps);
+            s += kind == 2 ? (uint64_t)amx_chains(steps)
+                 : kind     ? (uint64_t)(avx2 ? int8_chains_avx2(steps) : vnni_chains(steps))
+                            : (uint64_t)(avx2 ? fma_chains_avx2(steps) : fma_chains(steps));
         double t = clock_seconds() - t0;
         *sink += s;
         if (r >= 0) g[r] = ops * (double)steps * threads / t * 1e-9;

@@ -21,7 +21,7 @@
  *   file of src/kernels/ and src/base/, -O3 -march=native -fopenmp -Isrc,
  *   -lopenblas -lm
  * Run (OpenBLAS picks its kernels by OPENBLAS_CORETYPE; name the real CPU):
- *   OPENBLAS_CORETYPE=SkylakeX build/kbench [--isa plain|generic|avx512|best] [--type F32|F16|Q8_0|Q4_0|..|Q6_K]
+ *   OPENBLAS_CORETYPE=SkylakeX build/kbench [--isa plain|generic|avx2|avx512|best] [--type F32|F16|Q8_0|Q4_0|..|Q6_K]
  *       [--shape NxK] [--reps R] [--threads 1|2|both] [--pool-mib M] [--prefill-t T]
  * LLM_DECODE_ROWS=1|4 sets how many rows T = 1 reads side by side (ops.h).
  * --pool-mib 0 keeps one copy of each matrix, so small ones run from cache:
@@ -172,7 +172,7 @@ static double time_cell(const Cell *c, const uint8_t *pool, size_t pool_bytes, i
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kbench [--isa plain|generic|avx512|best] [--type F32|F16|Q8_0|Q4_0|..|Q6_K] [--shape NxK] "
+    fprintf(f, "usage: kbench [--isa plain|generic|avx2|avx512|best] [--type F32|F16|Q8_0|Q4_0|..|Q6_K] [--shape NxK] "
                "[--reps R (1..%d)] [--threads 1|2|both] [--pool-mib M] [--prefill-t T]\n",
             MAX_REPS);
 }

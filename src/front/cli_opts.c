@@ -37,7 +37,7 @@ void cli_engine_usage(FILE *f) {
         "                       --device cuda the fast tier, kept coded on the GPU\n"
         "  --low-mem=rans       every coded matrix a layer at a time (the rANS tier)\n"
         "  --isa I              kernels: plain (the reference loops, one thread: for gdb),\n"
-        "                       generic, avx512 or best (default; LLM_ISA sets it too)\n"
+        "                       generic, avx2, avx512 or best (default; LLM_ISA sets it too)\n"
         "  --device D           cpu (default) or cuda: the forward pass on an NVIDIA GPU, the\n"
         "                       KV pool in its memory (a build of make cuda: build/cuda/...)\n"
         "  --trace              lifecycle of every request and a summary of every step on\n"
