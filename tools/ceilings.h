@@ -122,6 +122,14 @@ CEIL_AVX512 static inline uint64_t read_two_streams(const uint8_t *p, size_t byt
     return s;
 }
 
+/* The 128 bytes at r of each of the next four rows of `row` bytes, into L2. */
+static inline void ask_next_four_rows(const uint8_t *r, size_t row) {
+    for (int v = 0; v < 4; v++) {
+        _mm_prefetch((const char *)(r + (4 + v) * row), _MM_HINT_T1);
+        _mm_prefetch((const char *)(r + (4 + v) * row + 64), _MM_HINT_T1);
+    }
+}
+
 /* Four rows of 4 KiB side by side, 64 bytes of each a step (bytes a
  * multiple of 16 KiB). */
 CEIL_AVX512 static inline uint64_t read_four_rows(const uint8_t *p, size_t bytes) {
@@ -131,10 +139,7 @@ CEIL_AVX512 static inline uint64_t read_four_rows(const uint8_t *p, size_t bytes
     for (size_t g = 0; g < bytes; g += 4 * ROW) {
         const uint8_t *r = p + g;
         for (size_t i = 0; i < ROW; i += 128) {
-            for (int v = 0; v < 4; v++) {
-                _mm_prefetch((const char *)(r + 4 * ROW + v * ROW + i), _MM_HINT_T1);
-                _mm_prefetch((const char *)(r + 4 * ROW + v * ROW + i + 64), _MM_HINT_T1);
-            }
+            ask_next_four_rows(r + i, ROW);
             for (int v = 0; v < 4; v++) {
                 a[v] = _mm512_add_epi64(a[v], _mm512_loadu_si512(r + v * ROW + i));
                 a[4 + v] = _mm512_add_epi64(a[4 + v], _mm512_loadu_si512(r + v * ROW + i + 64));
@@ -187,10 +192,7 @@ CEIL_AVX2 static inline uint64_t read_four_rows_avx2(const uint8_t *p, size_t by
     for (size_t g = 0; g < bytes; g += 4 * ROW) {
         const uint8_t *r = p + g;
         for (size_t i = 0; i < ROW; i += 128) {
-            for (int v = 0; v < 4; v++) {
-                _mm_prefetch((const char *)(r + 4 * ROW + v * ROW + i), _MM_HINT_T1);
-                _mm_prefetch((const char *)(r + 4 * ROW + v * ROW + i + 64), _MM_HINT_T1);
-            }
+            ask_next_four_rows(r + i, ROW);
             for (int v = 0; v < 4; v++)
                 for (int k = 0; k < 4; k++)
                     a[4 * v + k] = _mm256_add_epi64(a[4 * v + k],
