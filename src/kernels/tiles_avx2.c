@@ -219,14 +219,14 @@ AVX2_INLINE __m256i q4_values(const uint8_t *qs) {
     return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
 }
 
-/* Rows n .. n+R-1 by tokens t0 .. t0+TT-1 of Q8_0 (type DT_Q8_0) or Q4_0
- * (its values less 8 are int8 values like Q8_0's). Block b's sums go to
- * register b % 2 of the pair, its scale d_w * d_x to each of the eight lanes
- * by one FMA. For Q8_0 this is rows.h's order: lanes 0-7 the even blocks,
- * 8-15 the odd ones, added by lanes_sum. Q4_0 uses the same order. The
- * weight's magnitude is taken once per row and block, the scales broadcast
- * once per row (or token) and block: per row and token and block that leaves
- * a sign, the two multiply-adds, a conversion, a multiply and an FMA. */
+/* Row n by tokens t0 .. t0+TT-1 of Q8_0 (type DT_Q8_0) or Q4_0 (its values
+ * less 8 are int8 values like Q8_0's). Block b's sums go to register b % 2
+ * of the token's pair, its scale d_w * d_x to each of the eight lanes by one
+ * FMA. For Q8_0 this is rows.h's order: lanes 0-7 the even blocks, 8-15 the
+ * odd ones, added by lanes_sum. Q4_0 uses the same order. The weight's
+ * magnitude and scale are taken once per block, the token's scale broadcast
+ * once per token and block: per token and block that leaves a sign, the two
+ * multiply-adds, a conversion, a multiply and an FMA (Q8_TOKEN). */
 #define Q8_TOKEN(XR, A_L, A_H)                                                                     \
     do {                                                                                           \
         __m256i xq_ = _mm256_loadu_si256((const __m256i *)((XR).qs + b * QK8_0));                  \
@@ -241,7 +241,7 @@ AVX2_INLINE __m256i q4_values(const uint8_t *qs) {
 AVX2_INLINE void q8_tile_avx2(const MatmulJob *job, int n, int t0, DType type, int TT) {
     int N = job->W->N, K = job->W->K, nb = K / QK8_0;
     const uint8_t *w = row_ptr(job->W, n);
-    size_t bs = type == DT_Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+    size_t bs = type == DT_Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0), ws = dtype_row_bytes(type, K);
     ActRow x0 = act_row(job->act, K, t0), x1 = x0, x2 = x0, x3 = x0;
     if (TT > 1) x1 = act_row(job->act, K, t0 + 1);
     if (TT > 2) x2 = act_row(job->act, K, t0 + 2);
@@ -249,7 +249,7 @@ AVX2_INLINE void q8_tile_avx2(const MatmulJob *job, int n, int t0, DType type, i
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 a0l = _mm256_setzero_ps(), a0h = a0l, a1l = a0l, a1h = a0l, a2l = a0l, a2h = a0l, a3l = a0l, a3h = a0l;
     for (int b0 = 0; b0 < nb; b0 += 2) {
-        prefetch_weights(w + b0 * bs, 2 * bs, 1, TT, dtype_row_bytes(type, K));
+        prefetch_weights(w + b0 * bs, 2 * bs, 1, TT, ws);
         for (int h = 0; h < 2 && b0 + h < nb; h++) {   /* h a constant once unrolled */
             int b = b0 + h;
             const uint8_t *blk = w + b * bs;
