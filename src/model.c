@@ -404,7 +404,7 @@ static float *forward_cpu(const Model *m, RunState *s, const KvStore *kv, const 
         const void *ptr[LM_MAX_PARTS];
         if (lm_acquire(m->lowmem, c->n_layers + p, ptr, &s->err)) return nan_logits(s, V, b->n_logits);
         int r0 = p * m->head_rows, n = r0 + m->head_rows < V ? m->head_rows : V - r0;
-        Mat piece = {m->output.type, n, D, ptr[0]};
+        Mat piece = {.type = m->output.type, .N = n, .K = D, .data = ptr[0]};
         matmul(s->head, s->xb, &piece, b->n_logits, s->scratch);
         for (int i = 0; i < b->n_logits; i++)
             memcpy(s->logits + (size_t)i * V + r0, s->head + (size_t)i * n, (size_t)n * sizeof(float));

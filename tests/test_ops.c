@@ -157,7 +157,7 @@ static void exact_dot(const Mat *W, int n, const float *xt, double *value, doubl
 
 /* matmul_isa and matmul_ref on one problem, both within budget of exact. */
 static void check_matmul(DType type, int N, int K, int T, OpsIsa isa, uint64_t seed) {
-    Mat W = {type, N, K, make_weights(type, N, K, seed)};
+    Mat W = {.type = type, .N = N, .K = K, .data = make_weights(type, N, K, seed)};
     float *x = make_activations(T, K, seed + 1);
     float *got = malloc(sizeof(float) * (size_t)T * N), *ref = malloc(sizeof(float) * (size_t)T * N);
     assert_non_null(got);
@@ -548,7 +548,7 @@ static void q8_0_every_path_gives_the_reference_bits(void **state) {
     for (int k = 0; k < 5; k++) {
         for (int j = 0; j < 5; j++) {
             int K = Ks[k], T = Ts[j];
-            Mat W = {DT_Q8_0, N, K, make_weights(DT_Q8_0, N, K, 11 + (unsigned)k)};
+            Mat W = {.type = DT_Q8_0, .N = N, .K = K, .data = make_weights(DT_Q8_0, N, K, 11 + (unsigned)k)};
             float *x = make_activations(T, K, 12 + (unsigned)j);
             float got[17 * 45], ref[17 * 45];
             matmul_ref(ref, x, &W, T);
@@ -574,7 +574,7 @@ static void q8_0_every_path_gives_the_reference_bits(void **state) {
  * with AMX off, matmul_ref's bits again. The path is also held to exact
  * arithmetic in double precision (check_matmul, check_small_matmul). */
 static void check_amx(DType type, int N, int K, int T, uint64_t seed) {
-    Mat W = {type, N, K, make_weights(type, N, K, seed)};
+    Mat W = {.type = type, .N = N, .K = K, .data = make_weights(type, N, K, seed)};
     float *x = make_activations(T, K, seed + 1);
     float *got = malloc(sizeof(float) * (size_t)T * N), *ref = malloc(sizeof(float) * (size_t)T * N);
     assert_non_null(got);
@@ -626,7 +626,7 @@ static void q8_0_q4_0_and_q4_k_on_amx_tiles_give_the_blocks_reference_bits(void 
  * our tiles run instead of sgemm (batched decoding of a few sequences),
  * k-blocked from 16 tokens on. */
 static void check_batch_equals_single_tokens_on(DType type, int N, int K, int T, OpsIsa isa) {
-    Mat W = {type, N, K, make_weights(type, N, K, 21)};
+    Mat W = {.type = type, .N = N, .K = K, .data = make_weights(type, N, K, 21)};
     float *x = make_activations(T, K, 22);
     float *all = malloc(sizeof(float) * (size_t)T * N), *one = malloc(sizeof(float) * (size_t)N);
     assert_non_null(all);
@@ -683,7 +683,7 @@ static void half_rows_of_one_token_give_the_same_bits_on_every_fast_path(void **
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++) {
             int N = 70, K = Ks[j];
-            Mat W = {types[i], N, K, make_weights(types[i], N, K, 41 + i)};
+            Mat W = {.type = types[i], .N = N, .K = K, .data = make_weights(types[i], N, K, 41 + i)};
             float *x = make_activations(1, K, 42 + j), a[70], b[70];
             run_matmul(a, x, &W, 1, OPS_GENERIC);
             for (int s = 1; s < n_isas; s++) {
@@ -713,7 +713,7 @@ static void float_tiles_give_the_same_bits_on_avx2_and_avx512(void **state) {
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 5; j++) {
             int N = 37, K = 200, T = Ts[j];
-            Mat W = {types[i], N, K, make_weights(types[i], N, K, 51 + i)};
+            Mat W = {.type = types[i], .N = N, .K = K, .data = make_weights(types[i], N, K, 51 + i)};
             float *x = make_activations(T, K, 52 + j), a[17 * 37], b[17 * 37];
             run_matmul(a, x, &W, T, OPS_AVX2);
             run_matmul(b, x, &W, T, OPS_AVX512);
@@ -742,7 +742,7 @@ static void k_formats_on_avx2_give_the_generic_bits(void **state) {
         for (int k = 0; k < 2; k++)
             for (int j = 0; j < 3; j++) {
                 int N = 33, K = Ks[k], T = Ts[j];
-                Mat W = {types[i], N, K, make_weights(types[i], N, K, 61 + (unsigned)(i + k))};
+                Mat W = {.type = types[i], .N = N, .K = K, .data = make_weights(types[i], N, K, 61 + (unsigned)(i + k))};
                 float *x = make_activations(T, K, 62 + (unsigned)j), a[11 * 33], b[11 * 33];
                 run_matmul(a, x, &W, T, OPS_GENERIC);
                 run_matmul(b, x, &W, T, OPS_AVX2);
@@ -752,6 +752,117 @@ static void k_formats_on_avx2_give_the_generic_bits(void **state) {
                 }
                 free(x), free((void *)W.data);
             }
+}
+
+/* Q4_0 in eights (formats.h): every block of every row read back from the
+ * copy is the row's own, and a few bytes sit where the layout says: row
+ * 8g + i's scale in d[i], and its nibble byte j in load (x, h) = (i / 2 % 2,
+ * j / 8), row slot y with q4_0_rows8_row(x, y) == i. */
+static void q4_0_in_eights_holds_every_block_where_the_layout_says(void **state) {
+    (void)state;
+    int N = 24, K = 96, nb = K / QK4;
+    Mat W = {.type = DT_Q4_0, .N = N, .K = K, .data = make_weights(DT_Q4_0, N, K, 71)};
+    uint8_t *copy = malloc(dtype_row_bytes(DT_Q4_0, K) * (size_t)N);
+    assert_non_null(copy);
+    q4_0_to_rows8(copy, &W);
+    const BlockQ4_0 *blocks = W.data;
+    for (int n = 0; n < N; n++)
+        for (int b = 0; b < nb; b++) {
+            BlockQ4_0 back;
+            q4_0_rows8_block(&back, copy, K, n, b);
+            assert_memory_equal(&back, &blocks[(size_t)n * nb + b], sizeof back);
+        }
+    /* row 13 = group 1, i = 5: x = 0, y = 3 (4 * 1 + 2 * 0 + 1); block 2, byte 11 (h = 1) */
+    assert_int_equal(q4_0_rows8_row(0, 3), 5);
+    const uint8_t *blk = copy + ((size_t)1 * nb + 2) * Q4_0_ROWS8_BLOCK;
+    uint16_t d;
+    memcpy(&d, blk + 2 * 5, 2);
+    assert_int_equal(d, blocks[13 * nb + 2].d);
+    assert_int_equal(blk[16 + ((0 * 2 + 1) * 4 + 3) * 8 + 3], blocks[13 * nb + 2].qs[11]);
+    free(copy), free((void *)W.data);
+}
+
+/* Q4_0 in eights on AVX2: the bits of matmul_blocks_ref (exact integer sums
+ * per block, one float chain per row and token), for one block, an odd count
+ * and many; 8 rows, 40 (a group of 16 rows cut in half) and 72; tokens in one
+ * tile, in several and a partial last one; on one and two threads; the
+ * largest sums a tile's int16 lanes hold (nibbles of 15 against values of
+ * +-127 all through); and in a group with a matrix whose rows it does not
+ * have in eights, where a thread's range starts inside a group of eight. */
+static void check_rows8(int N, int K, int T, int extreme, uint64_t seed) {
+    Mat W = {.type = DT_Q4_0, .N = N, .K = K, .data = make_weights(DT_Q4_0, N, K, seed)};
+    float *x = make_activations(T, K, seed + 1);
+    if (extreme) {
+        BlockQ4_0 *b = (BlockQ4_0 *)W.data;
+        for (size_t i = 0; i < (size_t)N * K / QK4; i++) memset(b[i].qs, i % 3 ? 0xff : 0x00, 16);
+        for (size_t i = 0; i < (size_t)T * K; i++) x[i] = i % 64 < 32 ? 1.0f : -1.0f;
+    }
+    uint8_t *copy = malloc(dtype_row_bytes(DT_Q4_0, K) * (size_t)N);
+    float *got = malloc(sizeof(float) * (size_t)T * N), *ref = malloc(sizeof(float) * (size_t)T * N);
+    assert_non_null(copy);
+    assert_non_null(got);
+    assert_non_null(ref);
+    q4_0_to_rows8(copy, &W);
+    W.rows8 = copy;
+    matmul_blocks_ref(ref, x, &W, T);
+    int saved = ops_threads();
+    for (int threads = 1; threads <= 2; threads++) {
+        ops_set_threads(threads);
+        run_matmul(got, x, &W, T, OPS_AVX2);
+        for (int e = 0; e < T * N; e++)
+            if (float_to_bits(got[e]) != float_to_bits(ref[e])) {
+                print_error("Q4_0 in eights N=%d K=%d T=%d, %d thread%s: out[%d][%d] %.9g, the reference %.9g\n", N,
+                            K, T, threads, threads > 1 ? "s" : "", e / N, e % N, got[e], ref[e]);
+                fail();
+            }
+    }
+    ops_set_threads(saved);
+    free(got), free(ref), free(copy), free(x), free((void *)W.data);
+}
+
+static void q4_0_in_eights_on_avx2_gives_the_blocks_reference_bits(void **state) {
+    (void)state;
+    OpsIsa got;
+    Err e;
+    if (ops_parse_isa("avx2", &got, &e) != ST_OK) {
+        print_message("skipped: this CPU has no AVX2\n");
+        return;
+    }
+    const int Ks[] = {32, 224, 2080}, Ts[] = {1, 3, 4, 9}, Ns[] = {8, 40, 72};
+    for (int k = 0; k < 3; k++)
+        for (int j = 0; j < 4; j++)
+            for (int i = 0; i < 3; i++) check_rows8(Ns[i], Ks[k], Ts[j], 0, 81 + (unsigned)(k * 16 + j * 4 + i));
+    check_rows8(40, 8192, 5, 0, 82);   /* big enough for two threads */
+    check_rows8(16, 256, 5, 1, 83);
+    /* a group: 12 rows as they are, then 40 in eights; the second thread's
+     * range starts at row 20 of the second matrix */
+    int K = 4096, T = 5, Ns2[2] = {12, 40};
+    Mat W[2];
+    uint8_t *copy = malloc(dtype_row_bytes(DT_Q4_0, K) * 40);
+    assert_non_null(copy);
+    for (int i = 0; i < 2; i++) W[i] = (Mat){.type = DT_Q4_0, .N = Ns2[i], .K = K, .data = make_weights(DT_Q4_0, Ns2[i], K, 84 + i)};
+    q4_0_to_rows8(copy, &W[1]);
+    W[1].rows8 = copy;
+    float *x = make_activations(T, K, 86), *a[2], *b[2];
+    for (int i = 0; i < 2; i++) {
+        a[i] = malloc(sizeof(float) * (size_t)T * Ns2[i]), b[i] = malloc(sizeof(float) * (size_t)T * Ns2[i]);
+        assert_non_null(a[i]);
+        assert_non_null(b[i]);
+    }
+    OpsIsa saved_isa = ops_isa();
+    int saved = ops_threads();
+    ops_set_isa(OPS_AVX2);
+    ops_set_threads(2);
+    void *scratch = malloc(matmul_scratch_bytes(DT_Q4_0, T, K));
+    assert_non_null(scratch);
+    matmul_group(a, x, (const Mat *const[]){&W[0], &W[1]}, 2, T, scratch);
+    ops_set_threads(1);
+    for (int i = 0; i < 2; i++) matmul(b[i], x, &W[i], T, scratch);
+    ops_set_threads(saved);
+    ops_set_isa(saved_isa);
+    for (int i = 0; i < 2; i++) assert_memory_equal(a[i], b[i], sizeof(float) * (size_t)T * Ns2[i]);
+    for (int i = 0; i < 2; i++) free(a[i]), free(b[i]), free((void *)W[i].data);
+    free(scratch), free(copy), free(x);
 }
 
 static void q8_0_small_batches_equal_single_tokens_bitwise(void **state) {
@@ -775,7 +886,7 @@ static void matmul_gives_same_results_on_one_and_two_threads(void **state) {
     for (int i = 0; i < 4; i++) {
         for (int j = 0; j < 4; j++) {
             int N = 1203, K = 256, T = Ts[j];
-            Mat W = {types[i], N, K, make_weights(types[i], N, K, 31 + i)};
+            Mat W = {.type = types[i], .N = N, .K = K, .data = make_weights(types[i], N, K, 31 + i)};
             float *x = make_activations(T, K, 32);
             float *a = malloc(sizeof(float) * (size_t)T * N), *b = malloc(sizeof(float) * (size_t)T * N);
             assert_non_null(a);
@@ -845,7 +956,7 @@ static void matmul_group_gives_each_matmuls_results(void **state) {
         Mat W[NM];
         for (int i = 0; i < NM; i++) {
             DType type = mixed ? (DType[]){DT_Q8_0, DT_Q4_K, DT_F16}[i] : types[ty];
-            W[i] = (Mat){type, Ns[i], K, make_weights(type, Ns[i], K, 500 + 10 * ty + i)};
+            W[i] = (Mat){.type = type, .N = Ns[i], .K = K, .data = make_weights(type, Ns[i], K, 500 + 10 * ty + i)};
         }
         for (size_t j = 0; j < sizeof Ts / sizeof Ts[0]; j++) {
             int T = Ts[j];
@@ -1002,7 +1113,7 @@ static void rounded_activations(double *out, const float *x, DType type, int K) 
  * sum with the largest |w| of each block. A wrong nibble, bit plane, scale
  * or offset moves a result by about one block's share, 1 / nb of the sum. */
 static void check_small_matmul(DType type, int N, int K, int T, OpsIsa isa, uint64_t seed) {
-    Mat W = {type, N, K, make_small_weights(type, N, K, seed)};
+    Mat W = {.type = type, .N = N, .K = K, .data = make_small_weights(type, N, K, seed)};
     float *x = make_activations(T, K, seed + 1), *got = malloc(sizeof(float) * (size_t)T * N);
     float *w = malloc(sizeof(float) * (size_t)K);
     double *xr = malloc(sizeof(double) * (size_t)K);
@@ -1065,7 +1176,7 @@ static void small_formats_on_the_plain_path_are_the_dequantized_float_dot(void *
     (void)state;
     int N = 7, K = 512, T = 3;
     for (int i = 0; i < N_SMALL; i++) {
-        Mat W = {SMALL_TYPES[i], N, K, make_weights(SMALL_TYPES[i], N, K, 91)};
+        Mat W = {.type = SMALL_TYPES[i], .N = N, .K = K, .data = make_weights(SMALL_TYPES[i], N, K, 91)};
         float *x = make_activations(T, K, 92), got[3 * 7];
         matmul_ref(got, x, &W, T);
         for (int t = 0; t < T; t++)
@@ -1099,7 +1210,7 @@ static void small_formats_give_the_same_bits_by_tokens_and_threads(void **state)
         OpsIsa isas[4];
         int n_isas = cpu_isas(isas, 0);
         int N = 1203, K = 512, T = 3;   /* big enough to be split between threads */
-        Mat W = {SMALL_TYPES[i], N, K, make_weights(SMALL_TYPES[i], N, K, 41)};
+        Mat W = {.type = SMALL_TYPES[i], .N = N, .K = K, .data = make_weights(SMALL_TYPES[i], N, K, 41)};
         float *x = make_activations(T, K, 42);
         float *a = malloc(sizeof(float) * (size_t)T * N), *b = malloc(sizeof(float) * (size_t)T * N);
         assert_non_null(a);
@@ -1388,7 +1499,7 @@ static void plain_isa_sends_every_matmul_through_the_reference_loops(void **stat
     int Ts[] = {1, 5, 40}, N = 37, K = 96;
     for (int i = 0; i < 3; i++) {
         for (int j = 0; j < 3; j++) {
-            Mat W = {types[i], N, K, make_weights(types[i], N, K, 51)};
+            Mat W = {.type = types[i], .N = N, .K = K, .data = make_weights(types[i], N, K, 51)};
             float *x = make_activations(Ts[j], K, 52);
             float got[40 * 37], ref[40 * 37];
             size_t bytes = matmul_scratch_bytes(W.type, Ts[j], K);
@@ -1445,7 +1556,7 @@ static void read_sum_adds_every_word_of_every_length(void **state) {
 static void default_isa_is_the_best_the_cpu_has(void **state) {
     (void)state;
     assert_int_equal(ops_isa(), ops_best_isa());
-    Mat W = {DT_F32, 37, 96, make_weights(DT_F32, 37, 96, 61)};
+    Mat W = {.type = DT_F32, .N = 37, .K = 96, .data = make_weights(DT_F32, 37, 96, 61)};
     float *x = make_activations(40, 96, 62), out[40 * 37];
     OpsStats a = ops_stats();
     matmul(out, x, &W, 4, NULL);
@@ -1524,7 +1635,7 @@ static void check_decode_rows(OpsIsa isa) {
     DType types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q5_1};
     for (int i = 0; i < 6; i++) {
         int N = 1203, K = dtype_block(types[i]) > 1 ? 288 : 280, T = 5;
-        Mat W = {types[i], N, K, make_weights(types[i], N, K, 71 + i)};
+        Mat W = {.type = types[i], .N = N, .K = K, .data = make_weights(types[i], N, K, 71 + i)};
         float *x = make_activations(T, K, 72);
         float *one = malloc(sizeof(float) * N), *four = malloc(sizeof(float) * N);
         float *batch = malloc(sizeof(float) * (size_t)T * N);
@@ -1591,7 +1702,7 @@ static void llm_amx_turns_the_tiles_off_and_a_bad_value_is_a_one_line_error(void
     assert_int_equal(ops_isa_from_env(&e), ST_OK);
     assert_int_equal(ops_amx(), 0);
     int N = 32, K = 64, T = 16;
-    Mat W = {DT_Q8_0, N, K, make_weights(DT_Q8_0, N, K, 61)};
+    Mat W = {.type = DT_Q8_0, .N = N, .K = K, .data = make_weights(DT_Q8_0, N, K, 61)};
     float *x = make_activations(T, K, 62), got[32 * 16], ref[32 * 16];
     run_matmul(got, x, &W, T, ops_best_isa());
     matmul_ref(ref, x, &W, T);
@@ -1773,6 +1884,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(half_rows_of_one_token_give_the_same_bits_on_every_fast_path),
         cmocka_unit_test(float_tiles_give_the_same_bits_on_avx2_and_avx512),
         cmocka_unit_test(k_formats_on_avx2_give_the_generic_bits),
+        cmocka_unit_test(q4_0_in_eights_holds_every_block_where_the_layout_says),
+        cmocka_unit_test(q4_0_in_eights_on_avx2_gives_the_blocks_reference_bits),
         cmocka_unit_test(q8_0_small_batches_equal_single_tokens_bitwise),
         cmocka_unit_test(matmul_gives_same_results_on_one_and_two_threads),
         cmocka_unit_test(decoding_one_or_four_rows_at_a_time_gives_the_same_bits),

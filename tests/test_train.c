@@ -305,8 +305,8 @@ static void trainer_forward_equals_engine_forward(void **st) {
     int D = c.dim, F = c.hidden_dim, qd = 32, kvd = 16, V = c.vocab_size;
     m.cfg = c;
     m.layers = layers;
-    m.tok_embd = (Mat){DT_F32, V, D, t.P.emb};
-    m.output = (Mat){DT_F32, V, D, t.P.out};
+    m.tok_embd = (Mat){.type = DT_F32, .N = V, .K = D, .data = t.P.emb};
+    m.output = (Mat){.type = DT_F32, .N = V, .K = D, .data = t.P.out};
     m.out_norm = t.P.out_norm;
     for (int l = 0; l < 2; l++)
         layers[l] = (Layer){t.P.attn_norm + l * D, {DT_F32, qd, D, t.P.wq + l * qd * D},

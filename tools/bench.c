@@ -107,7 +107,7 @@ static double median(double *v, int n) {
  * Median of MACHINE_RUNS after one untimed call. */
 static double measure_sgemm(int M, int N, int K, const float *x, const float *w, float *out) {
     double gflops[MACHINE_RUNS];
-    Mat W = {DT_F32, N, K, w};
+    Mat W = {.type = DT_F32, .N = N, .K = K, .data = w};
     for (int r = -1; r < MACHINE_RUNS; r++) {
         double t0 = clock_seconds();
         matmul(out, x, &W, M, NULL);

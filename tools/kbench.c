@@ -152,6 +152,24 @@ static double time_memory_read(const uint8_t *pool, size_t bytes, int threads, i
     return n * 8 * 1e-9 / (t1 - t0) + (sum == 42 ? 1e-12 : 0.0);   /* keep the sum */
 }
 
+/* The pool of a Q4_0 cell in eights (formats.h), where the path reads them
+ * (ops_rows8), or NULL: the whole pool taken as one matrix of rows of K, so
+ * that each window of whole matrices is a window of the copy too. The copy
+ * is made again when K changes. */
+static const uint8_t *pool_rows8(const Cell *c, const uint8_t *pool, size_t pool_bytes) {
+    static uint8_t *copy;
+    static int copy_K;
+    if (!ops_rows8(c->type, c->N)) return NULL;
+    if (!copy && !(copy = mem_alloc(pool_bytes))) return NULL;   /* then the rows as they are */
+    if (copy_K != c->K) {
+        size_t row = dtype_row_bytes(c->type, c->K);
+        Mat all = {.type = c->type, .N = (int)(pool_bytes / row / 8 * 8), .K = c->K, .data = pool};
+        q4_0_to_rows8(copy, &all);
+        copy_K = c->K;
+    }
+    return copy;
+}
+
 /* One timed run of a figure: T = 1 in GB/s, cycling through the pool (when
  * `cycle`); otherwise GFLOP/s on the pool's first matrix. */
 static double time_cell(const Cell *c, const uint8_t *pool, size_t pool_bytes, int cycle,
@@ -160,10 +178,12 @@ static double time_cell(const Cell *c, const uint8_t *pool, size_t pool_bytes, i
     long copies = c->T == 1 && cycle ? (long)(pool_bytes / matrix_bytes) : 1;
     double per_call = c->T == 1 ? matrix_bytes * 1e-9 : 2.0 * c->N * c->K * c->T * 1e-9;
     ops_set_threads(c->threads);
+    const uint8_t *rows8 = pool_rows8(c, pool, pool_bytes);
     long calls = 0;
     double t0 = now_seconds(), t1;
     do {
-        Mat W = {c->type, c->N, c->K, pool + (size_t)(calls % copies) * matrix_bytes};
+        size_t at = (size_t)(calls % copies) * matrix_bytes;
+        Mat W = {.type = c->type, .N = c->N, .K = c->K, .data = pool + at, .rows8 = rows8 ? rows8 + at : NULL};
         matmul_isa(out, x, &W, c->T, scratch, isa);
         calls++;
         t1 = now_seconds();
@@ -237,10 +257,11 @@ int main(int argc, char **argv) {
     }
     if (parsed) return 2;
     Err env_err;
-    if (ops_isa_from_env(&env_err)) {   /* LLM_DECODE_ROWS (--isa names the path) */
+    if (ops_isa_from_env(&env_err)) {   /* LLM_DECODE_ROWS, LLM_ROWS8 (--isa names the path) */
         fprintf(stderr, "kbench: %s\n", env_err.msg);
         return 2;
     }
+    ops_set_isa(o.isa);   /* what ops_rows8 asks */
 
     /* The figures: for each type and shape, T = 1 then T = prefill, 1 then 2 threads. */
     static Cell cells[MAX_CELLS];
@@ -294,7 +315,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 4; i++) time_memory_read(any_pool, pool_bytes, reads[i].threads, i >= 2);
     for (int i = 0; i < n_cells; i++) {
         const Cell *c = &cells[i];
-        Mat W = {c->type, c->N, c->K, pools[type_index(c->type)]};
+        const uint8_t *pool = pools[type_index(c->type)];
+        Mat W = {.type = c->type, .N = c->N, .K = c->K, .data = pool, .rows8 = pool_rows8(c, pool, pool_bytes)};
         ops_set_threads(c->threads);
         matmul_isa(out, x, &W, c->T, scratch, o.isa);
     }
@@ -313,9 +335,10 @@ int main(int argc, char **argv) {
     printf("# command:");
     for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
     printf("\n# kernels: %s (best on this CPU: %s), T=1 reads %d row%s side by side (LLM_DECODE_ROWS), "
-           "AMX tiles for Q8_0, Q4_0, Q4_K from %d tokens: %s (LLM_AMX), OPENBLAS_CORETYPE=%s\n",
+           "AMX tiles for Q8_0, Q4_0, Q4_K from %d tokens: %s (LLM_AMX), Q4_0 in eights: %s (LLM_ROWS8), "
+           "OPENBLAS_CORETYPE=%s\n",
            ops_isa_name(o.isa), ops_isa_name(ops_best_isa()), ops_decode_rows(), ops_decode_rows() > 1 ? "s" : "",
-           AMX_MIN_T, ops_amx() ? "on" : "off", core ? core : "(unset)");
+           AMX_MIN_T, ops_amx() ? "on" : "off", ops_rows8(DT_Q4_0, 8) ? "on" : "off", core ? core : "(unset)");
     if (o.pool_mib > 0)
         printf("# medians of %d rounds; T=1: GB/s of weight bytes, cycling through %zu MiB; "
                "T=%d: GFLOP/s\n", o.reps, pool_bytes >> 20, o.prefill_T);

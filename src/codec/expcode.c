@@ -65,7 +65,7 @@ void ec_writer_init(EcWriter *w, void *mem, int N, int K, const uint8_t exps[8],
     for (int c = 0; c < BF16E_ESCAPE; c++) d->rot[c] = (uint8_t)(exps[c] >> 1 | (exps[c] & 1) << 7);
     d->esc_row = w->esc_row;
     d->esc = w->esc;
-    *W = (Mat){DT_BF16E, N, K, d};
+    *W = (Mat){.type = DT_BF16E, .N = N, .K = K, .data = d};
 }
 
 int ec_write_rows(EcWriter *w, const uint16_t *bf16, int rows, Err *e) {

@@ -184,7 +184,30 @@ typedef struct {
     DType type;
     int N, K;
     const void *data;    /* usually points into the memory-mapped file; DT_BF16E: a Bf16eData */
+    const uint8_t *rows8;   /* DT_Q4_0 only, or NULL: the same rows in eights (below), made at load
+                               for the AVX2 tiles; every other path reads data */
 } Mat;
+
+/* Q4_0 in eights: a copy of a Q4_0 matrix (N a multiple of 8) laid out for
+ * the AVX2 tiles (tiles_avx2.c, "Q4_0 in eights"), which take eight rows by
+ * one load of their nibbles and one float step for all eight. Group g, rows
+ * 8g .. 8g+7, is the same bytes as those rows (8 * row bytes, so group g
+ * starts where row 8g does), block after block; block b of the group is
+ * 144 bytes:
+ *   uint16_t d[8]            the scales of rows 8g + i, i = 0 .. 7
+ *   uint8_t  qs[2][2][4][8]  [x][h][y]: bytes 8h .. 8h+7 of the nibbles of
+ *                            row 8g + q4_0_rows8_row(x, y)
+ * A 32-byte load of qs[x][h] has four rows' values 8h .. 8h+7 in its low
+ * nibbles and 16 + 8h .. 23 + 8h in its high ones. The order of the rows
+ * within a load is the order in which vphaddd (an add of neighbouring int32
+ * pairs within each 128-bit half) brings the sums of the loads x = 0 and 1
+ * out in rows 0 .. 7. */
+enum { Q4_0_ROWS8_BLOCK = 8 * sizeof(BlockQ4_0) };
+static inline int q4_0_rows8_row(int x, int y) { return 4 * (y >> 1) + 2 * x + (y & 1); }
+/* W (DT_Q4_0, N % 8 == 0) into out: N * dtype_row_bytes(DT_Q4_0, K) bytes. */
+void q4_0_to_rows8(uint8_t *out, const Mat *W);
+/* Block b of row n back out of the copy: the plain reader of the layout. */
+void q4_0_rows8_block(BlockQ4_0 *out, const uint8_t *rows8, int K, int n, int b);
 
 /* Row n of a DT_BF16E matrix: its first block. */
 static inline const uint8_t *bf16e_row(const Mat *W, int n) {

@@ -244,6 +244,17 @@ void ops_set_amx(int on) {
     g_amx = on;
 }
 
+static int g_rows8 = 1;
+
+int ops_rows8(DType type, int N) {
+    return g_rows8 && type == DT_Q4_0 && N > 0 && N % 8 == 0 && ops_isa() == OPS_AVX2;
+}
+
+void ops_set_rows8(int on) {
+    assert(on == 0 || on == 1);
+    g_rows8 = on;
+}
+
 int ops_isa_from_env(Err *e) {
     const char *v = getenv("LLM_ISA");
     if (v && *v) {   /* unset: the build's default stands */
@@ -263,6 +274,11 @@ int ops_isa_from_env(Err *e) {
     if (v && *v) {
         if (strcmp(v, "0") && strcmp(v, "1")) return err_set(e, ST_ARG, "LLM_AMX: '%.40s' is not 0 or 1", v);
         ops_set_amx(*v == '1' ? -1 : 0);
+    }
+    v = getenv("LLM_ROWS8");
+    if (v && *v) {
+        if (strcmp(v, "0") && strcmp(v, "1")) return err_set(e, ST_ARG, "LLM_ROWS8: '%.40s' is not 0 or 1", v);
+        ops_set_rows8(*v == '1');
     }
     return ST_OK;
 }

@@ -55,9 +55,9 @@ OpsIsa ops_isa(void);
 int ops_parse_isa(const char *s, OpsIsa *out, Err *e);
 /* At start-up: the environment variable LLM_ISA, when set and not empty, is
  * parsed as above and set; a bad value leaves the choice as it was and
- * returns the error, its message starting "LLM_ISA: ". LLM_DECODE_ROWS
- * and LLM_AMX likewise (below; "LLM_DECODE_ROWS: " for a value other than 1
- * or 4, "LLM_AMX: " for one other than 0 or 1). */
+ * returns the error, its message starting "LLM_ISA: ". LLM_DECODE_ROWS,
+ * LLM_AMX and LLM_ROWS8 likewise (below; "LLM_DECODE_ROWS: " for a value
+ * other than 1 or 4, "LLM_AMX: " or "LLM_ROWS8: " for one other than 0 or 1). */
 int ops_isa_from_env(Err *e);
 
 /* How many weight rows a product of one token (decoding) reads side by side
@@ -80,6 +80,15 @@ void ops_set_decode_rows(int rows);
 enum { AMX_MIN_T = 16 };
 int ops_amx(void);
 void ops_set_amx(int on);
+
+/* Whether the loader should give a matrix of this type and N rows a copy in
+ * eights (Mat.rows8, formats.h: "Q4_0 in eights"), which this path reads
+ * instead of its rows: 1 for Q4_0 with N a multiple of 8 on the AVX2 path,
+ * unless ops_set_rows8(0) or, at start-up, LLM_ROWS8=0 through
+ * ops_isa_from_env turned it off. A matrix keeps its rows either way:
+ * every other path reads them. */
+int ops_rows8(DType type, int N);
+void ops_set_rows8(int on);
 
 /* The read that the matrix kernels are measured against (tools/bench,
  * tools/kbench): bytes p[0 .. bytes) summed as 64-bit words (a tail of
@@ -115,6 +124,8 @@ size_t matmul_scratch_bytes(DType type, int T, int K);
  *       in tiles of 4 rows x 4 tokens at any T.
  * Q4_0, Q4_1, Q5_0, Q5_1: the same rounding of x to Q8_0; weights stay packed
  *       and are unpacked to bytes in registers, two blocks per VNNI product.
+ *       (On AVX2, Q4_0 with rows8 reads eight rows at a time from the copy:
+ *       matmul_blocks_ref's bits.)
  * Q4_K, Q5_K, Q6_K: x rounded to Q8_K super-blocks of 256 (as llama.cpp
  *       does); integer sums per sub-block times the 6 or 8-bit sub-block
  *       scales, one float multiply per super-block.

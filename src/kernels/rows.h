@@ -87,18 +87,23 @@ static inline float q8_0_multiplier(float amax) {
  *   int32_t corr[K / 4]  -128 * (sum of each group of four values): the start
  *                        value of a VNNI lane, cancelling the weights' +128
  *   float   d[K / 32]    the block scales, already widened from fp16
+ *   int32_t off[K / 32]  8 * (sum of block b's values): what Q4_0's offset
+ *                        of 8 takes from a product of its unsigned nibbles
+ *                        (tiles_avx2.c, "Q4_0 in eights")
  * The values and scales are exactly quantize_row_q8_0's. */
 typedef struct {
     const int8_t *qs;
     const int32_t *corr;
     const float *d;
+    const int32_t *off;
 } ActRow;
 
-static inline size_t act_stride(int K) { return ((size_t)K * 2 + (size_t)K / 8 + 63) / 64 * 64; }
+static inline size_t act_stride(int K) { return ((size_t)K * 2 + (size_t)K / 4 + 63) / 64 * 64; }
 
 static inline ActRow act_row(const uint8_t *act, int K, int t) {
     const uint8_t *p = act + (size_t)t * act_stride(K);
-    ActRow r = {(const int8_t *)p, (const int32_t *)(p + K), (const float *)(p + 2 * (size_t)K)};
+    ActRow r = {(const int8_t *)p, (const int32_t *)(p + K), (const float *)(p + 2 * (size_t)K),
+                (const int32_t *)(p + 2 * (size_t)K + (size_t)K / 8)};
     return r;
 }
 

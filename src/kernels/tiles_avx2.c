@@ -17,8 +17,10 @@
  *   Q4_K, Q6_K      the exact integer sums of a super-block in vector lanes,
  *                   added across them at its end, then the generic path's
  *                   float step (quant.c, qk_dot_int_of): the same bits as it.
- *   Q4_0            its own order (below): lanes of whole blocks, like Q8_0,
- *                   where the generic path adds block after block.
+ *   Q4_0            in eights (Mat.rows8, made at load): one float chain per
+ *                   row, block after block, matmul_blocks_ref's bits; without
+ *                   them its own order (below): lanes of whole blocks, like
+ *                   Q8_0, where the generic path adds block after block.
  *
  * Without VNNI the int8 products go through vpmaddubsw, which multiplies
  * unsigned bytes by signed bytes and adds neighbouring pairs into int16, with
@@ -283,8 +285,124 @@ AVX2_INLINE void q8_tile_avx2(const MatmulJob *job, int n, int t0, DType type, i
     void name##_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {                           \
         rows_by_tiles_avx2(job, &name##_TILES, n0, n1);                                               \
     }
+void q4_0_by_row_rows_avx2(const MatmulJob *job, int part, int n0, int n1);   /* below: Q4_0 without rows8 */
 Q8_TILES(q8_0, DT_Q8_0)
-Q8_TILES(q4_0, DT_Q4_0)
+Q8_TILES(q4_0_by_row, DT_Q4_0)
+
+/* --- Q4_0 in eights (formats.h, Mat.rows8) against Q8_0 activations
+ *
+ * The row tile above spends, per token and block of one row, a sign, two
+ * multiply-adds, a conversion, a multiply and an FMA: the float work and the
+ * sign are as dear as the int8 products, and the kernel is bound by its
+ * instructions, not by memory. With the rows in eights, one block of eight
+ * rows is four 32-byte loads, each with four rows' values in its nibbles.
+ * The nibbles stay unsigned (0 .. 15), the unsigned side of vpmaddubsw, so
+ * no sign moves; the token's eight values 8c .. 8c+7 are broadcast to the
+ * four 64-bit lanes, one per row. Per token and block of eight rows:
+ *   8 vpmaddubsw, 6 adds (int16: each lane at most 4 * 2 * 15 * 127 = 15240)
+ *   2 vpmaddwd by 1 (two int32 sums per row), 1 vphaddd (one per row: the
+ *   layout's order of rows makes them come out as rows 0 .. 7)
+ *   1 subtract of 8 * (sum of the block's values), from the activations
+ *   (act_row's off): sum (q - 8) x = sum q x - 8 sum x, exact
+ *   1 conversion, 1 multiply (the eight d_w by d_x), 1 FMA
+ * 21 instructions for 256 products, where the row tile needs about 56. Each
+ * row's sum is a float chain block after block, acc = fma(isum, d_w * d_x,
+ * acc): matmul_blocks_ref's bits, the AMX tiles' order. */
+enum { X8_TT = 4 };   /* tokens a tile: 8 registers of nibbles, 4 of sums */
+
+/* Eight bytes of activations broadcast to the four 64-bit lanes. */
+AVX2_INLINE __m256i bcast8(const int8_t *p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return _mm256_set1_epi64x(v);
+}
+
+#define X8_TOKEN(XR, ACC)                                                                           \
+    do {                                                                                            \
+        const int8_t *xq_ = (XR).qs + b * QK8_0;                                                    \
+        __m256i c0_ = bcast8(xq_), c1_ = bcast8(xq_ + 8), c2_ = bcast8(xq_ + 16), c3_ = bcast8(xq_ + 24); \
+        __m256i g0_ = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(l00, c0_), _mm256_maddubs_epi16(l01, c1_)), \
+                                       _mm256_add_epi16(_mm256_maddubs_epi16(h00, c2_), _mm256_maddubs_epi16(h01, c3_))); \
+        __m256i g1_ = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(l10, c0_), _mm256_maddubs_epi16(l11, c1_)), \
+                                       _mm256_add_epi16(_mm256_maddubs_epi16(h10, c2_), _mm256_maddubs_epi16(h11, c3_))); \
+        __m256i s_ = _mm256_hadd_epi32(_mm256_madd_epi16(g0_, ones), _mm256_madd_epi16(g1_, ones));  \
+        s_ = _mm256_sub_epi32(s_, _mm256_set1_epi32((XR).off[b]));                                  \
+        ACC = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s_), _mm256_mul_ps(dw, _mm256_set1_ps((XR).d[b])), ACC); \
+    } while (0)
+
+/* Rows 8g .. 8g+7 by tokens t0 .. t0+TT-1; of them, rows [r0, r1) (within
+ * the eight) are written. */
+AVX2_INLINE void x8_tile_avx2(const MatmulJob *job, int g, int t0, int TT, int r0, int r1) {
+    int N = job->W->N, K = job->W->K, nb = K / QK4;
+    size_t group_bytes = (size_t)nb * Q4_0_ROWS8_BLOCK;
+    const uint8_t *w = job->W->rows8 + (size_t)g * group_bytes;
+    ActRow x0 = act_row(job->act, K, t0), x1 = x0, x2 = x0, x3 = x0;
+    if (TT > 1) x1 = act_row(job->act, K, t0 + 1);
+    if (TT > 2) x2 = act_row(job->act, K, t0 + 2);
+    if (TT > 3) x3 = act_row(job->act, K, t0 + 3);
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = w + (size_t)b * Q4_0_ROWS8_BLOCK;
+        if (TT == 1) prefetch_weights(blk, Q4_0_ROWS8_BLOCK, 1, 1, 0);   /* a stream: ahead of it */
+        else prefetch_weights(blk, Q4_0_ROWS8_BLOCK, 1, TT, group_bytes);   /* the next group's */
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+        __m256i v00 = _mm256_loadu_si256((const __m256i *)(blk + 16)), v01 = _mm256_loadu_si256((const __m256i *)(blk + 48)),
+                v10 = _mm256_loadu_si256((const __m256i *)(blk + 80)), v11 = _mm256_loadu_si256((const __m256i *)(blk + 112));
+        __m256i l00 = _mm256_and_si256(v00, m4), h00 = _mm256_and_si256(_mm256_srli_epi16(v00, 4), m4);
+        __m256i l01 = _mm256_and_si256(v01, m4), h01 = _mm256_and_si256(_mm256_srli_epi16(v01, 4), m4);
+        __m256i l10 = _mm256_and_si256(v10, m4), h10 = _mm256_and_si256(_mm256_srli_epi16(v10, 4), m4);
+        __m256i l11 = _mm256_and_si256(v11, m4), h11 = _mm256_and_si256(_mm256_srli_epi16(v11, 4), m4);
+        X8_TOKEN(x0, a0);
+        if (TT > 1) X8_TOKEN(x1, a1);
+        if (TT > 2) X8_TOKEN(x2, a2);
+        if (TT > 3) X8_TOKEN(x3, a3);
+    }
+    float *o = job->out + (size_t)t0 * N + 8 * (size_t)g;
+    if (r0 == 0 && r1 == 8) {
+        _mm256_storeu_ps(o, a0);
+        if (TT > 1) _mm256_storeu_ps(o + N, a1);
+        if (TT > 2) _mm256_storeu_ps(o + 2 * (size_t)N, a2);
+        if (TT > 3) _mm256_storeu_ps(o + 3 * (size_t)N, a3);
+        return;
+    }
+    float part[X8_TT][8];   /* a range that cuts the group: its rows only */
+    _mm256_storeu_ps(part[0], a0), _mm256_storeu_ps(part[1], a1), _mm256_storeu_ps(part[2], a2);
+    _mm256_storeu_ps(part[3], a3);
+    for (int t = 0; t < TT; t++) memcpy(o + (size_t)t * N + r0, part[t] + r0, (size_t)(r1 - r0) * sizeof(float));
+}
+
+static AVX2_FN void x8_tile(const MatmulJob *j, int g, int t, int TT, int r0, int r1) {
+    switch (TT) {   /* each width compiled with its constant */
+    case 1: x8_tile_avx2(j, g, t, 1, r0, r1); break;
+    case 2: x8_tile_avx2(j, g, t, 2, r0, r1); break;
+    case 3: x8_tile_avx2(j, g, t, 3, r0, r1); break;
+    default: x8_tile_avx2(j, g, t, 4, r0, r1); break;
+    }
+}
+
+/* Rows [n0, n1), any range (each row's sum is the same whichever tile wrote
+ * it): over a chunk of groups that stays in L2, X8_TT tokens at a time. */
+static void q4_0_rows8_avx2(const MatmulJob *job, int n0, int n1) {
+    int T = job->T, g0 = n0 / 8, g1 = (n1 + 7) / 8;
+    size_t group_bytes = (size_t)(job->W->K / QK4) * Q4_0_ROWS8_BLOCK;
+    int chunk = (int)(AVX2_CHUNK_BYTES / group_bytes);
+    if (chunk < 1) chunk = 1;
+    for (int c0 = g0; c0 < g1; c0 += chunk) {
+        int c1 = c0 + chunk < g1 ? c0 + chunk : g1;
+        for (int t = 0; t < T; t += X8_TT)
+            for (int g = c0; g < c1; g++) {
+                int r0 = g == g0 ? n0 - 8 * g : 0, r1 = n1 - 8 * g < 8 ? n1 - 8 * g : 8;
+                x8_tile(job, g, t, T - t < X8_TT ? T - t : X8_TT, r0, r1);
+            }
+    }
+}
+
+/* Q4_0: in eights where the loader made them, else row by row. */
+void q4_0_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {
+    if (job->W->rows8) q4_0_rows8_avx2(job, n0, n1);
+    else q4_0_by_row_rows_avx2(job, part, n0, n1);
+}
 
 /* --- Q4_K and Q6_K against Q8_K activations
  *

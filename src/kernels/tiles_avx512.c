@@ -128,6 +128,7 @@ AVX512_FN void act_pack_avx512(uint8_t *act, const float *x, int T, int K) {
         int8_t *qs = (int8_t *)p;
         int32_t *corr = (int32_t *)(p + K);
         float *d = (float *)(p + 2 * (size_t)K);
+        int32_t *off = (int32_t *)(p + 2 * (size_t)K + (size_t)K / 8);
         for (int b = 0; b < K / QK8_0; b++) {
             int8_t *q = qs + b * QK8_0;
             d[b] = fp16_to_fp32(q8_0_quantize_block_avx512(q, x + (size_t)t * K + b * QK8_0));
@@ -135,6 +136,7 @@ AVX512_FN void act_pack_avx512(uint8_t *act, const float *x, int T, int K) {
             __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u128,
                                             _mm256_loadu_si256((const __m256i *)q));
             _mm256_storeu_si256((__m256i *)(corr + b * 8), _mm256_sub_epi32(_mm256_setzero_si256(), s));
+            off[b] = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(s)) / 16;   /* 128 * sum / 16 */
         }
     }
 }

@@ -14,10 +14,16 @@ void act_pack_ref(uint8_t *act, const float *x, int T, int K) {
         int8_t *qs = (int8_t *)p;
         int32_t *corr = (int32_t *)(p + K);
         float *d = (float *)(p + 2 * (size_t)K);
+        int32_t *off = (int32_t *)(p + 2 * (size_t)K + (size_t)K / 8);
         for (int b = 0; b < K / QK8_0; b++)
             d[b] = fp16_to_fp32(q8_0_quantize_block_ref(qs + b * QK8_0, x + (size_t)t * K + b * QK8_0));
         for (int j = 0; j < K / 4; j++)
             corr[j] = -128 * (qs[4 * j] + qs[4 * j + 1] + qs[4 * j + 2] + qs[4 * j + 3]);
+        for (int b = 0; b < K / QK8_0; b++) {
+            int32_t sum = 0;
+            for (int i = 0; i < QK8_0; i++) sum += qs[b * QK8_0 + i];
+            off[b] = 8 * sum;
+        }
     }
 }
 

@@ -105,7 +105,7 @@ static int bind_coded(Model *m, const char *name, const GgufTensor *t, int N, in
     size_t into = (size_t)((char *)out - (char *)m->layers);
     c->layer = (char *)out >= (char *)m->layers && into < (size_t)m->cfg.n_layers * sizeof(Layer)
                    ? (int)(into / sizeof(Layer)) : -1;
-    *out = (Mat){(DType)c->wt.type, N, K, NULL};
+    *out = (Mat){.type = (DType)c->wt.type, .N = N, .K = K, .data = NULL};
     m->weight_bytes += c->wt.nbytes;
     m->coded_bytes += t->nbytes;
     return ST_OK;
@@ -376,6 +376,49 @@ static int finish_coded(Model *m, const ModelOpts *o, int tied, Err *e) {
     return st;
 }
 
+/* The Q4_0 matrices that the path in use reads in eights (ops_rows8;
+ * formats.h, "Q4_0 in eights"): copied into one allocation, a matrix a
+ * thread, and their pages of the mapping given back, so that the resident
+ * weights stay about the file's size. The embedding's rows are looked up in
+ * the mapping: a tied classifier gets its copy and keeps its pages. */
+static int make_rows8(Model *m, int tied, Err *e) {
+    int L = m->cfg.n_layers, n = 0;
+    Mat **mats = mem_alloc((size_t)(7 * L + 1) * sizeof *mats);
+    size_t *at = mem_alloc((size_t)(7 * L + 1) * sizeof *at), total = 0;
+    if (!mats || !at) {
+        mem_free(mats), mem_free(at);
+        return err_set(e, ST_NOMEM, "%s: out of memory listing the matrices", m->gguf.path);
+    }
+    for (int l = 0; l < L; l++) {
+        Layer *w = &m->layers[l];
+        Mat *each[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
+        for (int i = 0; i < 7; i++)
+            if (ops_rows8(each[i]->type, each[i]->N)) mats[n++] = each[i];
+    }
+    if (ops_rows8(m->output.type, m->output.N)) mats[n++] = &m->output;
+    for (int i = 0; i < n; i++) {
+        at[i] = total;
+        total += (dtype_row_bytes(DT_Q4_0, mats[i]->K) * mats[i]->N + 63) / 64 * 64;
+    }
+    if (n && !(m->rows8 = mem_alloc(total))) {
+        mem_free(mats), mem_free(at);
+        return err_set(e, ST_NOMEM, "%s: cannot allocate %zu bytes for the Q4_0 matrices in eights (LLM_ROWS8=0 "
+                       "reads them in place)", m->gguf.path, total);
+    }
+    m->rows8_bytes = n ? total : 0;
+    int threads = ops_threads() < n ? ops_threads() : n > 0 ? n : 1;
+    (void)threads;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int i = 0; i < n; i++) {
+        q4_0_to_rows8(m->rows8 + at[i], mats[i]);
+        mats[i]->rows8 = m->rows8 + at[i];
+        if (!(tied && mats[i] == &m->output))
+            fio_drop(mats[i]->data, dtype_row_bytes(DT_Q4_0, mats[i]->K) * mats[i]->N);
+    }
+    mem_free(mats), mem_free(at);
+    return ST_OK;
+}
+
 static int load_gguf(Model *m, const char *path, const ModelOpts *o, Err *e) {
     int st = gguf_open(&m->gguf, path, e);
     if (st) return st;
@@ -509,6 +552,7 @@ static int load_gguf(Model *m, const char *path, const ModelOpts *o, Err *e) {
     if (tied) m->output = m->tok_embd;   /* tied classifier: the embedding read backwards */
     m->wtype = m->layers[0].wq.type;
     if ((st = bind_rope_freqs(m, e))) return st;
+    if (o->device == DEVICE_CPU && (st = make_rows8(m, tied, e))) return st;
     return tok_from_gguf(&m->tok, g, e);
 }
 
@@ -584,19 +628,19 @@ static int load_llama2c(Model *m, const char *path, const char *tok_path, Err *e
     m->layers = mem_alloc(L * sizeof(Layer));
     if (!m->layers) return err_set(e, ST_NOMEM, "%s: out of memory", path);
 #define TAKE(n) (p += (n), p - (n))
-    m->tok_embd = (Mat){DT_F32, (int)V, (int)D, TAKE(V * D)};
+    m->tok_embd = (Mat){.type = DT_F32, .N = (int)V, .K = (int)D, .data = TAKE(V * D)};
     for (size_t l = 0; l < L; l++) m->layers[l].attn_norm = TAKE(D);
-    for (size_t l = 0; l < L; l++) m->layers[l].wq = (Mat){DT_F32, (int)D, (int)D, TAKE(D * D)};
-    for (size_t l = 0; l < L; l++) m->layers[l].wk = (Mat){DT_F32, (int)kvd, (int)D, TAKE(kvd * D)};
-    for (size_t l = 0; l < L; l++) m->layers[l].wv = (Mat){DT_F32, (int)kvd, (int)D, TAKE(kvd * D)};
-    for (size_t l = 0; l < L; l++) m->layers[l].wo = (Mat){DT_F32, (int)D, (int)D, TAKE(D * D)};
+    for (size_t l = 0; l < L; l++) m->layers[l].wq = (Mat){.type = DT_F32, .N = (int)D, .K = (int)D, .data = TAKE(D * D)};
+    for (size_t l = 0; l < L; l++) m->layers[l].wk = (Mat){.type = DT_F32, .N = (int)kvd, .K = (int)D, .data = TAKE(kvd * D)};
+    for (size_t l = 0; l < L; l++) m->layers[l].wv = (Mat){.type = DT_F32, .N = (int)kvd, .K = (int)D, .data = TAKE(kvd * D)};
+    for (size_t l = 0; l < L; l++) m->layers[l].wo = (Mat){.type = DT_F32, .N = (int)D, .K = (int)D, .data = TAKE(D * D)};
     for (size_t l = 0; l < L; l++) m->layers[l].ffn_norm = TAKE(D);
-    for (size_t l = 0; l < L; l++) m->layers[l].w_gate = (Mat){DT_F32, (int)F, (int)D, TAKE(F * D)};
-    for (size_t l = 0; l < L; l++) m->layers[l].w_down = (Mat){DT_F32, (int)D, (int)F, TAKE(D * F)};
-    for (size_t l = 0; l < L; l++) m->layers[l].w_up = (Mat){DT_F32, (int)F, (int)D, TAKE(F * D)};
+    for (size_t l = 0; l < L; l++) m->layers[l].w_gate = (Mat){.type = DT_F32, .N = (int)F, .K = (int)D, .data = TAKE(F * D)};
+    for (size_t l = 0; l < L; l++) m->layers[l].w_down = (Mat){.type = DT_F32, .N = (int)D, .K = (int)F, .data = TAKE(D * F)};
+    for (size_t l = 0; l < L; l++) m->layers[l].w_up = (Mat){.type = DT_F32, .N = (int)F, .K = (int)D, .data = TAKE(F * D)};
     m->out_norm = TAKE(D);
     p += P * S;    /* freq_cis_real and freq_cis_imag: recomputed in runstate_init */
-    m->output = shared ? m->tok_embd : (Mat){DT_F32, (int)V, (int)D, TAKE(V * D)};
+    m->output = shared ? m->tok_embd : (Mat){.type = DT_F32, .N = (int)V, .K = (int)D, .data = TAKE(V * D)};
 #undef TAKE
     m->weight_bytes = (floats - P * S) * 4;
     m->wtype = DT_F32;
@@ -687,12 +731,14 @@ void model_free(Model *m) {
     for (int i = 0; i < m->n_coded; i++) wc_close(&m->coded[i].wt);
     mem_free(m->coded);
     mem_free(m->decoded);
+    mem_free(m->rows8);
     memset(m, 0, sizeof *m);
 }
 
 ModelStats model_stats(const Model *m) {
     ModelStats s = {.mapped = m->gguf.map ? m->gguf.size : m->map_size, .coded = m->coded_bytes,
-                    .decoded = m->decoded_bytes, .decode_load_s = m->decode_load_s, .fast_tier = m->fast_tier};
+                    .decoded = m->decoded_bytes, .decode_load_s = m->decode_load_s, .fast_tier = m->fast_tier,
+                    .rows8 = m->rows8_bytes};
     if (m->lowmem) {
         s.low_mem = 1;
         s.lm = lm_stats(m->lowmem);
