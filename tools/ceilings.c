@@ -68,7 +68,7 @@ int main(int argc, char **argv) {
     printf("cpu: %s (%s)%s\n", kind, name,
            ceil_has_vnni()     ? ""
            : ceil_has_avx512() ? ", no VNNI"
-           : ceil_has_avx2()   ? ", no AVX-512: AVX2 loops, FMA and int8 (vpmaddubsw, vpmaddwd, vpaddd)"
+           : ceil_has_avx2()   ? ", no AVX-512: AVX2 loops, FMA and int8 (vpmaddubsw)"
                                : ", no AVX-512 or AVX2");
     printf("read: %d GiB, median of %d runs a loop; peaks: median of %d\n\n", gib, CEIL_RUNS, CEIL_RUNS);
     printf("| threads |");

@@ -24,10 +24,11 @@
  *              each (AVX2: 10 accumulators, 2 x 8)
  *   vnni       AVX-512 VNNI vpdpbusd on 16 accumulators: 64 u8 x s8 products
  *              and their sums into 16 int32, 128 operations each. Without
- *              VNNI, on AVX2, the three instructions that do one vpdpbusd's
- *              work on 32 bytes (vpmaddubsw, vpmaddwd by ones, vpaddd: what
- *              every AVX2 int8 kernel, ours and llama.cpp's, runs), 64
- *              operations each three
+ *              VNNI, on AVX2, vpmaddubsw, the instruction that multiplies
+ *              (32 u8 x s8 products and their sums in pairs, 64 operations),
+ *              alone; a kernel also adds its results and widens them to
+ *              int32 (vpaddw, vpmaddwd: ours one vpmaddwd for four
+ *              vpmaddubsw), so none quite reaches it
  *   amx        where the CPU has AMX (Intel since Sapphire Rapids): tdpbssd
  *              on 4 tiles of 16 x 16 int32, 16 x 16 x 64 s8 x s8 products
  *              and sums each, 32768 operations; llama.cpp's batched
@@ -268,7 +269,7 @@ CEIL_AVX512 static inline float fma_chains(long n) {
 
 /* The same on AVX2 with 10 chains (16 registers, not 32; ten cover the FMA
  * latency times two a cycle): 2 * 10 * 8 flops a step. */
-enum { CEIL_FMA_CHAINS_AVX2 = 10, CEIL_INT8_CHAINS_AVX2 = 6 };
+enum { CEIL_FMA_CHAINS_AVX2 = 10, CEIL_INT8_CHAINS_AVX2 = 10 };
 CEIL_AVX2 static inline float fma_chains_avx2(long n) {
     __m256 a[CEIL_FMA_CHAINS_AVX2], x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
     for (int v = 0; v < CEIL_FMA_CHAINS_AVX2; v++) a[v] = _mm256_set1_ps((float)v);
@@ -281,22 +282,29 @@ CEIL_AVX2 static inline float fma_chains_avx2(long n) {
     return s;
 }
 
-/* AVX2's int8 dot product: 6 chains of vpmaddubsw, vpmaddwd by ones, vpaddd,
- * each chain its own signed bytes against one register of unsigned ones,
- * which an empty asm statement marks as changed at every step (so that the
- * products are not computed once, outside the loop): 6 x 64 operations a
- * step (32 products, 32 sums). */
+/* AVX2's int8 products: CEIL_INT8_CHAINS_AVX2 (10) chains of vpmaddubsw, each
+ * taking its own last result as its signed bytes against one register of
+ * unsigned ones: 64 operations a link (32 products, 32 sums); a sink, not a
+ * value. Ten chains cover its latency (3 cycles on Zen 3, 5 on Intel) at
+ * two a cycle. */
 CEIL_AVX2 static inline int int8_chains_avx2(long n) {
-    __m256i a[CEIL_INT8_CHAINS_AVX2], y[CEIL_INT8_CHAINS_AVX2], x = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
-    for (int v = 0; v < CEIL_INT8_CHAINS_AVX2; v++) a[v] = _mm256_set1_epi32(v), y[v] = _mm256_set1_epi8((char)(-v - 1));
-    for (long i = 0; i < n; i++) {
-        __asm__ volatile("" : "+x"(x));
-        for (int v = 0; v < CEIL_INT8_CHAINS_AVX2; v++)
-            a[v] = _mm256_add_epi32(a[v], _mm256_madd_epi16(_mm256_maddubs_epi16(x, y[v]), ones));
-    }
-    for (int v = 1; v < CEIL_INT8_CHAINS_AVX2; v++) a[0] = _mm256_add_epi32(a[0], a[v]);
+    __m256i x = _mm256_set1_epi8(3), a0 = _mm256_set1_epi8(-1), a1 = _mm256_set1_epi8(-2), a2 = _mm256_set1_epi8(-3),
+            a3 = _mm256_set1_epi8(-4), a4 = _mm256_set1_epi8(-5), a5 = _mm256_set1_epi8(-6), a6 = _mm256_set1_epi8(-7),
+            a7 = _mm256_set1_epi8(-8), a8 = _mm256_set1_epi8(-9), a9 = _mm256_set1_epi8(-10);
+    /* in asm: GCC 12 at -O3 rotated some of the chains through memory at
+     * every step (named variables or not), and they ran at half speed */
+    for (long i = 0; i < n; i++)
+        __asm__("vpmaddubsw %0, %10, %0\n\tvpmaddubsw %1, %10, %1\n\tvpmaddubsw %2, %10, %2\n\t"
+                "vpmaddubsw %3, %10, %3\n\tvpmaddubsw %4, %10, %4\n\tvpmaddubsw %5, %10, %5\n\t"
+                "vpmaddubsw %6, %10, %6\n\tvpmaddubsw %7, %10, %7\n\tvpmaddubsw %8, %10, %8\n\t"
+                "vpmaddubsw %9, %10, %9"
+                : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), "+x"(a6), "+x"(a7), "+x"(a8), "+x"(a9)
+                : "x"(x));
+    __m256i t = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
+                                 _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7)));
+    t = _mm256_add_epi32(t, _mm256_add_epi32(a8, a9));
     uint32_t lanes[8], s = 0;
-    _mm256_storeu_si256((__m256i *)lanes, a[0]);
+    _mm256_storeu_si256((__m256i *)lanes, t);
     for (int l = 0; l < 8; l++) s += lanes[l];
     return (int)(s & 0x7fffffff);
 }
