@@ -15,6 +15,11 @@
  *   sgemm peak             cblas_sgemm on the shapes prefill runs (128 rows of
  *                          activations times a 2048x2048 and a 5632x2048
  *                          weight), per thread count: the best this BLAS does.
+ *   instruction peaks      FMA, int8 (VNNI, or AVX2's vpmaddubsw) and AMX
+ *                          (ceilings.h): what a row's "% of compute peak"
+ *                          divides by, FMA for the float types, int8 (AMX
+ *                          where the engine's AMX tiles run) for the
+ *                          quantized ones.
  *
  * Then for each model and thread count:
  *
@@ -204,7 +209,7 @@ static void print_machine(const Args *a, const Machine *mc, int argc, char **arg
         int avx2 = !ceil_has_avx512() && ceil_has_avx2();   /* ceilings.h: the AVX2 forms */
         printf("%s %d thread%s %s FMA %.1f GFLOP/s, %s %.1f GOP/s", i ? ";" : "", a->threads[i],
                a->threads[i] > 1 ? "s" : "", avx2 ? "AVX2" : "AVX-512", mc->fma_gflops[i],
-               avx2 ? "int8 vpmaddubsw+vpmaddwd+vpaddd" : "VNNI vpdpbusd", mc->vnni_gops[i]);
+               avx2 ? "int8 vpmaddubsw" : "VNNI vpdpbusd", mc->vnni_gops[i]);
         if (mc->amx_gops[i] > 0) printf(", AMX tdpbssd %.1f GOP/s", mc->amx_gops[i]);
     }
     if (mc->amx_gops[0] > 0)
@@ -329,7 +334,7 @@ static int bench_one(const Model *m, const Args *a, const int *tokens, Result *r
 
 static void print_table_header(void) {
     printf("| model | type | threads | weights MB | read/token MB | prefill tok/s | prefill GFLOP/s "
-           "| %% of sgemm peak | decode tok/s | decode GB/s | read GB/s | %% of bandwidth ceiling "
+           "| %% of compute peak | decode tok/s | decode GB/s | read GB/s | %% of bandwidth ceiling "
            "| runs p/d | spread p/d |\n");
     printf("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
 }
@@ -369,6 +374,13 @@ static int bench_model(const char *path, const Args *a, Machine *mc, int *in_cac
             break;
         }
         double gflops = flops * r.prefill_tps / a->prompt * 1e-9;
+        /* the peak of the instructions its products run on: FMA for the
+         * float types, int8 (VNNI, AVX2's vpmaddubsw, AMX where the tiles
+         * take the products) for the quantized ones */
+        DType wt = m.wtype;
+        int amx = (wt == DT_Q8_0 || wt == DT_Q4_0 || wt == DT_Q4_K) && ops_amx() && mc->amx_gops[i] > 0;
+        double peak = wt == DT_F32 || wt == DT_F16 || wt == DT_BF16 || wt == DT_BF16E ? mc->fma_gflops[i]
+                      : amx ? mc->amx_gops[i] : mc->vnni_gops[i];
         double gbs = bpt * r.decode_tps * 1e-9;
         /* The ceiling of this row: the same read as at the start, again now.
          * A virtual machine's bandwidth drifts by 10% between minutes;
@@ -377,7 +389,7 @@ static int bench_model(const char *path, const Args *a, Machine *mc, int *in_cac
         printf("| %s | %s | %d | %.1f | %.1f%s | %.1f | %.1f | %.0f%% | %.2f | %.2f | %.1f | %.0f%%%s "
                "| %d/%d | %.0f%%/%.0f%% |\n",
                label, dtype_name(m.wtype), a->threads[i], (double)m.weight_bytes * 1e-6, bpt * 1e-6,
-               fits ? "*" : "", r.prefill_tps, gflops, 100.0 * gflops / mc->sgemm_peak[i],
+               fits ? "*" : "", r.prefill_tps, gflops, peak > 0 ? 100.0 * gflops / peak : 0.0,
                r.decode_tps, gbs, bw, 100.0 * gbs / bw, fits ? "*" : "", r.prefill_runs,
                r.decode_runs, 100.0 * r.prefill_spread, 100.0 * r.decode_spread);
         fflush(stdout);

@@ -308,7 +308,7 @@ Q8_TILES(q4_0_by_row, DT_Q4_0)
  * 21 instructions for 256 products, where the row tile needs about 56. Each
  * row's sum is a float chain block after block, acc = fma(isum, d_w * d_x,
  * acc): matmul_blocks_ref's bits, the AMX tiles' order. */
-enum { X8_TT = 4 };   /* tokens a tile: 8 registers of nibbles, 4 of sums */
+enum { X8_TT = 8 };   /* tokens a tile: its sums live partly in memory, the nibbles in registers */
 
 /* Eight bytes of activations broadcast to the four 64-bit lanes. */
 AVX2_INLINE __m256i bcast8(const int8_t *p) {
@@ -336,12 +336,16 @@ AVX2_INLINE void x8_tile_avx2(const MatmulJob *job, int g, int t0, int TT, int r
     int N = job->W->N, K = job->W->K, nb = K / QK4;
     size_t group_bytes = (size_t)nb * Q4_0_ROWS8_BLOCK;
     const uint8_t *w = job->W->rows8 + (size_t)g * group_bytes;
-    ActRow x0 = act_row(job->act, K, t0), x1 = x0, x2 = x0, x3 = x0;
+    ActRow x0 = act_row(job->act, K, t0), x1 = x0, x2 = x0, x3 = x0, x4 = x0, x5 = x0, x6 = x0, x7 = x0;
     if (TT > 1) x1 = act_row(job->act, K, t0 + 1);
     if (TT > 2) x2 = act_row(job->act, K, t0 + 2);
     if (TT > 3) x3 = act_row(job->act, K, t0 + 3);
+    if (TT > 4) x4 = act_row(job->act, K, t0 + 4);
+    if (TT > 5) x5 = act_row(job->act, K, t0 + 5);
+    if (TT > 6) x6 = act_row(job->act, K, t0 + 6);
+    if (TT > 7) x7 = act_row(job->act, K, t0 + 7);
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk = w + (size_t)b * Q4_0_ROWS8_BLOCK;
         if (TT == 1) prefetch_weights(blk, Q4_0_ROWS8_BLOCK, 1, 1, 0);   /* a stream: ahead of it */
@@ -357,6 +361,10 @@ AVX2_INLINE void x8_tile_avx2(const MatmulJob *job, int g, int t0, int TT, int r
         if (TT > 1) X8_TOKEN(x1, a1);
         if (TT > 2) X8_TOKEN(x2, a2);
         if (TT > 3) X8_TOKEN(x3, a3);
+        if (TT > 4) X8_TOKEN(x4, a4);
+        if (TT > 5) X8_TOKEN(x5, a5);
+        if (TT > 6) X8_TOKEN(x6, a6);
+        if (TT > 7) X8_TOKEN(x7, a7);
     }
     float *o = job->out + (size_t)t0 * N + 8 * (size_t)g;
     if (r0 == 0 && r1 == 8) {
@@ -364,11 +372,16 @@ AVX2_INLINE void x8_tile_avx2(const MatmulJob *job, int g, int t0, int TT, int r
         if (TT > 1) _mm256_storeu_ps(o + N, a1);
         if (TT > 2) _mm256_storeu_ps(o + 2 * (size_t)N, a2);
         if (TT > 3) _mm256_storeu_ps(o + 3 * (size_t)N, a3);
+        if (TT > 4) _mm256_storeu_ps(o + 4 * (size_t)N, a4);
+        if (TT > 5) _mm256_storeu_ps(o + 5 * (size_t)N, a5);
+        if (TT > 6) _mm256_storeu_ps(o + 6 * (size_t)N, a6);
+        if (TT > 7) _mm256_storeu_ps(o + 7 * (size_t)N, a7);
         return;
     }
-    float part[X8_TT][8];   /* a range that cuts the group: its rows only */
+    float part[8][8];   /* a range that cuts the group: its rows only */
     _mm256_storeu_ps(part[0], a0), _mm256_storeu_ps(part[1], a1), _mm256_storeu_ps(part[2], a2);
-    _mm256_storeu_ps(part[3], a3);
+    _mm256_storeu_ps(part[3], a3), _mm256_storeu_ps(part[4], a4), _mm256_storeu_ps(part[5], a5);
+    _mm256_storeu_ps(part[6], a6), _mm256_storeu_ps(part[7], a7);
     for (int t = 0; t < TT; t++) memcpy(o + (size_t)t * N + r0, part[t] + r0, (size_t)(r1 - r0) * sizeof(float));
 }
 
@@ -377,7 +390,11 @@ static AVX2_FN void x8_tile(const MatmulJob *j, int g, int t, int TT, int r0, in
     case 1: x8_tile_avx2(j, g, t, 1, r0, r1); break;
     case 2: x8_tile_avx2(j, g, t, 2, r0, r1); break;
     case 3: x8_tile_avx2(j, g, t, 3, r0, r1); break;
-    default: x8_tile_avx2(j, g, t, 4, r0, r1); break;
+    case 4: x8_tile_avx2(j, g, t, 4, r0, r1); break;
+    case 5: x8_tile_avx2(j, g, t, 5, r0, r1); break;
+    case 6: x8_tile_avx2(j, g, t, 6, r0, r1); break;
+    case 7: x8_tile_avx2(j, g, t, 7, r0, r1); break;
+    default: x8_tile_avx2(j, g, t, 8, r0, r1); break;
     }
 }
 
