@@ -14,11 +14,15 @@
 # engine: an 8-token prompt, then decode steps, each computing the logits of
 # every sequence and picking the greedy token.
 #
-# For each weight type, two rows, each measured in ROUNDS rounds that
+# For each weight type, a row per run, each measured in ROUNDS rounds that
 # alternate engine, llama.cpp, engine, llama.cpp (so a change in the
 # machine's load hits both):
-#   1 x 1 thread   one sequence, 1 thread: tok/s
-#   16 x 2 threads 16 sequences decoding together, 2 threads: tok/s
+#   single   1 x 1 thread    one sequence, 1 thread: tok/s
+#   single2  1 x 2 threads   one sequence, 2 threads
+#   batch    16 x 2 threads  16 sequences decoding together, 2 threads
+#   batch64  64 x 2 threads  64 sequences
+#   prefill  prefill 128 x 2 threads: a 128-token prompt in one call
+#            (build/fast/bench --prompt 128, decode.mjs ... 128)
 # and the ratio of the medians (engine / llama.cpp).
 #
 # Environment (defaults in brackets):
@@ -28,6 +32,8 @@
 #   BENCH_LLAMACPP_TYPES  weight types ["f32 q8_0 q4_0 q4_k q6_k"]
 #   BENCH_LLAMACPP_STEPS  decode steps timed [16]
 #   BENCH_LLAMACPP_ROUNDS rounds [2]
+#   BENCH_LLAMACPP_RUNS   the rows of each type ["single batch"; all of
+#                         them: "single single2 batch batch64 prefill"]
 set -eu
 dir=${BENCH_DIR:-build/bench-models}
 bin=${BENCH_BIN:-build/fast}
@@ -35,6 +41,7 @@ shape=${BENCH_LLAMACPP_SHAPE:-tinyllama}
 types=${BENCH_LLAMACPP_TYPES:-"f32 q8_0 q4_0 q4_k q6_k"}
 steps=${BENCH_LLAMACPP_STEPS:-16}
 rounds=${BENCH_LLAMACPP_ROUNDS:-2}
+runs=${BENCH_LLAMACPP_RUNS:-"single batch"}
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     echo "bench_llamacpp.sh: skipped (node and npm are not installed)"; exit 0
 fi
@@ -54,15 +61,20 @@ version=$(node -p "require('./$lib/node_modules/node-llama-cpp/package.json').ve
 release=$(node -p "require('./$lib/node_modules/node-llama-cpp/llama/llama.cpp.info.json').tag")
 echo "bench_llamacpp.sh: engine at $(git rev-parse --short HEAD 2>/dev/null || echo '?'), llama.cpp $release" \
      "as prebuilt by node-llama-cpp $version; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-}; $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "bench_llamacpp.sh: BENCH_LLAMACPP_SHAPE=$shape BENCH_LLAMACPP_TYPES=\"$types\" BENCH_LLAMACPP_STEPS=$steps BENCH_LLAMACPP_ROUNDS=$rounds sh tools/bench_llamacpp.sh"
+echo "bench_llamacpp.sh: BENCH_LLAMACPP_SHAPE=$shape BENCH_LLAMACPP_TYPES=\"$types\" BENCH_LLAMACPP_STEPS=$steps BENCH_LLAMACPP_ROUNDS=$rounds BENCH_LLAMACPP_RUNS=\"$runs\" sh tools/bench_llamacpp.sh"
 
 . tools/median.sh
 
-ours_single() { "$bin/bench" --threads 1 --prompt 8 --decode "$steps" --runs 1 "$1" 2>/dev/null |
+# ours_single MODEL THREADS; ours_batch MODEL SEQUENCES; ours_prefill MODEL PROMPT (2 threads)
+ours_single() { "$bin/bench" --threads "$2" --prompt 8 --decode "$steps" --runs 1 "$1" 2>/dev/null |
                 awk -F'|' '/^\| / && $3 ~ /[A-Z]/ && $10 + 0 > 0 { gsub(/ /, "", $10); print $10 }'; }
-ours_batch() { "$bin/bench_batch" --threads 2 --concurrency 16 --prompt 8 --decode "$steps" "$1" 2>/dev/null |
-               awk -F'|' '$2 ~ /^ 16 $/ && $3 ~ /^ 8 $/ { gsub(/ /, "", $5); print $5; exit }'; }
-theirs() { node $lib/decode.mjs "$1" "$2" "$steps" "$3" 2>/dev/null | awk '/tok\/s/ { for (i = 1; i <= NF; i++) if ($(i + 1) == "tok/s,") print $i }'; }
+ours_batch() { "$bin/bench_batch" --threads 2 --concurrency "$2" --prompt 8 --decode "$steps" "$1" 2>/dev/null |
+               awk -F'|' -v c="$2" '$2 + 0 == c && $3 ~ /^ 8 $/ { gsub(/ /, "", $5); print $5; exit }'; }
+ours_prefill() { "$bin/bench" --threads 2 --prompt "$2" --decode 1 --runs 1 "$1" 2>/dev/null |
+                 awk -F'|' '/^\| / && $3 ~ /[A-Z]/ && $7 + 0 > 0 { gsub(/ /, "", $7); print $7 }'; }
+# theirs MODEL SEQUENCES THREADS [PROMPT]
+theirs() { node $lib/decode.mjs "$1" "$2" "$steps" "$3" ${4:-} 2>/dev/null |
+           awk '/tok\/s/ { for (i = 1; i <= NF; i++) if ($(i + 1) == "tok/s,") print $i }'; }
 
 echo "bench_llamacpp.sh: the $shape files (tools/mkmodel.c --preset $shape)"
 printf '| type | run | engine tok/s | llama.cpp tok/s | engine / llama.cpp |\n|---|---|--:|--:|--:|\n'
@@ -71,17 +83,26 @@ for type in $types; do
     if [ ! -f "$model" ]; then
         echo "| $type | (no $model: make bench makes it) | | | |"; continue
     fi
-    for run in single batch; do
+    for run in $runs; do
         a=""; b=""
         r=0
         while [ $r -lt "$rounds" ]; do
-            if [ $run = single ]; then x=$(ours_single "$model"); y=$(theirs "$model" 1 1)
-            else x=$(ours_batch "$model"); y=$(theirs "$model" 16 2); fi
+            case $run in
+            single) x=$(ours_single "$model" 1); y=$(theirs "$model" 1 1) ;;
+            single2) x=$(ours_single "$model" 2); y=$(theirs "$model" 1 2) ;;
+            batch) x=$(ours_batch "$model" 16); y=$(theirs "$model" 16 2) ;;
+            batch64) x=$(ours_batch "$model" 64); y=$(theirs "$model" 64 2) ;;
+            prefill) x=$(ours_prefill "$model" 128); y=$(theirs "$model" 1 2 128) ;;
+            *) echo "bench_llamacpp.sh: unknown run '$run' in BENCH_LLAMACPP_RUNS" >&2; exit 2 ;;
+            esac
             a="$a ${x:-nan}"; b="$b ${y:-nan}"
             r=$((r + 1))
         done
         ma=$(echo $a | tr ' ' '\n' | median); mb=$(echo $b | tr ' ' '\n' | median)
-        label="1 x 1 thread"; [ $run = batch ] && label="16 x 2 threads"
+        case $run in
+        single) label="1 x 1 thread" ;; single2) label="1 x 2 threads" ;; batch) label="16 x 2 threads" ;;
+        batch64) label="64 x 2 threads" ;; prefill) label="prefill 128 x 2 threads" ;;
+        esac
         printf '| %s | %s | %s (%s) | %s (%s) | %s |\n' "$type" "$label" "$ma" "$(echo $a | tr ' ' ',')" "$mb" \
             "$(echo $b | tr ' ' ',')" "$(awk -v a="$ma" -v b="$mb" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }')"
     done

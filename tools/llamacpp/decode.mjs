@@ -16,16 +16,37 @@
 // every sequence has its token.
 //
 // Prints one line: decode tok/s = SEQUENCES * STEPS / time, and ms per step.
+//
+//   node decode.mjs MODEL.gguf 1 1 THREADS PROMPT
+//
+// times a prompt of PROMPT tokens instead (prefill, as build/fast/bench
+// --prompt PROMPT does: one call, one sequence, after a warm-up prompt of 8
+// tokens in another sequence): PROMPT / time in tok/s.
 import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 
-const [modelPath, seqArg, stepArg, threadArg] = process.argv.slice(2);
+const [modelPath, seqArg, stepArg, threadArg, promptArg] = process.argv.slice(2);
 const sequences = Number(seqArg), steps = Number(stepArg), threads = Number(threadArg);
-if (!modelPath || !(sequences >= 1) || !(steps >= 1) || !(threads >= 1)) {
-    console.error("usage: node decode.mjs MODEL.gguf SEQUENCES STEPS THREADS");
+const prefill = promptArg === undefined ? 0 : Number(promptArg);
+if (!modelPath || !(sequences >= 1) || !(steps >= 1) || !(threads >= 1) || !(prefill >= 0 && prefill <= 512)) {
+    console.error("usage: node decode.mjs MODEL.gguf SEQUENCES STEPS THREADS [PROMPT <= 512]");
     process.exit(2);
 }
 const llama = await getLlama({gpu: false, build: "never", logLevel: LlamaLogLevel.error});
 const model = await llama.loadModel({modelPath, gpuLayers: 0});
+if (prefill > 0) {
+    const context = await model.createContext({sequences: 2, threads, batchSize: 512, contextSize: 2 * (prefill + 16)});
+    const [warm, seq] = [context.getSequence(), context.getSequence()];
+    await warm.evaluateWithoutGeneratingNewTokens([1, 450, 4996, 17354, 1701, 29916, 432, 17204]);
+    const ids = Array.from({length: prefill}, (_, i) => 3 + (i * 7919) % 31000);   // below any vocabulary here
+    const t0 = performance.now();
+    await seq.evaluateWithoutGeneratingNewTokens(ids);
+    const seconds = (performance.now() - t0) / 1000;
+    console.log(`llama.cpp prefill: ${prefill} tokens, ${threads} threads: ${(prefill / seconds).toFixed(2)} tok/s, ` +
+                `${(seconds * 1000).toFixed(1)} ms`);
+    await context.dispose();
+    await model.dispose();
+    process.exit(0);
+}
 const context = await model.createContext({
     sequences, threads, batchSize: 512, contextSize: sequences * (steps + 16),
 });
