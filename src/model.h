@@ -98,7 +98,7 @@ typedef struct {
     struct GpuModel *gpu;     /* --device cuda: the weights on the GPU (kernels/gpu.h); NULL on the CPU */
     const WcTensor *embd_coded, *head_coded;   /* low_mem: rows decoded on demand */
     int head_rows, head_pieces;
-    uint8_t *rows8;           /* (rows8_bytes) the Q4_0 matrices copied in eights at load where
+    uint8_t *rows8;           /* (rows8_bytes) the Q4_0, Q8_0 matrices copied in eights at load where
                                  ops_rows8 asks for them (formats.h); their rows' pages of
                                  the mapping are given back */
     size_t rows8_bytes;
@@ -120,7 +120,7 @@ typedef struct {
 /* Load a model by content: GGUF ("GGUF" magic) or a llama2.c checkpoint, whose
  * tokenizer.bin is tokenizer_path (NULL: tokenizer.bin beside the model).
  * Weights stay in the mapping; nothing big is copied, but for the Q4_0
- * matrices that the AVX2 path reads in eights (Model.rows8). */
+ * and Q8_0 matrices that the AVX2 path reads in eights (Model.rows8). */
 int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e);
 /* The same with options (NULL: the defaults, as model_load). low_mem is
  * refused for a file that has no coded matrices. */
@@ -135,7 +135,7 @@ typedef struct {
     double decode_load_s;        /* decoding at load */
     int low_mem;                 /* 1: weights decoded on demand; lm holds the decoder's figures */
     int fast_tier;               /* 1: low_mem on the fast tier (decoded: its bytes, built at load) */
-    size_t rows8;                /* bytes of Q4_0 matrices copied in eights at load */
+    size_t rows8;                /* bytes of Q4_0 and Q8_0 matrices copied in eights at load */
     LmStats lm;
 } ModelStats;
 ModelStats model_stats(const Model *m);

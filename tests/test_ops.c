@@ -27,6 +27,7 @@
  * magnitude above the bound. */
 #include "testutil.h"
 #include "kernels/ops.h"
+#include "kernels/rows.h"   /* the activations' layout, for act_pack_on_avx2_... */
 #include <float.h>
 #include <math.h>
 #if defined(__x86_64__)
@@ -408,6 +409,38 @@ static void quantize_row_q8_0_fast_path_is_bit_identical_to_reference(void **sta
     free(x);
 }
 
+/* The activations' int8 layout (rows.h: values, the VNNI corrections, the
+ * scales, Q4_0's offsets) written by AVX2 is act_pack_ref's, byte for byte,
+ * over rows with exact ties, a NaN, an infinity, zeros and a block too small
+ * to scale. */
+static void act_pack_on_avx2_is_bit_identical_to_reference(void **state) {
+    (void)state;
+#ifdef OPS_X86
+    OpsIsa got;
+    Err e;
+    if (ops_parse_isa("avx2", &got, &e) != ST_OK) {
+        print_message("skipped: this CPU has no AVX2\n");
+        return;
+    }
+    enum { T = 3, K = 1024 };
+    float *x = make_activations(T, K, 98);
+    for (int i = 0; i < 32; i++) x[64 + i] = (float)(i % 7) - 3.5f;   /* ties: amax 127 */
+    x[64 + 5] = 127.0f;
+    x[K + 7] = NAN, x[K + 100] = -INFINITY;
+    for (int i = 0; i < 32; i++) x[2 * K + i] = 0.0f, x[2 * K + 32 + i] = (i % 3 - 1) * 1e-38f;
+    size_t bytes = (size_t)T * act_stride(K);
+    uint8_t *a = calloc(1, bytes), *b = calloc(1, bytes);
+    assert_non_null(a);
+    assert_non_null(b);
+    act_pack_avx2(a, x, T, K);
+    act_pack_ref(b, x, T, K);
+    assert_memory_equal(a, b, bytes);
+    free(a), free(b), free(x);
+#else
+    print_message("skipped: not an x86-64 build\n");
+#endif
+}
+
 /* The AVX-512 Q8_K rounding (quantize_row_q8_k on this path) against the
  * plain one, bit for bit: values of many sizes, exact ties (half-integer
  * products), the largest magnitude twice with both signs (the first one's
@@ -754,55 +787,62 @@ static void k_formats_on_avx2_give_the_generic_bits(void **state) {
             }
 }
 
-/* Q4_0 in eights (formats.h): every block of every row read back from the
- * copy is the row's own, and a few bytes sit where the layout says: row
- * 8g + i's scale in d[i], and its nibble byte j in load (x, h) = (i / 2 % 2,
- * j / 8), row slot y with q4_0_rows8_row(x, y) == i. */
-static void q4_0_in_eights_holds_every_block_where_the_layout_says(void **state) {
+/* In eights (formats.h): every block of every row read back from the copy
+ * is the row's own, Q4_0 and Q8_0, and a few bytes sit where the layout
+ * says: row 8g + i's scale in d[i], and its value byte j in load (x, c) =
+ * (i / 2 % 2, j / 8), row slot y with rows8_row(x, y) == i. */
+static void in_eights_holds_every_block_where_the_layout_says(void **state) {
     (void)state;
-    int N = 24, K = 96, nb = K / QK4;
-    Mat W = {.type = DT_Q4_0, .N = N, .K = K, .data = make_weights(DT_Q4_0, N, K, 71)};
-    uint8_t *copy = malloc(dtype_row_bytes(DT_Q4_0, K) * (size_t)N);
-    assert_non_null(copy);
-    q4_0_to_rows8(copy, &W);
-    const BlockQ4_0 *blocks = W.data;
-    for (int n = 0; n < N; n++)
-        for (int b = 0; b < nb; b++) {
-            BlockQ4_0 back;
-            q4_0_rows8_block(&back, copy, K, n, b);
-            assert_memory_equal(&back, &blocks[(size_t)n * nb + b], sizeof back);
-        }
-    /* row 13 = group 1, i = 5: x = 0, y = 3 (4 * 1 + 2 * 0 + 1); block 2, byte 11 (h = 1) */
-    assert_int_equal(q4_0_rows8_row(0, 3), 5);
-    const uint8_t *blk = copy + ((size_t)1 * nb + 2) * Q4_0_ROWS8_BLOCK;
-    uint16_t d;
-    memcpy(&d, blk + 2 * 5, 2);
-    assert_int_equal(d, blocks[13 * nb + 2].d);
-    assert_int_equal(blk[16 + ((0 * 2 + 1) * 4 + 3) * 8 + 3], blocks[13 * nb + 2].qs[11]);
-    free(copy), free((void *)W.data);
+    const DType types[] = {DT_Q4_0, DT_Q8_0};
+    for (int k = 0; k < 2; k++) {
+        DType type = types[k];
+        int N = 24, K = 96, nb = K / 32;
+        size_t bs = rows8_block_bytes(type) / 8;
+        Mat W = {.type = type, .N = N, .K = K, .data = make_weights(type, N, K, 71)};
+        uint8_t *copy = malloc(dtype_row_bytes(type, K) * (size_t)N);
+        assert_non_null(copy);
+        mat_to_rows8(copy, &W);
+        const uint8_t *rows = W.data;
+        for (int n = 0; n < N; n++)
+            for (int b = 0; b < nb; b++) {
+                uint8_t back[sizeof(BlockQ8_0)];
+                rows8_block(back, copy, type, K, n, b);
+                assert_memory_equal(back, rows + ((size_t)n * nb + b) * bs, bs);
+            }
+        /* row 13 = group 1, i = 5: x = 0, y = 3 (4 * 1 + 2 * 0 + 1); block 2, byte 11 (c = 1) */
+        assert_int_equal(rows8_row(0, 3), 5);
+        const uint8_t *blk = copy + ((size_t)1 * nb + 2) * rows8_block_bytes(type), *own = rows + (13 * nb + 2) * bs;
+        assert_memory_equal(blk + 2 * 5, own, 2);
+        int chunks = type == DT_Q8_0 ? 4 : 2;
+        assert_int_equal(blk[16 + ((0 * chunks + 1) * 4 + 3) * 8 + 3], own[2 + 11]);
+        free(copy), free((void *)W.data);
+    }
 }
 
-/* Q4_0 in eights on AVX2: the bits of matmul_blocks_ref (exact integer sums
- * per block, one float chain per row and token), for one block, an odd count
- * and many; 8 rows, 40 (a group of 16 rows cut in half) and 72; tokens in one
- * tile, in several and a partial last one; on one and two threads; the
- * largest sums a tile's int16 lanes hold (nibbles of 15 against values of
- * +-127 all through); and in a group with a matrix whose rows it does not
- * have in eights, where a thread's range starts inside a group of eight. */
-static void check_rows8(int N, int K, int T, int extreme, uint64_t seed) {
-    Mat W = {.type = DT_Q4_0, .N = N, .K = K, .data = make_weights(DT_Q4_0, N, K, seed)};
+/* In eights on AVX2: the bits of matmul_blocks_ref (exact integer sums per
+ * block, one float chain per row and token), Q4_0 and Q8_0, for one block,
+ * an odd count and many; 8 rows, 40 (a group of 16 rows cut in half) and
+ * 72; tokens in one tile, in several and a partial last one; on one and two
+ * threads; the largest sums a tile's lanes hold (Q4_0 nibbles of 15, Q8_0
+ * weights of -128 and 127, against values of +-127 all through); and in a
+ * group with a matrix whose rows it does not have in eights, where a
+ * thread's range starts inside a group of eight. */
+static void check_rows8(DType type, int N, int K, int T, int extreme, uint64_t seed) {
+    Mat W = {.type = type, .N = N, .K = K, .data = make_weights(type, N, K, seed)};
     float *x = make_activations(T, K, seed + 1);
     if (extreme) {
-        BlockQ4_0 *b = (BlockQ4_0 *)W.data;
-        for (size_t i = 0; i < (size_t)N * K / QK4; i++) memset(b[i].qs, i % 3 ? 0xff : 0x00, 16);
+        for (size_t i = 0; i < (size_t)N * K / 32; i++) {
+            if (type == DT_Q4_0) memset(((BlockQ4_0 *)W.data)[i].qs, i % 3 ? 0xff : 0x00, 16);
+            else memset(((BlockQ8_0 *)W.data)[i].qs, i % 3 ? 0x80 : 0x7f, 32);
+        }
         for (size_t i = 0; i < (size_t)T * K; i++) x[i] = i % 64 < 32 ? 1.0f : -1.0f;
     }
-    uint8_t *copy = malloc(dtype_row_bytes(DT_Q4_0, K) * (size_t)N);
+    uint8_t *copy = malloc(dtype_row_bytes(type, K) * (size_t)N);
     float *got = malloc(sizeof(float) * (size_t)T * N), *ref = malloc(sizeof(float) * (size_t)T * N);
     assert_non_null(copy);
     assert_non_null(got);
     assert_non_null(ref);
-    q4_0_to_rows8(copy, &W);
+    mat_to_rows8(copy, &W);
     W.rows8 = copy;
     matmul_blocks_ref(ref, x, &W, T);
     int saved = ops_threads();
@@ -811,8 +851,8 @@ static void check_rows8(int N, int K, int T, int extreme, uint64_t seed) {
         run_matmul(got, x, &W, T, OPS_AVX2);
         for (int e = 0; e < T * N; e++)
             if (float_to_bits(got[e]) != float_to_bits(ref[e])) {
-                print_error("Q4_0 in eights N=%d K=%d T=%d, %d thread%s: out[%d][%d] %.9g, the reference %.9g\n", N,
-                            K, T, threads, threads > 1 ? "s" : "", e / N, e % N, got[e], ref[e]);
+                print_error("%s in eights N=%d K=%d T=%d, %d thread%s: out[%d][%d] %.9g, the reference %.9g\n",
+                            dtype_name(type), N, K, T, threads, threads > 1 ? "s" : "", e / N, e % N, got[e], ref[e]);
                 fail();
             }
     }
@@ -820,32 +860,20 @@ static void check_rows8(int N, int K, int T, int extreme, uint64_t seed) {
     free(got), free(ref), free(copy), free(x), free((void *)W.data);
 }
 
-static void q4_0_in_eights_on_avx2_gives_the_blocks_reference_bits(void **state) {
-    (void)state;
-    OpsIsa got;
-    Err e;
-    if (ops_parse_isa("avx2", &got, &e) != ST_OK) {
-        print_message("skipped: this CPU has no AVX2\n");
-        return;
-    }
-    const int Ks[] = {32, 224, 2080}, Ts[] = {1, 3, 4, 9}, Ns[] = {8, 40, 72};
-    for (int k = 0; k < 3; k++)
-        for (int j = 0; j < 4; j++)
-            for (int i = 0; i < 3; i++) check_rows8(Ns[i], Ks[k], Ts[j], 0, 81 + (unsigned)(k * 16 + j * 4 + i));
-    check_rows8(40, 8192, 5, 0, 82);   /* big enough for two threads */
-    check_rows8(16, 256, 5, 1, 83);
-    /* a group: 12 rows as they are, then 40 in eights; the second thread's
-     * range starts at row 20 of the second matrix */
-    int K = 4096, T = 5, Ns2[2] = {12, 40};
+static void check_rows8_in_a_group(DType type) {
+    /* 12 rows as they are, then 40 in eights; the second thread's range
+     * starts at row 20 of the second matrix */
+    int K = 4096, T = 5, Ns[2] = {12, 40};
     Mat W[2];
-    uint8_t *copy = malloc(dtype_row_bytes(DT_Q4_0, K) * 40);
+    uint8_t *copy = malloc(dtype_row_bytes(type, K) * 40);
     assert_non_null(copy);
-    for (int i = 0; i < 2; i++) W[i] = (Mat){.type = DT_Q4_0, .N = Ns2[i], .K = K, .data = make_weights(DT_Q4_0, Ns2[i], K, 84 + i)};
-    q4_0_to_rows8(copy, &W[1]);
+    for (int i = 0; i < 2; i++)
+        W[i] = (Mat){.type = type, .N = Ns[i], .K = K, .data = make_weights(type, Ns[i], K, 84 + i)};
+    mat_to_rows8(copy, &W[1]);
     W[1].rows8 = copy;
     float *x = make_activations(T, K, 86), *a[2], *b[2];
     for (int i = 0; i < 2; i++) {
-        a[i] = malloc(sizeof(float) * (size_t)T * Ns2[i]), b[i] = malloc(sizeof(float) * (size_t)T * Ns2[i]);
+        a[i] = malloc(sizeof(float) * (size_t)T * Ns[i]), b[i] = malloc(sizeof(float) * (size_t)T * Ns[i]);
         assert_non_null(a[i]);
         assert_non_null(b[i]);
     }
@@ -853,16 +881,37 @@ static void q4_0_in_eights_on_avx2_gives_the_blocks_reference_bits(void **state)
     int saved = ops_threads();
     ops_set_isa(OPS_AVX2);
     ops_set_threads(2);
-    void *scratch = malloc(matmul_scratch_bytes(DT_Q4_0, T, K));
+    void *scratch = malloc(matmul_scratch_bytes(type, T, K));
     assert_non_null(scratch);
     matmul_group(a, x, (const Mat *const[]){&W[0], &W[1]}, 2, T, scratch);
     ops_set_threads(1);
     for (int i = 0; i < 2; i++) matmul(b[i], x, &W[i], T, scratch);
     ops_set_threads(saved);
     ops_set_isa(saved_isa);
-    for (int i = 0; i < 2; i++) assert_memory_equal(a[i], b[i], sizeof(float) * (size_t)T * Ns2[i]);
+    for (int i = 0; i < 2; i++) assert_memory_equal(a[i], b[i], sizeof(float) * (size_t)T * Ns[i]);
     for (int i = 0; i < 2; i++) free(a[i]), free(b[i]), free((void *)W[i].data);
     free(scratch), free(copy), free(x);
+}
+
+static void in_eights_on_avx2_gives_the_blocks_reference_bits(void **state) {
+    (void)state;
+    OpsIsa got;
+    Err e;
+    if (ops_parse_isa("avx2", &got, &e) != ST_OK) {
+        print_message("skipped: this CPU has no AVX2\n");
+        return;
+    }
+    const DType types[] = {DT_Q4_0, DT_Q8_0};
+    const int Ks[] = {32, 224, 2080}, Ts[] = {1, 3, 8, 11}, Ns[] = {8, 40, 72};
+    for (int y = 0; y < 2; y++) {
+        for (int k = 0; k < 3; k++)
+            for (int j = 0; j < 4; j++)
+                for (int i = 0; i < 3; i++)
+                    check_rows8(types[y], Ns[i], Ks[k], Ts[j], 0, 81 + (unsigned)(k * 16 + j * 4 + i));
+        check_rows8(types[y], 40, 8192, 5, 0, 82);   /* big enough for two threads */
+        check_rows8(types[y], 16, 256, 9, 1, 83);
+        check_rows8_in_a_group(types[y]);
+    }
 }
 
 static void q8_0_small_batches_equal_single_tokens_bitwise(void **state) {
@@ -1720,6 +1769,37 @@ static void llm_amx_turns_the_tiles_off_and_a_bad_value_is_a_one_line_error(void
     free(x), free((void *)W.data);
 }
 
+/* LLM_ROWS8=0 turns the copies in eights off (ops_rows8 says no for every
+ * matrix), 1 back on where the path reads them (AVX2, rows a multiple of 8);
+ * anything else is one line naming the variable and changes nothing. */
+static void llm_rows8_turns_the_copies_off_and_a_bad_value_is_a_one_line_error(void **state) {
+    (void)state;
+    Err e;
+    OpsIsa saved = ops_isa(), got;
+    int avx2 = ops_parse_isa("avx2", &got, &e) == ST_OK;
+    ops_set_isa(OPS_AVX2);   /* the generic path where the CPU lacks AVX2 */
+    assert_int_equal(ops_rows8(DT_Q4_0, 64), avx2);
+    assert_int_equal(ops_rows8(DT_Q4_0, 60), 0);
+    assert_int_equal(ops_rows8(DT_Q8_0, 64), avx2);
+    assert_int_equal(ops_rows8(DT_Q4_K, 64), 0);
+    setenv("LLM_ROWS8", "0", 1);
+    assert_int_equal(ops_isa_from_env(&e), ST_OK);
+    assert_int_equal(ops_rows8(DT_Q4_0, 64), 0);
+    setenv("LLM_ROWS8", "2", 1);
+    assert_int_equal(ops_isa_from_env(&e), ST_ARG);
+    assert_int_equal(strncmp(e.msg, "LLM_ROWS8: ", 11), 0);
+    assert_non_null(strstr(e.msg, "'2'"));
+    assert_null(strchr(e.msg, '\n'));
+    assert_int_equal(ops_rows8(DT_Q4_0, 64), 0);
+    setenv("LLM_ROWS8", "1", 1);
+    assert_int_equal(ops_isa_from_env(&e), ST_OK);
+    assert_int_equal(ops_rows8(DT_Q4_0, 64), avx2);
+    ops_set_isa(OPS_PLAIN);
+    assert_int_equal(ops_rows8(DT_Q4_0, 64), 0);
+    unsetenv("LLM_ROWS8");
+    ops_set_isa(saved);
+}
+
 /* LLM_ISA sets the path at start-up; unset or empty leaves the default; a bad
  * value is one line that starts with the variable's name, and changes
  * nothing. */
@@ -1868,6 +1948,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(quantize_row_q8_0_rounds_ties_to_even),
         cmocka_unit_test(quantize_row_q8_0_keeps_extreme_values_in_range),
         cmocka_unit_test(quantize_row_q8_0_fast_path_is_bit_identical_to_reference),
+        cmocka_unit_test(act_pack_on_avx2_is_bit_identical_to_reference),
         cmocka_unit_test(quantize_row_q8_k_fast_path_is_bit_identical_to_reference),
         cmocka_unit_test(f32_matmul_matches_plain_reference),
         cmocka_unit_test(f16_matmul_matches_plain_reference),
@@ -1884,13 +1965,14 @@ int main(int argc, char **argv) {
         cmocka_unit_test(half_rows_of_one_token_give_the_same_bits_on_every_fast_path),
         cmocka_unit_test(float_tiles_give_the_same_bits_on_avx2_and_avx512),
         cmocka_unit_test(k_formats_on_avx2_give_the_generic_bits),
-        cmocka_unit_test(q4_0_in_eights_holds_every_block_where_the_layout_says),
-        cmocka_unit_test(q4_0_in_eights_on_avx2_gives_the_blocks_reference_bits),
+        cmocka_unit_test(in_eights_holds_every_block_where_the_layout_says),
+        cmocka_unit_test(in_eights_on_avx2_gives_the_blocks_reference_bits),
         cmocka_unit_test(q8_0_small_batches_equal_single_tokens_bitwise),
         cmocka_unit_test(matmul_gives_same_results_on_one_and_two_threads),
         cmocka_unit_test(decoding_one_or_four_rows_at_a_time_gives_the_same_bits),
         cmocka_unit_test(llm_decode_rows_sets_the_rows_and_a_bad_value_is_a_one_line_error),
         cmocka_unit_test(llm_amx_turns_the_tiles_off_and_a_bad_value_is_a_one_line_error),
+        cmocka_unit_test(llm_rows8_turns_the_copies_off_and_a_bad_value_is_a_one_line_error),
         cmocka_unit_test(matmul_scratch_does_not_depend_on_threads),
         cmocka_unit_test(matmul_group_gives_each_matmuls_results),
         cmocka_unit_test(attention_products_match_double_precision),

@@ -152,22 +152,24 @@ static double time_memory_read(const uint8_t *pool, size_t bytes, int threads, i
     return n * 8 * 1e-9 / (t1 - t0) + (sum == 42 ? 1e-12 : 0.0);   /* keep the sum */
 }
 
-/* The pool of a Q4_0 cell in eights (formats.h), where the path reads them
+/* The pool of a Q4_0 or Q8_0 cell in eights (formats.h), where the path reads them
  * (ops_rows8), or NULL: the whole pool taken as one matrix of rows of K, so
  * that each window of whole matrices is a window of the copy too. The copy
- * is made again when K changes. */
+ * is made again when the pool or K changes. */
+static uint8_t *g_copy;   /* freed at the end of main */
+
 static const uint8_t *pool_rows8(const Cell *c, const uint8_t *pool, size_t pool_bytes) {
-    static uint8_t *copy;
+    static const uint8_t *copy_of;
     static int copy_K;
     if (!ops_rows8(c->type, c->N)) return NULL;
-    if (!copy && !(copy = mem_alloc(pool_bytes))) return NULL;   /* then the rows as they are */
-    if (copy_K != c->K) {
+    if (!g_copy && !(g_copy = mem_alloc(pool_bytes))) return NULL;   /* then the rows as they are */
+    if (copy_K != c->K || copy_of != pool) {
         size_t row = dtype_row_bytes(c->type, c->K);
         Mat all = {.type = c->type, .N = (int)(pool_bytes / row / 8 * 8), .K = c->K, .data = pool};
-        q4_0_to_rows8(copy, &all);
-        copy_K = c->K;
+        mat_to_rows8(g_copy, &all);
+        copy_K = c->K, copy_of = pool;
     }
-    return copy;
+    return g_copy;
 }
 
 /* One timed run of a figure: T = 1 in GB/s, cycling through the pool (when
@@ -335,7 +337,7 @@ int main(int argc, char **argv) {
     printf("# command:");
     for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
     printf("\n# kernels: %s (best on this CPU: %s), T=1 reads %d row%s side by side (LLM_DECODE_ROWS), "
-           "AMX tiles for Q8_0, Q4_0, Q4_K from %d tokens: %s (LLM_AMX), Q4_0 in eights: %s (LLM_ROWS8), "
+           "AMX tiles for Q8_0, Q4_0, Q4_K from %d tokens: %s (LLM_AMX), Q4_0, Q8_0 in eights: %s (LLM_ROWS8), "
            "OPENBLAS_CORETYPE=%s\n",
            ops_isa_name(o.isa), ops_isa_name(ops_best_isa()), ops_decode_rows(), ops_decode_rows() > 1 ? "s" : "",
            AMX_MIN_T, ops_amx() ? "on" : "off", ops_rows8(DT_Q4_0, 8) ? "on" : "off", core ? core : "(unset)");
@@ -370,6 +372,6 @@ int main(int argc, char **argv) {
         printf("\n");
     }
     for (int t = 0; t < N_TYPES; t++) mem_free(pools[t]);
-    mem_free(x), mem_free(out), mem_free(scratch);
+    mem_free(x), mem_free(out), mem_free(scratch), mem_free(g_copy);
     return 0;
 }

@@ -87,33 +87,40 @@ uint16_t fp32_to_fp16(float f) {
     return (uint16_t)(sign | h);
 }
 
-/* Q4_0 in eights (formats.h): block b of row n sits in group n / 8, at lane
- * i = n % 8; its nibbles are spread over the four loads of the block, eight
- * bytes in each of two of them. */
-static size_t rows8_at(int K, int n, int b) {
-    return ((size_t)(n / 8) * (K / QK4) + (size_t)b) * Q4_0_ROWS8_BLOCK;
+/* In eights (formats.h): block b of row n sits in group n / 8, at lane
+ * i = n % 8; its values are spread over the loads of the block, eight bytes
+ * in each of C = bytes / 8 of them. */
+static size_t rows8_at(DType type, int K, int n, int b) {
+    return ((size_t)(n / 8) * (K / QK8_0) + (size_t)b) * rows8_block_bytes(type);
 }
 
-/* Where byte j (0 .. 15) of row i's nibbles goes within a block of the copy. */
-static size_t rows8_byte(int i, int j) {
-    int h = j / 8, x = i / 2 % 2, y = i / 4 * 2 + i % 2;   /* q4_0_rows8_row(x, y) == i */
-    return 16 + (size_t)((x * 2 + h) * 4 + y) * 8 + (size_t)(j % 8);
+/* Where byte j of row i's values (16 of Q4_0's nibbles, 32 of Q8_0's
+ * values) goes within a block of the copy. */
+static size_t rows8_byte(int chunks, int i, int j) {
+    int c = j / 8, x = i / 2 % 2, y = i / 4 * 2 + i % 2;   /* rows8_row(x, y) == i */
+    return 16 + (size_t)((x * chunks + c) * 4 + y) * 8 + (size_t)(j % 8);
 }
 
-void q4_0_to_rows8(uint8_t *out, const Mat *W) {
-    int nb = W->K / QK4;
+/* The block's scale and values: Q4_0 and Q8_0 both start with d. */
+static int rows8_values(DType type) { return type == DT_Q8_0 ? QK8_0 : QK4 / 2; }
+
+void mat_to_rows8(uint8_t *out, const Mat *W) {
+    int nb = W->K / QK8_0, bytes = rows8_values(W->type);
+    size_t bs = rows8_block_bytes(W->type) / 8;
     for (int n = 0; n < W->N; n++) {
-        const BlockQ4_0 *row = (const BlockQ4_0 *)W->data + (size_t)n * nb;
+        const uint8_t *row = (const uint8_t *)W->data + (size_t)n * nb * bs;
         for (int b = 0; b < nb; b++) {
-            uint8_t *blk = out + rows8_at(W->K, n, b);
-            memcpy(blk + 2 * (n % 8), &row[b].d, 2);
-            for (int j = 0; j < 16; j++) blk[rows8_byte(n % 8, j)] = row[b].qs[j];
+            uint8_t *blk = out + rows8_at(W->type, W->K, n, b);
+            memcpy(blk + 2 * (n % 8), row + b * bs, 2);
+            for (int j = 0; j < bytes; j++) blk[rows8_byte(bytes / 8, n % 8, j)] = row[b * bs + 2 + j];
         }
     }
 }
 
-void q4_0_rows8_block(BlockQ4_0 *out, const uint8_t *rows8, int K, int n, int b) {
-    const uint8_t *blk = rows8 + rows8_at(K, n, b);
-    memcpy(&out->d, blk + 2 * (n % 8), 2);
-    for (int j = 0; j < 16; j++) out->qs[j] = blk[rows8_byte(n % 8, j)];
+void rows8_block(void *out, const uint8_t *rows8, DType type, int K, int n, int b) {
+    const uint8_t *blk = rows8 + rows8_at(type, K, n, b);
+    uint8_t *o = out;
+    int bytes = rows8_values(type);
+    memcpy(o, blk + 2 * (n % 8), 2);
+    for (int j = 0; j < bytes; j++) o[2 + j] = blk[rows8_byte(bytes / 8, n % 8, j)];
 }

@@ -184,30 +184,34 @@ typedef struct {
     DType type;
     int N, K;
     const void *data;    /* usually points into the memory-mapped file; DT_BF16E: a Bf16eData */
-    const uint8_t *rows8;   /* DT_Q4_0 only, or NULL: the same rows in eights (below), made at load
-                               for the AVX2 tiles; every other path reads data */
+    const uint8_t *rows8;   /* DT_Q4_0 and DT_Q8_0 only, or NULL: the same rows in eights (below),
+                               made at load for the AVX2 tiles; every other path reads data */
 } Mat;
 
-/* Q4_0 in eights: a copy of a Q4_0 matrix (N a multiple of 8) laid out for
- * the AVX2 tiles (tiles_avx2.c, "Q4_0 in eights"), which take eight rows by
- * one load of their nibbles and one float step for all eight. Group g, rows
+/* In eights: a copy of a Q4_0 or Q8_0 matrix (N a multiple of 8) laid out
+ * for the AVX2 tiles (tiles_avx2.c, "In eights"), which take eight rows by
+ * one load of their values and one float step for all eight. Group g, rows
  * 8g .. 8g+7, is the same bytes as those rows (8 * row bytes, so group g
  * starts where row 8g does), block after block; block b of the group is
- * 144 bytes:
+ * rows8_block_bytes(type) = 8 blocks' bytes, 144 (Q4_0) or 272 (Q8_0):
  *   uint16_t d[8]            the scales of rows 8g + i, i = 0 .. 7
- *   uint8_t  qs[2][2][4][8]  [x][h][y]: bytes 8h .. 8h+7 of the nibbles of
- *                            row 8g + q4_0_rows8_row(x, y)
- * A 32-byte load of qs[x][h] has four rows' values 8h .. 8h+7 in its low
- * nibbles and 16 + 8h .. 23 + 8h in its high ones. The order of the rows
- * within a load is the order in which vphaddd (an add of neighbouring int32
- * pairs within each 128-bit half) brings the sums of the loads x = 0 and 1
- * out in rows 0 .. 7. */
-enum { Q4_0_ROWS8_BLOCK = 8 * sizeof(BlockQ4_0) };
-static inline int q4_0_rows8_row(int x, int y) { return 4 * (y >> 1) + 2 * x + (y & 1); }
-/* W (DT_Q4_0, N % 8 == 0) into out: N * dtype_row_bytes(DT_Q4_0, K) bytes. */
-void q4_0_to_rows8(uint8_t *out, const Mat *W);
-/* Block b of row n back out of the copy: the plain reader of the layout. */
-void q4_0_rows8_block(BlockQ4_0 *out, const uint8_t *rows8, int K, int n, int b);
+ *   uint8_t  qs[2][C][4][8]  [x][c][y]: bytes 8c .. 8c+7 of the values of
+ *                            row 8g + rows8_row(x, y); C = 2 for Q4_0
+ *                            (16 bytes of nibbles), 4 for Q8_0 (32 bytes)
+ * A 32-byte load of qs[x][c] has four rows' bytes 8c .. 8c+7: for Q4_0
+ * values 8c .. 8c+7 in the low nibbles and 16 + 8c .. 23 + 8c in the high
+ * ones, for Q8_0 values 8c .. 8c+7. The order of the rows within a load is
+ * the order in which vphaddd (an add of neighbouring int32 pairs within
+ * each 128-bit half) brings the sums of the loads x = 0 and 1 out in rows
+ * 0 .. 7. */
+static inline int rows8_type(DType type) { return type == DT_Q4_0 || type == DT_Q8_0; }
+static inline size_t rows8_block_bytes(DType type) { return 8 * (type == DT_Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0)); }
+static inline int rows8_row(int x, int y) { return 4 * (y >> 1) + 2 * x + (y & 1); }
+/* W (rows8_type, N % 8 == 0) into out: N * dtype_row_bytes(type, K) bytes. */
+void mat_to_rows8(uint8_t *out, const Mat *W);
+/* Block b of row n (a BlockQ4_0 or BlockQ8_0) back out of the copy: the
+ * plain reader of the layout. */
+void rows8_block(void *out, const uint8_t *rows8, DType type, int K, int n, int b);
 
 /* Row n of a DT_BF16E matrix: its first block. */
 static inline const uint8_t *bf16e_row(const Mat *W, int n) {
@@ -215,7 +219,7 @@ static inline const uint8_t *bf16e_row(const Mat *W, int n) {
 }
 
 /* Round one row of K floats (K % 32 == 0) to Q8_0 blocks: d = max|x| / 127.
- * The fast version (AVX-512 when ops_isa() is) is bit-identical to the plain one. */
+ * The fast version (AVX-512 or AVX2 when ops_isa() is) is bit-identical to the plain one. */
 void quantize_row_q8_0(BlockQ8_0 *out, const float *x, int K);
 void quantize_row_q8_0_ref(BlockQ8_0 *out, const float *x, int K);
 /* Round one row of K floats (K % 256 == 0) to Q8_K super-blocks, as

@@ -247,7 +247,7 @@ void ops_set_amx(int on) {
 static int g_rows8 = 1;
 
 int ops_rows8(DType type, int N) {
-    return g_rows8 && type == DT_Q4_0 && N > 0 && N % 8 == 0 && ops_isa() == OPS_AVX2;
+    return g_rows8 && rows8_type(type) && N > 0 && N % 8 == 0 && ops_isa() == OPS_AVX2;
 }
 
 void ops_set_rows8(int on) {
@@ -305,6 +305,10 @@ void quantize_row_q8_0(BlockQ8_0 *out, const float *x, int K) {
 #ifdef OPS_X86
     if (ops_isa() == OPS_AVX512) {
         quantize_row_q8_0_avx512(out, x, K);
+        return;
+    }
+    if (ops_isa() == OPS_AVX2) {
+        quantize_row_q8_0_avx2(out, x, K);
         return;
     }
 #endif
@@ -504,10 +508,13 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
             return q8_0_rows_avx512;
         }
 #endif
-        act_pack_ref(scratch_base(scratch), x, T, K);
 #ifdef OPS_X86
-        if (isa == OPS_AVX2) return q8_0_rows_avx2;
+        if (isa == OPS_AVX2) {
+            act_pack_avx2(scratch_base(scratch), x, T, K);
+            return q8_0_rows_avx2;
+        }
 #endif
+        act_pack_ref(scratch_base(scratch), x, T, K);
         return q8_0_rows_generic;
     default: {   /* the 4, 5 and 6-bit block formats: activations rounded once per call */
         assert(dtype_is_small_quant(W->type));
@@ -526,6 +533,8 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
 #ifdef OPS_X86
         else if (isa == OPS_AVX512)
             q32_act_pack_avx512(scratch_base(scratch), x, T, K);   /* Q8_0 values, Q32Act order */
+        else if (isa == OPS_AVX2)
+            act_pack_avx2(scratch_base(scratch), x, T, K);      /* Q8_0 */
 #endif
         else
             act_pack_ref(scratch_base(scratch), x, T, K);       /* Q8_0 */

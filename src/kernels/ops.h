@@ -35,7 +35,8 @@ int ops_threads(void);
  *   OPS_AVX512   AVX-512 and VNNI tiles (tiles_avx512.c), OpenBLAS from 36 tokens.
  *   OPS_BEST     the best of the three that the CPU has (the default of
  *                the fast and test builds).
- * Q8_0 gives the same bits on every path (but for the AMX tiles: below);
+ * Q8_0 gives the same bits on every path (but for the AMX tiles and the
+ * AVX2 tiles in eights, which give matmul_blocks_ref's: below);
  * F32 and F16 differ by float rounding only (sums in another order). The 4, 5 and 6-bit block formats
  * round activations on the generic and AVX-512 paths (the same integer sums,
  * float sums in another order) and not on the plain one (notes/formats.md). */
@@ -82,8 +83,9 @@ int ops_amx(void);
 void ops_set_amx(int on);
 
 /* Whether the loader should give a matrix of this type and N rows a copy in
- * eights (Mat.rows8, formats.h: "Q4_0 in eights"), which this path reads
- * instead of its rows: 1 for Q4_0 with N a multiple of 8 on the AVX2 path,
+ * eights (Mat.rows8, formats.h: "In eights"), which this path reads
+ * instead of its rows: 1 for Q4_0 and Q8_0 with N a multiple of 8 on the
+ * AVX2 path,
  * unless ops_set_rows8(0) or, at start-up, LLM_ROWS8=0 through
  * ops_isa_from_env turned it off. A matrix keeps its rows either way:
  * every other path reads them. */
@@ -124,8 +126,8 @@ size_t matmul_scratch_bytes(DType type, int T, int K);
  *       in tiles of 4 rows x 4 tokens at any T.
  * Q4_0, Q4_1, Q5_0, Q5_1: the same rounding of x to Q8_0; weights stay packed
  *       and are unpacked to bytes in registers, two blocks per VNNI product.
- *       (On AVX2, Q4_0 with rows8 reads eight rows at a time from the copy:
- *       matmul_blocks_ref's bits.)
+ *       (On AVX2, Q4_0 and Q8_0 with rows8 read eight rows at a time from
+ *       the copy: matmul_blocks_ref's bits.)
  * Q4_K, Q5_K, Q6_K: x rounded to Q8_K super-blocks of 256 (as llama.cpp
  *       does); integer sums per sub-block times the 6 or 8-bit sub-block
  *       scales, one float multiply per super-block.

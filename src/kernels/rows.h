@@ -233,8 +233,8 @@ void q8_0_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
 #ifdef OPS_X86
 /* From tiles_avx2.c; call them only when ops_best_isa() is OPS_AVX2 or
  * OPS_AVX512. F32, F16 and BF16 for T < SGEMM_MIN_T; Q8_0 and Q4_0 after
- * act_pack_ref (the Q8_0 layout above); Q4_K and Q6_K after
- * small_act_pack_k. */
+ * act_pack_avx2 or act_pack_ref (the Q8_0 layout above); Q4_K and Q6_K
+ * after small_act_pack_k. */
 void f32_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
 void f16_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
 void bf16_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
@@ -243,6 +243,10 @@ void bf16e_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
 void q8_0_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
 void q4_0_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
 void qk_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
+/* quantize_row_q8_0_ref and act_pack_ref, eight values an instruction: the
+ * same bits. */
+void quantize_row_q8_0_avx2(BlockQ8_0 *out, const float *x, int K);
+void act_pack_avx2(uint8_t *act, const float *x, int T, int K);
 #endif
 
 #ifdef OPS_X86

@@ -17,10 +17,11 @@
  *   Q4_K, Q6_K      the exact integer sums of a super-block in vector lanes,
  *                   added across them at its end, then the generic path's
  *                   float step (quant.c, qk_dot_int_of): the same bits as it.
- *   Q4_0            in eights (Mat.rows8, made at load): one float chain per
- *                   row, block after block, matmul_blocks_ref's bits; without
- *                   them its own order (below): lanes of whole blocks, like
- *                   Q8_0, where the generic path adds block after block.
+ *   Q4_0            its own order (below): lanes of whole blocks, like Q8_0,
+ *                   where the generic path adds block after block.
+ *   In eights       Q4_0 and Q8_0 from the copy the loader makes (Mat.rows8):
+ *                   one float chain per row, block after block:
+ *                   matmul_blocks_ref's bits.
  *
  * Without VNNI the int8 products go through vpmaddubsw, which multiplies
  * unsigned bytes by signed bytes and adds neighbouring pairs into int16, with
@@ -211,6 +212,68 @@ void bf16e_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {
     }
 }
 
+/* --- Activations to the int8 layout (rows.h, act_row)
+ *
+ * act_pack_ref's bits, eight values an instruction: the product x * id is
+ * the same IEEE multiply, vroundps to nearest even rounds as nearbyintf
+ * does, and the integers fit int8 exactly, so the saturating packs change
+ * nothing. (A block with a NaN or an infinity is zeros and the NaN scale,
+ * as there; max_ps and fmaxf differ only on NaN, which never reaches them.) */
+AVX2_INLINE uint16_t q8_0_quantize_block_avx2(int8_t *qs, const float *xb) {
+    __m256 v0 = _mm256_loadu_ps(xb), v1 = _mm256_loadu_ps(xb + 8), v2 = _mm256_loadu_ps(xb + 16),
+           v3 = _mm256_loadu_ps(xb + 24);
+    /* x - x is 0 for a finite x, NaN for NaN or an infinity */
+    __m256 nf = _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(_mm256_sub_ps(v0, v0), _mm256_setzero_ps(), _CMP_NEQ_UQ),
+                                          _mm256_cmp_ps(_mm256_sub_ps(v1, v1), _mm256_setzero_ps(), _CMP_NEQ_UQ)),
+                             _mm256_or_ps(_mm256_cmp_ps(_mm256_sub_ps(v2, v2), _mm256_setzero_ps(), _CMP_NEQ_UQ),
+                                          _mm256_cmp_ps(_mm256_sub_ps(v3, v3), _mm256_setzero_ps(), _CMP_NEQ_UQ)));
+    if (_mm256_movemask_ps(nf)) {   /* see Q8_0_NONFINITE_SCALE */
+        memset(qs, 0, QK8_0);
+        return Q8_0_NONFINITE_SCALE;
+    }
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v0, abs), _mm256_and_ps(v1, abs)),
+                             _mm256_max_ps(_mm256_and_ps(v2, abs), _mm256_and_ps(v3, abs)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+    __m256 id = _mm256_set1_ps(q8_0_multiplier(amax));
+    enum { NEAREST_EVEN = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC };
+    __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, id), NEAREST_EVEN)),
+            i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, id), NEAREST_EVEN)),
+            i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, id), NEAREST_EVEN)),
+            i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, id), NEAREST_EVEN));
+    /* the packs work within 128-bit halves: values come out in the order
+     * 0-3 8-11 16-19 24-27 4-7 12-15 20-23 28-31, put back by one permute */
+    __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+    b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)qs, b);
+    return fp32_to_fp16(amax / 127.0f);
+}
+
+AVX2_FN void quantize_row_q8_0_avx2(BlockQ8_0 *out, const float *x, int K) {
+    for (int b = 0; b < K / QK8_0; b++) out[b].d = q8_0_quantize_block_avx2(out[b].qs, x + b * QK8_0);
+}
+
+AVX2_FN void act_pack_avx2(uint8_t *act, const float *x, int T, int K) {
+    const __m256i u1 = _mm256_set1_epi8(1), w1 = _mm256_set1_epi16(1);
+    for (int t = 0; t < T; t++) {
+        uint8_t *p = act + (size_t)t * act_stride(K);
+        int8_t *qs = (int8_t *)p;
+        int32_t *corr = (int32_t *)(p + K);
+        float *d = (float *)(p + 2 * (size_t)K);
+        int32_t *off = (int32_t *)(p + 2 * (size_t)K + (size_t)K / 8);
+        for (int b = 0; b < K / QK8_0; b++) {
+            int8_t *q = qs + b * QK8_0;
+            d[b] = fp16_to_fp32(q8_0_quantize_block_avx2(q, x + (size_t)t * K + b * QK8_0));
+            /* the sums of each four values, exact: 1 * q in pairs, then pairs of pairs */
+            __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_loadu_si256((const __m256i *)q)), w1);
+            _mm256_storeu_si256((__m256i *)(corr + b * 8), _mm256_mullo_epi32(s4, _mm256_set1_epi32(-128)));
+            off[b] = 8 * isum8(s4);
+        }
+    }
+}
+
 /* --- Q8_0 and Q4_0 against Q8_0 activations (act_row) */
 
 /* A Q4_0 block's 16 bytes of nibbles as its 32 values in order, less 8
@@ -285,30 +348,40 @@ AVX2_INLINE void q8_tile_avx2(const MatmulJob *job, int n, int t0, DType type, i
     void name##_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {                           \
         rows_by_tiles_avx2(job, &name##_TILES, n0, n1);                                               \
     }
-void q4_0_by_row_rows_avx2(const MatmulJob *job, int part, int n0, int n1);   /* below: Q4_0 without rows8 */
-Q8_TILES(q8_0, DT_Q8_0)
+/* below: Q8_0 and Q4_0 without rows8 */
+void q8_0_by_row_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
+void q4_0_by_row_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
+Q8_TILES(q8_0_by_row, DT_Q8_0)
 Q8_TILES(q4_0_by_row, DT_Q4_0)
 
-/* --- Q4_0 in eights (formats.h, Mat.rows8) against Q8_0 activations
+/* --- In eights (formats.h, Mat.rows8): Q4_0 and Q8_0 against Q8_0 activations
  *
  * The row tile above spends, per token and block of one row, a sign, two
  * multiply-adds, a conversion, a multiply and an FMA: the float work and the
  * sign are as dear as the int8 products, and the kernel is bound by its
  * instructions, not by memory. With the rows in eights, one block of eight
- * rows is four 32-byte loads, each with four rows' values in its nibbles.
- * The nibbles stay unsigned (0 .. 15), the unsigned side of vpmaddubsw, so
- * no sign moves; the token's eight values 8c .. 8c+7 are broadcast to the
- * four 64-bit lanes, one per row. Per token and block of eight rows:
- *   8 vpmaddubsw, 6 adds (int16: each lane at most 4 * 2 * 15 * 127 = 15240)
- *   2 vpmaddwd by 1 (two int32 sums per row), 1 vphaddd (one per row: the
- *   layout's order of rows makes them come out as rows 0 .. 7)
- *   1 subtract of 8 * (sum of the block's values), from the activations
- *   (act_row's off): sum (q - 8) x = sum q x - 8 sum x, exact
- *   1 conversion, 1 multiply (the eight d_w by d_x), 1 FMA
- * 21 instructions for 256 products, where the row tile needs about 56. Each
- * row's sum is a float chain block after block, acc = fma(isum, d_w * d_x,
- * acc): matmul_blocks_ref's bits, the AMX tiles' order. */
-enum { X8_TT = 8 };   /* tokens a tile: its sums live partly in memory, the nibbles in registers */
+ * rows is four (Q4_0) or eight (Q8_0) 32-byte loads, each holding four
+ * rows' values 8c .. 8c+7 (and Q4_0's 16 + 8c .. in its high nibbles); the
+ * token's eight values 8c .. 8c+7 are broadcast to the four 64-bit lanes,
+ * one per row. Per token and block of eight rows:
+ *   Q4_0  the nibbles stay unsigned (0 .. 15), the unsigned side of
+ *         vpmaddubsw, so no sign moves: 8 vpmaddubsw and 6 adds in int16
+ *         (a lane at most 4 * 2 * 15 * 127 = 15240), 2 vpmaddwd by 1; the
+ *         offset 8 comes off as 8 * (sum of the block's values), computed
+ *         once with the activations (act_row's off): sum (q - 8) x =
+ *         sum q x - 8 sum x, exact
+ *   Q8_0  the weights' magnitudes, taken once per block, against the token's
+ *         values with the weights' signs (vpsignb, its weights read from
+ *         L1): 8 vpsignb, 8 vpmaddubsw, 8 vpmaddwd by 1 (a pair of products
+ *         may reach 2 * 128 * 127, so no int16 adds), 6 int32 adds
+ *   both  1 vphaddd (one sum per row: the layout's order of rows makes them
+ *         come out as rows 0 .. 7), 1 conversion, 1 multiply (the eight d_w
+ *         by d_x), 1 FMA
+ * 21 (Q4_0) or 34 (Q8_0) instructions for 256 products where the row tile
+ * needs 48 to 56. Each row's sum is a float chain block after block, acc =
+ * fma(isum, d_w * d_x, acc): matmul_blocks_ref's bits, the AMX tiles'
+ * order. */
+enum { X8_TT = 8 };   /* tokens a tile: its sums live partly in memory, the weights in registers */
 
 /* Eight bytes of activations broadcast to the four 64-bit lanes. */
 AVX2_INLINE __m256i bcast8(const int8_t *p) {
@@ -317,24 +390,36 @@ AVX2_INLINE __m256i bcast8(const int8_t *p) {
     return _mm256_set1_epi64x(v);
 }
 
-#define X8_TOKEN(XR, ACC)                                                                           \
-    do {                                                                                            \
-        const int8_t *xq_ = (XR).qs + b * QK8_0;                                                    \
-        __m256i c0_ = bcast8(xq_), c1_ = bcast8(xq_ + 8), c2_ = bcast8(xq_ + 16), c3_ = bcast8(xq_ + 24); \
-        __m256i g0_ = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(l00, c0_), _mm256_maddubs_epi16(l01, c1_)), \
-                                       _mm256_add_epi16(_mm256_maddubs_epi16(h00, c2_), _mm256_maddubs_epi16(h01, c3_))); \
-        __m256i g1_ = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(l10, c0_), _mm256_maddubs_epi16(l11, c1_)), \
-                                       _mm256_add_epi16(_mm256_maddubs_epi16(h10, c2_), _mm256_maddubs_epi16(h11, c3_))); \
-        __m256i s_ = _mm256_hadd_epi32(_mm256_madd_epi16(g0_, ones), _mm256_madd_epi16(g1_, ones));  \
-        s_ = _mm256_sub_epi32(s_, _mm256_set1_epi32((XR).off[b]));                                  \
-        ACC = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s_), _mm256_mul_ps(dw, _mm256_set1_ps((XR).d[b])), ACC); \
+/* Q4_0: the int32 sums of group x's four rows (two a row) */
+#define X8_Q4(L0, L1, H0, H1)                                                                             \
+    _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(L0, c0_), _mm256_maddubs_epi16(L1, c1_)), \
+                                       _mm256_add_epi16(_mm256_maddubs_epi16(H0, c2_), _mm256_maddubs_epi16(H1, c3_))), \
+                      ones)
+/* Q8_0: load k's magnitudes A against the token's values C signed by the load */
+#define X8_Q8(A, k, C) \
+    _mm256_madd_epi16(_mm256_maddubs_epi16(A, _mm256_sign_epi8(C, _mm256_loadu_si256((const __m256i *)(q + 32 * (k))))), ones)
+#define X8_TOKEN(XR, ACC)                                                                                   \
+    do {                                                                                                    \
+        const int8_t *xq_ = (XR).qs + b * QK8_0;                                                            \
+        __m256i c0_ = bcast8(xq_), c1_ = bcast8(xq_ + 8), c2_ = bcast8(xq_ + 16), c3_ = bcast8(xq_ + 24), s_; \
+        if (type == DT_Q4_0) {                                                                              \
+            s_ = _mm256_hadd_epi32(X8_Q4(w0, w1, w2, w3), X8_Q4(w4, w5, w6, w7));                           \
+            s_ = _mm256_sub_epi32(s_, _mm256_set1_epi32((XR).off[b]));                                      \
+        } else {                                                                                            \
+            __m256i g0_ = _mm256_add_epi32(_mm256_add_epi32(X8_Q8(w0, 0, c0_), X8_Q8(w1, 1, c1_)),          \
+                                           _mm256_add_epi32(X8_Q8(w2, 2, c2_), X8_Q8(w3, 3, c3_)));         \
+            __m256i g1_ = _mm256_add_epi32(_mm256_add_epi32(X8_Q8(w4, 4, c0_), X8_Q8(w5, 5, c1_)),          \
+                                           _mm256_add_epi32(X8_Q8(w6, 6, c2_), X8_Q8(w7, 7, c3_)));         \
+            s_ = _mm256_hadd_epi32(g0_, g1_);                                                               \
+        }                                                                                                   \
+        ACC = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s_), _mm256_mul_ps(dw, _mm256_set1_ps((XR).d[b])), ACC);   \
     } while (0)
 
 /* Rows 8g .. 8g+7 by tokens t0 .. t0+TT-1; of them, rows [r0, r1) (within
  * the eight) are written. */
-AVX2_INLINE void x8_tile_avx2(const MatmulJob *job, int g, int t0, int TT, int r0, int r1) {
-    int N = job->W->N, K = job->W->K, nb = K / QK4;
-    size_t group_bytes = (size_t)nb * Q4_0_ROWS8_BLOCK;
+AVX2_INLINE void x8_tile_avx2(const MatmulJob *job, DType type, int g, int t0, int TT, int r0, int r1) {
+    int N = job->W->N, K = job->W->K, nb = K / QK8_0;
+    size_t bb = rows8_block_bytes(type), group_bytes = (size_t)nb * bb;
     const uint8_t *w = job->W->rows8 + (size_t)g * group_bytes;
     ActRow x0 = act_row(job->act, K, t0), x1 = x0, x2 = x0, x3 = x0, x4 = x0, x5 = x0, x6 = x0, x7 = x0;
     if (TT > 1) x1 = act_row(job->act, K, t0 + 1);
@@ -347,16 +432,24 @@ AVX2_INLINE void x8_tile_avx2(const MatmulJob *job, int g, int t0, int TT, int r
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
     for (int b = 0; b < nb; b++) {
-        const uint8_t *blk = w + (size_t)b * Q4_0_ROWS8_BLOCK;
-        if (TT == 1) prefetch_weights(blk, Q4_0_ROWS8_BLOCK, 1, 1, 0);   /* a stream: ahead of it */
-        else prefetch_weights(blk, Q4_0_ROWS8_BLOCK, 1, TT, group_bytes);   /* the next group's */
+        const uint8_t *blk = w + (size_t)b * bb, *q = blk + 16;
+        if (TT == 1) prefetch_weights(blk, bb, 1, 1, 0);   /* a stream: ahead of it */
+        else prefetch_weights(blk, bb, 1, TT, group_bytes);   /* the next group's */
         __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-        __m256i v00 = _mm256_loadu_si256((const __m256i *)(blk + 16)), v01 = _mm256_loadu_si256((const __m256i *)(blk + 48)),
-                v10 = _mm256_loadu_si256((const __m256i *)(blk + 80)), v11 = _mm256_loadu_si256((const __m256i *)(blk + 112));
-        __m256i l00 = _mm256_and_si256(v00, m4), h00 = _mm256_and_si256(_mm256_srli_epi16(v00, 4), m4);
-        __m256i l01 = _mm256_and_si256(v01, m4), h01 = _mm256_and_si256(_mm256_srli_epi16(v01, 4), m4);
-        __m256i l10 = _mm256_and_si256(v10, m4), h10 = _mm256_and_si256(_mm256_srli_epi16(v10, 4), m4);
-        __m256i l11 = _mm256_and_si256(v11, m4), h11 = _mm256_and_si256(_mm256_srli_epi16(v11, 4), m4);
+        __m256i w0, w1, w2, w3, w4, w5, w6, w7;   /* Q4_0: lo, lo, hi, hi of x = 0, then of x = 1; Q8_0: |w| */
+        if (type == DT_Q4_0) {
+            __m256i v00 = _mm256_loadu_si256((const __m256i *)q), v01 = _mm256_loadu_si256((const __m256i *)(q + 32)),
+                    v10 = _mm256_loadu_si256((const __m256i *)(q + 64)), v11 = _mm256_loadu_si256((const __m256i *)(q + 96));
+            w0 = _mm256_and_si256(v00, m4), w2 = _mm256_and_si256(_mm256_srli_epi16(v00, 4), m4);
+            w1 = _mm256_and_si256(v01, m4), w3 = _mm256_and_si256(_mm256_srli_epi16(v01, 4), m4);
+            w4 = _mm256_and_si256(v10, m4), w6 = _mm256_and_si256(_mm256_srli_epi16(v10, 4), m4);
+            w5 = _mm256_and_si256(v11, m4), w7 = _mm256_and_si256(_mm256_srli_epi16(v11, 4), m4);
+        } else {
+#define X8_ABS(k) _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(q + 32 * (k))))
+            w0 = X8_ABS(0), w1 = X8_ABS(1), w2 = X8_ABS(2), w3 = X8_ABS(3);
+            w4 = X8_ABS(4), w5 = X8_ABS(5), w6 = X8_ABS(6), w7 = X8_ABS(7);
+#undef X8_ABS
+        }
         X8_TOKEN(x0, a0);
         if (TT > 1) X8_TOKEN(x1, a1);
         if (TT > 2) X8_TOKEN(x2, a2);
@@ -385,24 +478,29 @@ AVX2_INLINE void x8_tile_avx2(const MatmulJob *job, int g, int t0, int TT, int r
     for (int t = 0; t < TT; t++) memcpy(o + (size_t)t * N + r0, part[t] + r0, (size_t)(r1 - r0) * sizeof(float));
 }
 
-static AVX2_FN void x8_tile(const MatmulJob *j, int g, int t, int TT, int r0, int r1) {
-    switch (TT) {   /* each width compiled with its constant */
-    case 1: x8_tile_avx2(j, g, t, 1, r0, r1); break;
-    case 2: x8_tile_avx2(j, g, t, 2, r0, r1); break;
-    case 3: x8_tile_avx2(j, g, t, 3, r0, r1); break;
-    case 4: x8_tile_avx2(j, g, t, 4, r0, r1); break;
-    case 5: x8_tile_avx2(j, g, t, 5, r0, r1); break;
-    case 6: x8_tile_avx2(j, g, t, 6, r0, r1); break;
-    case 7: x8_tile_avx2(j, g, t, 7, r0, r1); break;
-    default: x8_tile_avx2(j, g, t, 8, r0, r1); break;
+#define X8_TILE_OF(name, TYPE)                                                                       \
+    static AVX2_FN void name(const MatmulJob *j, int g, int t, int TT, int r0, int r1) {             \
+        switch (TT) {   /* each width compiled with its constant */                                  \
+        case 1: x8_tile_avx2(j, TYPE, g, t, 1, r0, r1); break;                                       \
+        case 2: x8_tile_avx2(j, TYPE, g, t, 2, r0, r1); break;                                       \
+        case 3: x8_tile_avx2(j, TYPE, g, t, 3, r0, r1); break;                                       \
+        case 4: x8_tile_avx2(j, TYPE, g, t, 4, r0, r1); break;                                       \
+        case 5: x8_tile_avx2(j, TYPE, g, t, 5, r0, r1); break;                                       \
+        case 6: x8_tile_avx2(j, TYPE, g, t, 6, r0, r1); break;                                       \
+        case 7: x8_tile_avx2(j, TYPE, g, t, 7, r0, r1); break;                                       \
+        default: x8_tile_avx2(j, TYPE, g, t, 8, r0, r1); break;                                      \
+        }                                                                                            \
     }
-}
+X8_TILE_OF(q4_0_x8_tile, DT_Q4_0)
+X8_TILE_OF(q8_0_x8_tile, DT_Q8_0)
 
 /* Rows [n0, n1), any range (each row's sum is the same whichever tile wrote
  * it): over a chunk of groups that stays in L2, X8_TT tokens at a time. */
-static void q4_0_rows8_avx2(const MatmulJob *job, int n0, int n1) {
+static void rows8_avx2(const MatmulJob *job, int n0, int n1) {
+    void (*tile)(const MatmulJob *, int, int, int, int, int) =
+        job->W->type == DT_Q4_0 ? q4_0_x8_tile : q8_0_x8_tile;
     int T = job->T, g0 = n0 / 8, g1 = (n1 + 7) / 8;
-    size_t group_bytes = (size_t)(job->W->K / QK4) * Q4_0_ROWS8_BLOCK;
+    size_t group_bytes = (size_t)(job->W->K / QK8_0) * rows8_block_bytes(job->W->type);
     int chunk = (int)(AVX2_CHUNK_BYTES / group_bytes);
     if (chunk < 1) chunk = 1;
     for (int c0 = g0; c0 < g1; c0 += chunk) {
@@ -410,15 +508,20 @@ static void q4_0_rows8_avx2(const MatmulJob *job, int n0, int n1) {
         for (int t = 0; t < T; t += X8_TT)
             for (int g = c0; g < c1; g++) {
                 int r0 = g == g0 ? n0 - 8 * g : 0, r1 = n1 - 8 * g < 8 ? n1 - 8 * g : 8;
-                x8_tile(job, g, t, T - t < X8_TT ? T - t : X8_TT, r0, r1);
+                tile(job, g, t, T - t < X8_TT ? T - t : X8_TT, r0, r1);
             }
     }
 }
 
-/* Q4_0: in eights where the loader made them, else row by row. */
+/* Q4_0 and Q8_0: in eights where the loader made them, else row by row. */
 void q4_0_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {
-    if (job->W->rows8) q4_0_rows8_avx2(job, n0, n1);
+    if (job->W->rows8) rows8_avx2(job, n0, n1);
     else q4_0_by_row_rows_avx2(job, part, n0, n1);
+}
+
+void q8_0_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {
+    if (job->W->rows8) rows8_avx2(job, n0, n1);
+    else q8_0_by_row_rows_avx2(job, part, n0, n1);
 }
 
 /* --- Q4_K and Q6_K against Q8_K activations

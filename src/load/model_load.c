@@ -376,8 +376,8 @@ static int finish_coded(Model *m, const ModelOpts *o, int tied, Err *e) {
     return st;
 }
 
-/* The Q4_0 matrices that the path in use reads in eights (ops_rows8;
- * formats.h, "Q4_0 in eights"): copied into one allocation, a matrix a
+/* The Q4_0 and Q8_0 matrices that the path in use reads in eights
+ * (ops_rows8; formats.h, "In eights"): copied into one allocation, a matrix a
  * thread, and their pages of the mapping given back, so that the resident
  * weights stay about the file's size. The embedding's rows are looked up in
  * the mapping: a tied classifier gets its copy and keeps its pages. */
@@ -398,11 +398,11 @@ static int make_rows8(Model *m, int tied, Err *e) {
     if (ops_rows8(m->output.type, m->output.N)) mats[n++] = &m->output;
     for (int i = 0; i < n; i++) {
         at[i] = total;
-        total += (dtype_row_bytes(DT_Q4_0, mats[i]->K) * mats[i]->N + 63) / 64 * 64;
+        total += (dtype_row_bytes(mats[i]->type, mats[i]->K) * mats[i]->N + 63) / 64 * 64;
     }
     if (n && !(m->rows8 = mem_alloc(total))) {
         mem_free(mats), mem_free(at);
-        return err_set(e, ST_NOMEM, "%s: cannot allocate %zu bytes for the Q4_0 matrices in eights (LLM_ROWS8=0 "
+        return err_set(e, ST_NOMEM, "%s: cannot allocate %zu bytes for the matrices in eights (LLM_ROWS8=0 "
                        "reads them in place)", m->gguf.path, total);
     }
     m->rows8_bytes = n ? total : 0;
@@ -410,10 +410,10 @@ static int make_rows8(Model *m, int tied, Err *e) {
     (void)threads;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
     for (int i = 0; i < n; i++) {
-        q4_0_to_rows8(m->rows8 + at[i], mats[i]);
+        mat_to_rows8(m->rows8 + at[i], mats[i]);
         mats[i]->rows8 = m->rows8 + at[i];
         if (!(tied && mats[i] == &m->output))
-            fio_drop(mats[i]->data, dtype_row_bytes(DT_Q4_0, mats[i]->K) * mats[i]->N);
+            fio_drop(mats[i]->data, dtype_row_bytes(mats[i]->type, mats[i]->K) * mats[i]->N);
     }
     mem_free(mats), mem_free(at);
     return ST_OK;
