@@ -109,6 +109,15 @@ static float *make_activations(int T, int K, uint64_t seed) {
     return x;
 }
 
+/* 1, having said so, where the CPU has no AVX2: the test is skipped. */
+static int skipped_without_avx2(void) {
+    OpsIsa got;
+    Err e;
+    if (ops_parse_isa("avx2", &got, &e) == ST_OK) return 0;
+    print_message("skipped: this CPU has no AVX2\n");
+    return 1;
+}
+
 /* matmul_isa with a scratch buffer of exactly the promised size, so that
  * AddressSanitizer reports any write past it. */
 static void run_matmul(float *out, const float *x, const Mat *W, int T, OpsIsa isa) {
@@ -416,12 +425,7 @@ static void quantize_row_q8_0_fast_path_is_bit_identical_to_reference(void **sta
 static void act_pack_on_avx2_is_bit_identical_to_reference(void **state) {
     (void)state;
 #ifdef OPS_X86
-    OpsIsa got;
-    Err e;
-    if (ops_parse_isa("avx2", &got, &e) != ST_OK) {
-        print_message("skipped: this CPU has no AVX2\n");
-        return;
-    }
+    if (skipped_without_avx2()) return;
     enum { T = 3, K = 1024 };
     float *x = make_activations(T, K, 98);
     for (int i = 0; i < 32; i++) x[64 + i] = (float)(i % 7) - 3.5f;   /* ties: amax 127 */
@@ -763,12 +767,7 @@ static void float_tiles_give_the_same_bits_on_avx2_and_avx512(void **state) {
  * one and several super-blocks and tokens in one group of 8 and beyond it. */
 static void k_formats_on_avx2_give_the_generic_bits(void **state) {
     (void)state;
-    OpsIsa got;
-    Err e;
-    if (ops_parse_isa("avx2", &got, &e) != ST_OK) {
-        print_message("skipped: this CPU has no AVX2\n");
-        return;
-    }
+    if (skipped_without_avx2()) return;
     DType types[] = {DT_Q4_K, DT_Q6_K};
     int Ks[] = {256, 768}, Ts[] = {1, 3, 11};
     for (int i = 0; i < 2; i++)
@@ -895,12 +894,7 @@ static void check_rows8_in_a_group(DType type) {
 
 static void in_eights_on_avx2_gives_the_blocks_reference_bits(void **state) {
     (void)state;
-    OpsIsa got;
-    Err e;
-    if (ops_parse_isa("avx2", &got, &e) != ST_OK) {
-        print_message("skipped: this CPU has no AVX2\n");
-        return;
-    }
+    if (skipped_without_avx2()) return;
     const DType types[] = {DT_Q4_0, DT_Q8_0};
     const int Ks[] = {32, 224, 2080}, Ts[] = {1, 3, 8, 11}, Ns[] = {8, 40, 72};
     for (int y = 0; y < 2; y++) {

@@ -38,7 +38,8 @@
  * additions and greedy outputs match. Every path rounds the activations this
  * way, and every path adds the float sums of the blocks in the AVX-512
  * kernel's order (q8_0_block_into_lanes), so Q8_0 results are the same bits on
- * all three. F32 and F16 results differ between paths by float rounding only:
+ * all of them (but the AMX tiles and the AVX2 tiles in eights, which add
+ * each row's blocks in one chain: matmul_blocks_ref's bits). F32 and F16 results differ between paths by float rounding only:
  * the same products, summed in another order (F16 and BF16 at T == 1 excepted:
  * the generic loop keeps the AVX-512 kernel's order, f16_rows_generic).
  *

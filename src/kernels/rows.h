@@ -89,7 +89,7 @@ static inline float q8_0_multiplier(float amax) {
  *   float   d[K / 32]    the block scales, already widened from fp16
  *   int32_t off[K / 32]  8 * (sum of block b's values): what Q4_0's offset
  *                        of 8 takes from a product of its unsigned nibbles
- *                        (tiles_avx2.c, "Q4_0 in eights")
+ *                        (tiles_avx2.c, "In eights")
  * The values and scales are exactly quantize_row_q8_0's. */
 typedef struct {
     const int8_t *qs;
@@ -100,10 +100,24 @@ typedef struct {
 
 static inline size_t act_stride(int K) { return ((size_t)K * 2 + (size_t)K / 4 + 63) / 64 * 64; }
 
+/* Row t's arrays, to write (the packing functions) or to read (act_row). */
+typedef struct {
+    int8_t *qs;
+    int32_t *corr;
+    float *d;
+    int32_t *off;
+} ActRowOut;
+
+static inline ActRowOut act_row_out(uint8_t *act, int K, int t) {
+    uint8_t *p = act + (size_t)t * act_stride(K);
+    ActRowOut r = {(int8_t *)p, (int32_t *)(p + K), (float *)(p + 2 * (size_t)K),
+                   (int32_t *)(p + 2 * (size_t)K + (size_t)K / 8)};
+    return r;
+}
+
 static inline ActRow act_row(const uint8_t *act, int K, int t) {
-    const uint8_t *p = act + (size_t)t * act_stride(K);
-    ActRow r = {(const int8_t *)p, (const int32_t *)(p + K), (const float *)(p + 2 * (size_t)K),
-                (const int32_t *)(p + 2 * (size_t)K + (size_t)K / 8)};
+    ActRowOut w = act_row_out((uint8_t *)act, K, t);
+    ActRow r = {w.qs, w.corr, w.d, w.off};
     return r;
 }
 

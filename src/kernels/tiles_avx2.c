@@ -258,18 +258,14 @@ AVX2_FN void quantize_row_q8_0_avx2(BlockQ8_0 *out, const float *x, int K) {
 AVX2_FN void act_pack_avx2(uint8_t *act, const float *x, int T, int K) {
     const __m256i u1 = _mm256_set1_epi8(1), w1 = _mm256_set1_epi16(1);
     for (int t = 0; t < T; t++) {
-        uint8_t *p = act + (size_t)t * act_stride(K);
-        int8_t *qs = (int8_t *)p;
-        int32_t *corr = (int32_t *)(p + K);
-        float *d = (float *)(p + 2 * (size_t)K);
-        int32_t *off = (int32_t *)(p + 2 * (size_t)K + (size_t)K / 8);
+        ActRowOut r = act_row_out(act, K, t);
         for (int b = 0; b < K / QK8_0; b++) {
-            int8_t *q = qs + b * QK8_0;
-            d[b] = fp16_to_fp32(q8_0_quantize_block_avx2(q, x + (size_t)t * K + b * QK8_0));
+            int8_t *q = r.qs + b * QK8_0;
+            r.d[b] = fp16_to_fp32(q8_0_quantize_block_avx2(q, x + (size_t)t * K + b * QK8_0));
             /* the sums of each four values, exact: 1 * q in pairs, then pairs of pairs */
             __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_loadu_si256((const __m256i *)q)), w1);
-            _mm256_storeu_si256((__m256i *)(corr + b * 8), _mm256_mullo_epi32(s4, _mm256_set1_epi32(-128)));
-            off[b] = 8 * isum8(s4);
+            _mm256_storeu_si256((__m256i *)(r.corr + b * 8), _mm256_mullo_epi32(s4, _mm256_set1_epi32(-128)));
+            r.off[b] = 8 * isum8(s4);
         }
     }
 }

@@ -124,19 +124,15 @@ AVX512_FN void quantize_row_q8_0_avx512(BlockQ8_0 *out, const float *x, int K) {
 AVX512_FN void act_pack_avx512(uint8_t *act, const float *x, int T, int K) {
     const __m256i u128 = _mm256_set1_epi8((char)0x80);   /* 128 as an unsigned byte */
     for (int t = 0; t < T; t++) {
-        uint8_t *p = act + (size_t)t * act_stride(K);
-        int8_t *qs = (int8_t *)p;
-        int32_t *corr = (int32_t *)(p + K);
-        float *d = (float *)(p + 2 * (size_t)K);
-        int32_t *off = (int32_t *)(p + 2 * (size_t)K + (size_t)K / 8);
+        ActRowOut r = act_row_out(act, K, t);
         for (int b = 0; b < K / QK8_0; b++) {
-            int8_t *q = qs + b * QK8_0;
-            d[b] = fp16_to_fp32(q8_0_quantize_block_avx512(q, x + (size_t)t * K + b * QK8_0));
+            int8_t *q = r.qs + b * QK8_0;
+            r.d[b] = fp16_to_fp32(q8_0_quantize_block_avx512(q, x + (size_t)t * K + b * QK8_0));
             /* vpdpbusd(0, 128, q): 128 * (sum of four values) in each lane */
             __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u128,
                                             _mm256_loadu_si256((const __m256i *)q));
-            _mm256_storeu_si256((__m256i *)(corr + b * 8), _mm256_sub_epi32(_mm256_setzero_si256(), s));
-            off[b] = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(s)) / 16;   /* 128 * sum / 16 */
+            _mm256_storeu_si256((__m256i *)(r.corr + b * 8), _mm256_sub_epi32(_mm256_setzero_si256(), s));
+            r.off[b] = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(s)) / 16;   /* 128 * sum / 16 */
         }
     }
 }

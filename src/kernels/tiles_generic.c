@@ -10,19 +10,15 @@
 /* T rows of x to the int8 layout of rows.h (act_row). */
 void act_pack_ref(uint8_t *act, const float *x, int T, int K) {
     for (int t = 0; t < T; t++) {
-        uint8_t *p = act + (size_t)t * act_stride(K);
-        int8_t *qs = (int8_t *)p;
-        int32_t *corr = (int32_t *)(p + K);
-        float *d = (float *)(p + 2 * (size_t)K);
-        int32_t *off = (int32_t *)(p + 2 * (size_t)K + (size_t)K / 8);
+        ActRowOut r = act_row_out(act, K, t);
         for (int b = 0; b < K / QK8_0; b++)
-            d[b] = fp16_to_fp32(q8_0_quantize_block_ref(qs + b * QK8_0, x + (size_t)t * K + b * QK8_0));
+            r.d[b] = fp16_to_fp32(q8_0_quantize_block_ref(r.qs + b * QK8_0, x + (size_t)t * K + b * QK8_0));
         for (int j = 0; j < K / 4; j++)
-            corr[j] = -128 * (qs[4 * j] + qs[4 * j + 1] + qs[4 * j + 2] + qs[4 * j + 3]);
+            r.corr[j] = -128 * (r.qs[4 * j] + r.qs[4 * j + 1] + r.qs[4 * j + 2] + r.qs[4 * j + 3]);
         for (int b = 0; b < K / QK8_0; b++) {
             int32_t sum = 0;
-            for (int i = 0; i < QK8_0; i++) sum += qs[b * QK8_0 + i];
-            off[b] = 8 * sum;
+            for (int i = 0; i < QK8_0; i++) sum += r.qs[b * QK8_0 + i];
+            r.off[b] = 8 * sum;
         }
     }
 }
