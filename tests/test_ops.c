@@ -1764,8 +1764,9 @@ static void llm_amx_turns_the_tiles_off_and_a_bad_value_is_a_one_line_error(void
 }
 
 /* LLM_ROWS8=0 turns the copies in eights off (ops_rows8 says no for every
- * matrix), 1 back on where the path reads them (AVX2, rows a multiple of 8);
- * anything else is one line naming the variable and changes nothing. */
+ * matrix), 1 back on for Q4_0 where the path reads them (AVX2, rows a
+ * multiple of 8), 2 for Q8_0 as well; anything else is one line naming the
+ * variable and changes nothing. */
 static void llm_rows8_turns_the_copies_off_and_a_bad_value_is_a_one_line_error(void **state) {
     (void)state;
     Err e;
@@ -1774,15 +1775,19 @@ static void llm_rows8_turns_the_copies_off_and_a_bad_value_is_a_one_line_error(v
     ops_set_isa(OPS_AVX2);   /* the generic path where the CPU lacks AVX2 */
     assert_int_equal(ops_rows8(DT_Q4_0, 64), avx2);
     assert_int_equal(ops_rows8(DT_Q4_0, 60), 0);
-    assert_int_equal(ops_rows8(DT_Q8_0, 64), avx2);
+    assert_int_equal(ops_rows8(DT_Q8_0, 64), 0);   /* its bits would change: asked for only */
     assert_int_equal(ops_rows8(DT_Q4_K, 64), 0);
+    setenv("LLM_ROWS8", "2", 1);
+    assert_int_equal(ops_isa_from_env(&e), ST_OK);
+    assert_int_equal(ops_rows8(DT_Q8_0, 64), avx2);
+    assert_int_equal(ops_rows8(DT_Q4_0, 64), avx2);
     setenv("LLM_ROWS8", "0", 1);
     assert_int_equal(ops_isa_from_env(&e), ST_OK);
     assert_int_equal(ops_rows8(DT_Q4_0, 64), 0);
-    setenv("LLM_ROWS8", "2", 1);
+    setenv("LLM_ROWS8", "3", 1);
     assert_int_equal(ops_isa_from_env(&e), ST_ARG);
     assert_int_equal(strncmp(e.msg, "LLM_ROWS8: ", 11), 0);
-    assert_non_null(strstr(e.msg, "'2'"));
+    assert_non_null(strstr(e.msg, "'3'"));
     assert_null(strchr(e.msg, '\n'));
     assert_int_equal(ops_rows8(DT_Q4_0, 64), 0);
     setenv("LLM_ROWS8", "1", 1);

@@ -130,7 +130,7 @@ static float median_ms(std::vector<float> t) {
 static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, int time_it) {
     Mat Wh;
     std::vector<uint8_t> w = random_weights(t, N, K);
-    Wh = (Mat){t, N, K, w.data()};
+    Wh = (Mat){t, N, K, w.data(), nullptr};
     int ldx = pre == PRE_SWIGLU ? 2 * K : K;
     std::vector<float> x((size_t)T * ldx), norm(K), out0((size_t)T * N), act((size_t)T * K), ref((size_t)T * N);
     for (auto &v : x) v = uniform() * 3.0f;

@@ -205,7 +205,9 @@ typedef struct {
  * each 128-bit half) brings the sums of the loads x = 0 and 1 out in rows
  * 0 .. 7. */
 static inline int rows8_type(DType type) { return type == DT_Q4_0 || type == DT_Q8_0; }
-static inline size_t rows8_block_bytes(DType type) { return 8 * (type == DT_Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0)); }
+static inline size_t rows8_block_bytes(DType type) {
+    return 8 * (type == DT_Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0));
+}
 static inline int rows8_row(int x, int y) { return 4 * (y >> 1) + 2 * x + (y & 1); }
 /* W (rows8_type, N % 8 == 0) into out: N * dtype_row_bytes(type, K) bytes. */
 void mat_to_rows8(uint8_t *out, const Mat *W);

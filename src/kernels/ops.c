@@ -38,8 +38,8 @@
  * additions and greedy outputs match. Every path rounds the activations this
  * way, and every path adds the float sums of the blocks in the AVX-512
  * kernel's order (q8_0_block_into_lanes), so Q8_0 results are the same bits on
- * all of them (but the AMX tiles and the AVX2 tiles in eights, which add
- * each row's blocks in one chain: matmul_blocks_ref's bits). F32 and F16 results differ between paths by float rounding only:
+ * all of them (but the AMX tiles and, asked for, the AVX2 tiles in eights,
+ * which add each row's blocks in one chain: matmul_blocks_ref's bits). F32 and F16 results differ between paths by float rounding only:
  * the same products, summed in another order (F16 and BF16 at T == 1 excepted:
  * the generic loop keeps the AVX-512 kernel's order, f16_rows_generic).
  *
@@ -245,15 +245,16 @@ void ops_set_amx(int on) {
     g_amx = on;
 }
 
-static int g_rows8 = 1;
+static int g_rows8 = 1;   /* 0: none, 1: Q4_0, 2: Q4_0 and Q8_0 */
 
 int ops_rows8(DType type, int N) {
-    return g_rows8 && rows8_type(type) && N > 0 && N % 8 == 0 && ops_isa() == OPS_AVX2;
+    int wanted = type == DT_Q4_0 ? g_rows8 >= 1 : type == DT_Q8_0 ? g_rows8 == 2 : 0;
+    return wanted && N > 0 && N % 8 == 0 && ops_isa() == OPS_AVX2;
 }
 
-void ops_set_rows8(int on) {
-    assert(on == 0 || on == 1);
-    g_rows8 = on;
+void ops_set_rows8(int mode) {
+    assert(mode >= 0 && mode <= 2);
+    g_rows8 = mode;
 }
 
 int ops_isa_from_env(Err *e) {
@@ -278,8 +279,9 @@ int ops_isa_from_env(Err *e) {
     }
     v = getenv("LLM_ROWS8");
     if (v && *v) {
-        if (strcmp(v, "0") && strcmp(v, "1")) return err_set(e, ST_ARG, "LLM_ROWS8: '%.40s' is not 0 or 1", v);
-        ops_set_rows8(*v == '1');
+        if (strcmp(v, "0") && strcmp(v, "1") && strcmp(v, "2"))
+            return err_set(e, ST_ARG, "LLM_ROWS8: '%.40s' is not 0, 1 or 2", v);
+        ops_set_rows8(*v - '0');
     }
     return ST_OK;
 }

@@ -35,8 +35,8 @@ int ops_threads(void);
  *   OPS_AVX512   AVX-512 and VNNI tiles (tiles_avx512.c), OpenBLAS from 36 tokens.
  *   OPS_BEST     the best of the three that the CPU has (the default of
  *                the fast and test builds).
- * Q8_0 gives the same bits on every path (but for the AMX tiles and the
- * AVX2 tiles in eights, which give matmul_blocks_ref's: below);
+ * Q8_0 gives the same bits on every path (but for the AMX tiles and, with
+ * LLM_ROWS8=2, the AVX2 tiles in eights, which give matmul_blocks_ref's);
  * F32 and F16 differ by float rounding only (sums in another order). The 4, 5 and 6-bit block formats
  * round activations on the generic and AVX-512 paths (the same integer sums,
  * float sums in another order) and not on the plain one (notes/formats.md). */
@@ -58,7 +58,8 @@ int ops_parse_isa(const char *s, OpsIsa *out, Err *e);
  * parsed as above and set; a bad value leaves the choice as it was and
  * returns the error, its message starting "LLM_ISA: ". LLM_DECODE_ROWS,
  * LLM_AMX and LLM_ROWS8 likewise (below; "LLM_DECODE_ROWS: " for a value
- * other than 1 or 4, "LLM_AMX: " or "LLM_ROWS8: " for one other than 0 or 1). */
+ * other than 1 or 4, "LLM_AMX: " for one other than 0 or 1, "LLM_ROWS8: "
+ * for one other than 0, 1 or 2). */
 int ops_isa_from_env(Err *e);
 
 /* How many weight rows a product of one token (decoding) reads side by side
@@ -84,13 +85,17 @@ void ops_set_amx(int on);
 
 /* Whether the loader should give a matrix of this type and N rows a copy in
  * eights (Mat.rows8, formats.h: "In eights"), which this path reads
- * instead of its rows: 1 for Q4_0 and Q8_0 with N a multiple of 8 on the
- * AVX2 path,
- * unless ops_set_rows8(0) or, at start-up, LLM_ROWS8=0 through
- * ops_isa_from_env turned it off. A matrix keeps its rows either way:
- * every other path reads them. */
+ * instead of its rows: on the AVX2 path, for N a multiple of 8, by mode
+ * (ops_set_rows8, or at start-up LLM_ROWS8 through ops_isa_from_env):
+ *   0  none
+ *   1  Q4_0 (the default; its AVX2 sums had an order of their own anyway)
+ *   2  Q4_0 and Q8_0: Q8_0's products then give matmul_blocks_ref's bits,
+ *      not the bits every other path gives, so a Q8_0 model's text may
+ *      differ from another CPU kind's; 1.3 to 1.9 times as fast for
+ *      batches and prompts (notes/formats.md, "In eights")
+ * A matrix keeps its rows either way: every other path reads them. */
 int ops_rows8(DType type, int N);
-void ops_set_rows8(int on);
+void ops_set_rows8(int mode);
 
 /* The read that the matrix kernels are measured against (tools/bench,
  * tools/kbench): bytes p[0 .. bytes) summed as 64-bit words (a tail of

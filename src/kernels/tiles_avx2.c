@@ -387,13 +387,15 @@ AVX2_INLINE __m256i bcast8(const int8_t *p) {
 }
 
 /* Q4_0: the int32 sums of group x's four rows (two a row) */
-#define X8_Q4(L0, L1, H0, H1)                                                                             \
-    _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(L0, c0_), _mm256_maddubs_epi16(L1, c1_)), \
-                                       _mm256_add_epi16(_mm256_maddubs_epi16(H0, c2_), _mm256_maddubs_epi16(H1, c3_))), \
+#define X8_Q4(L0, L1, H0, H1)                                                                    \
+    _mm256_madd_epi16(_mm256_add_epi16(                                                          \
+                          _mm256_add_epi16(_mm256_maddubs_epi16(L0, c0_), _mm256_maddubs_epi16(L1, c1_)), \
+                          _mm256_add_epi16(_mm256_maddubs_epi16(H0, c2_), _mm256_maddubs_epi16(H1, c3_))), \
                       ones)
 /* Q8_0: load k's magnitudes A against the token's values C signed by the load */
-#define X8_Q8(A, k, C) \
-    _mm256_madd_epi16(_mm256_maddubs_epi16(A, _mm256_sign_epi8(C, _mm256_loadu_si256((const __m256i *)(q + 32 * (k))))), ones)
+#define X8_Q8(A, k, C)                                                                           \
+    _mm256_madd_epi16(                                                                           \
+        _mm256_maddubs_epi16(A, _mm256_sign_epi8(C, _mm256_loadu_si256((const __m256i *)(q + 32 * (k))))), ones)
 #define X8_TOKEN(XR, ACC)                                                                                   \
     do {                                                                                                    \
         const int8_t *xq_ = (XR).qs + b * QK8_0;                                                            \
@@ -434,8 +436,9 @@ AVX2_INLINE void x8_tile_avx2(const MatmulJob *job, DType type, int g, int t0, i
         __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
         __m256i w0, w1, w2, w3, w4, w5, w6, w7;   /* Q4_0: lo, lo, hi, hi of x = 0, then of x = 1; Q8_0: |w| */
         if (type == DT_Q4_0) {
-            __m256i v00 = _mm256_loadu_si256((const __m256i *)q), v01 = _mm256_loadu_si256((const __m256i *)(q + 32)),
-                    v10 = _mm256_loadu_si256((const __m256i *)(q + 64)), v11 = _mm256_loadu_si256((const __m256i *)(q + 96));
+            __m256i v00 = _mm256_loadu_si256((const __m256i *)q), v01 = _mm256_loadu_si256((const __m256i *)(q + 32));
+            __m256i v10 = _mm256_loadu_si256((const __m256i *)(q + 64));
+            __m256i v11 = _mm256_loadu_si256((const __m256i *)(q + 96));
             w0 = _mm256_and_si256(v00, m4), w2 = _mm256_and_si256(_mm256_srli_epi16(v00, 4), m4);
             w1 = _mm256_and_si256(v01, m4), w3 = _mm256_and_si256(_mm256_srli_epi16(v01, 4), m4);
             w4 = _mm256_and_si256(v10, m4), w6 = _mm256_and_si256(_mm256_srli_epi16(v10, 4), m4);

@@ -392,10 +392,10 @@ static int make_rows8(Model *m, int tied, Err *e) {
     for (int l = 0; l < L; l++) {
         Layer *w = &m->layers[l];
         Mat *each[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
-        for (int i = 0; i < 7; i++)
-            if (ops_rows8(each[i]->type, each[i]->N)) mats[n++] = each[i];
+        for (int i = 0; i < 7; i++)   /* not a coded matrix that --low-mem decodes a layer at a time */
+            if (ops_rows8(each[i]->type, each[i]->N) && each[i]->data) mats[n++] = each[i];
     }
-    if (ops_rows8(m->output.type, m->output.N)) mats[n++] = &m->output;
+    if (ops_rows8(m->output.type, m->output.N) && m->output.data && !m->head_coded) mats[n++] = &m->output;
     for (int i = 0; i < n; i++) {
         at[i] = total;
         total += (dtype_row_bytes(mats[i]->type, mats[i]->K) * mats[i]->N + 63) / 64 * 64;
@@ -412,8 +412,11 @@ static int make_rows8(Model *m, int tied, Err *e) {
     for (int i = 0; i < n; i++) {
         mat_to_rows8(m->rows8 + at[i], mats[i]);
         mats[i]->rows8 = m->rows8 + at[i];
-        if (!(tied && mats[i] == &m->output))
-            fio_drop(mats[i]->data, dtype_row_bytes(mats[i]->type, mats[i]->K) * mats[i]->N);
+        /* pages of the file only: a matrix decoded at load lives on the heap */
+        uintptr_t d = (uintptr_t)mats[i]->data, map = (uintptr_t)m->gguf.map;
+        size_t bytes = dtype_row_bytes(mats[i]->type, mats[i]->K) * mats[i]->N;
+        if (!(tied && mats[i] == &m->output) && d >= map && d + bytes <= map + m->gguf.size)
+            fio_drop(mats[i]->data, bytes);
     }
     mem_free(mats), mem_free(at);
     return ST_OK;
@@ -628,19 +631,21 @@ static int load_llama2c(Model *m, const char *path, const char *tok_path, Err *e
     m->layers = mem_alloc(L * sizeof(Layer));
     if (!m->layers) return err_set(e, ST_NOMEM, "%s: out of memory", path);
 #define TAKE(n) (p += (n), p - (n))
-    m->tok_embd = (Mat){.type = DT_F32, .N = (int)V, .K = (int)D, .data = TAKE(V * D)};
+#define MAT(n, k) ((Mat){.type = DT_F32, .N = (int)(n), .K = (int)(k), .data = TAKE((n) * (k))})   /* the next n x k */
+    m->tok_embd = MAT(V, D);
     for (size_t l = 0; l < L; l++) m->layers[l].attn_norm = TAKE(D);
-    for (size_t l = 0; l < L; l++) m->layers[l].wq = (Mat){.type = DT_F32, .N = (int)D, .K = (int)D, .data = TAKE(D * D)};
-    for (size_t l = 0; l < L; l++) m->layers[l].wk = (Mat){.type = DT_F32, .N = (int)kvd, .K = (int)D, .data = TAKE(kvd * D)};
-    for (size_t l = 0; l < L; l++) m->layers[l].wv = (Mat){.type = DT_F32, .N = (int)kvd, .K = (int)D, .data = TAKE(kvd * D)};
-    for (size_t l = 0; l < L; l++) m->layers[l].wo = (Mat){.type = DT_F32, .N = (int)D, .K = (int)D, .data = TAKE(D * D)};
+    for (size_t l = 0; l < L; l++) m->layers[l].wq = MAT(D, D);
+    for (size_t l = 0; l < L; l++) m->layers[l].wk = MAT(kvd, D);
+    for (size_t l = 0; l < L; l++) m->layers[l].wv = MAT(kvd, D);
+    for (size_t l = 0; l < L; l++) m->layers[l].wo = MAT(D, D);
     for (size_t l = 0; l < L; l++) m->layers[l].ffn_norm = TAKE(D);
-    for (size_t l = 0; l < L; l++) m->layers[l].w_gate = (Mat){.type = DT_F32, .N = (int)F, .K = (int)D, .data = TAKE(F * D)};
-    for (size_t l = 0; l < L; l++) m->layers[l].w_down = (Mat){.type = DT_F32, .N = (int)D, .K = (int)F, .data = TAKE(D * F)};
-    for (size_t l = 0; l < L; l++) m->layers[l].w_up = (Mat){.type = DT_F32, .N = (int)F, .K = (int)D, .data = TAKE(F * D)};
+    for (size_t l = 0; l < L; l++) m->layers[l].w_gate = MAT(F, D);
+    for (size_t l = 0; l < L; l++) m->layers[l].w_down = MAT(D, F);
+    for (size_t l = 0; l < L; l++) m->layers[l].w_up = MAT(F, D);
     m->out_norm = TAKE(D);
     p += P * S;    /* freq_cis_real and freq_cis_imag: recomputed in runstate_init */
-    m->output = shared ? m->tok_embd : (Mat){.type = DT_F32, .N = (int)V, .K = (int)D, .data = TAKE(V * D)};
+    m->output = shared ? m->tok_embd : MAT(V, D);
+#undef MAT
 #undef TAKE
     m->weight_bytes = (floats - P * S) * 4;
     m->wtype = DT_F32;
