@@ -264,7 +264,7 @@ AVX2_FN void act_pack_avx2(uint8_t *act, const float *x, int T, int K) {
             r.d[b] = fp16_to_fp32(q8_0_quantize_block_avx2(q, x + (size_t)t * K + b * QK8_0));
             /* the sums of each four values, exact: 1 * q in pairs, then pairs of pairs */
             __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_loadu_si256((const __m256i *)q)), w1);
-            _mm256_storeu_si256((__m256i *)(r.corr + b * 8), _mm256_mullo_epi32(s4, _mm256_set1_epi32(-128)));
+            _mm256_storeu_si256((__m256i *)(r.corr + b * 8), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 7)));
             r.off[b] = 8 * isum8(s4);
         }
     }
