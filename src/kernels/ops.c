@@ -44,8 +44,9 @@
  * the generic loop keeps the AVX-512 kernel's order, f16_rows_generic).
  *
  * Threads and determinism. Output rows are split into contiguous ranges, in
- * whole groups of 16 rows (one 64-byte line of a float output row), one range
- * per OpenMP thread; small matrices stay on one thread because starting a
+ * whole groups of 16 rows (one 64-byte line of a float output row), eight
+ * pieces per OpenMP thread handed out as threads come free (one range per
+ * thread for OpenBLAS); small matrices stay on one thread because starting a
  * team costs more than it saves. OpenBLAS, where we call it, runs
  * single-threaded on each thread's range (see ops_set_threads). Our own
  * kernels compute every (row, token) result the same way whatever the thread
@@ -376,9 +377,20 @@ void ops_add_weighted_rows(float *out, const float *w, const float *rows, int n,
 
 /* ---------------------------------------------------------- generic path */
 
+/* Our kernels take their rows in OPS_PIECES_PER_THREAD pieces a thread,
+ * handed out as threads come free (schedule dynamic), not one range each: on
+ * a machine whose cores are shared with others one core is often slower for
+ * a while, and a fixed half left the other core waiting for it (about a
+ * tenth of a two-thread prompt, tools/bench on an AMD Zen 3 with 2 vCPUs;
+ * pieces made Q8_0's 128-token prompt 10% faster there, median of 4 rounds
+ * alternated). OpenBLAS keeps one range a thread: each call packs x again. */
+enum { OPS_PIECES_PER_THREAD = 8 };
+
 /* Runs fn over all rows of n jobs (products with the same x: matmul_group),
  * their rows counted end to end and split between `team` threads, so one
- * team wakes once for all of them. */
+ * team wakes once for all of them. A piece's part number is the thread's, so
+ * the scratch a part owns (job->wide) is never shared; results do not depend
+ * on the split (the kernels compute each row alike whatever its range). */
 static void ops_run_jobs(RowsFn fn, const MatmulJob *jobs, int n, int team) {
     if (team <= 1) {
         for (int i = 0; i < n; i++) fn(&jobs[i], 0, 0, jobs[i].W->N);
@@ -386,10 +398,14 @@ static void ops_run_jobs(RowsFn fn, const MatmulJob *jobs, int n, int team) {
     }
     int total = 0;
     for (int i = 0; i < n; i++) total += jobs[i].W->N;
-#pragma omp parallel for schedule(static, 1) num_threads(team)
-    for (int p = 0; p < team; p++) {
-        int n0, n1;
-        ops_part_rows(total, team, p, &n0, &n1);
+    int pieces = fn == f32_rows_blas || fn == f16_rows_widened ? team : team * OPS_PIECES_PER_THREAD;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+    for (int piece = 0; piece < pieces; piece++) {
+        int n0, n1, p = 0;
+#ifdef _OPENMP
+        p = omp_get_thread_num();
+#endif
+        ops_part_rows(total, pieces, piece, &n0, &n1);
         for (int i = 0, at = 0; i < n; at += jobs[i].W->N, i++) {   /* at: job i's first row */
             int lo = n0 > at ? n0 - at : 0, hi = n1 - at < jobs[i].W->N ? n1 - at : jobs[i].W->N;
             if (lo < hi) fn(&jobs[i], p, lo, hi);
