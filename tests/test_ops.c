@@ -765,13 +765,16 @@ static void float_tiles_give_the_same_bits_on_avx2_and_avx512(void **state) {
 /* Q4_K and Q6_K on AVX2: the exact integer sums of each super-block, then the
  * generic path's float step in its order, so the generic path's bits, for
  * one and several super-blocks and tokens in one group of 8 and beyond it. */
+/* One token, a tile of 3, and 8 + 3; K of one super-block, of three, and of
+ * 513, past the table of the tokens' scales (QK_DXT_BLOCKS: the tile gathers
+ * them itself). */
 static void k_formats_on_avx2_give_the_generic_bits(void **state) {
     (void)state;
     if (skipped_without_avx2()) return;
     DType types[] = {DT_Q4_K, DT_Q6_K};
-    int Ks[] = {256, 768}, Ts[] = {1, 3, 11};
+    int Ks[] = {256, 768, 513 * 256}, Ts[] = {1, 3, 11};
     for (int i = 0; i < 2; i++)
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < 3; k++)
             for (int j = 0; j < 3; j++) {
                 int N = 33, K = Ks[k], T = Ts[j];
                 Mat W = {.type = types[i], .N = N, .K = K, .data = make_weights(types[i], N, K, 61 + (unsigned)(i + k))};
