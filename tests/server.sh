@@ -189,7 +189,7 @@ const s = require("net").connect(+u.port, u.hostname, () => s.write(fs.readFileS
 let got = Buffer.alloc(0);
 s.on("data", d => got = Buffer.concat([got, d])); s.on("error", () => {});
 s.on("close", () => process.stdout.write(got));
-setTimeout(() => s.destroy(), 10000);' "$1"
+setTimeout(() => s.destroy(), 10000).unref();   /* a limit, not a wait: node exits at the close */' "$1"
 }
 # refused NAME STATUS FILE: FILE's answer is STATUS with an error object
 refused() {
@@ -513,7 +513,7 @@ const trickle = (head, more) => new Promise(res => {
   s.on("data", d => got += d);
   s.on("connect", () => { s.write(head); timer = setInterval(() => s.write(more), 300); });
   s.on("close", () => { clearInterval(timer); res([Date.now() - t0, got]); });
-  setTimeout(() => s.destroy(), 10000);
+  setTimeout(() => s.destroy(), 10000).unref();
 });
 /* closed at the deadline, not before, with a 408 error object */
 const cut = (what, [ms, got]) => {
