@@ -125,19 +125,25 @@ AVX2_INLINE __m256 wide8(const uint8_t *p, DType type) {
         }                                                                                      \
     } while (0)
 
-AVX2_INLINE void float_tile_at(const MatmulJob *job, const uint8_t *w, size_t ws, int n, int t0, DType type, int R,
-                               int TT) {
+/* The second row (R == 2) is `gap` rows after the first (ws bytes a row):
+ * the next one in tiles of tokens; half a range away when decoding
+ * (FLOAT_TILES' rows1: two streams, which this CPU kind reads best, see
+ * notes/formats.md), where no software prefetch is asked for. */
+AVX2_INLINE void float_tile_at(const MatmulJob *job, const uint8_t *w, size_t ws, int gap, int n, int t0, DType type,
+                               int R, int TT) {
     int N = job->W->N, K = job->W->K;
     size_t wsize = type == DT_F32 ? 4 : 2;
     const float *x0 = job->x + (size_t)t0 * K, *x1 = TT > 1 ? x0 + K : x0, *x2 = TT > 2 ? x0 + 2 * (size_t)K : x0;
-    const uint8_t *w1 = R > 1 ? w + ws : w;
+    const uint8_t *w1 = R > 1 ? w + (size_t)gap * ws : w;
     __m256 a00l = _mm256_setzero_ps(), a00h = a00l, a01l = a00l, a01h = a00l, a02l = a00l, a02h = a00l,
            a10l = a00l, a10h = a00l, a11l = a00l, a11h = a00l, a12l = a00l, a12h = a00l;
     int k = 0;
     for (; k + 16 <= K; k += 16) {
         const uint8_t *p0 = w + k * wsize, *p1 = w1 + k * wsize;
-        prefetch_weights(p0, 16 * wsize, R, TT, ws);
-        if (R > 1) prefetch_weights(p1, 16 * wsize, R, TT, ws);
+        if (gap == 1) {
+            prefetch_weights(p0, 16 * wsize, R, TT, ws);
+            if (R > 1) prefetch_weights(p1, 16 * wsize, R, TT, ws);
+        }
         FLOAT_HALF(p0, p1, x0 + k, x1 + k, x2 + k, l);
         FLOAT_HALF(p0 + 8 * wsize, p1 + 8 * wsize, x0 + k + 8, x1 + k + 8, x2 + k + 8, h);
     }
@@ -155,7 +161,7 @@ AVX2_INLINE void float_tile_at(const MatmulJob *job, const uint8_t *w, size_t ws
     }
     float *o = job->out + (size_t)t0 * N + n;
     o[0] = lanes_sum_avx2(a00l, a00h);
-    if (R > 1) o[1] = lanes_sum_avx2(a10l, a10h);
+    if (R > 1) o[gap] = lanes_sum_avx2(a10l, a10h);
     if (TT > 1) {
         o[N] = lanes_sum_avx2(a01l, a01h);
         if (R > 1) o[N + 1] = lanes_sum_avx2(a11l, a11h);
@@ -167,7 +173,7 @@ AVX2_INLINE void float_tile_at(const MatmulJob *job, const uint8_t *w, size_t ws
 }
 
 AVX2_INLINE void float_tile_avx2(const MatmulJob *job, int n, int t0, DType type, int R, int TT) {
-    float_tile_at(job, row_ptr(job->W, n), dtype_row_bytes(type, job->W->K), n, t0, type, R, TT);
+    float_tile_at(job, row_ptr(job->W, n), dtype_row_bytes(type, job->W->K), 1, n, t0, type, R, TT);
 }
 
 /* The shapes, each compiled with constant sizes so that the loops unroll. */
@@ -180,8 +186,12 @@ AVX2_INLINE void float_tile_avx2(const MatmulJob *job, int n, int t0, DType type
     static AVX2_FN void name##_r2t3(const MatmulJob *j, int n, int t) { float_tile_avx2(j, n, t, TYPE, 2, 3); } \
     static AVX2_FN void name##_rows1(const MatmulJob *j, int n0, int n1) {                              \
         int n = n0;                                                                                     \
-        if (j->decode_rows == 4)   /* two rows side by side: four would not fit the registers */         \
-            for (; n + 2 <= n1; n += 2) float_tile_avx2(j, n, 0, TYPE, 2, 1);                            \
+        if (j->decode_rows == 4) {   /* two rows at once, half the range apart     */         \
+            int h = (n1 - n0) / 2;                                                                      \
+            size_t ws = dtype_row_bytes(TYPE, j->W->K);                                                 \
+            for (; n < n0 + h; n++) float_tile_at(j, row_ptr(j->W, n), ws, h, n, 0, TYPE, 2, 1);        \
+            n = n0 + 2 * h;                                                                             \
+        }                                                                                               \
         for (; n < n1; n++) float_tile_avx2(j, n, 0, TYPE, 1, 1);                                        \
     }                                                                                                   \
     static const Avx2Tiles name##_TILES = {2, 3, {{name##_r1t1, name##_r1t2, name##_r1t3},              \
@@ -199,9 +209,9 @@ FLOAT_TILES(bf16, DT_BF16)
 enum { FLOAT_TT = 3 };   /* the float tiles' most tokens */
 static AVX2_FN void bf16e_tile(const MatmulJob *j, const float *row, int n, int t, int TT) {
     size_t ws = (size_t)j->W->K * sizeof(float);
-    if (TT == 3) float_tile_at(j, (const uint8_t *)row, ws, n, t, DT_F32, 1, 3);
-    else if (TT == 2) float_tile_at(j, (const uint8_t *)row, ws, n, t, DT_F32, 1, 2);
-    else float_tile_at(j, (const uint8_t *)row, ws, n, t, DT_F32, 1, 1);
+    if (TT == 3) float_tile_at(j, (const uint8_t *)row, ws, 1, n, t, DT_F32, 1, 3);
+    else if (TT == 2) float_tile_at(j, (const uint8_t *)row, ws, 1, n, t, DT_F32, 1, 2);
+    else float_tile_at(j, (const uint8_t *)row, ws, 1, n, t, DT_F32, 1, 1);
 }
 
 void bf16e_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {
