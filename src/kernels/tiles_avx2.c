@@ -164,11 +164,11 @@ AVX2_INLINE void float_tile_at(const MatmulJob *job, const uint8_t *w, size_t ws
     if (R > 1) o[gap] = lanes_sum_avx2(a10l, a10h);
     if (TT > 1) {
         o[N] = lanes_sum_avx2(a01l, a01h);
-        if (R > 1) o[N + 1] = lanes_sum_avx2(a11l, a11h);
+        if (R > 1) o[N + gap] = lanes_sum_avx2(a11l, a11h);
     }
     if (TT > 2) {
         o[2 * (size_t)N] = lanes_sum_avx2(a02l, a02h);
-        if (R > 1) o[2 * (size_t)N + 1] = lanes_sum_avx2(a12l, a12h);
+        if (R > 1) o[2 * (size_t)N + gap] = lanes_sum_avx2(a12l, a12h);
     }
 }
 
@@ -186,7 +186,7 @@ AVX2_INLINE void float_tile_avx2(const MatmulJob *job, int n, int t0, DType type
     static AVX2_FN void name##_r2t3(const MatmulJob *j, int n, int t) { float_tile_avx2(j, n, t, TYPE, 2, 3); } \
     static AVX2_FN void name##_rows1(const MatmulJob *j, int n0, int n1) {                              \
         int n = n0;                                                                                     \
-        if (j->decode_rows == 4) {   /* two rows at once, half the range apart     */         \
+        if (j->decode_rows == 4) {   /* two rows at once, half the range apart */             \
             int h = (n1 - n0) / 2;                                                                      \
             size_t ws = dtype_row_bytes(TYPE, j->W->K);                                                 \
             for (; n < n0 + h; n++) float_tile_at(j, row_ptr(j->W, n), ws, h, n, 0, TYPE, 2, 1);        \
@@ -310,7 +310,7 @@ AVX2_INLINE __m256i q4_values(const uint8_t *qs) {
         __m256i xq_ = _mm256_loadu_si256((const __m256i *)((XR).qs + b * QK8_0));                  \
         __m256i s_ = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(xq_, wq)), ones);  \
         __m256 d_ = dxt ? _mm256_broadcast_ss(p + 4 * h + (I))                                     \
-                        : _mm256_mul_ps(dw1, _mm256_broadcast_ss((XR).d + b));                     \
+                        : _mm256_mul_ps(dwv, _mm256_broadcast_ss((XR).d + b));                     \
         if (h) A_H = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s_), d_, A_H);                             \
         else A_L = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s_), d_, A_L);                               \
     } while (0)
@@ -334,13 +334,13 @@ AVX2_INLINE void q8_tile_avx2(const MatmulJob *job, int n, int t0, DType type, i
         for (int h = 0; h < 2 && b0 + h < nb; h++) {   /* h a constant once unrolled */
             int b = b0 + h;
             const uint8_t *blk = w + b * bs;
-            __m256 dw1 = _mm256_setzero_ps();
+            __m256 dwv = _mm256_setzero_ps();
             if (dxt) {
                 _mm_storeu_ps(p + 4 * h, _mm_mul_ps(_mm_broadcast_ss(dw + b), _mm_loadu_ps(dxt + 4 * b)));
             } else {
                 short d16;
                 memcpy(&d16, blk, 2);
-                dw1 = _mm256_cvtph_ps(_mm_set1_epi16(d16));   /* d_w in every lane */
+                dwv = _mm256_cvtph_ps(_mm_set1_epi16(d16));   /* d_w in every lane */
             }
             __m256i wq = type == DT_Q8_0 ? _mm256_loadu_si256((const __m256i *)(blk + 2)) : q4_values(blk + 2);
             __m256i wa = _mm256_sign_epi8(wq, wq);
