@@ -37,6 +37,7 @@
 
 #ifdef OPS_X86
 #include <immintrin.h>
+#include <assert.h>
 #include <string.h>
 
 #define AVX2_FN __attribute__((target("avx2,fma,f16c")))
@@ -197,8 +198,187 @@ AVX2_INLINE void float_tile_avx2(const MatmulJob *job, int n, int t0, DType type
     static const Avx2Tiles name##_TILES = {2, 3, {{name##_r1t1, name##_r1t2, name##_r1t3},              \
                                                   {name##_r2t1, name##_r2t2, name##_r2t3}}, name##_rows1};  \
     void name##_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {                             \
-        rows_by_tiles_avx2(job, &name##_TILES, n0, n1);                                                 \
+        if (job->T >= KB2_MIN_T) float_rows_kblocked_avx2(job, n0, n1, TYPE);                            \
+        else rows_by_tiles_avx2(job, &name##_TILES, n0, n1);                                            \
     }
+
+/* --- F32, F16, BF16 from KB2_MIN_T tokens: K in blocks that stay in L1
+ *
+ * The 2 x 3 tiles above load five vectors for six FMAs and sweep a chunk of
+ * rows once per three tokens: the first sweep waits for memory, the others
+ * compute from L2, one after the other. At 16 tokens one Zen 3 core did
+ * about 26-30 GFLOP/s of its 90 so (50 with the rows in cache). As on
+ * AVX-512 (tiles_avx512.c, "K in blocks that stay in L1"), the rows of a
+ * chunk are computed a k-block at a time: the block of x for every token,
+ * and of three rows of W, copied into buffers (contiguous, so they do not
+ * share L1 sets the way rows 8 KiB apart do), the partial sums kept in
+ * memory between blocks.
+ *
+ * What is AVX2's own: a (row, token) has two registers of sums, lanes 0-7
+ * (k mod 16 < 8) and 8-15, and the two halves never meet before the end.
+ * So the buffers hold each k-block's lanes 0-7 first, then 8-15, and a tile
+ * takes one half at a time: 3 rows by 4 tokens, one register of sums each,
+ * twelve FMAs for seven loads, in the sixteen registers (x kept in one of
+ * them: GCC otherwise reads it from memory in each FMA, fifteen loads).
+ * Every lane still takes its products in order of k, the blocks one after
+ * another, and the two halves are added by lanes_sum_avx2 as before: the
+ * same bits as the tiles above and as one token at a time. The buffers are
+ * padded with zeros to whole steps of 16, the products the tiles above add
+ * at a short end.
+ *
+ * Memory: while the tiles of a group of rows compute, they ask for the
+ * group packed next (a row, or the rest of one, per tile, a line per
+ * step), so that its copy finds it in cache. Asking instead for the whole
+ * next chunk, a line now and then as the AVX-512 path does, measured 6-15%
+ * slower here at 16 tokens; the group's lines spread evenly over its tiles,
+ * 1.29 times the tiles above where this is 1.37 (medians of five rounds).
+ *
+ * Measured on the Zen 3 core (480 x 2048 F32, sixteen copies cycled so
+ * that the rows come from memory, one thread, the two paths alternated in
+ * one process, five rounds): 16 tokens 1.19-1.25 times the tiles above,
+ * 24 tokens 1.33-1.40, 32 1.28-1.43, 35 1.27-1.35; 8 and 12 tokens
+ * 0.95-1.12, hence KB2_MIN_T. OpenBLAS's sgemm was as fast at 16 tokens
+ * and faster at 32 (59 GFLOP/s against 40), but adds in its own order:
+ * below SGEMM_MIN_T a batch keeps the bits of each token alone. */
+enum {
+    KB2_MIN_T = 16,             /* below this the tiles above */
+    KB2_X_BYTES = 32 * 1024,    /* a k-block of x for all T tokens */
+    KB2_MAX = 512,              /* floats in a k-block, at most */
+    KB2_ACC_BYTES = 64 * 1024,  /* partial sums of one chunk of rows (64 bytes a row and token) */
+};
+
+/* len values of a float row from k0 as floats into buf, len16 (len rounded
+ * up to 16) of them: values 16 i + j (j < 8) at buf[8 i + j], 16 i + 8 + j at
+ * buf[len16 / 2 + 8 i + j], zeros past len. */
+AVX2_INLINE void kb2_pack_row(float *buf, const uint8_t *row, DType type, int k0, int len, int len16) {
+    size_t wsize = type == DT_F32 ? 4 : 2;
+    const uint8_t *p = row + (size_t)k0 * wsize;
+    float *hi = buf + len16 / 2;
+    int k = 0;
+    for (; k + 16 <= len; k += 16) {
+        _mm256_storeu_ps(buf + k / 2, wide8(p + k * wsize, type));
+        _mm256_storeu_ps(hi + k / 2, wide8(p + (k + 8) * wsize, type));
+    }
+    if (k < len) {
+        uint8_t tail[64] = {0};
+        memcpy(tail, p + k * wsize, (size_t)(len - k) * wsize);
+        _mm256_storeu_ps(buf + k / 2, wide8(tail, type));
+        _mm256_storeu_ps(hi + k / 2, wide8(tail + 8 * wsize, type));
+    }
+}
+
+#define KEEP_IN_REGISTERS3(a, b, c) __asm__("" : "+x"(a), "+x"(b), "+x"(c))
+#define KB2_FMA(R_, T_)                                                         \
+    do {                                                                        \
+        if (TT > (T_)) {                                                        \
+            __m256 x_ = _mm256_loadu_ps(x + (T_) * (size_t)kb + 8 * i);        \
+            __asm__("" : "+x"(x_));                                             \
+            a0##T_ = _mm256_fmadd_ps(w0, x_, a0##T_);                           \
+            if (R_ > 1) a1##T_ = _mm256_fmadd_ps(w1, x_, a1##T_);               \
+            if (R_ > 2) a2##T_ = _mm256_fmadd_ps(w2, x_, a2##T_);               \
+        }                                                                       \
+    } while (0)
+#define KB2_ACC(F)                                                              \
+    F(0, 0); F(0, 1); F(0, 2); F(0, 3); F(1, 0); F(1, 1); F(1, 2); F(1, 3);    \
+    F(2, 0); F(2, 1); F(2, 2); F(2, 3)
+#define KB2_LOAD(r, t) __m256 a##r##t = R > (r) && TT > (t) ? acc[(r) * rs + 2 * (t)] : zero
+#define KB2_STORE(r, t) if (R > (r) && TT > (t)) acc[(r) * rs + 2 * (t)] = a##r##t
+
+/* One half of a k-block: acc[r rs + 2 t] += the products of rows r < R (kb
+ * floats apart in w) and tokens t < TT (kb apart in x) over `steps` vectors
+ * of that half; asks for the first np <= steps lines of pf meanwhile. */
+AVX2_INLINE void kb2_tile(__m256 *acc, int rs, const float *w, const float *x, int kb, int steps,
+                          const uint8_t *pf, int np, int R, int TT) {
+    const __m256 zero = _mm256_setzero_ps();
+    KB2_ACC(KB2_LOAD);
+    for (int i = 0; i < steps; i++) {
+        if (i < np) _mm_prefetch((const char *)(pf + 64 * (size_t)i), _MM_HINT_T1);
+        __m256 w0 = _mm256_loadu_ps(w + 8 * i), w1 = R > 1 ? _mm256_loadu_ps(w + kb + 8 * i) : w0,
+               w2 = R > 2 ? _mm256_loadu_ps(w + 2 * (size_t)kb + 8 * i) : w0;
+        KEEP_IN_REGISTERS3(w0, w1, w2);
+        KB2_FMA(R, 0);
+        KB2_FMA(R, 1);
+        KB2_FMA(R, 2);
+        KB2_FMA(R, 3);
+    }
+    KB2_ACC(KB2_STORE);
+}
+
+/* The tile of R rows by TT tokens, each compiled with its constants. */
+static AVX2_FN void kb2_tile_of(__m256 *acc, int rs, const float *w, const float *x, int kb, int steps,
+                                const uint8_t *pf, int np, int R, int TT) {
+    switch (4 * (R - 1) + TT - 1) {
+    case 0: kb2_tile(acc, rs, w, x, kb, steps, pf, np, 1, 1); break;
+    case 1: kb2_tile(acc, rs, w, x, kb, steps, pf, np, 1, 2); break;
+    case 2: kb2_tile(acc, rs, w, x, kb, steps, pf, np, 1, 3); break;
+    case 3: kb2_tile(acc, rs, w, x, kb, steps, pf, np, 1, 4); break;
+    case 4: kb2_tile(acc, rs, w, x, kb, steps, pf, np, 2, 1); break;
+    case 5: kb2_tile(acc, rs, w, x, kb, steps, pf, np, 2, 2); break;
+    case 6: kb2_tile(acc, rs, w, x, kb, steps, pf, np, 2, 3); break;
+    case 7: kb2_tile(acc, rs, w, x, kb, steps, pf, np, 2, 4); break;
+    case 8: kb2_tile(acc, rs, w, x, kb, steps, pf, np, 3, 1); break;
+    case 9: kb2_tile(acc, rs, w, x, kb, steps, pf, np, 3, 2); break;
+    case 10: kb2_tile(acc, rs, w, x, kb, steps, pf, np, 3, 3); break;
+    default: kb2_tile(acc, rs, w, x, kb, steps, pf, np, 3, 4); break;
+    }
+}
+
+/* Rows [n0, n1) for all T tokens: chunks of rows whose sums fit
+ * KB2_ACC_BYTES (acc[2 (T r + t) + h]: row r of the chunk, token t, half h),
+ * k-blocks of kb floats, groups of 3 rows, each half, groups of 4 tokens. */
+static AVX2_FN void float_rows_kblocked_avx2(const MatmulJob *job, int n0, int n1, DType type) {
+    int N = job->W->N, K = job->W->K, T = job->T;
+    int kb = KB2_X_BYTES / (int)sizeof(float) / T / 16 * 16;
+    kb = kb > KB2_MAX ? KB2_MAX : kb < 16 ? 16 : kb;
+    int rows = KB2_ACC_BYTES / (2 * (int)sizeof(__m256)) / T / 3 * 3;
+    rows = rows < 3 ? 3 : rows;
+    assert(2 * 3 * T <= KB2_ACC_BYTES / (int)sizeof(__m256) && T * kb <= KB2_X_BYTES / (int)sizeof(float));
+    __m256 acc[KB2_ACC_BYTES / sizeof(__m256)];
+    float xbuf[KB2_X_BYTES / sizeof(float)] __attribute__((aligned(32)));
+    float wbuf[3 * KB2_MAX] __attribute__((aligned(32)));
+    size_t wsize = type == DT_F32 ? 4 : 2;
+    for (int c0 = n0; c0 < n1; c0 += rows) {
+        int c1 = c0 + rows < n1 ? c0 + rows : n1;
+        for (int i = 0; i < 2 * (c1 - c0) * T; i++) acc[i] = _mm256_setzero_ps();
+        for (int k0 = 0; k0 < K; k0 += kb) {
+            int len = K - k0 < kb ? K - k0 : kb, len16 = (len + 15) / 16 * 16, steps = len16 / 16;
+            for (int t = 0; t < T; t++)
+                kb2_pack_row(xbuf + t * kb, (const uint8_t *)(job->x + (size_t)t * K), DT_F32, k0, len, len16);
+            for (int n = c0; n < c1; n += 3) {
+                int R = c1 - n < 3 ? c1 - n : 3;
+                for (int r = 0; r < R; r++) kb2_pack_row(wbuf + r * kb, row_ptr(job->W, n + r), type, k0, len, len16);
+                /* the group packed next: the next 3 rows, or the chunk's
+                 * first ones at the next k-block, or the next chunk's; the
+                 * tiles ask for its lines while they compute, a row (or what
+                 * is left of it) per tile, a line per step */
+                int pn = n + 3, pk = k0;
+                if (pn >= c1) pn = c0, pk = k0 + kb;
+                if (pk >= K) pn = c1, pk = 0;
+                int pr = pn >= n1 ? 0 : n1 - pn < 3 ? n1 - pn : 3;
+                int plen = K - pk < kb ? K - pk : kb, lines = (int)(((size_t)plen * wsize + 63) / 64);
+                int r = 0, at = 0;
+                for (int h = 0; h < 2; h++)
+                    for (int t = 0; t < T; t += 4) {
+                        const uint8_t *pf = NULL;
+                        int np = 0;
+                        if (r < pr) {
+                            pf = row_ptr(job->W, pn + r) + (size_t)pk * wsize + 64 * (size_t)at;
+                            np = lines - at < steps ? lines - at : steps;
+                            if ((at += np) == lines) r++, at = 0;
+                        }
+                        kb2_tile_of(acc + 2 * ((size_t)(n - c0) * T + t) + h, 2 * T, wbuf + h * len16 / 2,
+                                    xbuf + t * kb + h * len16 / 2, kb, steps, pf, np, R, T - t < 4 ? T - t : 4);
+                    }
+            }
+        }
+        for (int n = c0; n < c1; n++)
+            for (int t = 0; t < T; t++) {
+                const __m256 *a = acc + 2 * ((size_t)(n - c0) * T + t);
+                job->out[(size_t)t * N + n] = lanes_sum_avx2(a[0], a[1]);
+            }
+    }
+}
+
 FLOAT_TILES(f32, DT_F32)
 FLOAT_TILES(f16, DT_F16)
 FLOAT_TILES(bf16, DT_BF16)
