@@ -91,7 +91,16 @@ uint16_t fp32_to_fp16(float f) {
  * i = n % 8; its values are spread over the loads of the block, eight bytes
  * in each of C = bytes / 8 of them. */
 static size_t rows8_at(DType type, int K, int n, int b) {
-    return ((size_t)(n / 8) * (K / QK8_0) + (size_t)b) * rows8_block_bytes(type);
+    return ((size_t)(n / 8) * (K / dtype_block(type)) + (size_t)b) * rows8_block_bytes(type);
+}
+
+/* Q4_K: where byte j of the block of row i (a BlockQ4_K's bytes) goes
+ * within the super-block of the copy. */
+static size_t rows8_k_byte(int i, int j) {
+    if (j < 4) return (size_t)(j < 2 ? 2 * i + j : 16 + 2 * i + j - 2);   /* d, dmin */
+    if (j < 16) return 32 + (size_t)((j - 4) / 4 * 8 + i) * 4 + (size_t)(j - 4) % 4;   /* sc[w][i] */
+    int v = j - 16, c = v / 32, q = v % 32 / 8, x = i / 2 % 2, y = i / 4 * 2 + i % 2;
+    return 128 + (size_t)((((c * 4 + q) * 2 + x) * 4 + y) * 8 + v % 8);
 }
 
 /* Where byte j of row i's values (16 of Q4_0's nibbles, 32 of Q8_0's
@@ -105,6 +114,21 @@ static size_t rows8_byte(int chunks, int i, int j) {
 static int rows8_values(DType type) { return type == DT_Q8_0 ? QK8_0 : QK4 / 2; }
 
 void mat_to_rows8(uint8_t *out, const Mat *W) {
+    if (W->type == DT_Q4_K) {
+        int nb = W->K / QK_K;
+        for (int n = 0; n < W->N; n++) {
+            const uint8_t *row = (const uint8_t *)W->data + (size_t)n * nb * sizeof(BlockQ4_K);
+            for (int b = 0; b < nb; b++) {   /* rows8_k_byte's places, in runs of 2, 4 and 8 bytes */
+                uint8_t *blk = out + rows8_at(DT_Q4_K, W->K, n, b);
+                const uint8_t *src = row + b * sizeof(BlockQ4_K);
+                memcpy(blk + rows8_k_byte(n % 8, 0), src, 2);
+                memcpy(blk + rows8_k_byte(n % 8, 2), src + 2, 2);
+                for (int j = 4; j < 16; j += 4) memcpy(blk + rows8_k_byte(n % 8, j), src + j, 4);
+                for (int j = 16; j < (int)sizeof(BlockQ4_K); j += 8) memcpy(blk + rows8_k_byte(n % 8, j), src + j, 8);
+            }
+        }
+        return;
+    }
     int nb = W->K / QK8_0, bytes = rows8_values(W->type);
     size_t bs = rows8_block_bytes(W->type) / 8;
     for (int n = 0; n < W->N; n++) {
@@ -120,6 +144,10 @@ void mat_to_rows8(uint8_t *out, const Mat *W) {
 void rows8_block(void *out, const uint8_t *rows8, DType type, int K, int n, int b) {
     const uint8_t *blk = rows8 + rows8_at(type, K, n, b);
     uint8_t *o = out;
+    if (type == DT_Q4_K) {
+        for (int j = 0; j < (int)sizeof(BlockQ4_K); j++) o[j] = blk[rows8_k_byte(n % 8, j)];
+        return;
+    }
     int bytes = rows8_values(type);
     memcpy(o, blk + 2 * (n % 8), 2);
     for (int j = 0; j < bytes; j++) o[2 + j] = blk[rows8_byte(bytes / 8, n % 8, j)];

@@ -947,6 +947,162 @@ AVX2_INLINE void qk_tile_avx2(const MatmulJob *job, int n, int t0, DType type, i
 QK_TILES_OF(q4_k, DT_Q4_K)
 QK_TILES_OF(q6_k, DT_Q6_K)
 
+/* --- Q4_K in eights (formats.h, Mat.rows8)
+ *
+ * Row by row a Q4_K super-block of one token costs about 130 instructions
+ * (the scales unpacked in scalars, each sub-block's scale broadcast, two
+ * horizontal sums, a float step in scalars): one Zen 3 core decoded 7 GB/s
+ * of weights so, with them in memory or in L2 alike, where it reads 13-15.
+ * In eights a super-block of eight rows is 32 loads of values, four rows'
+ * bytes 32c + 8q .. +7 in each (the layout of formats.h), against the
+ * token's eight values broadcast to the four 64-bit lanes, as Q4_0 in eights
+ * does. Per token and super-block of eight rows:
+ *   values  per load: the nibbles split (3), two vpmaddubsw against the
+ *           low sub-block's and the high one's eight values, two int16 adds
+ *           (four loads a lane: at most 4 * 2 * 15 * 128 = 15360);
+ *           per sub-block and x, one vpmaddwd by the rows' scales, which a
+ *           byte shuffle spreads from the scales unpacked for all eight rows
+ *           at once (q4_k_scales on eight words in a register)
+ *   sums    one vphaddd brings isum out in rows 0 .. 7; msum, the mins
+ *           against the sub-blocks' sums of x, in two vpmaddwd a half
+ *   float   qk_dot_int_of's step in its order, the eight rows in the lanes
+ *           of one register
+ * About 370 instructions for eight rows, 46 a row. The sums are exact
+ * integers, so the bits are the generic path's. One token at a time: the
+ * loads, shuffles and splits are cheap next to the products, and a batch
+ * runs each token down a chunk of groups that stays in L2. */
+
+/* The scales (sc) and mins (mn) of the eight rows of a super-block, bytes j
+ * of word i = sub-block j (lo: 0-3, hi: 4-7) of row i, q4_k_scales on all
+ * eight rows at once. */
+AVX2_INLINE void k8_scales(const uint8_t *blk, __m256i *sc_lo, __m256i *sc_hi, __m256i *mn_lo, __m256i *mn_hi) {
+    __m256i a = _mm256_loadu_si256((const __m256i *)(blk + 32)), b = _mm256_loadu_si256((const __m256i *)(blk + 64)),
+            c = _mm256_loadu_si256((const __m256i *)(blk + 96));
+    const __m256i m6 = _mm256_set1_epi32(0x3f3f3f3f), m4 = _mm256_set1_epi32(0x0f0f0f0f),
+                  m2 = _mm256_set1_epi32(0x03030303);
+    *sc_lo = _mm256_and_si256(a, m6), *mn_lo = _mm256_and_si256(b, m6);
+    *sc_hi = _mm256_or_si256(_mm256_and_si256(c, m4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a, 6), m2), 4));
+    *mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(c, 4), m4),
+                             _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(b, 6), m2), 4));
+}
+
+/* Eight bytes at p broadcast to the four 64-bit lanes, where this stands:
+ * an asm statement, because GCC 12 otherwise makes the sixteen broadcasts
+ * of a chunk once for both loads x, keeps them and spills them (about sixty
+ * stores a super-block). */
+AVX2_INLINE __m256i bcast8_here(const int8_t *p) {
+    __m256i v;
+    __asm__ volatile("vpbroadcastq %1, %0" : "=x"(v) : "m"(*(const int64_t(*)[1])p));
+    return v;
+}
+
+/* Token x's int16 sums of one load's values (lo, hi) against its eight
+ * values of the low and the high sub-block. */
+#define K8_TOKEN(X, L, H)                                                                           \
+    do {                                                                                            \
+        L = _mm256_add_epi16(L, _mm256_maddubs_epi16(lo, bcast8_here((X) + 64 * c + 8 * qq)));      \
+        H = _mm256_add_epi16(H, _mm256_maddubs_epi16(hi, bcast8_here((X) + 64 * c + 32 + 8 * qq))); \
+    } while (0)
+
+/* Token x's msum (rows 0 .. 7) and its float step into SUM */
+#define K8_END(XB, A0, A1, SUM)                                                                                  \
+    do {                                                                                                         \
+        __m256i isum_ = _mm256_hadd_epi32(A0, A1);   /* rows 0 .. 7 */                                           \
+        __m256i b32_ = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(XB).bsums), ones);                 \
+        __m256i b16_ = _mm256_packs_epi32(b32_, b32_);                                                           \
+        __m256i bl_ = _mm256_permute4x64_epi64(b16_, 0x44), bh_ = _mm256_permute4x64_epi64(b16_, 0xee);         \
+        __m256i p03_ = _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mn_lo)), bl_), \
+                                        _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mn_hi)), bh_)); \
+        __m256i p47_ = _mm256_add_epi32(                                                                         \
+            _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mn_lo, 1)), bl_),                    \
+            _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mn_hi, 1)), bh_));                   \
+        __m256i msum_ = _mm256_permute4x64_epi64(_mm256_hadd_epi32(p03_, p47_), 0xd8);   /* rows 0 .. 7 */       \
+        __m256 xd_ = _mm256_set1_ps((XB).d);                                                                     \
+        __m256 f_ = _mm256_mul_ps(_mm256_mul_ps(d, xd_), _mm256_cvtepi32_ps(isum_));                             \
+        __m256 h_ = _mm256_mul_ps(_mm256_mul_ps(dmin, xd_), _mm256_cvtepi32_ps(msum_));                          \
+        SUM = _mm256_add_ps(SUM, _mm256_sub_ps(f_, h_));                                                         \
+    } while (0)
+
+/* Rows 8g .. 8g+7 by tokens t, t + 1 (TT of them: 1 or 2, the values'
+ * loads and splits shared); of them, rows [r0, r1) are written. */
+AVX2_INLINE void k8_tile(const MatmulJob *job, int g, int t, int TT, int r0, int r1) {
+    int N = job->W->N, K = job->W->K, nsb = K / QK_K;
+    size_t bb = rows8_block_bytes(DT_Q4_K), group_bytes = (size_t)nsb * bb, stride = small_act_stride(DT_Q4_K, K);
+    const uint8_t *w = job->W->rows8 + (size_t)g * group_bytes;
+    const BlockQ8_K *xa = (const BlockQ8_K *)(job->act + (size_t)t * stride), *xb = xa;
+    if (TT > 1) xb = (const BlockQ8_K *)(job->act + (size_t)(t + 1) * stride);
+    const __m256i nib = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    /* the byte shuffles that spread byte j of the rows' words of load x
+     * (rows 2x, 2x + 1 in each half) to their four int16 lanes: add j */
+    const __m256i spread0 = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 4, -128, 4, -128, 4, -128, 4, -128,
+                                             0, -128, 0, -128, 0, -128, 0, -128, 4, -128, 4, -128, 4, -128, 4, -128);
+    __m256 suma = _mm256_setzero_ps(), sumb = suma;
+    for (int sb = 0; sb < nsb; sb++) {
+        const uint8_t *blk = w + (size_t)sb * bb, *q = blk + 128;
+        if (TT == 1) prefetch_weights(blk, bb, 1, 1, 0);   /* a stream: ahead of it */
+        else prefetch_weights(blk, bb, 1, TT, group_bytes);   /* the next group's */
+        __m256i sc_lo, sc_hi, mn_lo, mn_hi;
+        k8_scales(blk, &sc_lo, &sc_hi, &mn_lo, &mn_hi);
+        const int8_t *qa = xa[sb].qs, *qb = xb[sb].qs;
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0;   /* token a or b, load x = 0 or 1 */
+        for (int c = 0; c < 4; c++)
+            for (int x = 0; x < 2; x++) {
+                __m256i la = _mm256_setzero_si256(), ha = la, lb = la, hb = la;
+                for (int qq = 0; qq < 4; qq++) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(q + (size_t)((c * 4 + qq) * 2 + x) * 32));
+                    __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+                    K8_TOKEN(qa, la, ha);
+                    if (TT > 1) K8_TOKEN(qb, lb, hb);
+                }
+                /* sub-blocks 2c and 2c + 1: bytes 2c % 4 and 2c % 4 + 1 of the lo or hi words */
+                __m256i src = c < 2 ? sc_lo : sc_hi, sp = _mm256_add_epi8(spread0, _mm256_set1_epi8((char)(8 * x + 2 * c % 4)));
+                __m256i sl = _mm256_shuffle_epi8(src, sp), sh = _mm256_shuffle_epi8(src, _mm256_add_epi8(sp, _mm256_set1_epi8(1)));
+                __m256i sa = _mm256_add_epi32(_mm256_madd_epi16(la, sl), _mm256_madd_epi16(ha, sh));
+                if (x) a1 = _mm256_add_epi32(a1, sa);
+                else a0 = _mm256_add_epi32(a0, sa);
+                if (TT > 1) {
+                    __m256i sb_ = _mm256_add_epi32(_mm256_madd_epi16(lb, sl), _mm256_madd_epi16(hb, sh));
+                    if (x) b1 = _mm256_add_epi32(b1, sb_);
+                    else b0 = _mm256_add_epi32(b0, sb_);
+                }
+            }
+        /* qk_dot_int_of's float step, in its order: sum += d * d_x * isum - dmin * d_x * msum */
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk)),
+               dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
+        K8_END(xa[sb], a0, a1, suma);
+        if (TT > 1) K8_END(xb[sb], b0, b1, sumb);
+    }
+    float *o = job->out + (size_t)t * N + 8 * (size_t)g, part[2][8];
+    if (r0 == 0 && r1 == 8) {
+        _mm256_storeu_ps(o, suma);
+        if (TT > 1) _mm256_storeu_ps(o + N, sumb);
+        return;
+    }
+    _mm256_storeu_ps(part[0], suma), _mm256_storeu_ps(part[1], sumb);   /* a range that cuts the group: its rows only */
+    for (int i = 0; i < TT; i++) memcpy(o + (size_t)i * N + r0, part[i] + r0, (size_t)(r1 - r0) * sizeof(float));
+}
+
+static AVX2_FN void k8_tile1(const MatmulJob *j, int g, int t, int r0, int r1) { k8_tile(j, g, t, 1, r0, r1); }
+static AVX2_FN void k8_tile2(const MatmulJob *j, int g, int t, int r0, int r1) { k8_tile(j, g, t, 2, r0, r1); }
+
+/* Rows [n0, n1), any range: over a chunk of groups that stays in L2, two
+ * tokens at a time. */
+static void rows8_k_avx2(const MatmulJob *job, int n0, int n1) {
+    int T = job->T, g0 = n0 / 8, g1 = (n1 + 7) / 8;
+    size_t group_bytes = (size_t)(job->W->K / QK_K) * rows8_block_bytes(DT_Q4_K);
+    int chunk = (int)(AVX2_CHUNK_BYTES / group_bytes);
+    if (chunk < 1) chunk = 1;
+    for (int c0 = g0; c0 < g1; c0 += chunk) {
+        int c1 = c0 + chunk < g1 ? c0 + chunk : g1;
+        for (int t = 0; t < T; t += 2)
+            for (int g = c0; g < c1; g++) {
+                int r0 = g == g0 ? n0 - 8 * g : 0, r1 = n1 - 8 * g < 8 ? n1 - 8 * g : 8;
+                if (T - t > 1) k8_tile2(job, g, t, r0, r1);
+                else k8_tile1(job, g, t, r0, r1);
+            }
+    }
+}
+
 /* Rows [n0, n1): over a chunk of rows that stays in L2, tokens QK_TT_AVX2
  * at a time, row by row. Per group of tokens their scales are first copied
  * side by side (dxt[8 sb + t], zeros past the last token), so that the tile
@@ -954,6 +1110,10 @@ QK_TILES_OF(q6_k, DT_Q6_K)
  * gathers them itself. */
 enum { QK_DXT_BLOCKS = 512 };   /* K up to 131072: 16 KiB on the stack */
 void qk_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {
+    if (job->W->rows8) {   /* Q4_K in eights */
+        rows8_k_avx2(job, n0, n1);
+        return;
+    }
     void (*tile)(const MatmulJob *, int, int, int, const float *) =
         job->W->type == DT_Q4_K ? q4_k_tile : q6_k_tile;
     int K = job->W->K, nsb = K / QK_K, T = job->T;
