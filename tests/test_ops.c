@@ -797,10 +797,10 @@ static void k_formats_on_avx2_give_the_generic_bits(void **state) {
  * (i / 2 % 2, j / 8), row slot y with rows8_row(x, y) == i. */
 static void in_eights_holds_every_block_where_the_layout_says(void **state) {
     (void)state;
-    const DType types[] = {DT_Q4_0, DT_Q8_0, DT_Q4_K};
-    for (int k = 0; k < 3; k++) {
+    const DType types[] = {DT_Q4_0, DT_Q8_0, DT_Q4_K, DT_Q6_K};
+    for (int k = 0; k < 4; k++) {
         DType type = types[k];
-        int N = 24, K = type == DT_Q4_K ? 768 : 96, nb = K / dtype_block(type);
+        int N = 24, K = dtype_is_k(type) ? 768 : 96, nb = K / dtype_block(type);
         size_t bs = rows8_block_bytes(type) / 8;
         Mat W = {.type = type, .N = N, .K = K, .data = make_weights(type, N, K, 71)};
         uint8_t *copy = malloc(dtype_row_bytes(type, K) * (size_t)N);
@@ -809,7 +809,7 @@ static void in_eights_holds_every_block_where_the_layout_says(void **state) {
         const uint8_t *rows = W.data;
         for (int n = 0; n < N; n++)
             for (int b = 0; b < nb; b++) {
-                uint8_t back[sizeof(BlockQ4_K)];
+                uint8_t back[sizeof(BlockQ6_K)];
                 rows8_block(back, copy, type, K, n, b);
                 assert_memory_equal(back, rows + ((size_t)n * nb + b) * bs, bs);
             }
@@ -824,6 +824,18 @@ static void in_eights_holds_every_block_where_the_layout_says(void **state) {
             free(copy), free((void *)W.data);
             continue;
         }
+        if (type == DT_Q6_K) {
+            /* row 13 (x = 0, y = 3), super-block 2: d at 2 * 5, scale 9 at
+             * 16 + 9 * 8 + 5, ql byte 100 (h = 1, the second half: part 1,
+             * q = 0, e = 4) and qh byte 45 (h = 1, q = 1, e = 5) in their loads */
+            const uint8_t *blk = copy + ((size_t)1 * nb + 2) * rows8_block_bytes(type), *own = rows + (13 * nb + 2) * bs;
+            assert_memory_equal(blk + 2 * 5, own + 208, 2);
+            assert_int_equal(blk[16 + 9 * 8 + 5], own[192 + 9]);
+            assert_int_equal(blk[144 + ((((1 * 4 + 0) * 2 + 0) * 3 + 1) * 32 + 3 * 8 + 4)], own[100]);
+            assert_int_equal(blk[144 + ((((1 * 4 + 1) * 2 + 0) * 3 + 2) * 32 + 3 * 8 + 5)], own[128 + 45]);
+            free(copy), free((void *)W.data);
+            continue;
+        }
         /* row 13 = group 1, i = 5: x = 0, y = 3 (4 * 1 + 2 * 0 + 1); block 2, byte 11 (c = 1) */
         assert_int_equal(rows8_row(0, 3), 5);
         const uint8_t *blk = copy + ((size_t)1 * nb + 2) * rows8_block_bytes(type), *own = rows + (13 * nb + 2) * bs;
@@ -835,8 +847,8 @@ static void in_eights_holds_every_block_where_the_layout_says(void **state) {
 }
 
 /* In eights on AVX2: the bits of matmul_blocks_ref (exact integer sums per
- * block, one float chain per row and token), Q4_0 and Q8_0, and Q4_K's of
- * the generic path (exact sums per super-block, its float step), for one block,
+ * block, one float chain per row and token), Q4_0 and Q8_0, and Q4_K's and
+ * Q6_K's of the generic path (exact sums per super-block, its float step), for one block,
  * an odd count and many; 8 rows, 40 (a group of 16 rows cut in half) and
  * 72; tokens in one tile, in several and a partial last one; on one and two
  * threads; the largest sums a tile's lanes hold (Q4_0 nibbles of 15, Q8_0
@@ -852,6 +864,13 @@ static void check_rows8(DType type, int N, int K, int T, int extreme, uint64_t s
             memset(((BlockQ4_K *)W.data)[i].scales, 0xff, 12);
         }
         for (size_t i = 0; i < (size_t)T * K; i++) x[i] = i % 64 < 32 ? 1.0f : -1.0f;
+    } else if (extreme && type == DT_Q6_K) {   /* every value 63, scales of 127 and -128 */
+        for (size_t i = 0; i < (size_t)N * K / QK_K; i++) {
+            BlockQ6_K *b = &((BlockQ6_K *)W.data)[i];
+            memset(b->ql, 0xff, 128), memset(b->qh, 0xff, 64);
+            for (int j = 0; j < 16; j++) b->scales[j] = (int8_t)(j % 2 ? -128 : 127);
+        }
+        for (size_t i = 0; i < (size_t)T * K; i++) x[i] = i % 64 < 32 ? 1.0f : -1.0f;
     } else if (extreme) {
         for (size_t i = 0; i < (size_t)N * K / 32; i++) {
             if (type == DT_Q4_0) memset(((BlockQ4_0 *)W.data)[i].qs, i % 3 ? 0xff : 0x00, 16);
@@ -864,10 +883,10 @@ static void check_rows8(DType type, int N, int K, int T, int extreme, uint64_t s
     assert_non_null(copy);
     assert_non_null(got);
     assert_non_null(ref);
-    if (type == DT_Q4_K) run_matmul(ref, x, &W, T, OPS_GENERIC);   /* the exact sums' bits */
+    if (dtype_is_k(type)) run_matmul(ref, x, &W, T, OPS_GENERIC);   /* the exact sums' bits */
     mat_to_rows8(copy, &W);
     W.rows8 = copy;
-    if (type != DT_Q4_K) matmul_blocks_ref(ref, x, &W, T);
+    if (!dtype_is_k(type)) matmul_blocks_ref(ref, x, &W, T);
     int saved = ops_threads();
     for (int threads = 1; threads <= 2; threads++) {
         ops_set_threads(threads);
@@ -919,13 +938,13 @@ static void check_rows8_in_a_group(DType type) {
 static void in_eights_on_avx2_gives_the_blocks_reference_bits(void **state) {
     (void)state;
     if (skipped_without_avx2()) return;
-    const DType types[] = {DT_Q4_0, DT_Q8_0, DT_Q4_K};
+    const DType types[] = {DT_Q4_0, DT_Q8_0, DT_Q4_K, DT_Q6_K};
     const int Ks[] = {32, 224, 2080}, Kk[] = {256, 768, 2304}, Ts[] = {1, 3, 8, 11}, Ns[] = {8, 40, 72};
-    for (int y = 0; y < 3; y++) {
+    for (int y = 0; y < 4; y++) {
         for (int k = 0; k < 3; k++)
             for (int j = 0; j < 4; j++)
                 for (int i = 0; i < 3; i++)
-                    check_rows8(types[y], Ns[i], types[y] == DT_Q4_K ? Kk[k] : Ks[k], Ts[j], 0,
+                    check_rows8(types[y], Ns[i], dtype_is_k(types[y]) ? Kk[k] : Ks[k], Ts[j], 0,
                                 81 + (unsigned)(k * 16 + j * 4 + i));
         check_rows8(types[y], 40, 8192, 5, 0, 82);   /* big enough for two threads */
         check_rows8(types[y], 16, 256, 9, 1, 83);
@@ -1789,7 +1808,7 @@ static void llm_amx_turns_the_tiles_off_and_a_bad_value_is_a_one_line_error(void
 }
 
 /* LLM_ROWS8=0 turns the copies in eights off (ops_rows8 says no for every
- * matrix), 1 back on for Q4_0 and Q4_K where the path reads them (AVX2, rows
+ * matrix), 1 back on for Q4_0, Q4_K and Q6_K where the path reads them (AVX2, rows
  * a multiple of 8), 2 for Q8_0 as well; anything else is one line naming the
  * variable and changes nothing. */
 static void llm_rows8_turns_the_copies_off_and_a_bad_value_is_a_one_line_error(void **state) {
@@ -1803,7 +1822,8 @@ static void llm_rows8_turns_the_copies_off_and_a_bad_value_is_a_one_line_error(v
     assert_int_equal(ops_rows8(DT_Q8_0, 64), 0);   /* its bits would change: asked for only */
     assert_int_equal(ops_rows8(DT_Q4_K, 64), avx2);
     assert_int_equal(ops_rows8(DT_Q4_K, 60), 0);
-    assert_int_equal(ops_rows8(DT_Q6_K, 64), 0);
+    assert_int_equal(ops_rows8(DT_Q6_K, 64), avx2);
+    assert_int_equal(ops_rows8(DT_Q5_K, 64), 0);
     setenv("LLM_ROWS8", "2", 1);
     assert_int_equal(ops_isa_from_env(&e), ST_OK);
     assert_int_equal(ops_rows8(DT_Q8_0, 64), avx2);

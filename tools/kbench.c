@@ -152,7 +152,7 @@ static double time_memory_read(const uint8_t *pool, size_t bytes, int threads, i
     return n * 8 * 1e-9 / (t1 - t0) + (sum == 42 ? 1e-12 : 0.0);   /* keep the sum */
 }
 
-/* The pool of a Q4_0, Q8_0 or Q4_K cell in eights (formats.h), where the path reads them
+/* The pool of a Q4_0, Q8_0, Q4_K or Q6_K cell in eights (formats.h), where the path reads them
  * (ops_rows8), or NULL: the whole pool taken as one matrix of rows of K, so
  * that each window of whole matrices is a window of the copy too. The copy
  * is made again when the pool or K changes. */
@@ -337,11 +337,12 @@ int main(int argc, char **argv) {
     printf("# command:");
     for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
     printf("\n# kernels: %s (best on this CPU: %s), T=1 reads %d row%s side by side (LLM_DECODE_ROWS), "
-           "AMX tiles for Q8_0, Q4_0, Q4_K from %d tokens: %s (LLM_AMX), in eights: Q4_0 %s, Q4_K %s, Q8_0 %s (LLM_ROWS8), "
+           "AMX tiles for Q8_0, Q4_0, Q4_K from %d tokens: %s (LLM_AMX), in eights: Q4_0 %s, Q4_K %s, Q6_K %s, Q8_0 %s (LLM_ROWS8), "
            "OPENBLAS_CORETYPE=%s\n",
            ops_isa_name(o.isa), ops_isa_name(ops_best_isa()), ops_decode_rows(), ops_decode_rows() > 1 ? "s" : "",
            AMX_MIN_T, ops_amx() ? "on" : "off", ops_rows8(DT_Q4_0, 8) ? "on" : "off",
-           ops_rows8(DT_Q4_K, 8) ? "on" : "off", ops_rows8(DT_Q8_0, 8) ? "on" : "off", core ? core : "(unset)");
+           ops_rows8(DT_Q4_K, 8) ? "on" : "off", ops_rows8(DT_Q6_K, 8) ? "on" : "off",
+           ops_rows8(DT_Q8_0, 8) ? "on" : "off", core ? core : "(unset)");
     if (o.pool_mib > 0)
         printf("# medians of %d rounds; T=1: GB/s of weight bytes, cycling through %zu MiB; "
                "T=%d: GFLOP/s\n", o.reps, pool_bytes >> 20, o.prefill_T);

@@ -184,11 +184,11 @@ typedef struct {
     DType type;
     int N, K;
     const void *data;    /* usually points into the memory-mapped file; DT_BF16E: a Bf16eData */
-    const uint8_t *rows8;   /* DT_Q4_0, DT_Q8_0, DT_Q4_K only, or NULL: the same rows in eights (below),
+    const uint8_t *rows8;   /* DT_Q4_0, DT_Q8_0, DT_Q4_K, DT_Q6_K only, or NULL: the same rows in eights (below),
                                made at load for the AVX2 tiles; every other path reads data */
 } Mat;
 
-/* In eights: a copy of a Q4_0, Q8_0 or Q4_K matrix (N a multiple of 8) laid out
+/* In eights: a copy of a Q4_0, Q8_0, Q4_K or Q6_K matrix (N a multiple of 8) laid out
  * for the AVX2 tiles (tiles_avx2.c, "In eights"), which take eight rows by
  * one load of their values and one float step for all eight. Group g, rows
  * 8g .. 8g+7, is the same bytes as those rows (8 * row bytes, so group g
@@ -213,16 +213,29 @@ typedef struct {
  *   uint8_t  qs[4][4][2][4][8]  [c][q][x][y]: bytes 32c + 8q .. +7 of the
  *                               row's qs, of row 8g + rows8_row(x, y): low
  *                               nibbles values 64c + 8q .. +7 (sub-block 2c),
- *                               high ones 64c + 32 + 8q .. (sub-block 2c+1) */
-static inline int rows8_type(DType type) { return type == DT_Q4_0 || type == DT_Q8_0 || type == DT_Q4_K; }
+ *                               high ones 64c + 32 + 8q .. (sub-block 2c+1)
+ *
+ * Q6_K, a super-block of eight rows (8 * 210 = 1680 bytes):
+ *   uint16_t d[8]
+ *   int8_t   scales[16][8]       [j][i]: sub-block j's scale of row 8g + i
+ *   uint8_t  q[2][4][2][3][4][8] [h][q][x][part][y]: bytes 8q .. 8q+7 of the
+ *                               row's ql + 64h (part 0), ql + 64h + 32
+ *                               (part 1) and qh + 32h (part 2), of row
+ *                               8g + rows8_row(x, y) */
+static inline int rows8_type(DType type) {
+    return type == DT_Q4_0 || type == DT_Q8_0 || type == DT_Q4_K || type == DT_Q6_K;
+}
 static inline size_t rows8_block_bytes(DType type) {
-    return 8 * (type == DT_Q8_0 ? sizeof(BlockQ8_0) : type == DT_Q4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ4_0));
+    return 8 * (type == DT_Q8_0   ? sizeof(BlockQ8_0)
+                : type == DT_Q4_K ? sizeof(BlockQ4_K)
+                : type == DT_Q6_K ? sizeof(BlockQ6_K)
+                                  : sizeof(BlockQ4_0));
 }
 static inline int rows8_row(int x, int y) { return 4 * (y >> 1) + 2 * x + (y & 1); }
 /* W (rows8_type, N % 8 == 0) into out: N * dtype_row_bytes(type, K) bytes. */
 void mat_to_rows8(uint8_t *out, const Mat *W);
-/* Block b of row n (a BlockQ4_0, BlockQ8_0 or BlockQ4_K) back out of the
- * copy: the plain reader of the layout. */
+/* Block b of row n (a BlockQ4_0, BlockQ8_0, BlockQ4_K or BlockQ6_K) back
+ * out of the copy: the plain reader of the layout. */
 void rows8_block(void *out, const uint8_t *rows8, DType type, int K, int n, int b);
 
 /* Row n of a DT_BF16E matrix: its first block. */

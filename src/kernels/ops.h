@@ -88,9 +88,9 @@ void ops_set_amx(int on);
  * instead of its rows: on the AVX2 path, for N a multiple of 8, by mode
  * (ops_set_rows8, or at start-up LLM_ROWS8 through ops_isa_from_env):
  *   0  none
- *   1  Q4_0 and Q4_K (the default; Q4_0's AVX2 sums had an order of their
- *      own anyway, and Q4_K's, exact integers per super-block, keep the
- *      generic path's bits)
+ *   1  Q4_0, Q4_K and Q6_K (the default; Q4_0's AVX2 sums had an order of
+ *      their own anyway, and the K formats', exact integers per
+ *      super-block, keep the generic path's bits)
  *   2  those and Q8_0: Q8_0's products then give matmul_blocks_ref's bits,
  *      not the bits every other path gives, so a Q8_0 model's text may
  *      differ from another CPU kind's; 1.3 to 1.9 times as fast for
@@ -134,7 +134,8 @@ size_t matmul_scratch_bytes(DType type, int T, int K);
  * Q4_0, Q4_1, Q5_0, Q5_1: the same rounding of x to Q8_0; weights stay packed
  *       and are unpacked to bytes in registers, two blocks per VNNI product.
  *       (On AVX2, Q4_0 and Q8_0 with rows8 read eight rows at a time from
- *       the copy: matmul_blocks_ref's bits; Q4_K too, with its own bits.)
+ *       the copy: matmul_blocks_ref's bits; Q4_K and Q6_K too, with the
+ *       generic path's bits.)
  * Q4_K, Q5_K, Q6_K: x rounded to Q8_K super-blocks of 256 (as llama.cpp
  *       does); integer sums per sub-block times the 6 or 8-bit sub-block
  *       scales, one float multiply per super-block.

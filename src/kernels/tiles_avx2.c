@@ -21,7 +21,9 @@
  *                   where the generic path adds block after block.
  *   In eights       Q4_0 and Q8_0 from the copy the loader makes (Mat.rows8):
  *                   one float chain per row, block after block:
- *                   matmul_blocks_ref's bits.
+ *                   matmul_blocks_ref's bits; Q4_K and Q6_K from theirs:
+ *                   the exact sums and float step of the K tiles, so the
+ *                   generic path's bits.
  *
  * Without VNNI the int8 products go through vpmaddubsw, which multiplies
  * unsigned bytes by signed bytes and adds neighbouring pairs into int16, with
@@ -38,6 +40,7 @@
 #ifdef OPS_X86
 #include <immintrin.h>
 #include <assert.h>
+#include <stddef.h>
 #include <string.h>
 
 #define AVX2_FN __attribute__((target("avx2,fma,f16c")))
@@ -848,9 +851,9 @@ AVX2_INLINE __m256i isum8x8(__m256i a0, __m256i a1, __m256i a2, __m256i a3, __m2
     return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
-AVX2_INLINE void qk_tile_avx2(const MatmulJob *job, int n, int t0, DType type, int TT, const float *dxt) {
+AVX2_INLINE void qk_tile_avx2(const MatmulJob *job, const uint8_t *row, int n, int t0, DType type, int TT,
+                              const float *dxt) {
     int N = job->W->N, K = job->W->K;
-    const uint8_t *row = row_ptr(job->W, n);
     size_t bytes = dtype_row_bytes(type, QK_K), row_bytes = dtype_row_bytes(type, K),
            stride = small_act_stride(type, K);
     const BlockQ8_K *x[QK_TT_AVX2];
@@ -932,16 +935,17 @@ AVX2_INLINE void qk_tile_avx2(const MatmulJob *job, int n, int t0, DType type, i
 }
 
 #define QK_TILES_OF(name, TYPE)                                                                      \
-    static AVX2_FN void name##_tile(const MatmulJob *j, int n, int t, int TT, const float *dxt) {    \
+    static AVX2_FN void name##_tile(const MatmulJob *j, const uint8_t *row, int n, int t, int TT,     \
+                                    const float *dxt) {                                              \
         switch (TT) {   /* each width compiled with its constant */                                  \
-        case 1: qk_tile_avx2(j, n, t, TYPE, 1, dxt); break;                                          \
-        case 2: qk_tile_avx2(j, n, t, TYPE, 2, dxt); break;                                          \
-        case 3: qk_tile_avx2(j, n, t, TYPE, 3, dxt); break;                                          \
-        case 4: qk_tile_avx2(j, n, t, TYPE, 4, dxt); break;                                          \
-        case 5: qk_tile_avx2(j, n, t, TYPE, 5, dxt); break;                                          \
-        case 6: qk_tile_avx2(j, n, t, TYPE, 6, dxt); break;                                          \
-        case 7: qk_tile_avx2(j, n, t, TYPE, 7, dxt); break;                                          \
-        default: qk_tile_avx2(j, n, t, TYPE, 8, dxt); break;                                         \
+        case 1: qk_tile_avx2(j, row, n, t, TYPE, 1, dxt); break;                                        \
+        case 2: qk_tile_avx2(j, row, n, t, TYPE, 2, dxt); break;                                        \
+        case 3: qk_tile_avx2(j, row, n, t, TYPE, 3, dxt); break;                                        \
+        case 4: qk_tile_avx2(j, row, n, t, TYPE, 4, dxt); break;                                        \
+        case 5: qk_tile_avx2(j, row, n, t, TYPE, 5, dxt); break;                                        \
+        case 6: qk_tile_avx2(j, row, n, t, TYPE, 6, dxt); break;                                        \
+        case 7: qk_tile_avx2(j, row, n, t, TYPE, 7, dxt); break;                                        \
+        default: qk_tile_avx2(j, row, n, t, TYPE, 8, dxt); break;                                       \
         }                                                                                            \
     }
 QK_TILES_OF(q4_k, DT_Q4_K)
@@ -1085,19 +1089,106 @@ AVX2_INLINE void k8_tile(const MatmulJob *job, int g, int t, int TT, int r0, int
 static AVX2_FN void k8_tile1(const MatmulJob *j, int g, int t, int r0, int r1) { k8_tile(j, g, t, 1, r0, r1); }
 static AVX2_FN void k8_tile2(const MatmulJob *j, int g, int t, int r0, int r1) { k8_tile(j, g, t, 2, r0, r1); }
 
+/* Q6_K in eights (formats.h): rows 8g .. 8g+7 by token t; of them, rows
+ * [r0, r1) are written. Per load x of four rows' bytes 8q .. 8q+7 of ql,
+ * ql + 32 and qh (h half of the super-block), the four 6-bit values of each
+ * byte position (values 128h + 32i + 8q + e, i < 4: the low nibbles of ql
+ * and ql + 32, then their high ones, with bits 2i, 2i + 1 of qh above) are
+ * built in four registers (13 instructions), each against the token's eight
+ * values broadcast. Two loads q of a 16-value sub-block add in int16 (a lane
+ * at most 2 * 2 * 63 * 128 = 32256), then one vpmaddwd by the rows' signed
+ * scales (a byte shuffle of the sub-block's eight scales into the high byte
+ * of each row's int16 lanes, shifted down with their sign). The offset of 32
+ * comes off once: isum = sum_j sc[j] sum q x - 32 sum_j sc[j] bsums[j], the
+ * second sum for all eight rows in eight vpmaddwd of a scale pair by a bsums
+ * pair; exact, so the generic path's integers, and its float step. */
+static AVX2_FN void k6_tile(const MatmulJob *job, int g, int t, int r0, int r1) {
+    int N = job->W->N, K = job->W->K, nsb = K / QK_K;
+    size_t bb = rows8_block_bytes(DT_Q6_K), group_bytes = (size_t)nsb * bb;
+    const uint8_t *w = job->W->rows8 + (size_t)g * group_bytes;
+    const BlockQ8_K *x = (const BlockQ8_K *)(job->act + (size_t)t * small_act_stride(DT_Q6_K, K));
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    /* scale byte r of a sub-block's eight (broadcast) into the high byte of
+     * the int16 lanes of row r: load x = 0 has rows 0, 1 | 4, 5; x = 1 rows
+     * 2, 3 | 6, 7 (add 2) */
+    const __m256i spread = _mm256_setr_epi8(-128, 0, -128, 0, -128, 0, -128, 0, -128, 1, -128, 1, -128, 1, -128, 1,
+                                            -128, 4, -128, 4, -128, 4, -128, 4, -128, 5, -128, 5, -128, 5, -128, 5);
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 sum = zero;
+    for (int sb = 0; sb < nsb; sb++) {
+        const uint8_t *blk = w + (size_t)sb * bb;
+        prefetch_weights(blk, bb, 1, 1, 0);
+        const int8_t *xq = x[sb].qs;
+        __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0;   /* load x = 0, 1 */
+        for (int h = 0; h < 2; h++)
+            for (int qp = 0; qp < 2; qp++)   /* loads q = 2 qp, 2 qp + 1: sub-blocks 8h + 2i + qp */
+                for (int xx = 0; xx < 2; xx++) {
+                    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+                    for (int qq = 0; qq < 2; qq++) {
+                        int q = 2 * qp + qq;
+                        const uint8_t *p = blk + 144 + (size_t)(((h * 4 + q) * 2 + xx) * 3) * 32;
+                        __m256i A = _mm256_loadu_si256((const __m256i *)p),
+                                B = _mm256_loadu_si256((const __m256i *)(p + 32)),
+                                C = _mm256_loadu_si256((const __m256i *)(p + 64));
+                        const int8_t *xp = xq + 128 * h + 8 * q;
+                        __m256i v = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(C, 4), m30));
+                        s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(v, bcast8_here(xp)));
+                        v = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(C, 2), m30));
+                        s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(v, bcast8_here(xp + 32)));
+                        v = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(C, m30));
+                        s2 = _mm256_add_epi16(s2, _mm256_maddubs_epi16(v, bcast8_here(xp + 64)));
+                        v = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
+                                            _mm256_and_si256(_mm256_srli_epi16(C, 2), m30));
+                        s3 = _mm256_add_epi16(s3, _mm256_maddubs_epi16(v, bcast8_here(xp + 96)));
+                    }
+                    __m256i sp = xx ? _mm256_add_epi8(spread, _mm256_set1_epi8(2)) : spread;
+#define K6_SCALE(I) _mm256_srai_epi16(_mm256_shuffle_epi8(bcast8_here((const int8_t *)blk + 16 + 8 * (8 * h + 2 * (I) + qp)), sp), 8)
+                    __m256i a = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(s0, K6_SCALE(0)), _mm256_madd_epi16(s1, K6_SCALE(1))),
+                                                 _mm256_add_epi32(_mm256_madd_epi16(s2, K6_SCALE(2)), _mm256_madd_epi16(s3, K6_SCALE(3))));
+#undef K6_SCALE
+                    if (xx) acc1 = _mm256_add_epi32(acc1, a);
+                    else acc0 = _mm256_add_epi32(acc0, a);
+                }
+        /* sum_j sc[j] bsums[j] of rows 0 .. 7: scales j, j + 1 interleaved
+         * a row at a time against bsums j, j + 1 */
+        __m256i off = _mm256_setzero_si256();
+        for (int jp = 0; jp < 8; jp++) {
+            __m128i s16 = _mm_loadu_si128((const __m128i *)(blk + 16 + 16 * jp));
+            __m256i sc = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s16, _mm_srli_si128(s16, 8)));
+            int32_t pair;
+            memcpy(&pair, x[sb].bsums + 2 * jp, 4);
+            off = _mm256_add_epi32(off, _mm256_madd_epi16(sc, _mm256_set1_epi32(pair)));
+        }
+        __m256i isum = _mm256_sub_epi32(_mm256_hadd_epi32(acc0, acc1), _mm256_slli_epi32(off, 5));   /* rows 0 .. 7 */
+        /* qk_dot_int_of's float step, in its order (Q6_K: dmin and msum 0) */
+        __m256 xd = _mm256_set1_ps(x[sb].d), d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+        __m256 f = _mm256_mul_ps(_mm256_mul_ps(d, xd), _mm256_cvtepi32_ps(isum));
+        __m256 gz = _mm256_mul_ps(_mm256_mul_ps(zero, xd), zero);
+        sum = _mm256_add_ps(sum, _mm256_sub_ps(f, gz));
+    }
+    float *o = job->out + (size_t)t * N + 8 * (size_t)g, part[8];
+    if (r0 == 0 && r1 == 8) {
+        _mm256_storeu_ps(o, sum);
+        return;
+    }
+    _mm256_storeu_ps(part, sum);   /* a range that cuts the group: its rows only */
+    memcpy(o + r0, part + r0, (size_t)(r1 - r0) * sizeof(float));
+}
+
 /* Rows [n0, n1), any range: over a chunk of groups that stays in L2, two
- * tokens at a time. */
+ * tokens at a time (Q6_K one). */
 static void rows8_k_avx2(const MatmulJob *job, int n0, int n1) {
-    int T = job->T, g0 = n0 / 8, g1 = (n1 + 7) / 8;
-    size_t group_bytes = (size_t)(job->W->K / QK_K) * rows8_block_bytes(DT_Q4_K);
+    int T = job->T, g0 = n0 / 8, g1 = (n1 + 7) / 8, q6 = job->W->type == DT_Q6_K;
+    size_t group_bytes = (size_t)(job->W->K / QK_K) * rows8_block_bytes(job->W->type);
     int chunk = (int)(AVX2_CHUNK_BYTES / group_bytes);
     if (chunk < 1) chunk = 1;
     for (int c0 = g0; c0 < g1; c0 += chunk) {
         int c1 = c0 + chunk < g1 ? c0 + chunk : g1;
-        for (int t = 0; t < T; t += 2)
+        for (int t = 0; t < T; t += q6 ? 1 : 2)
             for (int g = c0; g < c1; g++) {
                 int r0 = g == g0 ? n0 - 8 * g : 0, r1 = n1 - 8 * g < 8 ? n1 - 8 * g : 8;
-                if (T - t > 1) k8_tile2(job, g, t, r0, r1);
+                if (q6) k6_tile(job, g, t, r0, r1);
+                else if (T - t > 1) k8_tile2(job, g, t, r0, r1);
                 else k8_tile1(job, g, t, r0, r1);
             }
     }
@@ -1109,21 +1200,78 @@ static void rows8_k_avx2(const MatmulJob *job, int n0, int n1) {
  * reads eight with one load; past QK_DXT_BLOCKS super-blocks the tile
  * gathers them itself. */
 enum { QK_DXT_BLOCKS = 512 };   /* K up to 131072: 16 KiB on the stack */
+
+/* Q6_K in eights for a batch: the groups g0 .. g1-1 copied back into rows
+ * (formats.h's layout read backwards, eight bytes at a time) at buf. The
+ * row tiles then unpack each super-block once for eight tokens, where
+ * k6_tile unpacks it for one: at 16 and 64 tokens k6_tile alone ran at
+ * 0.58 of the row tiles' speed, with the copy back about 0.9. */
+enum { K6_BACK_BYTES = 64 * 1024 };
+static AVX2_FN void k6_rows_back(uint8_t *buf, const Mat *W, int g0, int g1) {
+    int nsb = W->K / QK_K;
+    size_t bb = rows8_block_bytes(DT_Q6_K), rb = dtype_row_bytes(DT_Q6_K, W->K);
+    for (int g = g0; g < g1; g++)
+        for (int sb = 0; sb < nsb; sb++) {
+            const uint8_t *blk = W->rows8 + ((size_t)g * nsb + sb) * bb;
+            uint8_t *o0 = buf + (size_t)(g - g0) * 8 * rb + (size_t)sb * sizeof(BlockQ6_K);
+            for (int half = 0; half < 2; half++) {   /* scales [j][i] to [i][j]: two 8 x 8 transposes */
+                const uint8_t *sc = blk + 16 + 64 * half;
+                __m128i r[8], c[4];
+                for (int j = 0; j < 8; j++) r[j] = _mm_loadl_epi64((const __m128i *)(sc + 8 * j));
+                __m128i a0 = _mm_unpacklo_epi8(r[0], r[1]), a1 = _mm_unpacklo_epi8(r[2], r[3]),
+                        a2 = _mm_unpacklo_epi8(r[4], r[5]), a3 = _mm_unpacklo_epi8(r[6], r[7]);
+                __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1),
+                        b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3);
+                c[0] = _mm_unpacklo_epi32(b0, b2), c[1] = _mm_unpackhi_epi32(b0, b2);   /* rows 0, 1 | 2, 3 */
+                c[2] = _mm_unpacklo_epi32(b1, b3), c[3] = _mm_unpackhi_epi32(b1, b3);   /* rows 4, 5 | 6, 7 */
+                for (int i = 0; i < 8; i++) {
+                    uint64_t v = i % 2 ? (uint64_t)_mm_extract_epi64(c[i / 2], 1) : (uint64_t)_mm_cvtsi128_si64(c[i / 2]);
+                    memcpy(o0 + (size_t)i * rb + offsetof(BlockQ6_K, scales) + 8 * half, &v, 8);
+                }
+            }
+            for (int i = 0; i < 8; i++) {
+                uint8_t *o = o0 + (size_t)i * rb;
+                int x = i / 2 % 2, y = i / 4 * 2 + i % 2;   /* rows8_row(x, y) == i */
+                memcpy(o + offsetof(BlockQ6_K, d), blk + 2 * i, 2);
+                for (int h = 0; h < 2; h++)
+                    for (int q = 0; q < 4; q++) {
+                        const uint8_t *p = blk + 144 + (size_t)(((h * 4 + q) * 2 + x) * 3) * 32 + (size_t)y * 8;
+                        memcpy(o + offsetof(BlockQ6_K, ql) + 64 * h + 8 * q, p, 8);
+                        memcpy(o + offsetof(BlockQ6_K, ql) + 64 * h + 32 + 8 * q, p + 32, 8);
+                        memcpy(o + offsetof(BlockQ6_K, qh) + 32 * h + 8 * q, p + 64, 8);
+                    }
+            }
+        }
+}
+
 void qk_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {
-    if (job->W->rows8) {   /* Q4_K in eights */
-        rows8_k_avx2(job, n0, n1);
-        return;
-    }
-    void (*tile)(const MatmulJob *, int, int, int, const float *) =
-        job->W->type == DT_Q4_K ? q4_k_tile : q6_k_tile;
     int K = job->W->K, nsb = K / QK_K, T = job->T;
     size_t row_bytes = dtype_row_bytes(job->W->type, K), stride = small_act_stride(job->W->type, K);
-    int chunk = (int)(AVX2_CHUNK_BYTES / row_bytes);
+    if (job->W->rows8 && (job->W->type == DT_Q4_K || T == 1 || 8 * row_bytes > K6_BACK_BYTES)) {
+        rows8_k_avx2(job, n0, n1);   /* in eights */
+        return;
+    }
+    void (*tile)(const MatmulJob *, const uint8_t *, int, int, int, const float *) =
+        job->W->type == DT_Q4_K ? q4_k_tile : q6_k_tile;
+    int back = job->W->rows8 != NULL;   /* Q6_K in eights, a batch: whole groups copied back a chunk at a time */
+    int chunk = back ? (int)(K6_BACK_BYTES / row_bytes) / 8 * 8 : (int)(AVX2_CHUNK_BYTES / row_bytes);
     if (chunk < 1) chunk = 1;
     float dxt[QK_TT_AVX2 * QK_DXT_BLOCKS];
+    uint8_t buf[K6_BACK_BYTES];
     const float *dx = nsb <= QK_DXT_BLOCKS ? dxt : NULL;
-    for (int c0 = n0; c0 < n1; c0 += chunk) {
+    for (int c0 = back ? n0 / 8 * 8 : n0; c0 < n1; c0 += chunk) {
         int c1 = c0 + chunk < n1 ? c0 + chunk : n1;
+        /* the next chunk's groups (one run of the copy) asked for into L2
+         * while this one computes, a share before each tile: copied back
+         * from memory, they held the batch to 0.8 of the row tiles */
+        const uint8_t *pf = NULL;
+        size_t pf_lines = 0, pf_at = 0, calls = (size_t)((T + QK_TT_AVX2 - 1) / QK_TT_AVX2) * (size_t)(c1 - c0), call = 0;
+        if (back) {
+            k6_rows_back(buf, job->W, c0 / 8, (c1 + 7) / 8);
+            int c2 = c1 + chunk < n1 ? c1 + chunk : n1;
+            pf = job->W->rows8 + (size_t)(c1 / 8) * (row_bytes * 8);
+            pf_lines = c2 > c1 ? ((size_t)((c2 + 7) / 8 - c1 / 8) * row_bytes * 8 + 63) / 64 : 0;
+        }
         for (int t = 0; t < T; t += QK_TT_AVX2) {
             int tt = T - t < QK_TT_AVX2 ? T - t : QK_TT_AVX2;
             if (dx)
@@ -1131,7 +1279,11 @@ void qk_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {
                     const BlockQ8_K *x = i < tt ? (const BlockQ8_K *)(job->act + (size_t)(t + i) * stride) : NULL;
                     for (int sb = 0; sb < nsb; sb++) dxt[QK_TT_AVX2 * sb + i] = x ? x[sb].d : 0.0f;
                 }
-            for (int n = c0; n < c1; n++) tile(job, n, t, tt, dx);
+            for (int n = c0 > n0 ? c0 : n0; n < c1; n++, call++) {
+                for (size_t upto = pf_lines * (call + 1) / calls; pf_at < upto; pf_at++)
+                    _mm_prefetch((const char *)(pf + 64 * pf_at), _MM_HINT_T1);
+                tile(job, back ? buf + (size_t)(n - c0) * row_bytes : row_ptr(job->W, n), n, t, tt, dx);
+            }
         }
     }
 }

@@ -654,7 +654,7 @@ int trace_memory_text(const Trace *t, const TraceMemory *m, char *buf, int cap) 
          m->kv_block_bytes / 1e3, m->kv_peak_held, m->kv_peak_held * (double)m->kv_block_bytes / 1e6,
          m->activations / 1e6, m->heap_peak / 1e6, rss, m->allocs_in_steps, m->allocs_outside);
     if (m->weights_rows8 && !t->virtual_clock)   /* the CPU's path decides it */
-        addf(buf, cap, &n, "weights: %.1f MB of Q4_0, Q4_K and Q8_0 matrices copied in eights at load for the AVX2 tiles "
+        addf(buf, cap, &n, "weights: %.1f MB of Q4_0, Q4_K, Q6_K and Q8_0 matrices copied in eights at load for the AVX2 tiles "
              "(their pages of the mapping given back)\n", m->weights_rows8 / 1e6);
     if (!m->weights_coded) return n;
     /* a compressed model: what is held coded, what decoded, and what decoding cost */

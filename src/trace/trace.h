@@ -108,7 +108,7 @@ typedef struct {
      * --low-mem's two buffers); for --low-mem, per unit (a layer or a piece of
      * the classifier) decoded: the count, the time, and the forward pass's wait */
     size_t weights_coded, weights_decoded;
-    size_t weights_rows8;    /* Q4_0, Q4_K, Q8_0 matrices copied in eights at load (formats.h), or 0 */
+    size_t weights_rows8;    /* Q4_0, Q4_K, Q6_K, Q8_0 matrices copied in eights at load (formats.h), or 0 */
     int low_mem;
     long decodes;
     double decode_s, decode_min_s, decode_max_s, decode_wait_s, decode_load_s;
