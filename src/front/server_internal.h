@@ -33,7 +33,7 @@ struct Job {
     char id[48];                 /* "cmpl-..." / "chatcmpl-..." */
     long created;
     int state;                   /* J_* */
-    char why[300];               /* J_REFUSED: the runtime's reason */
+    char why[sizeof(Err)];       /* J_REFUSED: the runtime's reason, as long as an Err holds */
     int refused_status;
     int first_id;                /* the runtime's id of choice 0 */
     int cancel;                  /* the client went away (set by the HTTP side) */

@@ -972,9 +972,11 @@ QK_TILES_OF(q6_k, DT_Q6_K)
  *   float   qk_dot_int_of's step in its order, the eight rows in the lanes
  *           of one register
  * About 370 instructions for eight rows, 46 a row. The sums are exact
- * integers, so the bits are the generic path's. One token at a time: the
- * loads, shuffles and splits are cheap next to the products, and a batch
- * runs each token down a chunk of groups that stays in L2. */
+ * integers, so the bits are the generic path's. A tile takes two tokens,
+ * which share the loads, the splits and the scales' shuffles, and a batch
+ * runs them down a chunk of groups that stays in L2: level with the row
+ * tiles at 16 and 64 tokens, where those unpack a super-block once for
+ * eight tokens. */
 
 /* The scales (sc) and mins (mn) of the eight rows of a super-block, bytes j
  * of word i = sub-block j (lo: 0-3, hi: 4-7) of row i, q4_k_scales on all
