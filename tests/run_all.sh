@@ -16,12 +16,12 @@ pass=0; fail=0
 #
 # The suites named in RUN_ALL_BESIDE (default: test_model and
 # test_speculative, the longest binaries, then the CUDA compile, the
-# exercises' builds and the coded-weights checks: work with no clock in its
-# checks beyond generous guards) run one after another
+# exercises' builds, the coded-weights checks and training: work with no
+# clock in its checks beyond generous guards) run one after another
 # in a second lane, started first, while everything else runs in turn in the
 # first (the server's timeouts among it); their logs are printed whole at
 # the end. RUN_ALL_BESIDE= runs everything in one lane.
-beside=${RUN_ALL_BESIDE-build/asan/test_model build/asan/test_speculative tests/cuda.sh tests/exercises.sh tests/compress.sh}
+beside=${RUN_ALL_BESIDE-build/asan/test_model build/asan/test_speculative tests/cuda.sh tests/exercises.sh tests/compress.sh tests/train.sh}
 # run SUITE: a test binary, or a script of tests/ through sh
 run() { case "$1" in *.sh) sh "$1" ;; *) "$1" ;; esac; }
 side=$(mktemp -d); trap 'rm -rf "$side"' EXIT
