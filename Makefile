@@ -167,7 +167,7 @@ build/asan/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz.h tes
 # The tools the shell tests run (tests/train.sh, tests/tools.sh, tests/soak.sh,
 # tests/server.sh).
 TESTED_TOOLS := $(patsubst %,build/asan/%,train mkmodel bench kbench bpe_train soak mkcorpus compress bench_serve \
-                  bench_batch gpucheck ceilings) \
+                  bench_batch gpucheck ceilings rows8_ab) \
                 $(FUZZ_REPLAY)
 
 # Tests run one binary at a time; each prints cmocka's summary. OMP/BLAS

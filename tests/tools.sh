@@ -24,7 +24,7 @@ for t in infer serve bench_serve bench_batch gpucheck ../rans_bench; do
     done
 done
 
-for t in mkmodel bench kbench train bpe_train soak mkcorpus compress ceilings; do
+for t in mkmodel bench kbench train bpe_train soak mkcorpus compress ceilings rows8_ab; do
     if [ ! -x "$BIN/$t" ]; then bad "$BIN/$t is not built"; continue; fi
     for h in --help -h; do
         run $t $h
@@ -39,7 +39,7 @@ for t in mkmodel bench kbench train bpe_train soak mkcorpus compress ceilings; d
 done
 # --help after another option; a known option at the end without its value
 for tfv in "mkmodel --dim 64" "bench --runs 2" "kbench --reps 2" "train --steps 2" "bpe_train --vocab 300" \
-           "soak --requests 5" "mkcorpus --tokenizer x" "compress --bits 12" "ceilings --gib 1"; do
+           "soak --requests 5" "mkcorpus --tokenizer x" "compress --bits 12" "ceilings --gib 1" "rows8_ab --rounds 3"; do
     set -- $tfv
     run $1 $2 $3 --help
     [ $rc -eq 0 ] && grep -q "usage" "$tmp/out" && ok || bad "$tfv --help -> rc $rc, stderr: $(cat "$tmp/err")"
@@ -65,6 +65,18 @@ done
 grep -aq "qwen3.attention.key_length" "$tmp/qwen3.gguf" && ok || bad "mkmodel's qwen3 file names no key_length"
 run mkmodel $small --arch mamba "$tmp/x.gguf"
 [ $rc -eq 2 ] && grep -q "wants llama, qwen2 or qwen3" "$tmp/err" && ok || bad "--arch mamba -> rc $rc, $(cat "$tmp/err")"
+# rows8_ab: a type it has no copy in eights for, or a shape the copy cannot
+# hold, is named, exit 2; a small matrix gives both forms' rounds
+for a in "--type F16" "--shape 12x256" "--shape 16x100"; do
+    run rows8_ab $a
+    [ $rc -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] && grep -q -- "${a#--* }" "$tmp/err" && ok \
+        || bad "rows8_ab $a -> rc $rc, stderr: $(cat "$tmp/err")"
+done
+for ty in Q4_K Q6_K; do
+    run rows8_ab --type $ty --shape 16x256 --tokens 3 --copies 2 --rounds 1
+    [ $rc -eq 0 ] && grep -q "^in place" "$tmp/out" && grep -q "^in eights" "$tmp/out" && ok \
+        || bad "rows8_ab --type $ty -> rc $rc, stderr: $(cat "$tmp/err")"
+done
 # ceilings: a thread count or a size out of range is named, exit 2
 for a in "--threads 0" "--threads 1,x" "--gib 100"; do
     run ceilings $a
