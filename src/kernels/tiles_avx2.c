@@ -851,6 +851,16 @@ AVX2_INLINE __m256i isum8x8(__m256i a0, __m256i a1, __m256i a2, __m256i a3, __m2
     return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
+/* qk_dot_int_of's float step in eight lanes, its operations in its order:
+ * sum + (d * d_x * isum - dmin * d_x * msum); Q6_K passes dmin and msum 0,
+ * which the step multiplies as the scalar one does (0 * d_x * 0, NaN where
+ * d_x is not finite). */
+AVX2_INLINE __m256 qk_float_step(__m256 sum, __m256 d, __m256 dmin, __m256 xd, __m256i isum, __m256i msum) {
+    __m256 f = _mm256_mul_ps(_mm256_mul_ps(d, xd), _mm256_cvtepi32_ps(isum));
+    __m256 g = _mm256_mul_ps(_mm256_mul_ps(dmin, xd), _mm256_cvtepi32_ps(msum));
+    return _mm256_add_ps(sum, _mm256_sub_ps(f, g));
+}
+
 AVX2_INLINE void qk_tile_avx2(const MatmulJob *job, const uint8_t *row, int n, int t0, DType type, int TT,
                               const float *dxt) {
     int N = job->W->N, K = job->W->K;
@@ -924,9 +934,7 @@ AVX2_INLINE void qk_tile_avx2(const MatmulJob *job, const uint8_t *row, int n, i
             msum = _mm256_setzero_si256();
         }
         __m256 xd = dxt ? _mm256_loadu_ps(dxt + QK_TT_AVX2 * sb) : _mm256_i32gather_ps(&x[0][sb].d, at, 4);
-        __m256 f = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), xd), _mm256_cvtepi32_ps(isum));
-        __m256 g = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), xd), _mm256_cvtepi32_ps(msum));
-        sum = _mm256_add_ps(sum, _mm256_sub_ps(f, g));
+        sum = qk_float_step(sum, _mm256_set1_ps(d), _mm256_set1_ps(dmin), xd, isum, msum);
     }
     float out[QK_TT_AVX2];
     _mm256_storeu_ps(out, sum);
@@ -1023,10 +1031,7 @@ AVX2_INLINE __m256i bcast8_here(const int8_t *p) {
             _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mn_lo, 1)), bl_),                    \
             _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mn_hi, 1)), bh_));                   \
         __m256i msum_ = _mm256_permute4x64_epi64(_mm256_hadd_epi32(p03_, p47_), 0xd8);   /* rows 0 .. 7 */       \
-        __m256 xd_ = _mm256_set1_ps((XB).d);                                                                     \
-        __m256 f_ = _mm256_mul_ps(_mm256_mul_ps(d, xd_), _mm256_cvtepi32_ps(isum_));                             \
-        __m256 h_ = _mm256_mul_ps(_mm256_mul_ps(dmin, xd_), _mm256_cvtepi32_ps(msum_));                          \
-        SUM = _mm256_add_ps(SUM, _mm256_sub_ps(f_, h_));                                                         \
+        SUM = qk_float_step(SUM, d, dmin, _mm256_set1_ps((XB).d), isum_, msum_);                                  \
     } while (0)
 
 /* Rows 8g .. 8g+7 by tokens t, t + 1 (TT of them: 1 or 2, the values'
@@ -1163,10 +1168,8 @@ static AVX2_FN void k6_tile(const MatmulJob *job, int g, int t, int r0, int r1) 
         }
         __m256i isum = _mm256_sub_epi32(_mm256_hadd_epi32(acc0, acc1), _mm256_slli_epi32(off, 5));   /* rows 0 .. 7 */
         /* qk_dot_int_of's float step, in its order (Q6_K: dmin and msum 0) */
-        __m256 xd = _mm256_set1_ps(x[sb].d), d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-        __m256 f = _mm256_mul_ps(_mm256_mul_ps(d, xd), _mm256_cvtepi32_ps(isum));
-        __m256 gz = _mm256_mul_ps(_mm256_mul_ps(zero, xd), zero);
-        sum = _mm256_add_ps(sum, _mm256_sub_ps(f, gz));
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+        sum = qk_float_step(sum, d, zero, _mm256_set1_ps(x[sb].d), isum, _mm256_setzero_si256());
     }
     float *o = job->out + (size_t)t * N + 8 * (size_t)g, part[8];
     if (r0 == 0 && r1 == 8) {
@@ -1207,7 +1210,10 @@ enum { QK_DXT_BLOCKS = 512 };   /* K up to 131072: 16 KiB on the stack */
  * (formats.h's layout read backwards, eight bytes at a time) at buf. The
  * row tiles then unpack each super-block once for eight tokens, where
  * k6_tile unpacks it for one: at 16 and 64 tokens k6_tile alone ran at
- * 0.58 of the row tiles' speed, with the copy back about 0.9. */
+ * 0.58 of the row tiles' speed, with the copy back 0.8-0.85 at 16 and
+ * 0.94-1.0 at 64 (the copy, about 57 instructions a row and super-block,
+ * paid once per eight tokens; asking for the next chunk's groups while a
+ * chunk computes made no difference that survived the noise). */
 enum { K6_BACK_BYTES = 64 * 1024 };
 static AVX2_FN void k6_rows_back(uint8_t *buf, const Mat *W, int g0, int g1) {
     int nsb = W->K / QK_K;
@@ -1263,17 +1269,7 @@ void qk_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {
     const float *dx = nsb <= QK_DXT_BLOCKS ? dxt : NULL;
     for (int c0 = back ? n0 / 8 * 8 : n0; c0 < n1; c0 += chunk) {
         int c1 = c0 + chunk < n1 ? c0 + chunk : n1;
-        /* the next chunk's groups (one run of the copy) asked for into L2
-         * while this one computes, a share before each tile: copied back
-         * from memory, they held the batch to 0.8 of the row tiles */
-        const uint8_t *pf = NULL;
-        size_t pf_lines = 0, pf_at = 0, calls = (size_t)((T + QK_TT_AVX2 - 1) / QK_TT_AVX2) * (size_t)(c1 - c0), call = 0;
-        if (back) {
-            k6_rows_back(buf, job->W, c0 / 8, (c1 + 7) / 8);
-            int c2 = c1 + chunk < n1 ? c1 + chunk : n1;
-            pf = job->W->rows8 + (size_t)(c1 / 8) * (row_bytes * 8);
-            pf_lines = c2 > c1 ? ((size_t)((c2 + 7) / 8 - c1 / 8) * row_bytes * 8 + 63) / 64 : 0;
-        }
+        if (back) k6_rows_back(buf, job->W, c0 / 8, (c1 + 7) / 8);
         for (int t = 0; t < T; t += QK_TT_AVX2) {
             int tt = T - t < QK_TT_AVX2 ? T - t : QK_TT_AVX2;
             if (dx)
@@ -1281,11 +1277,8 @@ void qk_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {
                     const BlockQ8_K *x = i < tt ? (const BlockQ8_K *)(job->act + (size_t)(t + i) * stride) : NULL;
                     for (int sb = 0; sb < nsb; sb++) dxt[QK_TT_AVX2 * sb + i] = x ? x[sb].d : 0.0f;
                 }
-            for (int n = c0 > n0 ? c0 : n0; n < c1; n++, call++) {
-                for (size_t upto = pf_lines * (call + 1) / calls; pf_at < upto; pf_at++)
-                    _mm_prefetch((const char *)(pf + 64 * pf_at), _MM_HINT_T1);
+            for (int n = c0 > n0 ? c0 : n0; n < c1; n++)
                 tile(job, back ? buf + (size_t)(n - c0) * row_bytes : row_ptr(job->W, n), n, t, tt, dx);
-            }
         }
     }
 }
