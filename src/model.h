@@ -62,6 +62,7 @@ typedef struct {
     Mat *mat;                 /* in layers[], or tok_embd / output */
     int layer;                /* its layer, -1 for the embedding and the classifier */
     int part;                 /* its place in its layer's unit (lowmem.h) */
+    char name[96];            /* its tensor's name, for messages */
 } CodedMat;
 
 typedef struct {
@@ -95,6 +96,9 @@ typedef struct {
     int fast_tier;            /* low_mem on the codec's fast tier: the coded BF16 matrices
                                  rewritten at load as BF16E (codec/expcode.h) into `decoded`,
                                  read by the products as they are; lowmem stays NULL */
+    int tier_on_gpu;          /* fast_tier with --device cuda: the GPU built it from the file's
+                                 rANS planes (kernels/gpu.h GpuAtRest); `decoded` holds only each
+                                 matrix's Bf16eData, table and row index, without blocks */
     struct GpuModel *gpu;     /* --device cuda: the weights on the GPU (kernels/gpu.h); NULL on the CPU */
     const WcTensor *embd_coded, *head_coded;   /* low_mem: rows decoded on demand */
     int head_rows, head_pieces;
@@ -134,7 +138,8 @@ typedef struct {
     size_t coded, decoded;       /* compressed files: the coded bytes; the decoded ones */
     double decode_load_s;        /* decoding at load */
     int low_mem;                 /* 1: weights decoded on demand; lm holds the decoder's figures */
-    int fast_tier;               /* 1: low_mem on the fast tier (decoded: its bytes, built at load) */
+    int fast_tier;               /* low_mem on the fast tier: 1 built at load here (decoded: its bytes),
+                                    2 built on the GPU from the file's rANS planes */
     size_t rows8;                /* bytes of Q4_0 and Q8_0 matrices copied in eights at load */
     LmStats lm;
 } ModelStats;

@@ -609,7 +609,7 @@ TraceMemory rt_memory(const Runtime *rt, MemStats ready) {
         .allocs_in_steps = es.step_allocations,
         .allocs_outside = now.total_count - ready.total_count - es.step_allocations,
         .weights_coded = ms.coded, .weights_decoded = ms.decoded, .weights_rows8 = ms.rows8,
-        .decode_load_s = ms.decode_load_s};
+        .decode_load_s = ms.decode_load_s, .fast_tier = ms.fast_tier};
     if (ms.low_mem) {
         LmStats ls = ms.lm;
         tm.low_mem = 1;

@@ -606,19 +606,23 @@ static int bench_model(const char *path, const Args *a, Err *e) {
                    ls.decodes ? 1e3 * ls.decode_s / ls.decodes : 0.0, 1e3 * ls.unit_min_s, 1e3 * ls.unit_max_s,
                    ls.decode_s > 0 ? ls.bytes / ls.decode_s / 1e9 : 0.0, ls.wait_s);
         } else {
-            printf("%s %.1f MB in %.2f s", m.fast_tier ? "fast tier (BF16E, resident weights) built at load:" :
-                   "decoded at load into", m.decoded_bytes / 1e6, m.decode_load_s);
-            if (m.fast_tier) {   /* against the BF16 bytes of the same matrices */
-                double bf16 = 0, weights = 0, esc = 0;
-                for (int i = 0; i < m.n_coded; i++) {
-                    const Mat *w = m.coded[i].mat;
-                    bf16 += (double)m.coded[i].wt.nbytes;
-                    weights += (double)w->N * w->K;
-                    esc += ((const Bf16eData *)w->data)->esc_row[w->N];
-                }
-                printf(" (%.4f of their %.1f MB in BF16; %.2f%% of exponents escaped)", m.decoded_bytes / bf16,
-                       bf16 / 1e6, 100.0 * esc / weights);
+            double tier = 0, bf16 = 0, weights = 0, esc = 0;
+            for (int i = 0; m.fast_tier && i < m.n_coded; i++) {   /* against the BF16 bytes of the same matrices */
+                const Mat *w = m.coded[i].mat;
+                double ne = ((const Bf16eData *)w->data)->esc_row[w->N];
+                bf16 += (double)m.coded[i].wt.nbytes;
+                weights += (double)w->N * w->K;
+                esc += ne;
+                tier += (double)dtype_row_bytes(DT_BF16E, w->K) * w->N + 4.0 * (w->N + 1) + ne;
             }
+            if (m.tier_on_gpu)
+                printf("fast tier (BF16E) built on the GPU from the file's rANS planes: %.1f MB in %.2f s", tier / 1e6,
+                       m.decode_load_s);
+            else printf("%s %.1f MB in %.2f s", m.fast_tier ? "fast tier (BF16E, resident weights) built at load:" :
+                        "decoded at load into", m.decoded_bytes / 1e6, m.decode_load_s);
+            if (m.fast_tier)
+                printf(" (%.4f of their %.1f MB in BF16; %.2f%% of exponents escaped)", tier / bf16, bf16 / 1e6,
+                       100.0 * esc / weights);
         }
         printf("; peak RSS of this process %.1f MB, %.1f MB at the end\n\n", ru.ru_maxrss / 1e3, rss_now_mb());
     }

@@ -18,12 +18,15 @@
 #      (LLM_CUDA_PDL, _EARLY, _FUSE_ROPE, _ONE_PASS, _DEEP, _SWIGLU_APART, _READY_T); batched decode at 1, 16 and 64
 #      sequences ("quick" skips this part)
 #   7. where ncu is: its view of ten kernels of a decode step, into $OUT
-#   8. coded weights (--low-mem: the fast tier, BF16E, kept coded on the GPU):
-#      logits against the CPU's fast tier, greedy text against the BF16 file
-#      on the GPU and on the CPU, a batch against each request alone,
-#      memcheck; TinyLlama BF16 against it kept coded (text, decode at 1, 16
-#      and 64 sequences, alternated); the rANS and BF16E decoders are in
-#      kcheck (1); with "coded", only kcheck --coded and this step
+#   8. coded weights (--low-mem: the fast tier, BF16E, kept coded on the GPU,
+#      built there from the file's rANS planes, or on the host with
+#      LLM_CUDA_REST=0): logits against the CPU's fast tier, greedy text
+#      against the BF16 file on the GPU and on the CPU, a batch against each
+#      request alone, memcheck; TinyLlama BF16 against it kept coded (text,
+#      decode at 1, 16 and 64 sequences, alternated; the tier's build time
+#      on the GPU and on the host); the rANS and BF16E decoders and the tier
+#      built from a blob are in kcheck (1); with "coded", only kcheck --coded
+#      and this step
 #
 # On a machine with a driver but none of the libraries or fixtures, run it
 # from the pack tools/cuda_pack.sh makes (its header says how).
@@ -51,7 +54,7 @@ coded_check() {
     S="$MODELS/small-bf16.gguf"; SC="$MODELS/small-bf16.rans.gguf"
     "$BIN/mkmodel" --dim 256 --hidden 704 --layers 4 --heads 4 --kv-heads 2 --vocab 512 --ctx 256 --type bf16 --seed 3 "$S" > /dev/null &&
         "$BIN/compress" "$S" "$SC" > /dev/null || bad "mkmodel and compress of the small BF16 model"
-    for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_CODED_OVERLAP=0 LLM_CUDA_GEMM_T=1 LLM_CUDA_DEEP=0 LLM_CUDA_PDL=0; do
+    for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_REST=0 LLM_CUDA_CODED_OVERLAP=0 LLM_CUDA_GEMM_T=1 LLM_CUDA_DEEP=0 LLM_CUDA_PDL=0; do
         if env $cfg timeout 120 "$BIN/gpucheck" --model "$SC" --low-mem 1 --prompt "ROMEO:" --steps 64 > "$tmp/gc" 2>&1; then
             ok "$SC --low-mem against the CPU's fast tier, $cfg: $(grep -m1 'rows:' "$tmp/gc")"
         else bad "$SC --low-mem against the CPU's fast tier, $cfg"; cat "$tmp/gc"; fi
@@ -62,6 +65,10 @@ coded_check() {
         if [ -s "$tmp/t-bf16" ] && cmp -s "$tmp/t-bf16" "$tmp/t-$d"; then ok "greedy text, --low-mem --device $d: the BF16 file's on the GPU"
         else bad "greedy text, --low-mem --device $d differs from the BF16 file's on the GPU"; tail -2 "$tmp/t-$d.err"; fi
     done
+    LLM_CUDA_REST=0 timeout 60 "$BIN/infer" --model "$SC" --low-mem --prompt "ROMEO:" -n 64 --temperature 0 --device cuda \
+        > "$tmp/t-host" 2> "$tmp/t-host.err"
+    if [ -s "$tmp/t-bf16" ] && cmp -s "$tmp/t-bf16" "$tmp/t-host"; then ok "greedy text, --low-mem --device cuda, the tier built on the host: the BF16 file's"
+    else bad "greedy text, --low-mem --device cuda, LLM_CUDA_REST=0, differs from the BF16 file's"; tail -2 "$tmp/t-host.err"; fi
     # a batch against each request alone, kept coded (chunked prefill, decodes of several sequences a step)
     i=0; : > "$tmp/wc.jsonl"
     for p in "ROMEO:" "JULIET:" "First Citizen:" "KING RICHARD III:" "Now is the winter" "To be, or not"; do
@@ -109,6 +116,15 @@ coded_check() {
     done
     LLM_CUDA_CODED_OVERLAP=0 timeout 300 "$BIN/bench_batch" --device cuda --threads 1 --concurrency 1,16,64 --prompt 32 \
         --decode 64 --low-mem 1 "$TC" | grep -e "^| [0-9]" | sed "s/^/kept coded, LLM_CUDA_CODED_OVERLAP=0: /"
+    # the tier's build at load: on the GPU (the default) and on 16 of the host's cores, the same file
+    for cfg in LLM_CUDA_REST=1 LLM_CUDA_REST=0; do
+        env $cfg timeout 300 "$BIN/bench_batch" --device cuda --threads 16 --concurrency 1 --prompt 8 --decode 8 --low-mem 1 \
+            "$TC" | grep -e "^codec:" | sed "s/^/$cfg: /" || bad "bench_batch kept coded, $cfg"
+    done
+    LLM_CUDA_REST=0 timeout 60 "$BIN/infer" --model "$TC" --low-mem --prompt "ROMEO:" -n 32 --temperature 0 \
+        --device cuda > "$tmp/tl2" 2>/dev/null
+    [ -s "$tmp/tl0" ] && cmp -s "$tmp/tl0" "$tmp/tl2" && ok "TinyLlama: greedy text kept coded, the tier built on the host = BF16" ||
+        bad "TinyLlama: greedy text kept coded, LLM_CUDA_REST=0, differs from BF16 on the GPU"
 }
 if [ "$1" = coded ]; then
     timeout 300 "$BIN/kcheck" --coded > "$tmp/kq" 2>&1 && ok "kcheck --coded" || { bad "kcheck --coded"; cat "$tmp/kq"; }

@@ -10,8 +10,8 @@
  * error, its limit, and for the products the GB/s of weights the kernel
  * streamed (median of 20 launches). Exit 1 if any check fails. --quick leaves
  * out TinyLlama's sizes and the timing (for compute-sanitizer); --coded runs
- * only the coded-weight decoders (BF16E, rANS: every byte the reference's,
- * their GB/s timed).
+ * only the coded-weight decoders (BF16E, rANS, the fast tier built from a
+ * blob: every byte the reference's, their GB/s timed).
  *
  * Limits: 2e-6, or 1e-6 sqrt(K / 128) for long rows, where the GPU adds the
  * same terms in another order (float rounding of a sum of K products grows
@@ -29,6 +29,8 @@
 extern "C" {
 #include "kernels/ops.h"
 #include "codec/expcode.h"
+#include "codec/wcodec.h"
+#include "base/clock.h"
 #include "base/mem.h"
 #include "rans.h"
 /* model.h's prototype (that header is C, not C++): the reference attention. */
@@ -644,6 +646,136 @@ static void check_rans(size_t n, int bits, int N, uint32_t C, int time_it) {
     cudaFree(dbad);
 }
 
+/* The fast tier built on the GPU from a matrix at rest (gpu_rest_begin and
+ * gpu_rest_finish, from the blob wc_encode makes) against the CPU's build
+ * from the same BF16 (ec_count, ec_table, ec_write_rows, then
+ * gpu_pack_bf16e as gpu_model.cu uploads it): the table, the row index, every
+ * byte of the blocks and the escapes. With few_mantissas the sign and
+ * mantissa plane compresses too, so both planes come through the rANS
+ * kernel. Then the exponent plane's last chunk damaged: the CPU's decoder
+ * refuses it and so must the GPU's build, in one line naming the chunk. */
+static void check_rest(int N, int K, int few_mantissas, int time_it) {
+    std::vector<uint16_t> bf = coded_test_bf16(N, K);
+    if (few_mantissas)
+        for (auto &x : bf) x &= 0xfff8;   /* 3 low mantissa bits zero: 5 bits of sign and mantissa left */
+    char what[160];
+    snprintf(what, sizeof what, "fast tier built on the GPU from rest, %d x %d%s", N, K,
+             few_mantissas ? ", both planes coded" : "");
+    uint64_t ne[2] = {(uint64_t)K, (uint64_t)N};
+    uint8_t *blob = NULL;
+    size_t len = 0;
+    Err e = {0};
+    WcTensor t;
+    if (wc_encode(bf.data(), bf.size() * 2, DT_BF16, 2, ne, 0, NULL, &blob, &len, NULL, NULL, &e) ||
+        wc_open(&t, blob, len, "kcheck's blob", &e)) {
+        printf("kcheck: %s: %s\n", what, e.msg);
+        failures++;
+        mem_free(blob);
+        return;
+    }
+    /* the CPU's tier, in the GPU's layout */
+    uint64_t hist[256] = {0};
+    uint8_t exps[8];
+    ec_count(hist, bf.data(), bf.size());
+    uint64_t escapes = ec_table(hist, exps);
+    std::vector<uint8_t> mem(ec_bytes(N, K, escapes));
+    EcWriter wr;
+    Mat W;
+    Bf16eData d;
+    ec_writer_init(&wr, mem.data(), N, K, exps, escapes, &W, &d);
+    if (ec_write_rows(&wr, bf.data(), N, &e)) {
+        printf("kcheck: %s: %s\n", what, e.msg);
+        failures++;
+        return;
+    }
+    size_t nb = (size_t)N * dtype_row_bytes(DT_BF16E, K);
+    std::vector<uint8_t> gb(nb), ge(escapes + 1);
+    gpu_pack_bf16e(gb.data(), ge.data(), &d, N, K);
+    /* the GPU's, from the blob */
+    uint8_t exps_back[8] = {0};
+    std::vector<uint32_t> rows_back((size_t)N + 1);
+    GpuAtRest r = {};
+    r.data = &r;
+    r.name = "kcheck's blob";
+    r.exps = exps_back;
+    r.esc_row = rows_back.data();
+    for (int p = 0; p < 2; p++) {
+        r.coded[p] = t.plane[p].coded;
+        r.raw[p] = t.data[p];
+        if (r.coded[p]) r.rans[p] = host_stream(&t.rs[p]);
+    }
+    DevBf16e P = {};
+    P.N = N;
+    CK(cudaMalloc((void **)&P.blocks, nb));
+    CK(cudaMalloc((void **)&P.esc_row, ((size_t)N + 1) * 4));
+    CK(cudaMalloc((void **)&P.esc, escapes + 1));
+    GpuRestPart rp;
+    auto build = [&]() {
+        int st = gpu_rest_begin(&rp, &r, N, K, ec_table, &e);
+        if (!st) {
+            memcpy(exps_back, rp.exps, 8);
+            st = gpu_rest_finish(&P, &rp, K, &e, r.name);
+        }
+        if (!st) memcpy(rows_back.data(), rp.esc_row, ((size_t)N + 1) * 4);
+        gpu_rest_free(&rp);
+        return st;
+    };
+    double t0 = clock_seconds();
+    int st = build();
+    double s = clock_seconds() - t0;
+    if (st) {
+        printf("kcheck: %s: %s\n", what, e.msg);
+        failures++;
+    } else {
+        std::vector<uint8_t> hb = to_host(P.blocks, nb), he = to_host(P.esc, escapes);
+        std::vector<uint32_t> hr = to_host(P.esc_row, (size_t)N + 1);
+        size_t bad = memcmp(exps_back, exps, 7) != 0;
+        bad += memcmp(&P.exps_lo, exps, 4) != 0 || memcmp(&P.exps_hi, exps + 4, 3) != 0;
+        for (size_t i = 0; i < nb; i++) bad += hb[i] != gb[i];
+        for (size_t i = 0; i < escapes; i++) bad += he[i] != ge[i];
+        for (int i = 0; i <= N; i++) bad += (hr[i] != d.esc_row[i]) + (rows_back[i] != d.esc_row[i]);
+        if (time_it) {   /* GB/s of BF16 made, from the host's call to the tier on the GPU (warm: a second run) */
+            t0 = clock_seconds();
+            build();
+            s = clock_seconds() - t0;
+        }
+        char w2[224];
+        snprintf(w2, sizeof w2, "%s (planes coded: %d, %d; %.2f%% escaped), bytes not the CPU's", what, r.coded[0],
+                 r.coded[1], 100.0 * escapes / ((double)N * K));
+        report(w2, (double)bad, 0, time_it ? (double)N * K * 2 / s / 1e9 : 0);
+    }
+    if (t.plane[0].coded && t.rs[0].sizes.payload > 0) {
+        std::vector<uint8_t> dam(blob, blob + len);
+        dam[(size_t)(t.rs[0].payload - blob) + t.rs[0].sizes.payload - 1] ^= 0x5a;   /* the last chunk's last byte */
+        WcTensor td;
+        Err e2 = {0}, e3 = {0};
+        std::vector<uint8_t> out(bf.size() * 2), scratch;
+        int cpu_refused = 0;
+        if (wc_open(&td, dam.data(), dam.size(), "kcheck's damaged blob", &e2) == ST_OK) {
+            scratch.resize(wc_scratch_bytes(&td));
+            cpu_refused = wc_decode(&td, out.data(), out.size(), scratch.data(), RANS_PLAIN, &e2) == ST_FORMAT;
+            r.rans[0] = host_stream(&td.rs[0]);
+            r.raw[0] = td.data[0];
+            r.coded[1] = td.plane[1].coded;
+            r.raw[1] = td.data[1];
+            if (r.coded[1]) r.rans[1] = host_stream(&td.rs[1]);
+            st = gpu_rest_begin(&rp, &r, N, K, ec_table, &e3);
+            gpu_rest_free(&rp);
+            wc_close(&td);
+        }
+        int gpu_refused = st == ST_FORMAT && strstr(e3.msg, "chunk") != NULL;
+        snprintf(what, sizeof what, "at rest, exponent plane's last chunk damaged: CPU refuses (%s), GPU refuses (%s)",
+                 cpu_refused ? "yes" : "NO", gpu_refused ? "yes" : "NO");
+        report(what, cpu_refused && gpu_refused ? 0.0 : 1.0, 0, 0);
+        printf("  the GPU's line: %s\n", e3.msg);
+    }
+    cudaFree((void *)P.blocks);
+    cudaFree((void *)P.esc_row);
+    cudaFree((void *)P.esc);
+    wc_close(&t);
+    mem_free(blob);
+}
+
 int main(int argc, char **argv) {
     int quick = 0, coded_only = 0;
     for (int i = 1; i < argc; i++) {
@@ -704,9 +836,13 @@ int main(int argc, char **argv) {
     check_rans(200001, 14, 16, 4096, 0);
     check_rans(20001, 10, 1, 1000, 0);
     check_rans(777, 15, 32, 100000, 0);   /* one chunk, shorter than a group of 32 at its end */
+    check_rest(37, 128, 0, 0);
+    check_rest(300, 704, 1, 0);    /* both planes through the rANS kernel; rows of 11 blocks */
+    check_rest(100, 5632, 0, 0);   /* a row past one round of 8 blocks, the last partial */
     if (!quick) {   /* timed */
         check_bf16e(11264, 2048, 1);      /* TinyLlama's gate|up */
         check_rans((size_t)256 << 20, 12, 32, 65536, 1);
+        check_rest(32000, 2048, 0, 1);   /* TinyLlama's embedding: 65.5 M weights, 1001 chunks */
     }
     printf("kcheck: %s (%d failed)\n", failures ? "FAIL" : "all kernels match their references", failures);
     return failures ? 1 : 0;

@@ -24,6 +24,41 @@ typedef struct {
     Mat wq, wk, wv, wo, w_gate, w_up, w_down;
 } GpuLayer;
 
+/* An rANS stream (src/rans.h) as its caller tells it, plain data from an
+ * open RansStream (host pointers): the payload and the chunk index as the
+ * stream holds them, and the decode tables. */
+typedef struct {
+    const uint8_t *payload;
+    size_t payload_bytes;
+    const uint8_t *index;    /* (n_chunks, 12): u64 offset, u32 size, little-endian */
+    const uint8_t *slot_sym; /* (2^bits) the symbol of each slot */
+    const uint32_t *freq, *start;   /* (256) each */
+    int bits, n_states;      /* M = 2^bits; N states, at most 32 */
+    uint32_t chunk_size, L;  /* C; L, the low end of a state's range (RANS_L) */
+    uint64_t n, n_chunks;
+} GpuRansHost;
+
+/* A BF16 matrix at rest: its blob in a compressed file (codec/wcodec.h),
+ * told as plain data. The two planes of its weights, a byte each (plane 0
+ * the exponent, bits 14..7; plane 1 the sign and the 7 mantissa bits), each
+ * raw or an rANS stream; N K bytes either way. gpu_model_create decodes it
+ * on the GPU into the fast tier (BF16E) that the CPU would have built from
+ * the same blob (model_load.c build_fast_tier): the same table, the same
+ * bytes, never decoded on the host. It stands for a DT_BF16E Mat whose
+ * Bf16eData has no blocks (they exist on the GPU only) and whose data
+ * pointer is `data` here; the table and the row index the GPU made are
+ * written back into that Bf16eData's arrays (exps, esc_row below), so the
+ * host knows the matrix's size and its escapes. */
+typedef struct {
+    const void *data;                       /* the Mat.data that names it */
+    const char *name;                       /* for messages: "file: tensor blk.0.attn_q.weight" */
+    int coded[2];                           /* plane p: 1 an rANS stream, 0 raw bytes */
+    const uint8_t *raw[2];                  /* coded 0 */
+    GpuRansHost rans[2];                    /* coded 1 */
+    uint8_t *exps;                          /* written: (8) the table */
+    uint32_t *esc_row;                      /* written: (N + 1) escapes before each row */
+} GpuAtRest;
+
 typedef struct {
     int D, F, L, H, Hkv, S, V, P;           /* model.h's names */
     int n_rot;
@@ -31,6 +66,11 @@ typedef struct {
     Mat tok_embd, output;
     const float *out_norm;
     const GpuLayer *layers;                 /* (L) */
+    int n_rest;                             /* matrices at rest, decoded on the GPU (above) */
+    const GpuAtRest *rest;
+    /* the fast tier's table from a matrix's exponent counts (expcode.h
+     * ec_table, which the loader hands in): the one rule for both builds */
+    uint64_t (*choose_table)(const uint64_t hist[256], uint8_t exps[8]);
 } GpuModelDesc;
 
 /* One step: model.h's Batch, with its KV geometry, the rope table of the
@@ -56,6 +96,8 @@ typedef struct {
     long kernels;                           /* kernels launched (replayed graphs count theirs) */
     long gemm_calls;                        /* products handed to cuBLAS */
     size_t weight_bytes;                    /* bytes of weights on the GPU */
+    double rest_s;                          /* seconds building the fast tier from matrices at rest */
+    size_t rest_bytes;                      /* their coded bytes decoded by the rANS kernel */
     size_t scratch_bytes;                   /* of a matrix widened or decoded for a product (cuBLAS, BF16E) */
     int coded;                              /* 1: the weights stay BF16E on the GPU, decoded a product at a time */
     size_t kv_bytes;                        /* bytes of the KV pool on the GPU */

@@ -43,7 +43,24 @@
  *     lookups, x = freq (x >> bits) + slot - start), then two refill rounds:
  *     the lanes still below L take the next bytes in lane order (a ballot,
  *     and each lane's rank among those set), exactly the bytes decode_plain
- *     gives them, in the same order. */
+ *     gives them, in the same order.
+ *
+ * The fast tier from a matrix at rest (gpu.h GpuAtRest; C references
+ * ec_count, ec_table's caller and ec_write_rows in src/codec/expcode.c, then
+ * gpu_pack_bf16e above): the two planes decoded by the rANS kernel (or
+ * copied, where raw), then three kernels over them:
+ *
+ *   exp_count   grid-stride, 256 threads a block, 16 exponents a thread a
+ *               turn into a histogram in shared memory, added to the
+ *               matrix's (64-bit atomics) at the end; the host reads it and
+ *               the loader's rule (ec_table) picks the 7 codes
+ *   esc_count   a warp per row, 16 exponents a lane a turn: the row's
+ *               escapes under that table; the host sums them into esc_row
+ *   encode      a warp per row, the decoder's mapping run backwards: lane
+ *               4 g + j writes quarter j of block g of the round (its 16
+ *               sign and mantissa bytes as they are, its 16 codes as 48
+ *               bits), and its escapes after those of the lanes before it
+ *               (the same shuffle scan) */
 #include "kernels/gpu_kernels.cuh"
 #include "kernels/gpu_util.cuh"
 #include <string.h>
@@ -303,4 +320,186 @@ int gpu_rans_upload(GpuRans *g, const GpuRansHost *s) {
 void gpu_rans_free(GpuRans *g) {
     cudaFree(g->mem);
     memset(g, 0, sizeof *g);
+}
+
+/* ------------------------------------------------------------ the fast tier from a matrix at rest */
+
+/* The code of exponent x under the table lo | hi (codes 0-6; 7 the
+ * escape), as ec_writer_init's code[] gives it. */
+__device__ static inline unsigned rest_code(unsigned x, uint32_t lo, uint32_t hi) {
+#pragma unroll
+    for (int c = 0; c < BF16E_ESCAPE; c++)
+        if (((c < 4 ? lo >> 8 * c : hi >> 8 * (c - 4)) & 0xffu) == x) return (unsigned)c;
+    return BF16E_ESCAPE;
+}
+
+__global__ void __launch_bounds__(256) exp_count_kernel(unsigned long long *hist, const uint4 *ex, size_t n16) {
+    __shared__ unsigned h[256];
+    h[threadIdx.x] = 0;
+    __syncthreads();
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += (size_t)gridDim.x * blockDim.x) {
+        uint4 v = ex[i];
+        uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 16; k++) atomicAdd(&h[w[k / 4] >> 8 * (k % 4) & 0xffu], 1u);
+    }
+    __syncthreads();
+    if (h[threadIdx.x]) atomicAdd(&hist[threadIdx.x], (unsigned long long)h[threadIdx.x]);
+}
+
+__global__ void __launch_bounds__(BE_WARPS * 32) esc_count_kernel(uint32_t *rows, const uint8_t *ex, int N, int K,
+                                                                  uint32_t lo, uint32_t hi) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n = blockIdx.x * BE_WARPS + warp;
+    if (n >= N) return;
+    const uint8_t *er = ex + (size_t)n * K;
+    unsigned cnt = 0;
+    for (int k = 16 * lane; k < K; k += 512) {
+        uint4 v = *(const uint4 *)(er + k);
+        uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 16; i++) cnt += rest_code(w[i / 4] >> 8 * (i % 4) & 0xffu, lo, hi) == BF16E_ESCAPE;
+    }
+    for (int o = 16; o > 0; o /= 2) cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
+    if (lane == 0) rows[n] = cnt;
+}
+
+__global__ void __launch_bounds__(BE_WARPS * 32) encode_kernel(DevBf16e P, const uint8_t *ex, const uint8_t *sm, int K) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n = blockIdx.x * BE_WARPS + warp;
+    if (n >= P.N) return;   /* a whole warp */
+    const uint8_t *er = ex + (size_t)n * K, *sr = sm + (size_t)n * K;
+    uint8_t *row = (uint8_t *)P.blocks + (size_t)n * (K / BF16E_BLOCK) * BF16E_BLOCK_BYTES;
+    uint8_t *esc = (uint8_t *)P.esc;
+    uint32_t at = P.esc_row[n];
+    for (int k0 = 0; k0 < K; k0 += 512) {   /* eight blocks a round, four lanes each */
+        int k = k0 + 16 * lane;
+        bool act = k < K;
+        uint4 e = make_uint4(0, 0, 0, 0), s = e;
+        if (act) {
+            e = *(const uint4 *)(er + k);
+            s = *(const uint4 *)(sr + k);
+        }
+        uint32_t w[4] = {e.x, e.y, e.z, e.w};
+        unsigned long long codes = 0;
+        unsigned cnt = 0;
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            unsigned c = rest_code(w[i / 4] >> 8 * (i % 4) & 0xffu, P.exps_lo, P.exps_hi);
+            codes |= (unsigned long long)c << 3 * i;
+            cnt += c == BF16E_ESCAPE;
+        }
+        if (!act) cnt = 0;
+        unsigned inc = cnt;
+        for (int d = 1; d < 32; d *= 2) {   /* inclusive scan over the lanes: row order */
+            unsigned v = __shfl_up_sync(0xffffffffu, inc, d);
+            if (lane >= d) inc += v;
+        }
+        if (act) {
+            uint8_t *blk = row + (size_t)(k / BF16E_BLOCK) * BF16E_BLOCK_BYTES;
+            int j = k / 16 % 4;
+            uint2 *h = (uint2 *)(blk + 16 * j);   /* 8-byte aligned, as be_load reads them */
+            h[0] = make_uint2(s.x, s.y);
+            h[1] = make_uint2(s.z, s.w);
+            uint16_t *c = (uint16_t *)(blk + BF16E_BLOCK + 6 * j);
+            c[0] = (uint16_t)codes, c[1] = (uint16_t)(codes >> 16), c[2] = (uint16_t)(codes >> 32);
+            uint32_t o = at + inc - cnt;
+            for (int i = 0; i < 16 && o < at + inc; i++)
+                if ((codes >> 3 * i & 7u) == BF16E_ESCAPE) {
+                    uint32_t x = w[i / 4] >> 8 * (i % 4) & 0xffu;
+                    esc[o++] = (uint8_t)(x >> 1 | (x & 1u) << 7);   /* rotated, as the CPU stores it */
+                }
+        }
+        at += __shfl_sync(0xffffffffu, inc, 31);
+    }
+}
+
+static int rest_fail(Err *e, const char *name, cudaError_t ce) {
+    return err_set(e, ST_IO, "%s: building the fast tier on the GPU: %s", name, cudaGetErrorString(ce));
+}
+
+static const char *const PLANE_NAME[2] = {"exponents", "signs and mantissas"};
+
+int gpu_rest_begin(GpuRestPart *p, const GpuAtRest *r, int N, int K, uint64_t (*choose)(const uint64_t *, uint8_t *),
+                   Err *e) {
+    memset(p, 0, sizeof *p);
+    size_t n = (size_t)N * K;
+    if (K % BF16E_BLOCK || N <= 0)
+        return err_set(e, ST_ARG, "%s: the fast tier takes rows of whole blocks of 64, not %d x %d", r->name, N, K);
+    cudaError_t ce = cudaMalloc((void **)&p->work, 2 * n + 256 * 8);
+    if (ce != cudaSuccess)
+        return err_set(e, ST_NOMEM, "%s: cannot allocate %zu bytes of GPU memory to decode it: %s", r->name, 2 * n,
+                       cudaGetErrorString(ce));
+    unsigned long long *dhist = (unsigned long long *)(p->work + 2 * n);
+    for (int pl = 0; pl < 2; pl++) {
+        uint8_t *dst = p->work + pl * n;
+        if (!r->coded[pl]) {
+            if ((ce = cudaMemcpy(dst, r->raw[pl], n, cudaMemcpyHostToDevice))) return rest_fail(e, r->name, ce);
+            continue;
+        }
+        const GpuRansHost *h = &r->rans[pl];
+        if (h->n != n)
+            return err_set(e, ST_FORMAT, "%s: plane %d (%s) codes %llu bytes, want %zu", r->name, pl, PLANE_NAME[pl],
+                           (unsigned long long)h->n, n);
+        GpuRans g;
+        if ((ce = (cudaError_t)gpu_rans_upload(&g, h))) return rest_fail(e, r->name, ce);
+        unsigned long long bad = ~0ull;
+        ce = cudaMemcpy(dhist, &bad, 8, cudaMemcpyHostToDevice);
+        if (!ce) gpu_rans_decode(dst, &g, dhist, 0);
+        if (!ce) ce = cudaMemcpy(&bad, dhist, 8, cudaMemcpyDeviceToHost);
+        gpu_rans_free(&g);
+        if (ce) return rest_fail(e, r->name, ce);
+        p->coded_bytes += h->payload_bytes;
+        if (bad != ~0ull)
+            return err_set(e, ST_FORMAT, "%s: plane %d (%s), chunk %llu of %llu: the payload does not decode (the "
+                           "rANS kernel's check: damaged)", r->name, pl, PLANE_NAME[pl], bad,
+                           (unsigned long long)h->n_chunks);
+    }
+    uint64_t hist[256];
+    if ((ce = cudaMemset(dhist, 0, 256 * 8))) return rest_fail(e, r->name, ce);
+    size_t n16 = n / 16, blocks = (n16 + 255) / 256 < 4096 ? (n16 + 255) / 256 : 4096;
+    exp_count_kernel<<<(unsigned)blocks, 256>>>(dhist, (const uint4 *)p->work, n16);
+    if ((ce = cudaMemcpy(hist, dhist, sizeof hist, cudaMemcpyDeviceToHost))) return rest_fail(e, r->name, ce);
+    p->escapes = choose(hist, p->exps);
+    memcpy(&p->exps_lo, p->exps, 4);
+    memcpy(&p->exps_hi, p->exps + 4, 4);
+    uint32_t *drows = (uint32_t *)dhist, *rows = NULL;   /* the counts, in the histogram's room where they fit */
+    if ((size_t)N * 4 > 256 * 8) {
+        if ((ce = cudaMalloc((void **)&rows, (size_t)N * 4))) return rest_fail(e, r->name, ce);
+        drows = rows;
+    }
+    esc_count_kernel<<<(N + BE_WARPS - 1) / BE_WARPS, BE_WARPS * 32>>>(drows, p->work, N, K, p->exps_lo, p->exps_hi);
+    p->esc_row = (uint32_t *)malloc(((size_t)N + 1) * 4);
+    if (!p->esc_row) {
+        cudaFree(rows);
+        return err_set(e, ST_NOMEM, "%s: out of host memory", r->name);
+    }
+    ce = cudaMemcpy(p->esc_row + 1, drows, (size_t)N * 4, cudaMemcpyDeviceToHost);
+    cudaFree(rows);
+    if (ce) return rest_fail(e, r->name, ce);
+    uint64_t sum = 0;
+    p->esc_row[0] = 0;
+    for (int i = 1; i <= N; i++) {   /* counts -> escapes before each row */
+        sum += p->esc_row[i];
+        p->esc_row[i] = (uint32_t)sum;
+    }
+    if (sum != p->escapes || sum > UINT32_MAX)
+        return err_set(e, ST_FORMAT, "%s: %llu escaped exponents counted by row, %llu by the table", r->name,
+                       (unsigned long long)sum, (unsigned long long)p->escapes);
+    return ST_OK;
+}
+
+int gpu_rest_finish(DevBf16e *P, GpuRestPart *p, int K, Err *e, const char *name) {
+    cudaError_t ce = cudaMemcpy((void *)P->esc_row, p->esc_row, ((size_t)P->N + 1) * 4, cudaMemcpyHostToDevice);
+    if (ce) return rest_fail(e, name, ce);
+    P->exps_lo = p->exps_lo;
+    P->exps_hi = p->exps_hi;
+    size_t n = (size_t)P->N * K;
+    encode_kernel<<<(P->N + BE_WARPS - 1) / BE_WARPS, BE_WARPS * 32>>>(*P, p->work, p->work + n, K);
+    if ((ce = cudaGetLastError()) || (ce = cudaDeviceSynchronize())) return rest_fail(e, name, ce);
+    return ST_OK;
+}
+
+void gpu_rest_free(GpuRestPart *p) {
+    cudaFree(p->work);
+    free(p->esc_row);
+    memset(p, 0, sizeof *p);
 }

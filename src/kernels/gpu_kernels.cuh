@@ -10,6 +10,7 @@
 #include <stdint.h>
 extern "C" {
 #include "kernels/ops.h"
+#include "kernels/gpu.h"
 }
 
 /* A weight matrix on the GPU: F32, F16 or BF16 rows as in the file (ops.h's
@@ -65,20 +66,8 @@ void gpu_pack_bf16e(uint8_t *blocks, uint8_t *esc, const void *bf16e, int N, int
 int gpu_bf16e_decode(void *out, DType as, const DevBf16e *P, int K, int r0, int n, const int *rows, int early,
                      cudaStream_t st);
 
-/* An rANS stream (src/rans.h) as its caller tells it, plain data from an
- * open RansStream (host pointers): the payload and the chunk index as the
- * stream holds them, and the decode tables. */
-typedef struct {
-    const uint8_t *payload;
-    size_t payload_bytes;
-    const uint8_t *index;    /* (n_chunks, 12): u64 offset, u32 size, little-endian */
-    const uint8_t *slot_sym; /* (2^bits) the symbol of each slot */
-    const uint32_t *freq, *start;   /* (256) each */
-    int bits, n_states;      /* M = 2^bits; N states, at most 32 */
-    uint32_t chunk_size, L;  /* C; L, the low end of a state's range (RANS_L) */
-    uint64_t n, n_chunks;
-} GpuRansHost;
-/* The same on the GPU, for the chunk decoder (symbol -> freq | start << 16). */
+/* An rANS stream on the GPU (gpu.h's GpuRansHost uploaded), for the chunk
+ * decoder (symbol -> freq | start << 16). */
 typedef struct {
     const uint8_t *payload;
     const uint8_t *index;
@@ -98,6 +87,31 @@ void gpu_rans_free(GpuRans *g);
  * read sets *bad (a device u64, set to ~0 before) to the smallest such
  * chunk. */
 int gpu_rans_decode(uint8_t *out, const GpuRans *g, unsigned long long *bad, cudaStream_t st);
+
+/* The fast tier of one BF16 matrix at rest (gpu.h GpuAtRest, N rows of K,
+ * K % 64 == 0), built on the GPU to the bytes gpu_pack_bf16e makes of the
+ * CPU's (model_load.c build_fast_tier), in two calls, since the caller
+ * allocates once the escapes are known:
+ *   gpu_rest_begin: the planes decoded into work (2 N K bytes of GPU memory;
+ *     a damaged chunk is ST_FORMAT, one line naming plane and chunk), the
+ *     exponents counted, the table chosen by `choose` (expcode.h ec_table),
+ *     the escapes counted by row into esc_row (host, N + 1: before each row);
+ *   gpu_rest_finish: P's esc_row uploaded, its blocks and escapes written
+ *     (P's pointers: GPU memory of the sizes upload_coded gives them), and
+ *     P's table set; synchronous.
+ * gpu_rest_free frees work and esc_row, after either or on failure. */
+typedef struct {
+    uint8_t *work;           /* GPU: the exponent plane, the sign and mantissa plane, 256 counts */
+    uint8_t exps[8];         /* the table (codes 0-6) */
+    uint32_t exps_lo, exps_hi;
+    uint64_t escapes;
+    uint32_t *esc_row;       /* host (N + 1) */
+    size_t coded_bytes;      /* rANS payload bytes decoded */
+} GpuRestPart;
+int gpu_rest_begin(GpuRestPart *p, const GpuAtRest *r, int N, int K, uint64_t (*choose)(const uint64_t *, uint8_t *),
+                   Err *e);
+int gpu_rest_finish(DevBf16e *P, GpuRestPart *p, int K, Err *e, const char *name);
+void gpu_rest_free(GpuRestPart *p);
 
 /* Q8_0 rows as the file lays them out (N rows of K / 32 blocks) into the two
  * planes of a DevMat, on the host. */

@@ -43,6 +43,7 @@
 #include <string.h>
 extern "C" {
 #include "kernels/gpu.h"
+#include "base/clock.h"
 }
 
 /* From gpu_tune.ready_t rows on (LLM_CUDA_READY_T, default 4), a product's
@@ -118,47 +119,77 @@ static int dev_type(DType t) { return t == DT_F32 || t == DT_F16 || t == DT_BF16
 
 static size_t up16(size_t n) { return (n + 15) / 16 * 16; }
 
-/* Matrices m[0..n) of the fast tier (BF16E, same K) as they are, part after
- * part in one allocation: the coded bytes stay coded on the GPU too. */
-static int upload_coded(GpuModel *g, void **slot, DevMat *out, DevCoded *c, const Mat *const *m, int n, Err *e) {
-    int K = m[0]->K, N = 0;
+/* The matrix at rest that a Mat stands for (gpu.h GpuAtRest), or NULL. */
+static const GpuAtRest *at_rest(const GpuModel *g, const Mat *m) {
+    for (int i = 0; m->data && i < g->d.n_rest; i++)
+        if (g->d.rest[i].data == m->data) return &g->d.rest[i];
+    return NULL;
+}
+
+/* Matrices m[0..n) of the fast tier (BF16E, same K), part after part in one
+ * allocation: the coded bytes stay coded on the GPU too. A part is the
+ * CPU's BF16E, laid out for the decoder on the host (gpu_pack_bf16e) and
+ * copied, or a matrix at rest (rest[i]), which the GPU decodes from the
+ * file's rANS planes and lays out itself (gpu_rest_*): the same bytes. */
+static int upload_coded(GpuModel *g, void **slot, DevMat *out, DevCoded *c, const Mat *const *m,
+                        const GpuAtRest *const *rest, int n, Err *e) {
+    int K = m[0]->K, N = 0, st = ST_OK;
+    double t0 = clock_seconds();
+    GpuRestPart rp[3];
+    memset(rp, 0, sizeof rp);
     size_t bytes = 0;
-    for (int i = 0; i < n; i++) {
-        const Bf16eData *d = (const Bf16eData *)m[i]->data;
-        bytes += up16(dtype_row_bytes(DT_BF16E, K) * m[i]->N) + up16(((size_t)m[i]->N + 1) * 4) +
-                 up16((size_t)d->esc_row[m[i]->N] + 1);
+    for (int i = 0; !st && i < n; i++) {
+        uint64_t ne = 0;
+        if (rest[i] && !(st = gpu_rest_begin(&rp[i], rest[i], m[i]->N, K, g->d.choose_table, e))) {
+            ne = rp[i].escapes;
+            memcpy(rest[i]->exps, rp[i].exps, 8);   /* told back: the host's Mat says what the GPU holds */
+            memcpy(rest[i]->esc_row, rp[i].esc_row, ((size_t)m[i]->N + 1) * 4);
+        }
+        if (!rest[i]) ne = ((const Bf16eData *)m[i]->data)->esc_row[m[i]->N];
+        bytes += up16(dtype_row_bytes(DT_BF16E, K) * m[i]->N) + up16(((size_t)m[i]->N + 1) * 4) + up16((size_t)ne + 1);
         N += m[i]->N;
     }
-    char *p;
-    cudaError_t ce = cudaMalloc((void **)&p, bytes);
-    if (ce != cudaSuccess)
-        return err_set(e, ST_NOMEM, "gpu: cannot allocate %zu bytes of coded weights: %s", bytes, cudaGetErrorString(ce));
-    *slot = p;
-    g->stats.weight_bytes += bytes;
-    c->n_parts = n;
-    int st = ST_OK;
-    for (int i = 0; !st && i < n; i++) {   /* each part laid out for the decoder on the host, then copied */
-        const Bf16eData *d = (const Bf16eData *)m[i]->data;
-        size_t nb = dtype_row_bytes(DT_BF16E, K) * m[i]->N, ne = d->esc_row[m[i]->N];
-        uint8_t *hb = (uint8_t *)malloc(nb + ne + 1);
-        if (!hb) return err_set(e, ST_NOMEM, "gpu: cannot allocate %zu bytes to lay out coded weights", nb + ne + 1);
-        gpu_pack_bf16e(hb, hb + nb, d, m[i]->N, K);
+    char *p = NULL;
+    cudaError_t ce = cudaSuccess;
+    if (!st && (ce = cudaMalloc((void **)&p, bytes)) != cudaSuccess)
+        st = err_set(e, ST_NOMEM, "gpu: cannot allocate %zu bytes of coded weights: %s", bytes, cudaGetErrorString(ce));
+    if (!st) {
+        *slot = p;
+        g->stats.weight_bytes += bytes;
+        c->n_parts = n;
+    }
+    for (int i = 0; !st && i < n; i++) {
         DevBf16e *P = &c->part[i];
+        size_t nb = dtype_row_bytes(DT_BF16E, K) * m[i]->N;
         P->N = m[i]->N;
         P->blocks = (const uint8_t *)p;
-        ce = cudaMemcpy(p, hb, nb, cudaMemcpyHostToDevice);
-        p += up16(nb);
-        P->esc_row = (const uint32_t *)p;
-        if (ce == cudaSuccess) ce = cudaMemcpy(p, d->esc_row, ((size_t)m[i]->N + 1) * 4, cudaMemcpyHostToDevice);
-        p += up16(((size_t)m[i]->N + 1) * 4);
-        P->esc = (const uint8_t *)p;
-        if (ce == cudaSuccess && ne) ce = cudaMemcpy(p, hb + nb, ne, cudaMemcpyHostToDevice);
-        p += up16(ne + 1);
+        P->esc_row = (const uint32_t *)(p + up16(nb));
+        P->esc = (const uint8_t *)(p + up16(nb) + up16(((size_t)m[i]->N + 1) * 4));
+        if (rest[i]) {
+            st = gpu_rest_finish(P, &rp[i], K, e, rest[i]->name);
+            p += up16(nb) + up16(((size_t)m[i]->N + 1) * 4) + up16((size_t)rp[i].escapes + 1);
+            g->stats.rest_bytes += rp[i].coded_bytes;
+            continue;
+        }
+        const Bf16eData *d = (const Bf16eData *)m[i]->data;
+        size_t ne = d->esc_row[m[i]->N];
+        uint8_t *hb = (uint8_t *)malloc(nb + ne + 1);
+        if (!hb) {
+            st = err_set(e, ST_NOMEM, "gpu: cannot allocate %zu bytes to lay out coded weights", nb + ne + 1);
+            break;
+        }
+        gpu_pack_bf16e(hb, hb + nb, d, m[i]->N, K);
+        ce = cudaMemcpy((void *)P->blocks, hb, nb, cudaMemcpyHostToDevice);
+        if (ce == cudaSuccess) ce = cudaMemcpy((void *)P->esc_row, d->esc_row, ((size_t)m[i]->N + 1) * 4, cudaMemcpyHostToDevice);
+        if (ce == cudaSuccess && ne) ce = cudaMemcpy((void *)P->esc, hb + nb, ne, cudaMemcpyHostToDevice);
+        p += up16(nb) + up16(((size_t)m[i]->N + 1) * 4) + up16(ne + 1);
         memcpy(&P->exps_lo, d->exps, 4);
         memcpy(&P->exps_hi, d->exps + 4, 4);
         free(hb);
         if (ce != cudaSuccess) st = err_set(e, ST_IO, "cuda: copying coded weights: %s", cudaGetErrorString(ce));
     }
+    for (int i = 0; i < n; i++) gpu_rest_free(&rp[i]);
+    if (rest[0]) g->stats.rest_s += clock_seconds() - t0;
     if (st) return st;
     *out = (DevMat){DT_BF16E, N, K, c->part[0].blocks, NULL, c};
     g->coded = 1;
@@ -215,14 +246,21 @@ static int put_q8_0(char *qs, uint16_t *d, const Mat *m, Err *e) {
  * they share, or all widened to F32 when they do not share one the kernels read. */
 static int upload_stack(GpuModel *g, void **slot, DevMat *out, DevCoded *c, const Mat *const *m, int n, Err *e) {
     DType as = m[0]->type;
-    int N = 0, coded = 0;
+    int N = 0, coded = 0, resting = 0;
+    const GpuAtRest *rest[3] = {NULL, NULL, NULL};
     for (int i = 0; i < n; i++) {
-        coded += m[i]->type == DT_BF16E;
+        const GpuAtRest *r = at_rest(g, m[i]);
+        if (i < 3) rest[i] = r;
+        resting += r != NULL;
+        coded += m[i]->type == DT_BF16E || r;
         if (m[i]->type != as || !dev_type(m[i]->type)) as = DT_F32;
         if (m[i]->K != m[0]->K) return err_set(e, ST_UNSUPPORTED, "gpu: stacked matrices differ in width");
         N += m[i]->N;
     }
-    if (coded == n && n <= 3) return upload_coded(g, slot, out, c, m, n, e);
+    if (coded == n && n <= 3) return upload_coded(g, slot, out, c, m, rest, n, e);
+    if (resting)   /* its rows are on no host: it cannot be widened there */
+        return err_set(e, ST_UNSUPPORTED, "gpu: %d matrices at rest stacked with %d of other types (or more than 3)",
+                       resting, n - resting);
     int K = m[0]->K;
     size_t plane = (dev_row_bytes(as, K) * N + 15) / 16 * 16;   /* Q8_0: the scales' plane follows */
     size_t bytes = plane + (as == DT_Q8_0 ? (size_t)N * (K / 32) * 2 : 0);
@@ -281,7 +319,7 @@ extern "C" int gpu_model_create(GpuModel **out, const GpuModelDesc *d, Err *e) {
     GpuModel *g = (GpuModel *)calloc(1, sizeof *g);
     if (!g) return err_set(e, ST_NOMEM, "gpu: out of host memory");
     g->d = *d;
-    g->d.layers = NULL;
+    g->d.layers = NULL;   /* (told for this call only, as d->rest is: both are reset below) */
     cudaDeviceProp prop;
     int st = ST_OK;
     if ((ce = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess || (ce = cudaStreamCreate(&g->st)) != cudaSuccess) {
@@ -326,6 +364,8 @@ extern "C" int gpu_model_create(GpuModel **out, const GpuModelDesc *d, Err *e) {
     }
     g->stats.coded = g->coded;
     if (!st) st = upload_floats(g, &g->alloc[g->n_alloc++], &g->out_norm, d->out_norm, d->D, e);
+    g->d.rest = NULL;
+    g->d.n_rest = 0;
     if (st) {
         gpu_model_free(g);
         return st;

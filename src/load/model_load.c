@@ -102,6 +102,7 @@ static int bind_coded(Model *m, const char *name, const GgufTensor *t, int N, in
         return err_set(e, ST_FORMAT, "%s codes %llu bytes of %s, want %zu (%d rows of %d)", what,
                        (unsigned long long)c->wt.nbytes, dtype_name(c->wt.type), want, N, K);
     c->mat = out;
+    snprintf(c->name, sizeof c->name, "%s", name);
     size_t into = (size_t)((char *)out - (char *)m->layers);
     c->layer = (char *)out >= (char *)m->layers && into < (size_t)m->cfg.n_layers * sizeof(Layer)
                    ? (int)(into / sizeof(Layer)) : -1;
@@ -363,12 +364,45 @@ static int build_fast_tier(Model *m, Err *e) {
     return st;
 }
 
+/* Low memory on the GPU: the coded BF16 matrices stay at rest in the
+ * mapping, and gpu_upload hands their rANS planes to the GPU, which builds
+ * the fast tier itself (kernels/gpu.h GpuAtRest: the same bytes as
+ * build_fast_tier's). Each Mat is made DT_BF16E now, its Bf16eData without
+ * blocks; the GPU writes back its table and row index. LLM_CUDA_REST=0
+ * builds the tier here instead, as on the CPU. */
+static int keep_at_rest(Model *m, Err *e) {
+    int n = m->n_coded;
+    size_t total = (size_t)n * sizeof(Bf16eData);
+    for (int i = 0; i < n; i++) total += ((size_t)m->coded[i].mat->N + 1) * 4;
+    m->decoded = mem_alloc(total);
+    if (!m->decoded) return err_set(e, ST_NOMEM, "%s: out of memory for the fast tier's row index", m->gguf.path);
+    m->decoded_bytes = total;
+    uint32_t *rows = (uint32_t *)((Bf16eData *)m->decoded + n);
+    for (int i = 0; i < n; i++) {
+        Bf16eData *d = (Bf16eData *)m->decoded + i;
+        Mat *w = m->coded[i].mat;
+        memset(d, 0, sizeof *d);
+        d->esc_row = rows;
+        rows += w->N + 1;
+        *w = (Mat){.type = DT_BF16E, .N = w->N, .K = w->K, .data = d};
+    }
+    m->fast_tier = 1;
+    m->tier_on_gpu = 1;
+    return ST_OK;
+}
+
+static int tier_on_gpu(const ModelOpts *o) {
+    const char *v = getenv("LLM_CUDA_REST");
+    return o->device == DEVICE_CUDA && !(v && !strcmp(v, "0"));
+}
+
 static int finish_coded(Model *m, const ModelOpts *o, int tied, Err *e) {
     if (o->low_mem && !m->n_coded)
         return err_set(e, ST_ARG, "%s: --low-mem needs a compressed file (tools/compress), and this one has "
                        "no coded matrices", m->gguf.path);
     if (!m->n_coded) return ST_OK;
-    if (o->low_mem && !o->rans_tier && fast_tier_fits(m)) return build_fast_tier(m, e);
+    if (o->low_mem && !o->rans_tier && fast_tier_fits(m))
+        return tier_on_gpu(o) ? keep_at_rest(m, e) : build_fast_tier(m, e);
     if (o->low_mem) return build_units(m, o, tied, e);
     double t0 = clock_seconds();
     int st = decode_all(m, e);
@@ -664,6 +698,25 @@ int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e) {
     return model_load_opts(m, path, tokenizer_path, NULL, e);
 }
 
+/* The coded matrices kept at rest (keep_at_rest), told to the GPU as
+ * plain data: their planes in the mapping, and where to write back. */
+static void describe_rest(const Model *m, GpuAtRest *r, char (*names)[160]) {
+    for (int i = 0; i < m->n_coded; i++) {
+        const CodedMat *c = &m->coded[i];
+        Bf16eData *d = (Bf16eData *)c->mat->data;
+        snprintf(names[i], 160, "%s: tensor %s", m->gguf.path, c->name);
+        r[i] = (GpuAtRest){.data = d, .name = names[i], .exps = d->exps, .esc_row = (uint32_t *)d->esc_row};
+        for (int p = 0; p < 2; p++) {
+            const RansStream *s = &c->wt.rs[p];
+            r[i].coded[p] = c->wt.plane[p].coded;
+            r[i].raw[p] = c->wt.data[p];
+            if (r[i].coded[p])
+                r[i].rans[p] = (GpuRansHost){s->payload, s->sizes.payload, s->index, s->slot_sym, s->freq, s->start,
+                                             s->bits, s->n_states, s->chunk_size, RANS_L, s->n, s->n_chunks};
+        }
+    }
+}
+
 /* --device cuda: every weight to the GPU (kernels/gpu.h), told as plain data. */
 static int gpu_upload(Model *m, const ModelOpts *o, Err *e) {
     if (o->low_mem && !m->fast_tier)   /* the fast tier (BF16E) stays coded on the GPU; the rANS tier does not */
@@ -679,11 +732,28 @@ static int gpu_upload(Model *m, const ModelOpts *o, Err *e) {
         const Layer *w = &m->layers[l];
         ls[l] = (GpuLayer){w->attn_norm, w->ffn_norm, w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
     }
+    int n_rest = m->tier_on_gpu ? m->n_coded : 0;
+    GpuAtRest *rest = n_rest ? mem_alloc((size_t)n_rest * sizeof *rest) : NULL;
+    char(*names)[160] = n_rest ? mem_alloc((size_t)n_rest * 160) : NULL;
+    if (n_rest && (!rest || !names)) {
+        mem_free(ls), mem_free(rest), mem_free(names);
+        return err_set(e, ST_NOMEM, "gpu: out of memory describing %d coded matrices", n_rest);
+    }
+    if (n_rest) describe_rest(m, rest, names);
     GpuModelDesc d = {c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size,
-                      c->seq_len, c->n_rot, c->rms_eps, m->tok_embd, m->output, m->out_norm, ls};
+                      c->seq_len, c->n_rot, c->rms_eps, m->tok_embd, m->output, m->out_norm, ls,
+                      n_rest, rest, ec_table};
     int st = gpu_model_create(&m->gpu, &d, e);
-    mem_free(ls);
-    return st;
+    mem_free(ls), mem_free(rest), mem_free(names);
+    if (st || !n_rest) return st;
+    for (int i = 0; i < m->n_coded; i++) {   /* the table's rotated form, as ec_writer_init sets it; the blob's pages given back */
+        const CodedMat *cm = &m->coded[i];
+        Bf16eData *bd = (Bf16eData *)cm->mat->data;
+        for (int k = 0; k < BF16E_ESCAPE; k++) bd->rot[k] = (uint8_t)(bd->exps[k] >> 1 | (bd->exps[k] & 1) << 7);
+        fio_drop(cm->wt.data[0] - cm->wt.header, cm->wt.size);
+    }
+    m->decode_load_s = gpu_stats(m->gpu).rest_s;
+    return ST_OK;
 }
 
 int model_load_opts(Model *m, const char *path, const char *tokenizer_path, const ModelOpts *o, Err *e) {
@@ -742,7 +812,7 @@ void model_free(Model *m) {
 
 ModelStats model_stats(const Model *m) {
     ModelStats s = {.mapped = m->gguf.map ? m->gguf.size : m->map_size, .coded = m->coded_bytes,
-                    .decoded = m->decoded_bytes, .decode_load_s = m->decode_load_s, .fast_tier = m->fast_tier,
+                    .decoded = m->decoded_bytes, .decode_load_s = m->decode_load_s, .fast_tier = m->fast_tier + m->tier_on_gpu,
                     .rows8 = m->rows8_bytes};
     if (m->lowmem) {
         s.low_mem = 1;

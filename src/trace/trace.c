@@ -660,7 +660,13 @@ int trace_memory_text(const Trace *t, const TraceMemory *m, char *buf, int cap) 
     /* a compressed model: what is held coded, what decoded, and what decoding cost */
     addf(buf, cap, &n, "codec: %.1f MB of coded matrices in the file; ", m->weights_coded / 1e6);
     if (!m->low_mem) {
-        addf(buf, cap, &n, "decoded at load into %.1f MB", m->weights_decoded / 1e6);
+        if (m->fast_tier == 2)
+            addf(buf, cap, &n, "--low-mem, the fast tier (BF16E): built on the GPU from the file's rANS planes, "
+                 "and kept there");
+        else if (m->fast_tier)
+            addf(buf, cap, &n, "--low-mem, the fast tier (BF16E): rewritten at load into %.1f MB, read as it is",
+                 m->weights_decoded / 1e6);
+        else addf(buf, cap, &n, "decoded at load into %.1f MB", m->weights_decoded / 1e6);
         if (!t->virtual_clock) addf(buf, cap, &n, " in %.3f s", m->decode_load_s);
         addf(buf, cap, &n, "\n");
         return n;

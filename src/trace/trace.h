@@ -110,6 +110,7 @@ typedef struct {
     size_t weights_coded, weights_decoded;
     size_t weights_rows8;    /* Q4_0, Q4_K, Q6_K, Q8_0 matrices copied in eights at load (formats.h), or 0 */
     int low_mem;
+    int fast_tier;           /* --low-mem on the fast tier: 1 built at load here, 2 on the GPU */
     long decodes;
     double decode_s, decode_min_s, decode_max_s, decode_wait_s, decode_load_s;
 } TraceMemory;
