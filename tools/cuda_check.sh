@@ -128,7 +128,7 @@ coded_check() {
 }
 if [ "$1" = coded ]; then
     timeout 300 "$BIN/kcheck" --coded > "$tmp/kq" 2>&1 && ok "kcheck --coded" || { bad "kcheck --coded"; cat "$tmp/kq"; }
-    grep -e BF16E -e rANS "$tmp/kq"
+    grep -e BF16E -e rANS -e "from rest" -e "at rest" "$tmp/kq"
     coded_check
     echo "cuda_check: $pass passed, $fail failed"
     [ $fail -eq 0 ]

@@ -55,6 +55,8 @@ typedef struct {
     int coded[2];                           /* plane p: 1 an rANS stream, 0 raw bytes */
     const uint8_t *raw[2];                  /* coded 0 */
     GpuRansHost rans[2];                    /* coded 1 */
+    const void *blob;                       /* its bytes in the file's mapping, given back (fio_drop) */
+    size_t blob_bytes;                      /*   once the GPU holds the matrix: the host keeps no copy */
     uint8_t *exps;                          /* written: (8) the table */
     uint32_t *esc_row;                      /* written: (N + 1) escapes before each row */
 } GpuAtRest;

@@ -44,6 +44,7 @@
 extern "C" {
 #include "kernels/gpu.h"
 #include "base/clock.h"
+#include "base/fileio.h"
 }
 
 /* From gpu_tune.ready_t rows on (LLM_CUDA_READY_T, default 4), a product's
@@ -167,6 +168,7 @@ static int upload_coded(GpuModel *g, void **slot, DevMat *out, DevCoded *c, cons
         P->esc = (const uint8_t *)(p + up16(nb) + up16(((size_t)m[i]->N + 1) * 4));
         if (rest[i]) {
             st = gpu_rest_finish(P, &rp[i], K, e, rest[i]->name);
+            if (!st && rest[i]->blob) fio_drop(rest[i]->blob, rest[i]->blob_bytes);
             p += up16(nb) + up16(((size_t)m[i]->N + 1) * 4) + up16((size_t)rp[i].escapes + 1);
             g->stats.rest_bytes += rp[i].coded_bytes;
             continue;

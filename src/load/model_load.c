@@ -705,7 +705,8 @@ static void describe_rest(const Model *m, GpuAtRest *r, char (*names)[160]) {
         const CodedMat *c = &m->coded[i];
         Bf16eData *d = (Bf16eData *)c->mat->data;
         snprintf(names[i], 160, "%s: tensor %s", m->gguf.path, c->name);
-        r[i] = (GpuAtRest){.data = d, .name = names[i], .exps = d->exps, .esc_row = (uint32_t *)d->esc_row};
+        r[i] = (GpuAtRest){.data = d, .name = names[i], .blob = c->wt.data[0] - c->wt.header, .blob_bytes = c->wt.size,
+                           .exps = d->exps, .esc_row = (uint32_t *)d->esc_row};
         for (int p = 0; p < 2; p++) {
             const RansStream *s = &c->wt.rs[p];
             r[i].coded[p] = c->wt.plane[p].coded;
@@ -746,11 +747,9 @@ static int gpu_upload(Model *m, const ModelOpts *o, Err *e) {
     int st = gpu_model_create(&m->gpu, &d, e);
     mem_free(ls), mem_free(rest), mem_free(names);
     if (st || !n_rest) return st;
-    for (int i = 0; i < m->n_coded; i++) {   /* the table's rotated form, as ec_writer_init sets it; the blob's pages given back */
-        const CodedMat *cm = &m->coded[i];
-        Bf16eData *bd = (Bf16eData *)cm->mat->data;
+    for (int i = 0; i < m->n_coded; i++) {   /* the table's rotated form, as ec_writer_init sets it */
+        Bf16eData *bd = (Bf16eData *)m->coded[i].mat->data;
         for (int k = 0; k < BF16E_ESCAPE; k++) bd->rot[k] = (uint8_t)(bd->exps[k] >> 1 | (bd->exps[k] & 1) << 7);
-        fio_drop(cm->wt.data[0] - cm->wt.header, cm->wt.size);
     }
     m->decode_load_s = gpu_stats(m->gpu).rest_s;
     return ST_OK;
