@@ -180,7 +180,7 @@ static void every_path_gives_the_bits_of_bf16(void **state) {
         Bf16eData d;
         void *mem;
         uint64_t esc;
-        Mat W = encode(w, N, K, 8, &d, &mem, &esc), B = {DT_BF16, N, K, w};
+        Mat W = encode(w, N, K, 8, &d, &mem, &esc), B = {DT_BF16, N, K, w, NULL};
         assert_true(esc > 0);
         if (ops_best_isa() != OPS_AVX512) print_message("no AVX-512 here: its tiles are not run\n");
         for (int i = 0; i < n_isas; i++) {

@@ -503,7 +503,9 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
         /* the scratch holds F16_WIDE_ROWS rows, shared out between the threads */
         if (*team > F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART) *team = F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART;
 #ifdef OPS_X86
-        if (isa == OPS_AVX2 && T < SGEMM_MIN_T) {   /* BF16E: a row at a time into the scratch */
+        /* BF16E: a row at a time into the scratch, decoded by AVX2 (also on
+         * an AVX-512 CPU without VBMI2, such as Cascade Lake) */
+        if ((isa == OPS_AVX2 || isa == OPS_AVX512) && T < SGEMM_MIN_T) {
             job->wide = (float *)scratch_base(scratch);
             job->rows_per_part = F16_WIDE_ROWS / *team;
             count_call(isa, 0);
@@ -577,7 +579,7 @@ void matmul_isa(float *out, const float *x, const Mat *W, int T, void *scratch, 
         matmul_ref(out, x, W, T);
         return;
     }
-    MatmulJob job = {.out = out, .x = x, .W = W, .T = T, .avx512 = isa == OPS_AVX512,
+    MatmulJob job = {.out = out, .x = x, .W = W, .T = T, .avx512 = isa == OPS_AVX512, .avx2 = isa == OPS_AVX2,
                      .decode_rows = ops_decode_rows()};
     int team;
     RowsFn fn = matmul_path(&job, W, W->N, scratch, &team, isa);
@@ -598,7 +600,7 @@ void matmul_group(float *const out[], const float *x, const Mat *const W[], int 
         return;
     }
     MatmulJob jobs[MATMUL_GROUP_MAX];
-    jobs[0] = (MatmulJob){.out = out[0], .x = x, .W = W[0], .T = T, .avx512 = isa == OPS_AVX512,
+    jobs[0] = (MatmulJob){.out = out[0], .x = x, .W = W[0], .T = T, .avx512 = isa == OPS_AVX512, .avx2 = isa == OPS_AVX2,
                           .decode_rows = ops_decode_rows()};
     int team;
     RowsFn fn = matmul_path(&jobs[0], W[0], rows, scratch, &team, isa);   /* x rounded once */

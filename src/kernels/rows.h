@@ -27,6 +27,7 @@ typedef struct {
     const Mat *W;          /* (N, K) */
     int T;
     int avx512;            /* 1 on the AVX-512 path: tiles_avx512.c's helpers may run */
+    int avx2;              /* 1 on the AVX2 path: tiles_avx2.c's helpers may run */
     int decode_rows;       /* T == 1 on AVX-512: rows read side by side (ops_decode_rows) */
     const uint8_t *act;    /* Q8_0: T rows of act_stride(K) bytes, quantized x */
     float *wide;           /* F16 through sgemm: (team, rows_per_part, K) */
@@ -254,6 +255,7 @@ void f16_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
 void bf16_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
 /* BF16E: needs job->wide and rows_per_part as f16_rows_widened (K floats a part). */
 void bf16e_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
+void bf16e_widen_avx2(float *out, const Mat *W, int n);   /* row n to floats */
 void q8_0_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
 void q4_0_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
 void qk_rows_avx2(const MatmulJob *job, int part, int n0, int n1);

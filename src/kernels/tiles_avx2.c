@@ -270,6 +270,104 @@ AVX2_INLINE void kb2_pack_row(float *buf, const uint8_t *row, DType type, int k0
     }
 }
 
+/* --- BF16E decoded, a block of 64 weights at a time (formats.h; the
+ * AVX-512 tiles need VBMI2 for theirs, this one runs on any AVX2 CPU)
+ *
+ * Two registers of 32 byte positions (position p = 16 g + 4 q + i holds
+ * weight k = 16 q + 4 g + i). A code's three bits become bytes: two
+ * 16-byte loads put the three planes in both lanes, one vpshufb per plane
+ * and half puts byte p / 8 of it at position p, and bit p % 8 is tested
+ * (and, min: 0 or 1); the code looks the rotated
+ * exponent up in the 16-byte table (vpshufb; the escape's entry is 0) and
+ * the block's escapes, about one in a hundred weights on a trained model,
+ * are written over it in order. The two bytes of each BF16 swap their top
+ * bits: the sign from the sign and mantissa byte beside 7 bits of the
+ * rotated exponent, then the exponent's last bit beside the 7 mantissa
+ * bits. Unpacking bytes to words, and words under a zero to floats, leaves
+ * in 128-bit lane g of register q the 4 weights of position 16 g + 4 q,
+ * weights 16 q + 4 g .. + 3: register q of the first half is weights 16 q
+ * .. 16 q + 7, of the second 16 q + 8 .. 16 q + 15, stored as they are. */
+
+/* Byte p % 32 of a half takes bit p % 8 of byte p / 8 of the plane (the
+ * half's 4 bytes at `at` in the 16 broadcast): a byte of 0 or 1. */
+AVX2_INLINE __m256i bf16e_code_bit(__m256i planes, int at, __m256i bit) {
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                          3, 3, 3, 3, 3, 3);
+    __m256i v = _mm256_shuffle_epi8(planes, _mm256_add_epi8(pick, _mm256_set1_epi8((char)at)));
+    return _mm256_min_epu8(_mm256_and_si256(v, bit), _mm256_set1_epi8(1));
+}
+
+/* The block at blk as 64 floats, weights 8 i .. 8 i + 7 in f[i], its
+ * escapes read from *esc on. tab: the matrix's rotated exponents
+ * (Bf16eData.rot) in both lanes. */
+AVX2_INLINE void bf16e_block_avx2(const uint8_t *blk, const uint8_t **esc, __m256i tab, __m256 f[8]) {
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i top = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
+    /* planes 0 and 1, then 1 and 2, in both lanes: every half's 4 bytes of each */
+    __m256i pa = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + BF16E_BLOCK)));
+    __m256i pb = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + BF16E_BLOCK + 8)));
+    uint64_t p0 = bf16e_plane(blk, 0), p1 = bf16e_plane(blk, 1), p2 = bf16e_plane(blk, 2);
+    __m256i ex[2];
+    for (int h = 0; h < 2; h++) {
+        __m256i b1 = bf16e_code_bit(pa, 8 + 4 * h, bit), b2 = bf16e_code_bit(pb, 8 + 4 * h, bit);
+        __m256i c = _mm256_add_epi8(bf16e_code_bit(pa, 4 * h, bit), _mm256_add_epi8(b1, b1));
+        b2 = _mm256_add_epi8(b2, b2);
+        c = _mm256_add_epi8(c, _mm256_add_epi8(b2, b2));
+        ex[h] = _mm256_shuffle_epi8(tab, c);
+    }
+    uint64_t escm = p0 & p1 & p2;
+    if (escm) {   /* the escaped exponents, rotated as the table's, over their positions in order */
+        const __m256i at0 = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+                                             21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
+        const __m256i at1 = _mm256_add_epi8(at0, _mm256_set1_epi8(32));
+        const uint8_t *e = *esc;
+        for (; escm; escm &= escm - 1) {   /* a blend at the one position: no store and reload */
+            __m256i p = _mm256_set1_epi8((char)__builtin_ctzll(escm)), v = _mm256_set1_epi8((char)*e++);
+            ex[0] = _mm256_blendv_epi8(ex[0], v, _mm256_cmpeq_epi8(at0, p));
+            ex[1] = _mm256_blendv_epi8(ex[1], v, _mm256_cmpeq_epi8(at1, p));
+        }
+        *esc = e;
+    }
+    for (int h = 0; h < 2; h++) {
+        __m256i sm = _mm256_loadu_si256((const __m256i *)(blk + 32 * h));
+        __m256i swap = _mm256_and_si256(_mm256_xor_si256(sm, ex[h]), top);
+        __m256i hi = _mm256_xor_si256(ex[h], swap);   /* sign | exponent bits 7..1 */
+        __m256i lo = _mm256_xor_si256(sm, swap);      /* exponent bit 0 | mantissa */
+        __m256i w0 = _mm256_unpacklo_epi8(lo, hi), w1 = _mm256_unpackhi_epi8(lo, hi);
+        f[h + 0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w0));
+        f[h + 2] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w0));
+        f[h + 4] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w1));
+        f[h + 6] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w1));
+    }
+}
+
+/* The block as 64 floats at out. */
+AVX2_INLINE void bf16e_block_store_avx2(const uint8_t *blk, const uint8_t **esc, __m256i tab, float *out) {
+    __m256 f[8];
+    bf16e_block_avx2(blk, esc, tab, f);
+    for (int i = 0; i < 8; i++) _mm256_storeu_ps(out + 8 * i, f[i]);
+}
+
+AVX2_INLINE __m256i bf16e_tab_avx2(const Bf16eData *d) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)d->rot));
+}
+
+AVX2_FN void bf16e_widen_avx2(float *out, const Mat *W, int n) {
+    const Bf16eData *d = W->data;
+    const uint8_t *blk = bf16e_row(W, n), *esc = d->esc + d->esc_row[n];
+    __m256i tab = bf16e_tab_avx2(d);
+    for (int k = 0; k < W->K; k += BF16E_BLOCK, blk += BF16E_BLOCK_BYTES) bf16e_block_store_avx2(blk, &esc, tab, out + k);
+}
+
+/* kb2_pack_row for BF16E: weights k0 .. k0 + len (whole blocks) of row n,
+ * decoded, whose escapes start at *esc (moved past theirs). */
+AVX2_INLINE void kb2_pack_bf16e(float *buf, const Mat *W, int n, const uint8_t **esc, __m256i tab, int k0, int len) {
+    float dec[KB2_MAX];
+    const uint8_t *blk = bf16e_row(W, n) + (size_t)(k0 / BF16E_BLOCK) * BF16E_BLOCK_BYTES;
+    for (int k = 0; k < len; k += BF16E_BLOCK, blk += BF16E_BLOCK_BYTES) bf16e_block_store_avx2(blk, esc, tab, dec + k);
+    kb2_pack_row(buf, (const uint8_t *)dec, DT_F32, 0, len, len);
+}
+
 #define KEEP_IN_REGISTERS3(a, b, c) __asm__("" : "+x"(a), "+x"(b), "+x"(c))
 #define KB2_FMA(R_, T_)                                                         \
     do {                                                                        \
@@ -333,6 +431,8 @@ static AVX2_FN void float_rows_kblocked_avx2(const MatmulJob *job, int n0, int n
     int N = job->W->N, K = job->W->K, T = job->T;
     int kb = KB2_X_BYTES / (int)sizeof(float) / T / 16 * 16;
     kb = kb > KB2_MAX ? KB2_MAX : kb < 16 ? 16 : kb;
+    int coded = type == DT_BF16E;   /* decoded as packed: k-blocks of whole blocks of 64 */
+    if (coded) kb = kb < BF16E_BLOCK ? BF16E_BLOCK : kb / BF16E_BLOCK * BF16E_BLOCK;
     int rows = KB2_ACC_BYTES / (2 * (int)sizeof(__m256)) / T / 3 * 3;
     rows = rows < 3 ? 3 : rows;
     assert(2 * 3 * T <= KB2_ACC_BYTES / (int)sizeof(__m256) && T * kb <= KB2_X_BYTES / (int)sizeof(float));
@@ -340,16 +440,22 @@ static AVX2_FN void float_rows_kblocked_avx2(const MatmulJob *job, int n0, int n
     float xbuf[KB2_X_BYTES / sizeof(float)] __attribute__((aligned(32)));
     float wbuf[3 * KB2_MAX] __attribute__((aligned(32)));
     size_t wsize = type == DT_F32 ? 4 : 2;
+    const Bf16eData *bd = coded ? job->W->data : NULL;
+    const uint8_t *esc[KB2_ACC_BYTES / (2 * sizeof(__m256)) / KB2_MIN_T + 3];   /* BF16E: each row's next escape */
+    __m256i tab = coded ? bf16e_tab_avx2(bd) : _mm256_setzero_si256();
     for (int c0 = n0; c0 < n1; c0 += rows) {
         int c1 = c0 + rows < n1 ? c0 + rows : n1;
         for (int i = 0; i < 2 * (c1 - c0) * T; i++) acc[i] = _mm256_setzero_ps();
+        for (int n = c0; coded && n < c1; n++) esc[n - c0] = bd->esc + bd->esc_row[n];
         for (int k0 = 0; k0 < K; k0 += kb) {
             int len = K - k0 < kb ? K - k0 : kb, len16 = (len + 15) / 16 * 16, steps = len16 / 16;
             for (int t = 0; t < T; t++)
                 kb2_pack_row(xbuf + t * kb, (const uint8_t *)(job->x + (size_t)t * K), DT_F32, k0, len, len16);
             for (int n = c0; n < c1; n += 3) {
                 int R = c1 - n < 3 ? c1 - n : 3;
-                for (int r = 0; r < R; r++) kb2_pack_row(wbuf + r * kb, row_ptr(job->W, n + r), type, k0, len, len16);
+                for (int r = 0; r < R; r++)
+                    if (coded) kb2_pack_bf16e(wbuf + r * kb, job->W, n + r, &esc[n + r - c0], tab, k0, len);
+                    else kb2_pack_row(wbuf + r * kb, row_ptr(job->W, n + r), type, k0, len, len16);
                 /* the group packed next: the next 3 rows, or the chunk's
                  * first ones at the next k-block, or the next chunk's; the
                  * tiles ask for its lines while they compute, a row (or what
@@ -358,14 +464,17 @@ static AVX2_FN void float_rows_kblocked_avx2(const MatmulJob *job, int n0, int n
                 if (pn >= c1) pn = c0, pk = k0 + kb;
                 if (pk >= K) pn = c1, pk = 0;
                 int pr = pn >= n1 ? 0 : n1 - pn < 3 ? n1 - pn : 3;
-                int plen = K - pk < kb ? K - pk : kb, lines = (int)(((size_t)plen * wsize + 63) / 64);
+                int plen = K - pk < kb ? K - pk : kb;
+                size_t pbytes = coded ? (size_t)plen / BF16E_BLOCK * BF16E_BLOCK_BYTES : (size_t)plen * wsize;
+                int lines = (int)((pbytes + 63) / 64);
                 int r = 0, at = 0;
                 for (int h = 0; h < 2; h++)
                     for (int t = 0; t < T; t += 4) {
                         const uint8_t *pf = NULL;
                         int np = 0;
                         if (r < pr) {
-                            pf = row_ptr(job->W, pn + r) + (size_t)pk * wsize + 64 * (size_t)at;
+                            pf = (coded ? bf16e_row(job->W, pn + r) + (size_t)(pk / BF16E_BLOCK) * BF16E_BLOCK_BYTES
+                                        : row_ptr(job->W, pn + r) + (size_t)pk * wsize) + 64 * (size_t)at;
                             np = lines - at < steps ? lines - at : steps;
                             if ((at += np) == lines) r++, at = 0;
                         }
@@ -386,9 +495,10 @@ FLOAT_TILES(f32, DT_F32)
 FLOAT_TILES(f16, DT_F16)
 FLOAT_TILES(bf16, DT_BF16)
 
-/* BF16E: each row decoded to floats (dequantize_mat_row) in this part's
- * first K floats of job->wide, then the F32 tile over it: the products and
- * lanes of the BF16 tile, so BF16's bits. */
+/* BF16E below KB2_MIN_T tokens: each row decoded to floats in this part's
+ * first K floats of job->wide (bf16e_widen_avx2), then the F32 tile over
+ * it: the products and lanes of the BF16 tile, so BF16's bits. From
+ * KB2_MIN_T tokens the k-blocked tiles, which decode as they pack. */
 enum { FLOAT_TT = 3 };   /* the float tiles' most tokens */
 static AVX2_FN void bf16e_tile(const MatmulJob *j, const float *row, int n, int t, int TT) {
     size_t ws = (size_t)j->W->K * sizeof(float);
@@ -397,10 +507,41 @@ static AVX2_FN void bf16e_tile(const MatmulJob *j, const float *row, int n, int 
     else float_tile_at(j, (const uint8_t *)row, ws, 1, n, t, DT_F32, 1, 1);
 }
 
-void bf16e_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {
-    float *row = job->wide + (size_t)part * job->rows_per_part * job->W->K;
+/* One token: each block decoded into registers and multiplied there, the
+ * F32 tile's two registers of sums (k mod 16 below 8, and above) taking
+ * the products in the same order, so the same bits. */
+static AVX2_FN void bf16e_rows1_avx2(const MatmulJob *job, int n0, int n1) {
+    const Bf16eData *d = job->W->data;
+    int K = job->W->K;
+    __m256i tab = bf16e_tab_avx2(d);
     for (int n = n0; n < n1; n++) {
-        dequantize_mat_row(row, job->W, n);
+        const uint8_t *blk = bf16e_row(job->W, n), *esc = d->esc + d->esc_row[n];
+        __m256 al = _mm256_setzero_ps(), ah = al;
+        for (int k = 0; k < K; k += BF16E_BLOCK, blk += BF16E_BLOCK_BYTES) {
+            __m256 f[8];
+            bf16e_block_avx2(blk, &esc, tab, f);
+            const float *x = job->x + k;
+            for (int i = 0; i < 8; i += 2) {
+                al = _mm256_fmadd_ps(f[i], _mm256_loadu_ps(x + 8 * i), al);
+                ah = _mm256_fmadd_ps(f[i + 1], _mm256_loadu_ps(x + 8 * i + 8), ah);
+            }
+        }
+        job->out[n] = lanes_sum_avx2(al, ah);
+    }
+}
+
+void bf16e_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {
+    if (job->T == 1) {
+        bf16e_rows1_avx2(job, n0, n1);
+        return;
+    }
+    float *row = job->wide + (size_t)part * job->rows_per_part * job->W->K;
+    if (job->T >= KB2_MIN_T) {
+        float_rows_kblocked_avx2(job, n0, n1, DT_BF16E);
+        return;
+    }
+    for (int n = n0; n < n1; n++) {
+        bf16e_widen_avx2(row, job->W, n);
         for (int t = 0; t < job->T; t += FLOAT_TT)
             bf16e_tile(job, row, n, t, job->T - t < FLOAT_TT ? job->T - t : FLOAT_TT);
     }

@@ -132,6 +132,10 @@ void f16_rows_widened(const MatmulJob *job, int part, int n0, int n1) {
                 bf16e_widen_avx512(wide + (size_t)r * K, job->W, a + r);
                 continue;
             }
+            if ((job->avx2 || job->avx512) && job->W->type == DT_BF16E) {   /* AVX-512 without VBMI2 */
+                bf16e_widen_avx2(wide + (size_t)r * K, job->W, a + r);
+                continue;
+            }
 #endif
             dequantize_mat_row(wide + (size_t)r * K, job->W, a + r);   /* F16, BF16 or BF16E */
         }

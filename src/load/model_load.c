@@ -456,6 +456,17 @@ static int make_rows8(Model *m, int tied, Err *e) {
     return ST_OK;
 }
 
+/* A compressed file's tensor, once its checksum is known, gives its pages of
+ * the mapping back: the check reads the whole file, and keeping all of it
+ * resident would put the file's size on top of what the load builds (the
+ * fast tier, or nothing at all where the GPU builds it). The pages stay in
+ * the page cache; the decoders fault them back in as they read. */
+static void drop_checked(void *ctx, uint64_t i, uint32_t stored, uint32_t got) {
+    (void)stored, (void)got;
+    const Gguf *g = ctx;
+    fio_drop(g->tensors[i].data, g->tensors[i].nbytes);
+}
+
 static int load_gguf(Model *m, const char *path, const ModelOpts *o, Err *e) {
     int st = gguf_open(&m->gguf, path, e);
     if (st) return st;
@@ -469,7 +480,7 @@ static int load_gguf(Model *m, const char *path, const ModelOpts *o, Err *e) {
         /* every tensor, coded or stored as it was, against its CRC-32 before
          * any of it is used: a flipped byte is a refusal, never other weights */
         if ((st = gguf_check_header_crc(g, "rans.header.crc32", e)) ||
-            (st = gguf_check_crcs(g, "rans.tensor.crc32", NULL, NULL, e)))
+            (st = gguf_check_crcs(g, "rans.tensor.crc32", drop_checked, g, e)))
             return st;
         m->coded = mem_alloc((g->n_tensors ? g->n_tensors : 1) * sizeof *m->coded);
         if (!m->coded) return err_set(e, ST_NOMEM, "%s: out of memory", path);
