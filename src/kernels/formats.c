@@ -157,7 +157,8 @@ void mat_to_rows8(uint8_t *out, const Mat *W) {
         for (int b = 0; b < nb; b++) {
             uint8_t *blk = out + rows8_at(W->type, W->K, n, b);
             memcpy(blk + 2 * (n % 8), row + b * bs, 2);
-            for (int j = 0; j < bytes; j++) blk[rows8_byte(bytes / 8, n % 8, j)] = row[b * bs + 2 + j];
+            for (int j = 0; j < bytes; j += 8)   /* eight values stay together */
+                memcpy(blk + rows8_byte(bytes / 8, n % 8, j), row + b * bs + 2 + j, 8);
         }
     }
 }
