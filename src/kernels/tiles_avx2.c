@@ -245,6 +245,7 @@ AVX2_INLINE void float_tile_avx2(const MatmulJob *job, int n, int t0, DType type
  * below SGEMM_MIN_T a batch keeps the bits of each token alone. */
 enum {
     KB2_MIN_T = 16,             /* below this the tiles above */
+    BF16E_KB_MIN_T = 8,         /* BF16E from here: a k-block decoded once serves 8 tokens and more (4: slower) */
     KB2_X_BYTES = 32 * 1024,    /* a k-block of x for all T tokens */
     KB2_MAX = 512,              /* floats in a k-block, at most */
     KB2_ACC_BYTES = 64 * 1024,  /* partial sums of one chunk of rows (64 bytes a row and token) */
@@ -441,7 +442,7 @@ static AVX2_FN void float_rows_kblocked_avx2(const MatmulJob *job, int n0, int n
     float wbuf[3 * KB2_MAX] __attribute__((aligned(32)));
     size_t wsize = type == DT_F32 ? 4 : 2;
     const Bf16eData *bd = coded ? job->W->data : NULL;
-    const uint8_t *esc[KB2_ACC_BYTES / (2 * sizeof(__m256)) / KB2_MIN_T + 3];   /* BF16E: each row's next escape */
+    const uint8_t *esc[KB2_ACC_BYTES / (2 * sizeof(__m256)) / BF16E_KB_MIN_T + 3];   /* BF16E: each row's next escape */
     __m256i tab = coded ? bf16e_tab_avx2(bd) : _mm256_setzero_si256();
     for (int c0 = n0; c0 < n1; c0 += rows) {
         int c1 = c0 + rows < n1 ? c0 + rows : n1;
@@ -495,14 +496,19 @@ FLOAT_TILES(f32, DT_F32)
 FLOAT_TILES(f16, DT_F16)
 FLOAT_TILES(bf16, DT_BF16)
 
-/* BF16E below KB2_MIN_T tokens: each row decoded to floats in this part's
- * first K floats of job->wide (bf16e_widen_avx2), then the F32 tile over
- * it: the products and lanes of the BF16 tile, so BF16's bits. From
- * KB2_MIN_T tokens the k-blocked tiles, which decode as they pack. */
+/* BF16E from 2 to BF16E_KB_MIN_T - 1 tokens: two rows decoded to floats in this
+ * part's first 2 K floats of job->wide (bf16e_widen_avx2), then the F32
+ * tiles over them: the products and lanes of the BF16 tiles, so BF16's
+ * bits. From BF16E_KB_MIN_T tokens the k-blocked tiles, which decode as they
+ * pack; one token, bf16e_rows1_avx2. */
 enum { FLOAT_TT = 3 };   /* the float tiles' most tokens */
-static AVX2_FN void bf16e_tile(const MatmulJob *j, const float *row, int n, int t, int TT) {
+static AVX2_FN void bf16e_tile(const MatmulJob *j, const float *row, int n, int t, int R, int TT) {
     size_t ws = (size_t)j->W->K * sizeof(float);
-    if (TT == 3) float_tile_at(j, (const uint8_t *)row, ws, 1, n, t, DT_F32, 1, 3);
+    if (R == 2) {
+        if (TT == 3) float_tile_at(j, (const uint8_t *)row, ws, 1, n, t, DT_F32, 2, 3);
+        else if (TT == 2) float_tile_at(j, (const uint8_t *)row, ws, 1, n, t, DT_F32, 2, 2);
+        else float_tile_at(j, (const uint8_t *)row, ws, 1, n, t, DT_F32, 2, 1);
+    } else if (TT == 3) float_tile_at(j, (const uint8_t *)row, ws, 1, n, t, DT_F32, 1, 3);
     else if (TT == 2) float_tile_at(j, (const uint8_t *)row, ws, 1, n, t, DT_F32, 1, 2);
     else float_tile_at(j, (const uint8_t *)row, ws, 1, n, t, DT_F32, 1, 1);
 }
@@ -536,14 +542,15 @@ void bf16e_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {
         return;
     }
     float *row = job->wide + (size_t)part * job->rows_per_part * job->W->K;
-    if (job->T >= KB2_MIN_T) {
+    if (job->T >= BF16E_KB_MIN_T) {
         float_rows_kblocked_avx2(job, n0, n1, DT_BF16E);
         return;
     }
-    for (int n = n0; n < n1; n++) {
-        bf16e_widen_avx2(row, job->W, n);
+    for (int n = n0; n < n1; n += 2) {   /* two rows widened, then BF16's 2 x 3 tiles over them */
+        int R = n1 - n < 2 ? 1 : 2;
+        for (int r = 0; r < R; r++) bf16e_widen_avx2(row + (size_t)r * job->W->K, job->W, n + r);
         for (int t = 0; t < job->T; t += FLOAT_TT)
-            bf16e_tile(job, row, n, t, job->T - t < FLOAT_TT ? job->T - t : FLOAT_TT);
+            bf16e_tile(job, row, n, t, R, job->T - t < FLOAT_TT ? job->T - t : FLOAT_TT);
     }
 }
 
