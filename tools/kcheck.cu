@@ -502,25 +502,39 @@ static std::vector<uint16_t> coded_test_bf16(int N, int K) {
     return v;
 }
 
+/* The CPU's fast tier of the N x K BF16 values bf (ec_count, ec_table,
+ * ec_write_rows), in place: W's data is d, whose arrays are in mem. */
+struct CpuTier {
+    std::vector<uint8_t> mem;
+    Mat W;
+    Bf16eData d;
+    uint64_t escapes;
+};
+static int cpu_tier(CpuTier &t, const std::vector<uint16_t> &bf, int N, int K, Err *e) {
+    uint64_t hist[256] = {0};
+    uint8_t exps[8];
+    ec_count(hist, bf.data(), bf.size());
+    t.escapes = ec_table(hist, exps);
+    t.mem.assign(ec_bytes(N, K, t.escapes), 0);
+    EcWriter wr;
+    ec_writer_init(&wr, t.mem.data(), N, K, exps, t.escapes, &t.W, &t.d);
+    return ec_write_rows(&wr, bf.data(), N, e);
+}
+
 /* gpu_bf16e_decode against bf16e_row_to_bf16, bit for bit: every row as
  * BF16 and as F32, and a list of rows (the embedding's use). */
 static void check_bf16e(int N, int K, int time_it) {
     std::vector<uint16_t> bf = coded_test_bf16(N, K);
-    uint64_t hist[256] = {0};
-    uint8_t exps[8];
-    ec_count(hist, bf.data(), bf.size());
-    uint64_t escapes = ec_table(hist, exps);
-    std::vector<uint8_t> mem(ec_bytes(N, K, escapes));
-    EcWriter wr;
-    Mat W;
-    Bf16eData d;
+    CpuTier ct;
     Err e = {0};
-    ec_writer_init(&wr, mem.data(), N, K, exps, escapes, &W, &d);
-    if (ec_write_rows(&wr, bf.data(), N, &e)) {
+    if (cpu_tier(ct, bf, N, K, &e)) {
         printf("kcheck: BF16E %d x %d: %s\n", N, K, e.msg);
         failures++;
         return;
     }
+    const Mat &W = ct.W;
+    const Bf16eData &d = ct.d;
+    uint64_t escapes = ct.escapes;
     std::vector<uint16_t> ref((size_t)N * K);
     for (int n = 0; n < N; n++) bf16e_row_to_bf16(ref.data() + (size_t)n * K, &W, n);
     std::vector<uint8_t> gb((size_t)N * dtype_row_bytes(DT_BF16E, K)), ge(escapes + 1);
@@ -674,20 +688,17 @@ static void check_rest(int N, int K, int few_mantissas, int time_it) {
         return;
     }
     /* the CPU's tier, in the GPU's layout */
-    uint64_t hist[256] = {0};
-    uint8_t exps[8];
-    ec_count(hist, bf.data(), bf.size());
-    uint64_t escapes = ec_table(hist, exps);
-    std::vector<uint8_t> mem(ec_bytes(N, K, escapes));
-    EcWriter wr;
-    Mat W;
-    Bf16eData d;
-    ec_writer_init(&wr, mem.data(), N, K, exps, escapes, &W, &d);
-    if (ec_write_rows(&wr, bf.data(), N, &e)) {
+    CpuTier ct;
+    if (cpu_tier(ct, bf, N, K, &e)) {
         printf("kcheck: %s: %s\n", what, e.msg);
         failures++;
+        wc_close(&t);
+        mem_free(blob);
         return;
     }
+    const Bf16eData &d = ct.d;
+    const uint8_t *exps = ct.d.exps;
+    uint64_t escapes = ct.escapes;
     size_t nb = (size_t)N * dtype_row_bytes(DT_BF16E, K);
     std::vector<uint8_t> gb(nb), ge(escapes + 1);
     gpu_pack_bf16e(gb.data(), ge.data(), &d, N, K);
