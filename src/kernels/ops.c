@@ -499,19 +499,15 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
             count_call(isa, 0);
             return W->type == DT_F16 ? f16_rows_avx2 : bf16_rows_avx2;
         }
-#endif
-        /* the scratch holds F16_WIDE_ROWS rows, shared out between the threads */
-        if (*team > F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART) *team = F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART;
-#ifdef OPS_X86
-        /* BF16E: a row at a time into the scratch, decoded by AVX2 (also on
-         * an AVX-512 CPU without VBMI2, such as Cascade Lake) */
+        /* BF16E decoded in AVX2 registers (also on an AVX-512 CPU without
+         * VBMI2, such as Cascade Lake) */
         if ((isa == OPS_AVX2 || isa == OPS_AVX512) && T < SGEMM_MIN_T) {
-            job->wide = (float *)scratch_base(scratch);
-            job->rows_per_part = F16_WIDE_ROWS / *team;
             count_call(isa, 0);
             return bf16e_rows_avx2;
         }
 #endif
+        /* the scratch holds F16_WIDE_ROWS rows, shared out between the threads */
+        if (*team > F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART) *team = F16_WIDE_ROWS / F16_MIN_ROWS_PER_PART;
         if (T == 1) {
             count_call(isa, 0);
             return f16_rows_generic;

@@ -253,7 +253,7 @@ void q8_0_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
 void f32_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
 void f16_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
 void bf16_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
-/* BF16E: needs job->wide and rows_per_part as f16_rows_widened (2 K floats a part). */
+/* BF16E, its blocks decoded in registers (no scratch). */
 void bf16e_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
 void bf16e_widen_avx2(float *out, const Mat *W, int n);   /* row n to floats */
 void q8_0_rows_avx2(const MatmulJob *job, int part, int n0, int n1);

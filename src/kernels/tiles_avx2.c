@@ -496,62 +496,59 @@ FLOAT_TILES(f32, DT_F32)
 FLOAT_TILES(f16, DT_F16)
 FLOAT_TILES(bf16, DT_BF16)
 
-/* BF16E from 2 to BF16E_KB_MIN_T - 1 tokens: two rows decoded to floats in this
- * part's first 2 K floats of job->wide (bf16e_widen_avx2), then the F32
- * tiles over them: the products and lanes of the BF16 tiles, so BF16's
- * bits. From BF16E_KB_MIN_T tokens the k-blocked tiles, which decode as they
- * pack; one token, bf16e_rows1_avx2. */
-enum { FLOAT_TT = 3 };   /* the float tiles' most tokens */
-static AVX2_FN void bf16e_tile(const MatmulJob *j, const float *row, int n, int t, int R, int TT) {
-    size_t ws = (size_t)j->W->K * sizeof(float);
-    if (R == 2) {
-        if (TT == 3) float_tile_at(j, (const uint8_t *)row, ws, 1, n, t, DT_F32, 2, 3);
-        else if (TT == 2) float_tile_at(j, (const uint8_t *)row, ws, 1, n, t, DT_F32, 2, 2);
-        else float_tile_at(j, (const uint8_t *)row, ws, 1, n, t, DT_F32, 2, 1);
-    } else if (TT == 3) float_tile_at(j, (const uint8_t *)row, ws, 1, n, t, DT_F32, 1, 3);
-    else if (TT == 2) float_tile_at(j, (const uint8_t *)row, ws, 1, n, t, DT_F32, 1, 2);
-    else float_tile_at(j, (const uint8_t *)row, ws, 1, n, t, DT_F32, 1, 1);
-}
-
-/* One token: each block decoded into registers and multiplied there, the
- * F32 tile's two registers of sums (k mod 16 below 8, and above) taking
- * the products in the same order, so the same bits. */
-static AVX2_FN void bf16e_rows1_avx2(const MatmulJob *job, int n0, int n1) {
+/* BF16E below BF16E_KB_MIN_T tokens: each block decoded into registers
+ * and multiplied there (bf16e_fused_avx2); from BF16E_KB_MIN_T tokens the
+ * k-blocked tiles, which decode as they pack a k-block. Both have BF16's
+ * bits. Rows decoded to floats first and then run through the F32 tiles
+ * measured 6-25% slower from 2 to 6 tokens and 30% at one. */
+/* Up to three tokens t0.. of row n: each block decoded into registers and
+ * multiplied there, each token's two registers of sums (k mod 16 below 8,
+ * and above) taking the products in the F32 tile's order, so the same bits. */
+AVX2_INLINE void bf16e_fused_avx2(const MatmulJob *job, int n, int t0, int TT, __m256i tab) {
     const Bf16eData *d = job->W->data;
-    int K = job->W->K;
-    __m256i tab = bf16e_tab_avx2(d);
-    for (int n = n0; n < n1; n++) {
-        const uint8_t *blk = bf16e_row(job->W, n), *esc = d->esc + d->esc_row[n];
-        __m256 al = _mm256_setzero_ps(), ah = al;
-        for (int k = 0; k < K; k += BF16E_BLOCK, blk += BF16E_BLOCK_BYTES) {
-            __m256 f[8];
-            bf16e_block_avx2(blk, &esc, tab, f);
-            const float *x = job->x + k;
-            for (int i = 0; i < 8; i += 2) {
-                al = _mm256_fmadd_ps(f[i], _mm256_loadu_ps(x + 8 * i), al);
-                ah = _mm256_fmadd_ps(f[i + 1], _mm256_loadu_ps(x + 8 * i + 8), ah);
+    int K = job->W->K, N = job->W->N;
+    const float *x0 = job->x + (size_t)t0 * K, *x1 = TT > 1 ? x0 + K : x0, *x2 = TT > 2 ? x0 + 2 * (size_t)K : x0;
+    const uint8_t *blk = bf16e_row(job->W, n), *esc = d->esc + d->esc_row[n];
+    __m256 a0l = _mm256_setzero_ps(), a0h = a0l, a1l = a0l, a1h = a0l, a2l = a0l, a2h = a0l;
+    for (int k = 0; k < K; k += BF16E_BLOCK, blk += BF16E_BLOCK_BYTES) {
+        __m256 f[8];
+        bf16e_block_avx2(blk, &esc, tab, f);
+        for (int i = 0; i < 8; i += 2) {
+            int at = k + 8 * i;
+            a0l = _mm256_fmadd_ps(f[i], _mm256_loadu_ps(x0 + at), a0l);
+            a0h = _mm256_fmadd_ps(f[i + 1], _mm256_loadu_ps(x0 + at + 8), a0h);
+            if (TT > 1) {
+                a1l = _mm256_fmadd_ps(f[i], _mm256_loadu_ps(x1 + at), a1l);
+                a1h = _mm256_fmadd_ps(f[i + 1], _mm256_loadu_ps(x1 + at + 8), a1h);
+            }
+            if (TT > 2) {
+                a2l = _mm256_fmadd_ps(f[i], _mm256_loadu_ps(x2 + at), a2l);
+                a2h = _mm256_fmadd_ps(f[i + 1], _mm256_loadu_ps(x2 + at + 8), a2h);
             }
         }
-        job->out[n] = lanes_sum_avx2(al, ah);
     }
+    float *o = job->out + (size_t)t0 * N + n;
+    o[0] = lanes_sum_avx2(a0l, a0h);
+    if (TT > 1) o[N] = lanes_sum_avx2(a1l, a1h);
+    if (TT > 2) o[2 * (size_t)N] = lanes_sum_avx2(a2l, a2h);
+}
+
+/* Below BF16E_KB_MIN_T tokens: a row at a time, three tokens a pass over
+ * it (after the first pass its blocks come from L1). */
+static AVX2_FN void bf16e_rows_fused_avx2(const MatmulJob *job, int n0, int n1) {
+    __m256i tab = bf16e_tab_avx2(job->W->data);
+    for (int n = n0; n < n1; n++)
+        for (int t = 0; t < job->T; t += 3) {
+            int tt = job->T - t < 3 ? job->T - t : 3;
+            if (tt == 3) bf16e_fused_avx2(job, n, t, 3, tab);
+            else if (tt == 2) bf16e_fused_avx2(job, n, t, 2, tab);
+            else bf16e_fused_avx2(job, n, t, 1, tab);
+        }
 }
 
 void bf16e_rows_avx2(const MatmulJob *job, int part, int n0, int n1) {
-    if (job->T == 1) {
-        bf16e_rows1_avx2(job, n0, n1);
-        return;
-    }
-    float *row = job->wide + (size_t)part * job->rows_per_part * job->W->K;
-    if (job->T >= BF16E_KB_MIN_T) {
-        float_rows_kblocked_avx2(job, n0, n1, DT_BF16E);
-        return;
-    }
-    for (int n = n0; n < n1; n += 2) {   /* two rows widened, then BF16's 2 x 3 tiles over them */
-        int R = n1 - n < 2 ? 1 : 2;
-        for (int r = 0; r < R; r++) bf16e_widen_avx2(row + (size_t)r * job->W->K, job->W, n + r);
-        for (int t = 0; t < job->T; t += FLOAT_TT)
-            bf16e_tile(job, row, n, t, R, job->T - t < FLOAT_TT ? job->T - t : FLOAT_TT);
-    }
+    if (job->T >= BF16E_KB_MIN_T) float_rows_kblocked_avx2(job, n0, n1, DT_BF16E);
+    else bf16e_rows_fused_avx2(job, n0, n1);
 }
 
 /* --- Activations to the int8 layout (rows.h, act_row)
