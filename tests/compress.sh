@@ -60,6 +60,8 @@ done
 # depend on the batch)
 greedy "$tmp/shakespeare-bf16.rans.gguf" --low-mem --trace > /dev/null
 grep -q "BF16E" "$tmp/err" && ok || bad "--low-mem on a BF16 file did not run on the fast tier: $(tail -1 "$tmp/err")"
+grep -q "codec: .*--low-mem, the fast tier (BF16E): rewritten at load into" "$tmp/err" && ok ||
+    bad "the trace's codec line does not name the fast tier: $(grep 'codec:' "$tmp/err")"
 printf '%s\n' '{"prompt": "ROMEO:", "max_tokens": 24, "temperature": 0}' '{"prompt": "JULIET:", "max_tokens": 20, "temperature": 0}' \
     '{"prompt": "KING HENRY:", "max_tokens": 16, "temperature": 0}' '{"prompt": "First Citizen:", "max_tokens": 24, "temperature": 0}' > "$tmp/four.jsonl"
 if timeout 120 "$INFER" --model "$tmp/shakespeare-bf16.rans.gguf" --low-mem --threads 2 --workload "$tmp/four.jsonl" \

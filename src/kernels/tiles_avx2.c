@@ -361,12 +361,20 @@ AVX2_FN void bf16e_widen_avx2(float *out, const Mat *W, int n) {
 }
 
 /* kb2_pack_row for BF16E: weights k0 .. k0 + len (whole blocks) of row n,
- * decoded, whose escapes start at *esc (moved past theirs). */
+ * decoded straight into the halves (f[2 m] holds weights 16 m .. 16 m + 7 of
+ * the block, f[2 m + 1] the next 8), whose escapes start at *esc (moved
+ * past theirs). */
 AVX2_INLINE void kb2_pack_bf16e(float *buf, const Mat *W, int n, const uint8_t **esc, __m256i tab, int k0, int len) {
-    float dec[KB2_MAX];
     const uint8_t *blk = bf16e_row(W, n) + (size_t)(k0 / BF16E_BLOCK) * BF16E_BLOCK_BYTES;
-    for (int k = 0; k < len; k += BF16E_BLOCK, blk += BF16E_BLOCK_BYTES) bf16e_block_store_avx2(blk, esc, tab, dec + k);
-    kb2_pack_row(buf, (const uint8_t *)dec, DT_F32, 0, len, len);
+    float *hi = buf + len / 2;
+    for (int k = 0; k < len; k += BF16E_BLOCK, blk += BF16E_BLOCK_BYTES) {
+        __m256 f[8];
+        bf16e_block_avx2(blk, esc, tab, f);
+        for (int m = 0; m < 4; m++) {
+            _mm256_storeu_ps(buf + k / 2 + 8 * m, f[2 * m]);
+            _mm256_storeu_ps(hi + k / 2 + 8 * m, f[2 * m + 1]);
+        }
+    }
 }
 
 #define KEEP_IN_REGISTERS3(a, b, c) __asm__("" : "+x"(a), "+x"(b), "+x"(c))
