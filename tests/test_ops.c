@@ -948,6 +948,7 @@ static void in_eights_on_avx2_gives_the_blocks_reference_bits(void **state) {
                                 81 + (unsigned)(k * 16 + j * 4 + i));
         check_rows8(types[y], 40, 8192, 5, 0, 82);   /* big enough for two threads */
         check_rows8(types[y], 16, 256, 9, 1, 83);
+        check_rows8(types[y], 24, 512, 6, 1, 84);   /* Q4_K: a tile of four, then one of two */
         check_rows8_in_a_group(types[y]);
     }
 }

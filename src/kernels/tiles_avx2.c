@@ -1133,11 +1133,9 @@ QK_TILES_OF(q6_k, DT_Q6_K)
  *   float   qk_dot_int_of's step in its order, the eight rows in the lanes
  *           of one register
  * About 370 instructions for eight rows, 46 a row. The sums are exact
- * integers, so the bits are the generic path's. A tile takes two tokens,
- * which share the loads, the splits and the scales' shuffles, and a batch
- * runs them down a chunk of groups that stays in L2: level with the row
- * tiles at 16 and 64 tokens, where those unpack a super-block once for
- * eight tokens. */
+ * integers, so the bits are the generic path's. A batch's tile takes up to
+ * four tokens, which share the loads, the splits and the scales' shuffles,
+ * and runs down a chunk of groups that stays in L2 (k8_tiles). */
 
 /* The scales (sc) and mins (mn) of the eight rows of a super-block, bytes j
  * of word i = sub-block j (lo: 0-3, hi: 4-7) of row i, q4_k_scales on all
@@ -1163,14 +1161,6 @@ AVX2_INLINE __m256i bcast8_here(const int8_t *p) {
     return v;
 }
 
-/* Token x's int16 sums of one load's values (lo, hi) against its eight
- * values of the low and the high sub-block. */
-#define K8_TOKEN(X, L, H)                                                                           \
-    do {                                                                                            \
-        L = _mm256_add_epi16(L, _mm256_maddubs_epi16(lo, bcast8_here((X) + 64 * c + 8 * qq)));      \
-        H = _mm256_add_epi16(H, _mm256_maddubs_epi16(hi, bcast8_here((X) + 64 * c + 32 + 8 * qq))); \
-    } while (0)
-
 /* Token x's msum (rows 0 .. 7) and its float step into SUM */
 #define K8_END(XB, A0, A1, SUM)                                                                                  \
     do {                                                                                                         \
@@ -1187,36 +1177,34 @@ AVX2_INLINE __m256i bcast8_here(const int8_t *p) {
         SUM = qk_float_step(SUM, d, dmin, _mm256_set1_ps((XB).d), isum_, msum_);                                  \
     } while (0)
 
-/* Rows 8g .. 8g+7 by tokens t, t + 1 (TT of them: 1 or 2, the values'
- * loads and splits shared); of them, rows [r0, r1) are written. */
-AVX2_INLINE void k8_tile(const MatmulJob *job, int g, int t, int TT, int r0, int r1) {
+/* Rows 8g .. 8g+7 by token t (decoding); of them, rows [r0, r1) are
+ * written. */
+static AVX2_FN void k8_tile1(const MatmulJob *job, int g, int t, int r0, int r1) {
     int N = job->W->N, K = job->W->K, nsb = K / QK_K;
-    size_t bb = rows8_block_bytes(DT_Q4_K), group_bytes = (size_t)nsb * bb, stride = small_act_stride(DT_Q4_K, K);
+    size_t bb = rows8_block_bytes(DT_Q4_K), group_bytes = (size_t)nsb * bb;
     const uint8_t *w = job->W->rows8 + (size_t)g * group_bytes;
-    const BlockQ8_K *xa = (const BlockQ8_K *)(job->act + (size_t)t * stride), *xb = xa;
-    if (TT > 1) xb = (const BlockQ8_K *)(job->act + (size_t)(t + 1) * stride);
+    const BlockQ8_K *xa = (const BlockQ8_K *)(job->act + (size_t)t * small_act_stride(DT_Q4_K, K));
     const __m256i nib = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     /* the byte shuffles that spread byte j of the rows' words of load x
      * (rows 2x, 2x + 1 in each half) to their four int16 lanes: add j */
     const __m256i spread0 = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 4, -128, 4, -128, 4, -128, 4, -128,
                                              0, -128, 0, -128, 0, -128, 0, -128, 4, -128, 4, -128, 4, -128, 4, -128);
-    __m256 suma = _mm256_setzero_ps(), sumb = suma;
+    __m256 sum = _mm256_setzero_ps();
     for (int sb = 0; sb < nsb; sb++) {
         const uint8_t *blk = w + (size_t)sb * bb, *q = blk + 128;
-        if (TT == 1) prefetch_weights(blk, bb, 1, 1, 0);   /* a stream: ahead of it */
-        else prefetch_weights(blk, bb, 1, TT, group_bytes);   /* the next group's */
+        prefetch_weights(blk, bb, 1, 1, 0);   /* a stream: ahead of it */
         __m256i sc_lo, sc_hi, mn_lo, mn_hi;
         k8_scales(blk, &sc_lo, &sc_hi, &mn_lo, &mn_hi);
-        const int8_t *qa = xa[sb].qs, *qb = xb[sb].qs;
-        __m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0;   /* token a or b, load x = 0 or 1 */
+        const int8_t *qa = xa[sb].qs;
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0;   /* load x = 0 or 1 */
         for (int c = 0; c < 4; c++)
             for (int x = 0; x < 2; x++) {
-                __m256i la = _mm256_setzero_si256(), ha = la, lb = la, hb = la;
+                __m256i la = _mm256_setzero_si256(), ha = la;
                 for (int qq = 0; qq < 4; qq++) {
                     __m256i v = _mm256_loadu_si256((const __m256i *)(q + (size_t)((c * 4 + qq) * 2 + x) * 32));
                     __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-                    K8_TOKEN(qa, la, ha);
-                    if (TT > 1) K8_TOKEN(qb, lb, hb);
+                    la = _mm256_add_epi16(la, _mm256_maddubs_epi16(lo, bcast8_here(qa + 64 * c + 8 * qq)));
+                    ha = _mm256_add_epi16(ha, _mm256_maddubs_epi16(hi, bcast8_here(qa + 64 * c + 32 + 8 * qq)));
                 }
                 /* sub-blocks 2c and 2c + 1: bytes 2c % 4 and 2c % 4 + 1 of the lo or hi words */
                 __m256i src = c < 2 ? sc_lo : sc_hi, sp = _mm256_add_epi8(spread0, _mm256_set1_epi8((char)(8 * x + 2 * c % 4)));
@@ -1224,30 +1212,103 @@ AVX2_INLINE void k8_tile(const MatmulJob *job, int g, int t, int TT, int r0, int
                 __m256i sa = _mm256_add_epi32(_mm256_madd_epi16(la, sl), _mm256_madd_epi16(ha, sh));
                 if (x) a1 = _mm256_add_epi32(a1, sa);
                 else a0 = _mm256_add_epi32(a0, sa);
-                if (TT > 1) {
-                    __m256i sb_ = _mm256_add_epi32(_mm256_madd_epi16(lb, sl), _mm256_madd_epi16(hb, sh));
-                    if (x) b1 = _mm256_add_epi32(b1, sb_);
-                    else b0 = _mm256_add_epi32(b0, sb_);
-                }
             }
         /* qk_dot_int_of's float step, in its order: sum += d * d_x * isum - dmin * d_x * msum */
         __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk)),
                dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
-        K8_END(xa[sb], a0, a1, suma);
-        if (TT > 1) K8_END(xb[sb], b0, b1, sumb);
+        K8_END(xa[sb], a0, a1, sum);
     }
-    float *o = job->out + (size_t)t * N + 8 * (size_t)g, part[2][8];
+    float *o = job->out + (size_t)t * N + 8 * (size_t)g, part[8];
     if (r0 == 0 && r1 == 8) {
-        _mm256_storeu_ps(o, suma);
-        if (TT > 1) _mm256_storeu_ps(o + N, sumb);
+        _mm256_storeu_ps(o, sum);
         return;
     }
-    _mm256_storeu_ps(part[0], suma), _mm256_storeu_ps(part[1], sumb);   /* a range that cuts the group: its rows only */
-    for (int i = 0; i < TT; i++) memcpy(o + (size_t)i * N + r0, part[i] + r0, (size_t)(r1 - r0) * sizeof(float));
+    _mm256_storeu_ps(part, sum);   /* a range that cuts the group: its rows only */
+    memcpy(o + r0, part + r0, (size_t)(r1 - r0) * sizeof(float));
 }
 
-static AVX2_FN void k8_tile1(const MatmulJob *j, int g, int t, int r0, int r1) { k8_tile(j, g, t, 1, r0, r1); }
-static AVX2_FN void k8_tile2(const MatmulJob *j, int g, int t, int r0, int r1) { k8_tile(j, g, t, 2, r0, r1); }
+/* Token T's int16 sums of one load's values (lo, hi) against its eight
+ * values of the low and the high sub-block (x##T its values in this
+ * super-block). */
+#define K8Q_TOKEN(T)                                                 \
+    do {                                                             \
+        L##T = _mm256_add_epi16(L##T, _mm256_maddubs_epi16(lo, bcast8_here(x##T + 64 * c + 8 * qq)));      \
+        H##T = _mm256_add_epi16(H##T, _mm256_maddubs_epi16(hi, bcast8_here(x##T + 64 * c + 32 + 8 * qq))); \
+    } while (0)
+#define K8Q_SCALE(T) A[4 * x + T] = _mm256_add_epi32(A[4 * x + T], _mm256_add_epi32(_mm256_madd_epi16(L##T, sl), _mm256_madd_epi16(H##T, sh)))
+/* F(T) for each token T < TT of a tile of up to four */
+#define K8Q_EACH(F)       \
+    do {                  \
+        F(0);             \
+        F(1);             \
+        if (TT > 2) F(2); \
+        if (TT > 3) F(3); \
+    } while (0)
+
+/* Rows 8g .. 8g+7 by tokens t .. t + TT - 1 (TT of 2 to 4), which share
+ * each load's split and each sub-block's scales; of them, rows [r0, r1) are
+ * written. The loads x = 0 and 1 go one after the other, so that the
+ * tokens' eight int16 sums of a chunk, the load's two halves and a broadcast
+ * fit the sixteen registers; the int32 sums of the sub-blocks wait in memory
+ * (A). The same integers and float step as k8_tile1: its bits. */
+AVX2_INLINE void k8_tiles(const MatmulJob *job, int g, int t, int TT, int r0, int r1) {
+    int N = job->W->N, K = job->W->K, nsb = K / QK_K;
+    size_t bb = rows8_block_bytes(DT_Q4_K), group_bytes = (size_t)nsb * bb, stride = small_act_stride(DT_Q4_K, K);
+    const uint8_t *w = job->W->rows8 + (size_t)g * group_bytes;
+    const uint8_t *act = job->act + (size_t)t * stride;
+    const __m256i nib = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i spread0 = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 4, -128, 4, -128, 4, -128, 4, -128,
+                                             0, -128, 0, -128, 0, -128, 0, -128, 4, -128, 4, -128, 4, -128, 4, -128);
+    __m256 sum[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int sb = 0; sb < nsb; sb++) {
+        const uint8_t *blk = w + (size_t)sb * bb, *q = blk + 128;
+        prefetch_weights(blk, bb, 1, TT, group_bytes);   /* the next group's */
+        __m256i sc_lo, sc_hi, mn_lo, mn_hi;
+        k8_scales(blk, &sc_lo, &sc_hi, &mn_lo, &mn_hi);
+        /* tokens past TT read token 0's values, and compute nothing */
+        const BlockQ8_K *xb0 = (const BlockQ8_K *)act + sb, *xb1 = (const BlockQ8_K *)(act + stride) + sb,
+                        *xb2 = TT > 2 ? (const BlockQ8_K *)(act + 2 * stride) + sb : xb0,
+                        *xb3 = TT > 3 ? (const BlockQ8_K *)(act + 3 * stride) + sb : xb0;
+        const int8_t *x0 = xb0->qs, *x1 = xb1->qs, *x2 = xb2->qs, *x3 = xb3->qs;
+        __m256i A[8];   /* load x, token T: A[4x + T] */
+        for (int i = 0; i < 8; i++) A[i] = _mm256_setzero_si256();
+        for (int x = 0; x < 2; x++)
+            for (int c = 0; c < 4; c++) {
+                __m256i L0 = _mm256_setzero_si256(), L1 = L0, L2 = L0, L3 = L0, H0 = L0, H1 = L0, H2 = L0, H3 = L0;
+                for (int qq = 0; qq < 4; qq++) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(q + (size_t)((c * 4 + qq) * 2 + x) * 32));
+                    __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+                    K8Q_EACH(K8Q_TOKEN);
+                    /* the sums in registers here: GCC 12 otherwise makes all
+                     * the products first and adds them as a tree, spilling */
+                    __asm__("" : "+x"(L0), "+x"(L1), "+x"(H0), "+x"(H1));
+                    if (TT > 2) __asm__("" : "+x"(L2), "+x"(H2));
+                    if (TT > 3) __asm__("" : "+x"(L3), "+x"(H3));
+                }
+                __m256i src = c < 2 ? sc_lo : sc_hi, sp = _mm256_add_epi8(spread0, _mm256_set1_epi8((char)(8 * x + 2 * c % 4)));
+                __m256i sl = _mm256_shuffle_epi8(src, sp), sh = _mm256_shuffle_epi8(src, _mm256_add_epi8(sp, _mm256_set1_epi8(1)));
+                K8Q_EACH(K8Q_SCALE);
+            }
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk)),
+               dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
+        K8_END(*xb0, A[0], A[4], sum[0]);
+        K8_END(*xb1, A[1], A[5], sum[1]);
+        if (TT > 2) K8_END(*xb2, A[2], A[6], sum[2]);
+        if (TT > 3) K8_END(*xb3, A[3], A[7], sum[3]);
+    }
+    float *o = job->out + (size_t)t * N + 8 * (size_t)g, part[8];
+    for (int i = 0; i < TT; i++) {
+        if (r0 == 0 && r1 == 8) {
+            _mm256_storeu_ps(o + (size_t)i * N, sum[i]);
+            continue;
+        }
+        _mm256_storeu_ps(part, sum[i]);   /* a range that cuts the group: its rows only */
+        memcpy(o + (size_t)i * N + r0, part + r0, (size_t)(r1 - r0) * sizeof(float));
+    }
+}
+static AVX2_FN void k8_tile2(const MatmulJob *j, int g, int t, int r0, int r1) { k8_tiles(j, g, t, 2, r0, r1); }
+static AVX2_FN void k8_tile3(const MatmulJob *j, int g, int t, int r0, int r1) { k8_tiles(j, g, t, 3, r0, r1); }
+static AVX2_FN void k8_tile4(const MatmulJob *j, int g, int t, int r0, int r1) { k8_tiles(j, g, t, 4, r0, r1); }
 
 /* Q6_K in eights (formats.h): rows 8g .. 8g+7 by token t; of them, rows
  * [r0, r1) are written. Per load x of four rows' bytes 8q .. 8q+7 of ql,
@@ -1333,7 +1394,7 @@ static AVX2_FN void k6_tile(const MatmulJob *job, int g, int t, int r0, int r1) 
     memcpy(o + r0, part + r0, (size_t)(r1 - r0) * sizeof(float));
 }
 
-/* Rows [n0, n1), any range: over a chunk of groups that stays in L2, two
+/* Rows [n0, n1), any range: over a chunk of groups that stays in L2, four
  * tokens at a time (Q6_K one). */
 static void rows8_k_avx2(const MatmulJob *job, int n0, int n1) {
     int T = job->T, g0 = n0 / 8, g1 = (n1 + 7) / 8, q6 = job->W->type == DT_Q6_K;
@@ -1342,11 +1403,13 @@ static void rows8_k_avx2(const MatmulJob *job, int n0, int n1) {
     if (chunk < 1) chunk = 1;
     for (int c0 = g0; c0 < g1; c0 += chunk) {
         int c1 = c0 + chunk < g1 ? c0 + chunk : g1;
-        for (int t = 0; t < T; t += q6 ? 1 : 2)
+        for (int t = 0; t < T; t += q6 ? 1 : T - t < 4 ? T - t : 4)
             for (int g = c0; g < c1; g++) {
                 int r0 = g == g0 ? n0 - 8 * g : 0, r1 = n1 - 8 * g < 8 ? n1 - 8 * g : 8;
                 if (q6) k6_tile(job, g, t, r0, r1);
-                else if (T - t > 1) k8_tile2(job, g, t, r0, r1);
+                else if (T - t > 3) k8_tile4(job, g, t, r0, r1);
+                else if (T - t == 3) k8_tile3(job, g, t, r0, r1);
+                else if (T - t == 2) k8_tile2(job, g, t, r0, r1);
                 else k8_tile1(job, g, t, r0, r1);
             }
     }
