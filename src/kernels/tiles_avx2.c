@@ -978,6 +978,8 @@ AVX2_INLINE __m256i q6_values(const BlockQ6_K *b, int h, int i) {
         if (TT > 7) F(7);   \
     } while (0)
 #define QK_ZERO(t) acc##t = _mm256_setzero_si256()
+/* the token's sums in a register here (see k8_tiles) */
+#define QK_KEEP(t) __asm__("" : "+x"(acc##t))
 /* Q4_K, chunk c: sub-block 2c's values lo and scale s0, 2c + 1's hi and s1 */
 #define Q4K_TOKEN(t)                                                                                   \
     do {                                                                                               \
@@ -1048,6 +1050,7 @@ AVX2_INLINE void qk_tile_avx2(const MatmulJob *job, const uint8_t *row, int n, i
                 __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
                 __m256i s0 = _mm256_set1_epi16(sm[2 * c]), s1 = _mm256_set1_epi16(sm[2 * c + 1]);
                 QK_EACH(Q4K_TOKEN);
+                QK_EACH(QK_KEEP);
             }
             /* mn[j] beside both halves of sub-block j's sums: bytes mn0 mn0 mn1 mn1 ... */
             __m128i mn = _mm_loadl_epi64((const __m128i *)(sm + 8));
@@ -1065,6 +1068,7 @@ AVX2_INLINE void qk_tile_avx2(const MatmulJob *job, const uint8_t *row, int n, i
                     __m256i s = _mm256_inserti128_si256(_mm256_set1_epi16(b->scales[8 * h + 2 * i]),
                                                         _mm_set1_epi16(b->scales[8 * h + 2 * i + 1]), 1);
                     QK_EACH(Q6K_TOKEN);
+                    QK_EACH(QK_KEEP);
                 }
         }
         /* qk_dot_int_of's float step, in its order: sum += d * d_x * isum -
