@@ -89,6 +89,14 @@ int main(int argc, char **argv) {
         if (amx > 0) printf(" %.1f |\n", amx);
         else printf(" - (no AMX) |\n");
     }
+    if (!ceil_has_avx512() && ceil_has_avx2()) {   /* what int8 products cost inside a dot product there */
+        printf("\nint8 as a dot product uses it on AVX2 (each vpmaddubsw followed by a vpaddw into the sums):\n");
+        for (int i = 0; i < n_threads; i++) {
+            double alone = ceil_peak(1, threads[i], &sink), dot = ceil_peak(3, threads[i], &sink);
+            printf("  %d thread%s: %.1f GOP/s, %.2f of vpmaddubsw alone (%.1f)\n", threads[i], threads[i] > 1 ? "s" : "",
+                   dot, dot / alone, alone);
+        }
+    }
     if (sink == 0x9e3779b9u) printf("(checksum %llu)\n", (unsigned long long)sink);
     free(buf);
     return 0;

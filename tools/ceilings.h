@@ -309,6 +309,29 @@ CEIL_AVX2 static inline int int8_chains_avx2(long n) {
     return (int)(s & 0x7fffffff);
 }
 
+/* The same products as a dot product must use them on AVX2: each
+ * vpmaddubsw's sixteen pair sums added into one of eight int16 sums by a
+ * vpaddw, the least work an int8 dot product does per product there (VNNI's
+ * vpdpbusd does both in one instruction). 64 operations a pair, as above. */
+CEIL_AVX2 static inline int int8_dot_chains_avx2(long n) {
+    __m256i x = _mm256_set1_epi8(3), y = _mm256_set1_epi8(-1), a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0,
+            a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (long i = 0; i < n; i++)
+        __asm__("vpmaddubsw %9, %8, %%ymm12\n\tvpaddw %%ymm12, %0, %0\n\tvpmaddubsw %9, %8, %%ymm13\n\tvpaddw %%ymm13, %1, %1\n\t"
+                "vpmaddubsw %9, %8, %%ymm14\n\tvpaddw %%ymm14, %2, %2\n\tvpmaddubsw %9, %8, %%ymm15\n\tvpaddw %%ymm15, %3, %3\n\t"
+                "vpmaddubsw %9, %8, %%ymm12\n\tvpaddw %%ymm12, %4, %4\n\tvpmaddubsw %9, %8, %%ymm13\n\tvpaddw %%ymm13, %5, %5\n\t"
+                "vpmaddubsw %9, %8, %%ymm14\n\tvpaddw %%ymm14, %6, %6\n\tvpmaddubsw %9, %8, %%ymm15\n\tvpaddw %%ymm15, %7, %7"
+                : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), "+x"(a6), "+x"(a7)
+                : "x"(x), "x"(y)
+                : "xmm12", "xmm13", "xmm14", "xmm15");
+    __m256i t = _mm256_add_epi16(_mm256_add_epi16(_mm256_add_epi16(a0, a1), _mm256_add_epi16(a2, a3)),
+                                 _mm256_add_epi16(_mm256_add_epi16(a4, a5), _mm256_add_epi16(a6, a7)));
+    uint32_t lanes[8], s = 0;
+    _mm256_storeu_si256((__m256i *)lanes, t);
+    for (int l = 0; l < 8; l++) s += lanes[l];
+    return (int)(s & 0x7fffffff);
+}
+
 /* n steps of 16 independent vpdpbusd chains: 16 x 128 operations a step. */
 CEIL_VNNI static inline int vnni_chains(long n) {
     __m512i a[16], x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
@@ -365,15 +388,18 @@ CEIL_AMX static inline int amx_chains(long n) {
     return c[0];
 }
 
-/* GFLOP/s (kind 0, FMA) or GOP/s (1, VNNI; 2, AMX) of all threads together,
- * each running its own chains; 0 where the CPU lacks the instruction. */
+/* GFLOP/s (kind 0, FMA) or GOP/s (1, VNNI; 2, AMX; 3, AVX2's int8 with
+ * its adds) of all threads together, each running its own chains; 0 where
+ * the CPU lacks the instruction. */
 static inline double ceil_peak(int kind, int threads, uint64_t *sink) {
-    int avx2 = !ceil_has_avx512() && ceil_has_avx2() && kind < 2;   /* the AVX2 forms of FMA and int8 */
+    int avx2 = !ceil_has_avx512() && ceil_has_avx2() && kind != 2;   /* the AVX2 forms of FMA and int8 */
+    if (kind == 3 && !avx2) return 0.0;   /* int8 with its adds: AVX2 only */
     if (!avx2 && (kind == 2 ? !ceil_has_amx() : kind ? !ceil_has_vnni() : !ceil_has_avx512())) return 0.0;
     const long steps = kind == 2 ? 100 * 1000 : 20 * 1000 * 1000;
     const double ops = kind == 2 ? 4.0 * 16 * 16 * 64 * 2
-                       : kind    ? (avx2 ? CEIL_INT8_CHAINS_AVX2 * 64.0 : 16.0 * 128.0)
-                                 : (avx2 ? CEIL_FMA_CHAINS_AVX2 * 16.0 : 16.0 * 32.0);
+                       : kind == 3 ? 8 * 64.0
+                       : kind      ? (avx2 ? CEIL_INT8_CHAINS_AVX2 * 64.0 : 16.0 * 128.0)
+                                   : (avx2 ? CEIL_FMA_CHAINS_AVX2 * 16.0 : 16.0 * 32.0);
     double g[CEIL_RUNS];
     for (int r = -1; r < CEIL_RUNS; r++) {
         uint64_t s = 0;
@@ -381,6 +407,7 @@ static inline double ceil_peak(int kind, int threads, uint64_t *sink) {
 #pragma omp parallel for num_threads(threads) reduction(+ : s) schedule(static)
         for (int i = 0; i < threads; i++)
             s += kind == 2 ? (uint64_t)amx_chains(steps)
+                 : kind == 3 ? (uint64_t)int8_dot_chains_avx2(steps)
                  : kind     ? (uint64_t)(avx2 ? int8_chains_avx2(steps) : vnni_chains(steps))
                             : (uint64_t)(avx2 ? fma_chains_avx2(steps) : fma_chains(steps));
         double t = clock_seconds() - t0;
