@@ -902,10 +902,10 @@ static void check_rows8(DType type, int N, int K, int T, int extreme, uint64_t s
     free(got), free(ref), free(copy), free(x), free((void *)W.data);
 }
 
-static void check_rows8_in_a_group(DType type) {
+static void check_rows8_in_a_group(DType type, int T) {
     /* 12 rows as they are, then 40 in eights; the second thread's range
      * starts at row 20 of the second matrix */
-    int K = 4096, T = 5, Ns[2] = {12, 40};
+    int K = 4096, Ns[2] = {12, 40};
     Mat W[2];
     uint8_t *copy = malloc(dtype_row_bytes(type, K) * 40);
     assert_non_null(copy);
@@ -949,7 +949,8 @@ static void in_eights_on_avx2_gives_the_blocks_reference_bits(void **state) {
         check_rows8(types[y], 40, 8192, 5, 0, 82);   /* big enough for two threads */
         check_rows8(types[y], 16, 256, 9, 1, 83);
         check_rows8(types[y], 24, 512, 6, 1, 84);   /* Q4_K: a tile of four, then one of two */
-        check_rows8_in_a_group(types[y]);
+        check_rows8_in_a_group(types[y], 5);
+        check_rows8_in_a_group(types[y], 1);   /* decoding: Q4_K's two streams, a range cutting a group */
     }
 }
 

@@ -1181,54 +1181,75 @@ AVX2_INLINE __m256i bcast8_here(const int8_t *p) {
         SUM = qk_float_step(SUM, d, dmin, _mm256_set1_ps((XB).d), isum_, msum_);                                  \
     } while (0)
 
-/* Rows 8g .. 8g+7 by token t (decoding); of them, rows [r0, r1) are
- * written. */
-static AVX2_FN void k8_tile1(const MatmulJob *job, int g, int t, int r0, int r1) {
-    int N = job->W->N, K = job->W->K, nsb = K / QK_K;
-    size_t bb = rows8_block_bytes(DT_Q4_K), group_bytes = (size_t)nsb * bb;
-    const uint8_t *w = job->W->rows8 + (size_t)g * group_bytes;
-    const BlockQ8_K *xa = (const BlockQ8_K *)(job->act + (size_t)t * small_act_stride(DT_Q4_K, K));
+/* One super-block of rows 8g .. 8g+7 (at blk) by one token (its Q8_K
+ * block xb): sum brought up to date. */
+AVX2_INLINE __m256 k8_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum) {
     const __m256i nib = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     /* the byte shuffles that spread byte j of the rows' words of load x
      * (rows 2x, 2x + 1 in each half) to their four int16 lanes: add j */
     const __m256i spread0 = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 4, -128, 4, -128, 4, -128, 4, -128,
                                              0, -128, 0, -128, 0, -128, 0, -128, 4, -128, 4, -128, 4, -128, 4, -128);
-    __m256 sum = _mm256_setzero_ps();
-    for (int sb = 0; sb < nsb; sb++) {
-        const uint8_t *blk = w + (size_t)sb * bb, *q = blk + 128;
-        prefetch_weights(blk, bb, 1, 1, 0);   /* a stream: ahead of it */
-        __m256i sc_lo, sc_hi, mn_lo, mn_hi;
-        k8_scales(blk, &sc_lo, &sc_hi, &mn_lo, &mn_hi);
-        const int8_t *qa = xa[sb].qs;
-        __m256i a0 = _mm256_setzero_si256(), a1 = a0;   /* load x = 0 or 1 */
-        for (int c = 0; c < 4; c++)
-            for (int x = 0; x < 2; x++) {
-                __m256i la = _mm256_setzero_si256(), ha = la;
-                for (int qq = 0; qq < 4; qq++) {
-                    __m256i v = _mm256_loadu_si256((const __m256i *)(q + (size_t)((c * 4 + qq) * 2 + x) * 32));
-                    __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-                    la = _mm256_add_epi16(la, _mm256_maddubs_epi16(lo, bcast8_here(qa + 64 * c + 8 * qq)));
-                    ha = _mm256_add_epi16(ha, _mm256_maddubs_epi16(hi, bcast8_here(qa + 64 * c + 32 + 8 * qq)));
-                }
-                /* sub-blocks 2c and 2c + 1: bytes 2c % 4 and 2c % 4 + 1 of the lo or hi words */
-                __m256i src = c < 2 ? sc_lo : sc_hi, sp = _mm256_add_epi8(spread0, _mm256_set1_epi8((char)(8 * x + 2 * c % 4)));
-                __m256i sl = _mm256_shuffle_epi8(src, sp), sh = _mm256_shuffle_epi8(src, _mm256_add_epi8(sp, _mm256_set1_epi8(1)));
-                __m256i sa = _mm256_add_epi32(_mm256_madd_epi16(la, sl), _mm256_madd_epi16(ha, sh));
-                if (x) a1 = _mm256_add_epi32(a1, sa);
-                else a0 = _mm256_add_epi32(a0, sa);
+    const uint8_t *q = blk + 128;
+    __m256i sc_lo, sc_hi, mn_lo, mn_hi;
+    k8_scales(blk, &sc_lo, &sc_hi, &mn_lo, &mn_hi);
+    const int8_t *qa = xb->qs;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0;   /* load x = 0 or 1 */
+    for (int c = 0; c < 4; c++)
+        for (int x = 0; x < 2; x++) {
+            __m256i la = _mm256_setzero_si256(), ha = la;
+            for (int qq = 0; qq < 4; qq++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(q + (size_t)((c * 4 + qq) * 2 + x) * 32));
+                __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+                la = _mm256_add_epi16(la, _mm256_maddubs_epi16(lo, bcast8_here(qa + 64 * c + 8 * qq)));
+                ha = _mm256_add_epi16(ha, _mm256_maddubs_epi16(hi, bcast8_here(qa + 64 * c + 32 + 8 * qq)));
             }
-        /* qk_dot_int_of's float step, in its order: sum += d * d_x * isum - dmin * d_x * msum */
-        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk)),
-               dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
-        K8_END(xa[sb], a0, a1, sum);
-    }
-    float *o = job->out + (size_t)t * N + 8 * (size_t)g, part[8];
+            /* sub-blocks 2c and 2c + 1: bytes 2c % 4 and 2c % 4 + 1 of the lo or hi words */
+            __m256i src = c < 2 ? sc_lo : sc_hi, sp = _mm256_add_epi8(spread0, _mm256_set1_epi8((char)(8 * x + 2 * c % 4)));
+            __m256i sl = _mm256_shuffle_epi8(src, sp), sh = _mm256_shuffle_epi8(src, _mm256_add_epi8(sp, _mm256_set1_epi8(1)));
+            __m256i sa = _mm256_add_epi32(_mm256_madd_epi16(la, sl), _mm256_madd_epi16(ha, sh));
+            if (x) a1 = _mm256_add_epi32(a1, sa);
+            else a0 = _mm256_add_epi32(a0, sa);
+        }
+    /* qk_dot_int_of's float step, in its order: sum += d * d_x * isum - dmin * d_x * msum */
+    __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk)),
+           dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
+    K8_END(*xb, a0, a1, sum);
+    return sum;
+}
+
+/* Rows 8g .. 8g+7 of out's row o (sum), of them those in [n0, n1): a
+ * range may cut a group. */
+AVX2_INLINE void rows8_store(float *o, int g, __m256 sum, int n0, int n1) {
+    int r0 = n0 > 8 * g ? n0 - 8 * g : 0, r1 = n1 - 8 * g < 8 ? n1 - 8 * g : 8;
     if (r0 == 0 && r1 == 8) {
-        _mm256_storeu_ps(o, sum);
+        _mm256_storeu_ps(o + 8 * (size_t)g, sum);
         return;
     }
-    _mm256_storeu_ps(part, sum);   /* a range that cuts the group: its rows only */
-    memcpy(o + r0, part + r0, (size_t)(r1 - r0) * sizeof(float));
+    float part[8];
+    _mm256_storeu_ps(part, sum);
+    memcpy(o + 8 * (size_t)g + r0, part + r0, (size_t)(r1 - r0) * sizeof(float));
+}
+
+/* Groups ga and gb (gb < 0: none) by token t (decoding), a super-block of
+ * each in turn, each stream asked for STREAM_AHEAD_BYTES ahead; rows in
+ * [n0, n1) written. */
+static AVX2_FN void k8_decode(const MatmulJob *job, int ga, int gb, int t, int n0, int n1) {
+    int K = job->W->K, nsb = K / QK_K;
+    size_t bb = rows8_block_bytes(DT_Q4_K), group_bytes = (size_t)nsb * bb;
+    const uint8_t *wa = job->W->rows8 + (size_t)ga * group_bytes, *wb = job->W->rows8 + (size_t)(gb < 0 ? ga : gb) * group_bytes;
+    const BlockQ8_K *x = (const BlockQ8_K *)(job->act + (size_t)t * small_act_stride(DT_Q4_K, K));
+    __m256 sa = _mm256_setzero_ps(), sb_ = sa;
+    for (int sb = 0; sb < nsb; sb++) {
+        prefetch_weights(wa + (size_t)sb * bb, bb, 1, 1, 0);
+        sa = k8_sb1(wa + (size_t)sb * bb, x + sb, sa);
+        if (gb >= 0) {
+            prefetch_weights(wb + (size_t)sb * bb, bb, 1, 1, 0);
+            sb_ = k8_sb1(wb + (size_t)sb * bb, x + sb, sb_);
+        }
+    }
+    float *o = job->out + (size_t)t * job->W->N;
+    rows8_store(o, ga, sa, n0, n1);
+    if (gb >= 0) rows8_store(o, gb, sb_, n0, n1);
 }
 
 /* Token T's int16 sums of one load's values (lo, hi) against its eight
@@ -1254,7 +1275,7 @@ static AVX2_FN void k8_tile1(const MatmulJob *job, int g, int t, int r0, int r1)
  * written. The loads x = 0 and 1 go one after the other, so that the
  * tokens' eight int16 sums of a chunk, the load's two halves and a broadcast
  * fit the sixteen registers; the int32 sums of the sub-blocks wait in memory
- * (A). The same integers and float step as k8_tile1: its bits. */
+ * (A). The same integers and float step as k8_sb1: its bits. */
 AVX2_INLINE void k8_tiles(const MatmulJob *job, int g, int t, int TT, int r0, int r1) {
     int N = job->W->N, K = job->W->K, nsb = K / QK_K;
     size_t bb = rows8_block_bytes(DT_Q4_K), group_bytes = (size_t)nsb * bb, stride = small_act_stride(DT_Q4_K, K);
@@ -1402,6 +1423,12 @@ static AVX2_FN void k6_tile(const MatmulJob *job, int g, int t, int r0, int r1) 
  * tokens at a time (Q6_K one). */
 static void rows8_k_avx2(const MatmulJob *job, int n0, int n1) {
     int T = job->T, g0 = n0 / 8, g1 = (n1 + 7) / 8, q6 = job->W->type == DT_Q6_K;
+    if (T == 1 && !q6) {   /* decoding: two streams, groups half the range apart */
+        int h = (g1 - g0) / 2;
+        for (int i = 0; i < h; i++) k8_decode(job, g0 + i, g0 + h + i, 0, n0, n1);
+        if ((g1 - g0) % 2) k8_decode(job, g1 - 1, -1, 0, n0, n1);
+        return;
+    }
     size_t group_bytes = (size_t)(job->W->K / QK_K) * rows8_block_bytes(job->W->type);
     int chunk = (int)(AVX2_CHUNK_BYTES / group_bytes);
     if (chunk < 1) chunk = 1;
@@ -1414,7 +1441,7 @@ static void rows8_k_avx2(const MatmulJob *job, int n0, int n1) {
                 else if (T - t > 3) k8_tile4(job, g, t, r0, r1);
                 else if (T - t == 3) k8_tile3(job, g, t, r0, r1);
                 else if (T - t == 2) k8_tile2(job, g, t, r0, r1);
-                else k8_tile1(job, g, t, r0, r1);
+                else k8_decode(job, g, -1, t, n0, n1);   /* the last token of a batch */
             }
     }
 }
