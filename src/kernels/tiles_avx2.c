@@ -749,6 +749,19 @@ static AVX2_FN void q4_0_by_row_rows_avx2(const MatmulJob *job, int part, int n0
     q8_rows_by_tiles(job, n0, n1, DT_Q4_0);
 }
 
+/* Rows 8g .. 8g+7 of out's row o (sum), of them those in [n0, n1): a
+ * range may cut a group. */
+AVX2_INLINE void rows8_store(float *o, int g, __m256 sum, int n0, int n1) {
+    int r0 = n0 > 8 * g ? n0 - 8 * g : 0, r1 = n1 - 8 * g < 8 ? n1 - 8 * g : 8;
+    if (r0 == 0 && r1 == 8) {
+        _mm256_storeu_ps(o + 8 * (size_t)g, sum);
+        return;
+    }
+    float part[8];
+    _mm256_storeu_ps(part, sum);
+    memcpy(o + 8 * (size_t)g + r0, part + r0, (size_t)(r1 - r0) * sizeof(float));
+}
+
 /* --- In eights (formats.h, Mat.rows8): Q4_0 and Q8_0 against Q8_0 activations
  *
  * The row tile above spends, per token and block of one row, a sign, two
@@ -812,6 +825,63 @@ AVX2_INLINE __m256i bcast8(const int8_t *p) {
         ACC = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s_), _mm256_mul_ps(dw, _mm256_set1_ps((XR).d[b])), ACC);   \
     } while (0)
 
+/* A block's weights (q) into w0 .. w7: Q4_0's nibbles split, lo, lo, hi,
+ * hi of load x = 0, then of x = 1; Q8_0's magnitudes. */
+#define X8_WEIGHTS()                                                                                       \
+    do {                                                                                                   \
+        if (type == DT_Q4_0) {                                                                             \
+            __m256i v00 = _mm256_loadu_si256((const __m256i *)q), v01 = _mm256_loadu_si256((const __m256i *)(q + 32)); \
+            __m256i v10 = _mm256_loadu_si256((const __m256i *)(q + 64));                                   \
+            __m256i v11 = _mm256_loadu_si256((const __m256i *)(q + 96));                                   \
+            w0 = _mm256_and_si256(v00, m4), w2 = _mm256_and_si256(_mm256_srli_epi16(v00, 4), m4);          \
+            w1 = _mm256_and_si256(v01, m4), w3 = _mm256_and_si256(_mm256_srli_epi16(v01, 4), m4);          \
+            w4 = _mm256_and_si256(v10, m4), w6 = _mm256_and_si256(_mm256_srli_epi16(v10, 4), m4);          \
+            w5 = _mm256_and_si256(v11, m4), w7 = _mm256_and_si256(_mm256_srli_epi16(v11, 4), m4);          \
+        } else {                                                                                           \
+            w0 = X8_ABS(0), w1 = X8_ABS(1), w2 = X8_ABS(2), w3 = X8_ABS(3);                                \
+            w4 = X8_ABS(4), w5 = X8_ABS(5), w6 = X8_ABS(6), w7 = X8_ABS(7);                                \
+        }                                                                                                  \
+    } while (0)
+#define X8_ABS(k) _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(q + 32 * (k))))
+
+/* Block b of rows 8g .. 8g+7 (at blk) by one token x0, into a0. */
+AVX2_INLINE __m256 x8_block1(DType type, const uint8_t *blk, ActRow x0, int b, __m256 a0) {
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
+    const uint8_t *q = blk + 16;
+    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+    __m256i w0, w1, w2, w3, w4, w5, w6, w7;
+    X8_WEIGHTS();
+    X8_TOKEN(x0, a0);
+    return a0;
+}
+
+/* Groups ga and gb (gb < 0: none) by token t (decoding), a block of each in
+ * turn: two streams, as k8_decode; rows in [n0, n1) written. */
+AVX2_INLINE void x8_decode(const MatmulJob *job, DType type, int ga, int gb, int t, int n0, int n1) {
+    int K = job->W->K, nb = K / QK8_0;
+    size_t bb = rows8_block_bytes(type), group_bytes = (size_t)nb * bb;
+    const uint8_t *wa = job->W->rows8 + (size_t)ga * group_bytes, *wb = job->W->rows8 + (size_t)(gb < 0 ? ga : gb) * group_bytes;
+    ActRow x0 = act_row(job->act, K, t);
+    __m256 sa = _mm256_setzero_ps(), sb = sa;
+    for (int b = 0; b < nb; b++) {
+        prefetch_weights(wa + (size_t)b * bb, bb, 1, 1, 0);
+        sa = x8_block1(type, wa + (size_t)b * bb, x0, b, sa);
+        if (gb >= 0) {
+            prefetch_weights(wb + (size_t)b * bb, bb, 1, 1, 0);
+            sb = x8_block1(type, wb + (size_t)b * bb, x0, b, sb);
+        }
+    }
+    float *o = job->out + (size_t)t * job->W->N;
+    rows8_store(o, ga, sa, n0, n1);
+    if (gb >= 0) rows8_store(o, gb, sb, n0, n1);
+}
+static AVX2_FN void q4_0_x8_decode(const MatmulJob *j, int ga, int gb, int t, int n0, int n1) {
+    x8_decode(j, DT_Q4_0, ga, gb, t, n0, n1);
+}
+static AVX2_FN void q8_0_x8_decode(const MatmulJob *j, int ga, int gb, int t, int n0, int n1) {
+    x8_decode(j, DT_Q8_0, ga, gb, t, n0, n1);
+}
+
 /* Rows 8g .. 8g+7 by tokens t0 .. t0+TT-1; of them, rows [r0, r1) (within
  * the eight) are written. */
 AVX2_INLINE void x8_tile_avx2(const MatmulJob *job, DType type, int g, int t0, int TT, int r0, int r1) {
@@ -834,20 +904,7 @@ AVX2_INLINE void x8_tile_avx2(const MatmulJob *job, DType type, int g, int t0, i
         else prefetch_weights(blk, bb, 1, TT, group_bytes);   /* the next group's */
         __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
         __m256i w0, w1, w2, w3, w4, w5, w6, w7;   /* Q4_0: lo, lo, hi, hi of x = 0, then of x = 1; Q8_0: |w| */
-        if (type == DT_Q4_0) {
-            __m256i v00 = _mm256_loadu_si256((const __m256i *)q), v01 = _mm256_loadu_si256((const __m256i *)(q + 32));
-            __m256i v10 = _mm256_loadu_si256((const __m256i *)(q + 64));
-            __m256i v11 = _mm256_loadu_si256((const __m256i *)(q + 96));
-            w0 = _mm256_and_si256(v00, m4), w2 = _mm256_and_si256(_mm256_srli_epi16(v00, 4), m4);
-            w1 = _mm256_and_si256(v01, m4), w3 = _mm256_and_si256(_mm256_srli_epi16(v01, 4), m4);
-            w4 = _mm256_and_si256(v10, m4), w6 = _mm256_and_si256(_mm256_srli_epi16(v10, 4), m4);
-            w5 = _mm256_and_si256(v11, m4), w7 = _mm256_and_si256(_mm256_srli_epi16(v11, 4), m4);
-        } else {
-#define X8_ABS(k) _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(q + 32 * (k))))
-            w0 = X8_ABS(0), w1 = X8_ABS(1), w2 = X8_ABS(2), w3 = X8_ABS(3);
-            w4 = X8_ABS(4), w5 = X8_ABS(5), w6 = X8_ABS(6), w7 = X8_ABS(7);
-#undef X8_ABS
-        }
+        X8_WEIGHTS();
         X8_TOKEN(x0, a0);
         if (TT > 1) X8_TOKEN(x1, a1);
         if (TT > 2) X8_TOKEN(x2, a2);
@@ -898,6 +955,14 @@ static void rows8_avx2(const MatmulJob *job, int n0, int n1) {
     void (*tile)(const MatmulJob *, int, int, int, int, int) =
         job->W->type == DT_Q4_0 ? q4_0_x8_tile : q8_0_x8_tile;
     int T = job->T, g0 = n0 / 8, g1 = (n1 + 7) / 8;
+    if (T == 1) {   /* decoding: two streams, groups half the range apart */
+        void (*dec)(const MatmulJob *, int, int, int, int, int) =
+            job->W->type == DT_Q4_0 ? q4_0_x8_decode : q8_0_x8_decode;
+        int h = (g1 - g0) / 2;
+        for (int i = 0; i < h; i++) dec(job, g0 + i, g0 + h + i, 0, n0, n1);
+        if ((g1 - g0) % 2) dec(job, g1 - 1, -1, 0, n0, n1);
+        return;
+    }
     size_t group_bytes = (size_t)(job->W->K / QK8_0) * rows8_block_bytes(job->W->type);
     int chunk = (int)(AVX2_CHUNK_BYTES / group_bytes);
     if (chunk < 1) chunk = 1;
@@ -1217,19 +1282,6 @@ AVX2_INLINE __m256 k8_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum) {
     return sum;
 }
 
-/* Rows 8g .. 8g+7 of out's row o (sum), of them those in [n0, n1): a
- * range may cut a group. */
-AVX2_INLINE void rows8_store(float *o, int g, __m256 sum, int n0, int n1) {
-    int r0 = n0 > 8 * g ? n0 - 8 * g : 0, r1 = n1 - 8 * g < 8 ? n1 - 8 * g : 8;
-    if (r0 == 0 && r1 == 8) {
-        _mm256_storeu_ps(o + 8 * (size_t)g, sum);
-        return;
-    }
-    float part[8];
-    _mm256_storeu_ps(part, sum);
-    memcpy(o + 8 * (size_t)g + r0, part + r0, (size_t)(r1 - r0) * sizeof(float));
-}
-
 /* Groups ga and gb (gb < 0: none) by token t (decoding), a super-block of
  * each in turn, each stream asked for STREAM_AHEAD_BYTES ahead; rows in
  * [n0, n1) written. */
@@ -1335,8 +1387,9 @@ static AVX2_FN void k8_tile2(const MatmulJob *j, int g, int t, int r0, int r1) {
 static AVX2_FN void k8_tile3(const MatmulJob *j, int g, int t, int r0, int r1) { k8_tiles(j, g, t, 3, r0, r1); }
 static AVX2_FN void k8_tile4(const MatmulJob *j, int g, int t, int r0, int r1) { k8_tiles(j, g, t, 4, r0, r1); }
 
-/* Q6_K in eights (formats.h): rows 8g .. 8g+7 by token t; of them, rows
- * [r0, r1) are written. Per load x of four rows' bytes 8q .. 8q+7 of ql,
+/* Q6_K in eights (formats.h): one super-block (at blk) of rows 8g .. 8g+7
+ * by one token (its Q8_K block xb), sum brought up to date. Per load x of
+ * four rows' bytes 8q .. 8q+7 of ql,
  * ql + 32 and qh (h half of the super-block), the four 6-bit values of each
  * byte position (values 128h + 32i + 8q + e, i < 4: the low nibbles of ql
  * and ql + 32, then their high ones, with bits 2i, 2i + 1 of qh above) are
@@ -1348,85 +1401,89 @@ static AVX2_FN void k8_tile4(const MatmulJob *j, int g, int t, int r0, int r1) {
  * comes off once: isum = sum_j sc[j] sum q x - 32 sum_j sc[j] bsums[j], the
  * second sum for all eight rows in eight vpmaddwd of a scale pair by a bsums
  * pair; exact, so the generic path's integers, and its float step. */
-static AVX2_FN void k6_tile(const MatmulJob *job, int g, int t, int r0, int r1) {
-    int N = job->W->N, K = job->W->K, nsb = K / QK_K;
-    size_t bb = rows8_block_bytes(DT_Q6_K), group_bytes = (size_t)nsb * bb;
-    const uint8_t *w = job->W->rows8 + (size_t)g * group_bytes;
-    const BlockQ8_K *x = (const BlockQ8_K *)(job->act + (size_t)t * small_act_stride(DT_Q6_K, K));
+AVX2_INLINE __m256 k6_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     /* scale byte r of a sub-block's eight (broadcast) into the high byte of
      * the int16 lanes of row r: load x = 0 has rows 0, 1 | 4, 5; x = 1 rows
      * 2, 3 | 6, 7 (add 2) */
     const __m256i spread = _mm256_setr_epi8(-128, 0, -128, 0, -128, 0, -128, 0, -128, 1, -128, 1, -128, 1, -128, 1,
                                             -128, 4, -128, 4, -128, 4, -128, 4, -128, 5, -128, 5, -128, 5, -128, 5);
-    const __m256 zero = _mm256_setzero_ps();
-    __m256 sum = zero;
-    for (int sb = 0; sb < nsb; sb++) {
-        const uint8_t *blk = w + (size_t)sb * bb;
-        prefetch_weights(blk, bb, 1, 1, 0);
-        const int8_t *xq = x[sb].qs;
-        __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0;   /* load x = 0, 1 */
-        for (int h = 0; h < 2; h++)
-            for (int qp = 0; qp < 2; qp++)   /* loads q = 2 qp, 2 qp + 1: sub-blocks 8h + 2i + qp */
-                for (int xx = 0; xx < 2; xx++) {
-                    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
-                    for (int qq = 0; qq < 2; qq++) {
-                        int q = 2 * qp + qq;
-                        const uint8_t *p = blk + 144 + (size_t)(((h * 4 + q) * 2 + xx) * 3) * 32;
-                        __m256i A = _mm256_loadu_si256((const __m256i *)p),
-                                B = _mm256_loadu_si256((const __m256i *)(p + 32)),
-                                C = _mm256_loadu_si256((const __m256i *)(p + 64));
-                        const int8_t *xp = xq + 128 * h + 8 * q;
-                        __m256i v = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(C, 4), m30));
-                        s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(v, bcast8_here(xp)));
-                        v = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(C, 2), m30));
-                        s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(v, bcast8_here(xp + 32)));
-                        v = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(C, m30));
-                        s2 = _mm256_add_epi16(s2, _mm256_maddubs_epi16(v, bcast8_here(xp + 64)));
-                        v = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
-                                            _mm256_and_si256(_mm256_srli_epi16(C, 2), m30));
-                        s3 = _mm256_add_epi16(s3, _mm256_maddubs_epi16(v, bcast8_here(xp + 96)));
-                    }
-                    __m256i sp = xx ? _mm256_add_epi8(spread, _mm256_set1_epi8(2)) : spread;
-#define K6_SCALE(I) _mm256_srai_epi16(_mm256_shuffle_epi8(bcast8_here((const int8_t *)blk + 16 + 8 * (8 * h + 2 * (I) + qp)), sp), 8)
-                    __m256i a = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(s0, K6_SCALE(0)), _mm256_madd_epi16(s1, K6_SCALE(1))),
-                                                 _mm256_add_epi32(_mm256_madd_epi16(s2, K6_SCALE(2)), _mm256_madd_epi16(s3, K6_SCALE(3))));
-#undef K6_SCALE
-                    if (xx) acc1 = _mm256_add_epi32(acc1, a);
-                    else acc0 = _mm256_add_epi32(acc0, a);
+    const int8_t *xq = xb->qs;
+    __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0;   /* load x = 0, 1 */
+    for (int h = 0; h < 2; h++)
+        for (int qp = 0; qp < 2; qp++)   /* loads q = 2 qp, 2 qp + 1: sub-blocks 8h + 2i + qp */
+            for (int xx = 0; xx < 2; xx++) {
+                __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+                for (int qq = 0; qq < 2; qq++) {
+                    int q = 2 * qp + qq;
+                    const uint8_t *p = blk + 144 + (size_t)(((h * 4 + q) * 2 + xx) * 3) * 32;
+                    __m256i A = _mm256_loadu_si256((const __m256i *)p),
+                            B = _mm256_loadu_si256((const __m256i *)(p + 32)),
+                            C = _mm256_loadu_si256((const __m256i *)(p + 64));
+                    const int8_t *xp = xq + 128 * h + 8 * q;
+                    __m256i v = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(C, 4), m30));
+                    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(v, bcast8_here(xp)));
+                    v = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(C, 2), m30));
+                    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(v, bcast8_here(xp + 32)));
+                    v = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(C, m30));
+                    s2 = _mm256_add_epi16(s2, _mm256_maddubs_epi16(v, bcast8_here(xp + 64)));
+                    v = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
+                                        _mm256_and_si256(_mm256_srli_epi16(C, 2), m30));
+                    s3 = _mm256_add_epi16(s3, _mm256_maddubs_epi16(v, bcast8_here(xp + 96)));
                 }
-        /* sum_j sc[j] bsums[j] of rows 0 .. 7: scales j, j + 1 interleaved
-         * a row at a time against bsums j, j + 1 */
-        __m256i off = _mm256_setzero_si256();
-        for (int jp = 0; jp < 8; jp++) {
-            __m128i s16 = _mm_loadu_si128((const __m128i *)(blk + 16 + 16 * jp));
-            __m256i sc = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s16, _mm_srli_si128(s16, 8)));
-            int32_t pair;
-            memcpy(&pair, x[sb].bsums + 2 * jp, 4);
-            off = _mm256_add_epi32(off, _mm256_madd_epi16(sc, _mm256_set1_epi32(pair)));
+                __m256i sp = xx ? _mm256_add_epi8(spread, _mm256_set1_epi8(2)) : spread;
+#define K6_SCALE(I) _mm256_srai_epi16(_mm256_shuffle_epi8(bcast8_here((const int8_t *)blk + 16 + 8 * (8 * h + 2 * (I) + qp)), sp), 8)
+                __m256i a = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(s0, K6_SCALE(0)), _mm256_madd_epi16(s1, K6_SCALE(1))),
+                                             _mm256_add_epi32(_mm256_madd_epi16(s2, K6_SCALE(2)), _mm256_madd_epi16(s3, K6_SCALE(3))));
+#undef K6_SCALE
+                if (xx) acc1 = _mm256_add_epi32(acc1, a);
+                else acc0 = _mm256_add_epi32(acc0, a);
+            }
+    /* sum_j sc[j] bsums[j] of rows 0 .. 7: scales j, j + 1 interleaved
+     * a row at a time against bsums j, j + 1 */
+    __m256i off = _mm256_setzero_si256();
+    for (int jp = 0; jp < 8; jp++) {
+        __m128i s16 = _mm_loadu_si128((const __m128i *)(blk + 16 + 16 * jp));
+        __m256i sc = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s16, _mm_srli_si128(s16, 8)));
+        int32_t pair;
+        memcpy(&pair, xb->bsums + 2 * jp, 4);
+        off = _mm256_add_epi32(off, _mm256_madd_epi16(sc, _mm256_set1_epi32(pair)));
+    }
+    __m256i isum = _mm256_sub_epi32(_mm256_hadd_epi32(acc0, acc1), _mm256_slli_epi32(off, 5));   /* rows 0 .. 7 */
+    /* qk_dot_int_of's float step, in its order (Q6_K: dmin and msum 0) */
+    __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+    return qk_float_step(sum, d, _mm256_setzero_ps(), _mm256_set1_ps(xb->d), isum, _mm256_setzero_si256());
+}
+
+/* Groups ga and gb (gb < 0: none) of Q6_K by token t, as k8_decode. */
+static AVX2_FN void k6_decode(const MatmulJob *job, int ga, int gb, int t, int n0, int n1) {
+    int K = job->W->K, nsb = K / QK_K;
+    size_t bb = rows8_block_bytes(DT_Q6_K), group_bytes = (size_t)nsb * bb;
+    const uint8_t *wa = job->W->rows8 + (size_t)ga * group_bytes, *wb = job->W->rows8 + (size_t)(gb < 0 ? ga : gb) * group_bytes;
+    const BlockQ8_K *x = (const BlockQ8_K *)(job->act + (size_t)t * small_act_stride(DT_Q6_K, K));
+    __m256 sa = _mm256_setzero_ps(), sb_ = sa;
+    for (int sb = 0; sb < nsb; sb++) {
+        prefetch_weights(wa + (size_t)sb * bb, bb, 1, 1, 0);
+        sa = k6_sb1(wa + (size_t)sb * bb, x + sb, sa);
+        if (gb >= 0) {
+            prefetch_weights(wb + (size_t)sb * bb, bb, 1, 1, 0);
+            sb_ = k6_sb1(wb + (size_t)sb * bb, x + sb, sb_);
         }
-        __m256i isum = _mm256_sub_epi32(_mm256_hadd_epi32(acc0, acc1), _mm256_slli_epi32(off, 5));   /* rows 0 .. 7 */
-        /* qk_dot_int_of's float step, in its order (Q6_K: dmin and msum 0) */
-        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-        sum = qk_float_step(sum, d, zero, _mm256_set1_ps(x[sb].d), isum, _mm256_setzero_si256());
     }
-    float *o = job->out + (size_t)t * N + 8 * (size_t)g, part[8];
-    if (r0 == 0 && r1 == 8) {
-        _mm256_storeu_ps(o, sum);
-        return;
-    }
-    _mm256_storeu_ps(part, sum);   /* a range that cuts the group: its rows only */
-    memcpy(o + r0, part + r0, (size_t)(r1 - r0) * sizeof(float));
+    float *o = job->out + (size_t)t * job->W->N;
+    rows8_store(o, ga, sa, n0, n1);
+    if (gb >= 0) rows8_store(o, gb, sb_, n0, n1);
 }
 
 /* Rows [n0, n1), any range: over a chunk of groups that stays in L2, four
  * tokens at a time (Q6_K one). */
 static void rows8_k_avx2(const MatmulJob *job, int n0, int n1) {
     int T = job->T, g0 = n0 / 8, g1 = (n1 + 7) / 8, q6 = job->W->type == DT_Q6_K;
-    if (T == 1 && !q6) {   /* decoding: two streams, groups half the range apart */
+    if (T == 1) {   /* decoding: two streams, groups half the range apart */
+        void (*dec)(const MatmulJob *, int, int, int, int, int) = q6 ? k6_decode : k8_decode;
         int h = (g1 - g0) / 2;
-        for (int i = 0; i < h; i++) k8_decode(job, g0 + i, g0 + h + i, 0, n0, n1);
-        if ((g1 - g0) % 2) k8_decode(job, g1 - 1, -1, 0, n0, n1);
+        for (int i = 0; i < h; i++) dec(job, g0 + i, g0 + h + i, 0, n0, n1);
+        if ((g1 - g0) % 2) dec(job, g1 - 1, -1, 0, n0, n1);
         return;
     }
     size_t group_bytes = (size_t)(job->W->K / QK_K) * rows8_block_bytes(job->W->type);
@@ -1437,7 +1494,7 @@ static void rows8_k_avx2(const MatmulJob *job, int n0, int n1) {
         for (int t = 0; t < T; t += q6 ? 1 : T - t < 4 ? T - t : 4)
             for (int g = c0; g < c1; g++) {
                 int r0 = g == g0 ? n0 - 8 * g : 0, r1 = n1 - 8 * g < 8 ? n1 - 8 * g : 8;
-                if (q6) k6_tile(job, g, t, r0, r1);
+                if (q6) k6_decode(job, g, -1, t, n0, n1);
                 else if (T - t > 3) k8_tile4(job, g, t, r0, r1);
                 else if (T - t == 3) k8_tile3(job, g, t, r0, r1);
                 else if (T - t == 2) k8_tile2(job, g, t, r0, r1);
@@ -1456,7 +1513,7 @@ enum { QK_DXT_BLOCKS = 512 };   /* K up to 131072: 16 KiB on the stack */
 /* Q6_K in eights for a batch: the groups g0 .. g1-1 copied back into rows
  * (formats.h's layout read backwards, eight bytes at a time) at buf. The
  * row tiles then unpack each super-block once for eight tokens, where
- * k6_tile unpacks it for one: at 16 and 64 tokens k6_tile alone ran at
+ * k6_decode unpacks it for one: at 16 and 64 tokens that alone ran at
  * 0.58 of the row tiles' speed, with the copy back 0.8-0.85 at 16 and
  * 0.94-1.0 at 64 (the copy, about 57 instructions a row and super-block,
  * paid once per eight tokens; asking for the next chunk's groups while a
