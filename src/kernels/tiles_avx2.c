@@ -855,33 +855,6 @@ AVX2_INLINE __m256 x8_block1(DType type, const uint8_t *blk, ActRow x0, int b, _
     return a0;
 }
 
-/* Groups ga and gb (gb < 0: none) by token t (decoding), a block of each in
- * turn: two streams, as k8_decode; rows in [n0, n1) written. */
-AVX2_INLINE void x8_decode(const MatmulJob *job, DType type, int ga, int gb, int t, int n0, int n1) {
-    int K = job->W->K, nb = K / QK8_0;
-    size_t bb = rows8_block_bytes(type), group_bytes = (size_t)nb * bb;
-    const uint8_t *wa = job->W->rows8 + (size_t)ga * group_bytes, *wb = job->W->rows8 + (size_t)(gb < 0 ? ga : gb) * group_bytes;
-    ActRow x0 = act_row(job->act, K, t);
-    __m256 sa = _mm256_setzero_ps(), sb = sa;
-    for (int b = 0; b < nb; b++) {
-        prefetch_weights(wa + (size_t)b * bb, bb, 1, 1, 0);
-        sa = x8_block1(type, wa + (size_t)b * bb, x0, b, sa);
-        if (gb >= 0) {
-            prefetch_weights(wb + (size_t)b * bb, bb, 1, 1, 0);
-            sb = x8_block1(type, wb + (size_t)b * bb, x0, b, sb);
-        }
-    }
-    float *o = job->out + (size_t)t * job->W->N;
-    rows8_store(o, ga, sa, n0, n1);
-    if (gb >= 0) rows8_store(o, gb, sb, n0, n1);
-}
-static AVX2_FN void q4_0_x8_decode(const MatmulJob *j, int ga, int gb, int t, int n0, int n1) {
-    x8_decode(j, DT_Q4_0, ga, gb, t, n0, n1);
-}
-static AVX2_FN void q8_0_x8_decode(const MatmulJob *j, int ga, int gb, int t, int n0, int n1) {
-    x8_decode(j, DT_Q8_0, ga, gb, t, n0, n1);
-}
-
 /* Rows 8g .. 8g+7 by tokens t0 .. t0+TT-1; of them, rows [r0, r1) (within
  * the eight) are written. */
 AVX2_INLINE void x8_tile_avx2(const MatmulJob *job, DType type, int g, int t0, int TT, int r0, int r1) {
@@ -949,18 +922,17 @@ AVX2_INLINE void x8_tile_avx2(const MatmulJob *job, DType type, int g, int t0, i
 X8_TILE_OF(q4_0_x8_tile, DT_Q4_0)
 X8_TILE_OF(q8_0_x8_tile, DT_Q8_0)
 
+static void rows8_decode(const MatmulJob *job, int n0, int n1);   /* below, with the K formats */
+
 /* Rows [n0, n1), any range (each row's sum is the same whichever tile wrote
- * it): over a chunk of groups that stays in L2, X8_TT tokens at a time. */
+ * it): over a chunk of groups that stays in L2, X8_TT tokens at a time; one
+ * token, rows8_decode. */
 static void rows8_avx2(const MatmulJob *job, int n0, int n1) {
     void (*tile)(const MatmulJob *, int, int, int, int, int) =
         job->W->type == DT_Q4_0 ? q4_0_x8_tile : q8_0_x8_tile;
     int T = job->T, g0 = n0 / 8, g1 = (n1 + 7) / 8;
-    if (T == 1) {   /* decoding: two streams, groups half the range apart */
-        void (*dec)(const MatmulJob *, int, int, int, int, int) =
-            job->W->type == DT_Q4_0 ? q4_0_x8_decode : q8_0_x8_decode;
-        int h = (g1 - g0) / 2;
-        for (int i = 0; i < h; i++) dec(job, g0 + i, g0 + h + i, 0, n0, n1);
-        if ((g1 - g0) % 2) dec(job, g1 - 1, -1, 0, n0, n1);
+    if (T == 1) {
+        rows8_decode(job, n0, n1);
         return;
     }
     size_t group_bytes = (size_t)(job->W->K / QK8_0) * rows8_block_bytes(job->W->type);
@@ -1282,28 +1254,6 @@ AVX2_INLINE __m256 k8_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum) {
     return sum;
 }
 
-/* Groups ga and gb (gb < 0: none) by token t (decoding), a super-block of
- * each in turn, each stream asked for STREAM_AHEAD_BYTES ahead; rows in
- * [n0, n1) written. */
-static AVX2_FN void k8_decode(const MatmulJob *job, int ga, int gb, int t, int n0, int n1) {
-    int K = job->W->K, nsb = K / QK_K;
-    size_t bb = rows8_block_bytes(DT_Q4_K), group_bytes = (size_t)nsb * bb;
-    const uint8_t *wa = job->W->rows8 + (size_t)ga * group_bytes, *wb = job->W->rows8 + (size_t)(gb < 0 ? ga : gb) * group_bytes;
-    const BlockQ8_K *x = (const BlockQ8_K *)(job->act + (size_t)t * small_act_stride(DT_Q4_K, K));
-    __m256 sa = _mm256_setzero_ps(), sb_ = sa;
-    for (int sb = 0; sb < nsb; sb++) {
-        prefetch_weights(wa + (size_t)sb * bb, bb, 1, 1, 0);
-        sa = k8_sb1(wa + (size_t)sb * bb, x + sb, sa);
-        if (gb >= 0) {
-            prefetch_weights(wb + (size_t)sb * bb, bb, 1, 1, 0);
-            sb_ = k8_sb1(wb + (size_t)sb * bb, x + sb, sb_);
-        }
-    }
-    float *o = job->out + (size_t)t * job->W->N;
-    rows8_store(o, ga, sa, n0, n1);
-    if (gb >= 0) rows8_store(o, gb, sb_, n0, n1);
-}
-
 /* Token T's int16 sums of one load's values (lo, hi) against its eight
  * values of the low and the high sub-block (x##T its values in this
  * super-block). */
@@ -1455,35 +1405,61 @@ AVX2_INLINE __m256 k6_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum) {
     return qk_float_step(sum, d, _mm256_setzero_ps(), _mm256_set1_ps(xb->d), isum, _mm256_setzero_si256());
 }
 
-/* Groups ga and gb (gb < 0: none) of Q6_K by token t, as k8_decode. */
-static AVX2_FN void k6_decode(const MatmulJob *job, int ga, int gb, int t, int n0, int n1) {
-    int K = job->W->K, nsb = K / QK_K;
-    size_t bb = rows8_block_bytes(DT_Q6_K), group_bytes = (size_t)nsb * bb;
+/* Groups ga and gb (gb < 0: none) of any format in eights by token t, a
+ * block (or super-block) of each in turn, each stream asked for
+ * STREAM_AHEAD_BYTES ahead; rows in [n0, n1) written. */
+AVX2_INLINE void decode_pair(const MatmulJob *job, DType type, int ga, int gb, int t, int n0, int n1) {
+    int K = job->W->K, nb = K / dtype_block(type), kq = type == DT_Q4_K || type == DT_Q6_K;
+    size_t bb = rows8_block_bytes(type), group_bytes = (size_t)nb * bb;
     const uint8_t *wa = job->W->rows8 + (size_t)ga * group_bytes, *wb = job->W->rows8 + (size_t)(gb < 0 ? ga : gb) * group_bytes;
-    const BlockQ8_K *x = (const BlockQ8_K *)(job->act + (size_t)t * small_act_stride(DT_Q6_K, K));
-    __m256 sa = _mm256_setzero_ps(), sb_ = sa;
-    for (int sb = 0; sb < nsb; sb++) {
-        prefetch_weights(wa + (size_t)sb * bb, bb, 1, 1, 0);
-        sa = k6_sb1(wa + (size_t)sb * bb, x + sb, sa);
+    const BlockQ8_K *xk = kq ? (const BlockQ8_K *)(job->act + (size_t)t * small_act_stride(type, K)) : NULL;
+    ActRow x8 = act_row(job->act, K, kq ? 0 : t);
+#define DECODE_STEP(BLK, SUM)                                  \
+    (type == DT_Q4_K   ? k8_sb1(BLK, xk + b, SUM)              \
+     : type == DT_Q6_K ? k6_sb1(BLK, xk + b, SUM)              \
+                       : x8_block1(type, BLK, x8, b, SUM))
+    __m256 sa = _mm256_setzero_ps(), sb = sa;
+    for (int b = 0; b < nb; b++) {
+        prefetch_weights(wa + (size_t)b * bb, bb, 1, 1, 0);
+        sa = DECODE_STEP(wa + (size_t)b * bb, sa);
         if (gb >= 0) {
-            prefetch_weights(wb + (size_t)sb * bb, bb, 1, 1, 0);
-            sb_ = k6_sb1(wb + (size_t)sb * bb, x + sb, sb_);
+            prefetch_weights(wb + (size_t)b * bb, bb, 1, 1, 0);
+            sb = DECODE_STEP(wb + (size_t)b * bb, sb);
         }
     }
+#undef DECODE_STEP
     float *o = job->out + (size_t)t * job->W->N;
     rows8_store(o, ga, sa, n0, n1);
-    if (gb >= 0) rows8_store(o, gb, sb_, n0, n1);
+    if (gb >= 0) rows8_store(o, gb, sb, n0, n1);
+}
+#define DECODE_PAIR_OF(name, TYPE)                                                        \
+    static AVX2_FN void name(const MatmulJob *j, int ga, int gb, int t, int n0, int n1) { \
+        decode_pair(j, TYPE, ga, gb, t, n0, n1);                                          \
+    }
+DECODE_PAIR_OF(q4_0_decode, DT_Q4_0)
+DECODE_PAIR_OF(q8_0_decode, DT_Q8_0)
+DECODE_PAIR_OF(k8_decode, DT_Q4_K)
+DECODE_PAIR_OF(k6_decode, DT_Q6_K)
+
+/* One token, rows [n0, n1) of a matrix in eights: two streams, the groups
+ * half the range apart. */
+static void rows8_decode(const MatmulJob *job, int n0, int n1) {
+    DType type = job->W->type;
+    void (*dec)(const MatmulJob *, int, int, int, int, int) = type == DT_Q4_0   ? q4_0_decode
+                                                               : type == DT_Q8_0 ? q8_0_decode
+                                                               : type == DT_Q4_K ? k8_decode
+                                                                                 : k6_decode;
+    int g0 = n0 / 8, g1 = (n1 + 7) / 8, h = (g1 - g0) / 2;
+    for (int i = 0; i < h; i++) dec(job, g0 + i, g0 + h + i, 0, n0, n1);
+    if ((g1 - g0) % 2) dec(job, g1 - 1, -1, 0, n0, n1);
 }
 
 /* Rows [n0, n1), any range: over a chunk of groups that stays in L2, four
  * tokens at a time (Q6_K one). */
 static void rows8_k_avx2(const MatmulJob *job, int n0, int n1) {
     int T = job->T, g0 = n0 / 8, g1 = (n1 + 7) / 8, q6 = job->W->type == DT_Q6_K;
-    if (T == 1) {   /* decoding: two streams, groups half the range apart */
-        void (*dec)(const MatmulJob *, int, int, int, int, int) = q6 ? k6_decode : k8_decode;
-        int h = (g1 - g0) / 2;
-        for (int i = 0; i < h; i++) dec(job, g0 + i, g0 + h + i, 0, n0, n1);
-        if ((g1 - g0) % 2) dec(job, g1 - 1, -1, 0, n0, n1);
+    if (T == 1) {
+        rows8_decode(job, n0, n1);
         return;
     }
     size_t group_bytes = (size_t)(job->W->K / QK_K) * rows8_block_bytes(job->W->type);
