@@ -693,6 +693,40 @@ AVX2_INLINE void q8_tile_avx2(const MatmulJob *job, int n, int t0, DType type, i
     if (TT > 3) o[3 * (size_t)N] = lanes_sum_avx2(a3l, a3h);
 }
 
+/* Rows na and nb (nb < 0: none) by one token t (decoding), a pair of
+ * blocks of each in turn: two streams. Each row's sums are q8_tile_avx2's
+ * for one token (the same products into the same lanes in the same order),
+ * so the same bits. */
+AVX2_INLINE void q8_decode_pair(const MatmulJob *job, int na, int nb, DType type) {
+    int K = job->W->K, nbk = K / QK8_0;
+    const uint8_t *ra = row_ptr(job->W, na), *rb = row_ptr(job->W, nb < 0 ? na : nb);
+    size_t bs = type == DT_Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+    ActRow x0 = act_row(job->act, K, 0);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const float *dxt = NULL, *p = NULL;   /* Q8_TOKEN's one-token form */
+    __m256 al = _mm256_setzero_ps(), ah = al, bl = al, bh = al;
+    for (int b0 = 0; b0 < nbk; b0 += 2) {
+        prefetch_weights(ra + b0 * bs, 2 * bs, 1, 1, 0);
+        if (nb >= 0) prefetch_weights(rb + b0 * bs, 2 * bs, 1, 1, 0);
+        for (int h = 0; h < 2 && b0 + h < nbk; h++) {
+            int b = b0 + h;
+            for (int r = 0; r < 2; r++) {
+                if (r && nb < 0) break;
+                const uint8_t *blk = (r ? rb : ra) + b * bs;
+                short d16;
+                memcpy(&d16, blk, 2);
+                __m256 dwv = _mm256_cvtph_ps(_mm_set1_epi16(d16));
+                __m256i wq = type == DT_Q8_0 ? _mm256_loadu_si256((const __m256i *)(blk + 2)) : q4_values(blk + 2);
+                __m256i wa = _mm256_sign_epi8(wq, wq);   /* the magnitudes, as Q8_TOKEN names them */
+                if (r) Q8_TOKEN(x0, 0, bl, bh);
+                else Q8_TOKEN(x0, 0, al, ah);
+            }
+        }
+    }
+    job->out[na] = lanes_sum_avx2(al, ah);
+    if (nb >= 0) job->out[nb] = lanes_sum_avx2(bl, bh);
+}
+
 /* Rows [n0, n1) of Q8_0 or Q4_0, row by row, over chunks of rows that stay
  * in L2 as rows_by_tiles_avx2 goes, four tokens at a time. Before the tiles
  * the chunk's scales are widened once for all the tokens (dw, Q8_DW_FLOATS
@@ -706,6 +740,12 @@ enum { Q8_DXT_BLOCKS = 1024, Q8_DW_FLOATS = 8192 };   /* 16 and 32 KiB on the st
 AVX2_INLINE void q8_rows_by_tiles(const MatmulJob *job, int n0, int n1, DType type) {
     int T = job->T, K = job->W->K, nb = K / QK8_0;
     size_t row_bytes = dtype_row_bytes(type, K), bs = type == DT_Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+    if (T == 1) {   /* decoding: two streams, rows half the range apart */
+        int h = (n1 - n0) / 2;
+        for (int i = 0; i < h; i++) q8_decode_pair(job, n0 + i, n0 + h + i, type);
+        if ((n1 - n0) % 2) q8_decode_pair(job, n1 - 1, -1, type);
+        return;
+    }
     int chunk = (int)(AVX2_CHUNK_BYTES / row_bytes), wide = T > 1 && nb <= Q8_DXT_BLOCKS;
     if (wide && chunk > Q8_DW_FLOATS / nb) chunk = Q8_DW_FLOATS / nb;
     if (chunk < 1) chunk = 1;
