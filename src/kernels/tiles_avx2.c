@@ -895,9 +895,9 @@ AVX2_INLINE __m256 x8_block1(DType type, const uint8_t *blk, ActRow x0, int b, _
     return a0;
 }
 
-/* Rows 8g .. 8g+7 by tokens t0 .. t0+TT-1; of them, rows [r0, r1) (within
- * the eight) are written. */
-AVX2_INLINE void x8_tile_avx2(const MatmulJob *job, DType type, int g, int t0, int TT, int r0, int r1) {
+/* Rows 8g .. 8g+7 by tokens t0 .. t0+TT-1; of them, those in [n0, n1) are
+ * written. */
+AVX2_INLINE void x8_tile_avx2(const MatmulJob *job, DType type, int g, int t0, int TT, int n0, int n1) {
     int N = job->W->N, K = job->W->K, nb = K / QK8_0;
     size_t bb = rows8_block_bytes(type), group_bytes = (size_t)nb * bb;
     const uint8_t *w = job->W->rows8 + (size_t)g * group_bytes;
@@ -927,36 +927,28 @@ AVX2_INLINE void x8_tile_avx2(const MatmulJob *job, DType type, int g, int t0, i
         if (TT > 6) X8_TOKEN(x6, a6);
         if (TT > 7) X8_TOKEN(x7, a7);
     }
-    float *o = job->out + (size_t)t0 * N + 8 * (size_t)g;
-    if (r0 == 0 && r1 == 8) {
-        _mm256_storeu_ps(o, a0);
-        if (TT > 1) _mm256_storeu_ps(o + N, a1);
-        if (TT > 2) _mm256_storeu_ps(o + 2 * (size_t)N, a2);
-        if (TT > 3) _mm256_storeu_ps(o + 3 * (size_t)N, a3);
-        if (TT > 4) _mm256_storeu_ps(o + 4 * (size_t)N, a4);
-        if (TT > 5) _mm256_storeu_ps(o + 5 * (size_t)N, a5);
-        if (TT > 6) _mm256_storeu_ps(o + 6 * (size_t)N, a6);
-        if (TT > 7) _mm256_storeu_ps(o + 7 * (size_t)N, a7);
-        return;
-    }
-    float part[8][8];   /* a range that cuts the group: its rows only */
-    _mm256_storeu_ps(part[0], a0), _mm256_storeu_ps(part[1], a1), _mm256_storeu_ps(part[2], a2);
-    _mm256_storeu_ps(part[3], a3), _mm256_storeu_ps(part[4], a4), _mm256_storeu_ps(part[5], a5);
-    _mm256_storeu_ps(part[6], a6), _mm256_storeu_ps(part[7], a7);
-    for (int t = 0; t < TT; t++) memcpy(o + (size_t)t * N + r0, part[t] + r0, (size_t)(r1 - r0) * sizeof(float));
+    float *o = job->out + (size_t)t0 * N;
+    rows8_store(o, g, a0, n0, n1);
+    if (TT > 1) rows8_store(o + N, g, a1, n0, n1);
+    if (TT > 2) rows8_store(o + 2 * (size_t)N, g, a2, n0, n1);
+    if (TT > 3) rows8_store(o + 3 * (size_t)N, g, a3, n0, n1);
+    if (TT > 4) rows8_store(o + 4 * (size_t)N, g, a4, n0, n1);
+    if (TT > 5) rows8_store(o + 5 * (size_t)N, g, a5, n0, n1);
+    if (TT > 6) rows8_store(o + 6 * (size_t)N, g, a6, n0, n1);
+    if (TT > 7) rows8_store(o + 7 * (size_t)N, g, a7, n0, n1);
 }
 
 #define X8_TILE_OF(name, TYPE)                                                                       \
-    static AVX2_FN void name(const MatmulJob *j, int g, int t, int TT, int r0, int r1) {             \
+    static AVX2_FN void name(const MatmulJob *j, int g, int t, int TT, int n0, int n1) {             \
         switch (TT) {   /* each width compiled with its constant */                                  \
-        case 1: x8_tile_avx2(j, TYPE, g, t, 1, r0, r1); break;                                       \
-        case 2: x8_tile_avx2(j, TYPE, g, t, 2, r0, r1); break;                                       \
-        case 3: x8_tile_avx2(j, TYPE, g, t, 3, r0, r1); break;                                       \
-        case 4: x8_tile_avx2(j, TYPE, g, t, 4, r0, r1); break;                                       \
-        case 5: x8_tile_avx2(j, TYPE, g, t, 5, r0, r1); break;                                       \
-        case 6: x8_tile_avx2(j, TYPE, g, t, 6, r0, r1); break;                                       \
-        case 7: x8_tile_avx2(j, TYPE, g, t, 7, r0, r1); break;                                       \
-        default: x8_tile_avx2(j, TYPE, g, t, 8, r0, r1); break;                                      \
+        case 1: x8_tile_avx2(j, TYPE, g, t, 1, n0, n1); break;                                       \
+        case 2: x8_tile_avx2(j, TYPE, g, t, 2, n0, n1); break;                                       \
+        case 3: x8_tile_avx2(j, TYPE, g, t, 3, n0, n1); break;                                       \
+        case 4: x8_tile_avx2(j, TYPE, g, t, 4, n0, n1); break;                                       \
+        case 5: x8_tile_avx2(j, TYPE, g, t, 5, n0, n1); break;                                       \
+        case 6: x8_tile_avx2(j, TYPE, g, t, 6, n0, n1); break;                                       \
+        case 7: x8_tile_avx2(j, TYPE, g, t, 7, n0, n1); break;                                       \
+        default: x8_tile_avx2(j, TYPE, g, t, 8, n0, n1); break;                                      \
         }                                                                                            \
     }
 X8_TILE_OF(q4_0_x8_tile, DT_Q4_0)
@@ -981,10 +973,7 @@ static void rows8_avx2(const MatmulJob *job, int n0, int n1) {
     for (int c0 = g0; c0 < g1; c0 += chunk) {
         int c1 = c0 + chunk < g1 ? c0 + chunk : g1;
         for (int t = 0; t < T; t += X8_TT)
-            for (int g = c0; g < c1; g++) {
-                int r0 = g == g0 ? n0 - 8 * g : 0, r1 = n1 - 8 * g < 8 ? n1 - 8 * g : 8;
-                tile(job, g, t, T - t < X8_TT ? T - t : X8_TT, r0, r1);
-            }
+            for (int g = c0; g < c1; g++) tile(job, g, t, T - t < X8_TT ? T - t : X8_TT, n0, n1);
     }
 }
 
@@ -1313,12 +1302,12 @@ AVX2_INLINE __m256 k8_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum) {
     } while (0)
 
 /* Rows 8g .. 8g+7 by tokens t .. t + TT - 1 (TT of 2 to 4), which share
- * each load's split and each sub-block's scales; of them, rows [r0, r1) are
- * written. The loads x = 0 and 1 go one after the other, so that the
+ * each load's split and each sub-block's scales; of them, those in [n0, n1)
+ * are written. The loads x = 0 and 1 go one after the other, so that the
  * tokens' eight int16 sums of a chunk, the load's two halves and a broadcast
  * fit the sixteen registers; the int32 sums of the sub-blocks wait in memory
  * (A). The same integers and float step as k8_sb1: its bits. */
-AVX2_INLINE void k8_tiles(const MatmulJob *job, int g, int t, int TT, int r0, int r1) {
+AVX2_INLINE void k8_tiles(const MatmulJob *job, int g, int t, int TT, int n0, int n1) {
     int N = job->W->N, K = job->W->K, nsb = K / QK_K;
     size_t bb = rows8_block_bytes(DT_Q4_K), group_bytes = (size_t)nsb * bb, stride = small_act_stride(DT_Q4_K, K);
     const uint8_t *w = job->W->rows8 + (size_t)g * group_bytes;
@@ -1363,19 +1352,11 @@ AVX2_INLINE void k8_tiles(const MatmulJob *job, int g, int t, int TT, int r0, in
         if (TT > 2) K8_END(*xb2, A[2], A[6], sum[2]);
         if (TT > 3) K8_END(*xb3, A[3], A[7], sum[3]);
     }
-    float *o = job->out + (size_t)t * N + 8 * (size_t)g, part[8];
-    for (int i = 0; i < TT; i++) {
-        if (r0 == 0 && r1 == 8) {
-            _mm256_storeu_ps(o + (size_t)i * N, sum[i]);
-            continue;
-        }
-        _mm256_storeu_ps(part, sum[i]);   /* a range that cuts the group: its rows only */
-        memcpy(o + (size_t)i * N + r0, part + r0, (size_t)(r1 - r0) * sizeof(float));
-    }
+    for (int i = 0; i < TT; i++) rows8_store(job->out + (size_t)(t + i) * N, g, sum[i], n0, n1);
 }
-static AVX2_FN void k8_tile2(const MatmulJob *j, int g, int t, int r0, int r1) { k8_tiles(j, g, t, 2, r0, r1); }
-static AVX2_FN void k8_tile3(const MatmulJob *j, int g, int t, int r0, int r1) { k8_tiles(j, g, t, 3, r0, r1); }
-static AVX2_FN void k8_tile4(const MatmulJob *j, int g, int t, int r0, int r1) { k8_tiles(j, g, t, 4, r0, r1); }
+static AVX2_FN void k8_tile2(const MatmulJob *j, int g, int t, int n0, int n1) { k8_tiles(j, g, t, 2, n0, n1); }
+static AVX2_FN void k8_tile3(const MatmulJob *j, int g, int t, int n0, int n1) { k8_tiles(j, g, t, 3, n0, n1); }
+static AVX2_FN void k8_tile4(const MatmulJob *j, int g, int t, int n0, int n1) { k8_tiles(j, g, t, 4, n0, n1); }
 
 /* Q6_K in eights (formats.h): one super-block (at blk) of rows 8g .. 8g+7
  * by one token (its Q8_K block xb), sum brought up to date. Per load x of
@@ -1453,7 +1434,7 @@ AVX2_INLINE void decode_pair(const MatmulJob *job, DType type, int ga, int gb, i
     size_t bb = rows8_block_bytes(type), group_bytes = (size_t)nb * bb;
     const uint8_t *wa = job->W->rows8 + (size_t)ga * group_bytes, *wb = job->W->rows8 + (size_t)(gb < 0 ? ga : gb) * group_bytes;
     const BlockQ8_K *xk = kq ? (const BlockQ8_K *)(job->act + (size_t)t * small_act_stride(type, K)) : NULL;
-    ActRow x8 = act_row(job->act, K, kq ? 0 : t);
+    ActRow x8 = kq ? (ActRow){0} : act_row(job->act, K, t);   /* the 32-value formats' layout only */
 #define DECODE_STEP(BLK, SUM)                                  \
     (type == DT_Q4_K   ? k8_sb1(BLK, xk + b, SUM)              \
      : type == DT_Q6_K ? k6_sb1(BLK, xk + b, SUM)              \
@@ -1509,11 +1490,10 @@ static void rows8_k_avx2(const MatmulJob *job, int n0, int n1) {
         int c1 = c0 + chunk < g1 ? c0 + chunk : g1;
         for (int t = 0; t < T; t += q6 ? 1 : T - t < 4 ? T - t : 4)
             for (int g = c0; g < c1; g++) {
-                int r0 = g == g0 ? n0 - 8 * g : 0, r1 = n1 - 8 * g < 8 ? n1 - 8 * g : 8;
                 if (q6) k6_decode(job, g, -1, t, n0, n1);
-                else if (T - t > 3) k8_tile4(job, g, t, r0, r1);
-                else if (T - t == 3) k8_tile3(job, g, t, r0, r1);
-                else if (T - t == 2) k8_tile2(job, g, t, r0, r1);
+                else if (T - t > 3) k8_tile4(job, g, t, n0, n1);
+                else if (T - t == 3) k8_tile3(job, g, t, n0, n1);
+                else if (T - t == 2) k8_tile2(job, g, t, n0, n1);
                 else k8_decode(job, g, -1, t, n0, n1);   /* the last token of a batch */
             }
     }
