@@ -1202,7 +1202,11 @@ QK_TILES_OF(q6_k, DT_Q6_K)
  *           against the sub-blocks' sums of x, in two vpmaddwd a half
  *   float   qk_dot_int_of's step in its order, the eight rows in the lanes
  *           of one register
- * About 370 instructions for eight rows, 46 a row. The sums are exact
+ * About 370 instructions for eight rows, 46 a row; one token (k8_sb1)
+ * takes both loads x of a chunk together, which share the token's
+ * broadcasts (sixteen a chunk where one load x at a time took 32: one
+ * Zen 3 core decoded 11.6-12.9 GB/s from memory, 8.8-11.1 before, in
+ * alternated rounds of kbench). The sums are exact
  * integers, so the bits are the generic path's. A batch's tile takes up to
  * four tokens, which share the loads, the splits and the scales' shuffles,
  * and runs down a chunk of groups that stays in L2 (k8_tiles). */
@@ -1260,22 +1264,30 @@ AVX2_INLINE __m256 k8_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum) {
     k8_scales(blk, &sc_lo, &sc_hi, &mn_lo, &mn_hi);
     const int8_t *qa = xb->qs;
     __m256i a0 = _mm256_setzero_si256(), a1 = a0;   /* load x = 0 or 1 */
-    for (int c = 0; c < 4; c++)
-        for (int x = 0; x < 2; x++) {
-            __m256i la = _mm256_setzero_si256(), ha = la;
-            for (int qq = 0; qq < 4; qq++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(q + (size_t)((c * 4 + qq) * 2 + x) * 32));
-                __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-                la = _mm256_add_epi16(la, _mm256_maddubs_epi16(lo, bcast8_here(qa + 64 * c + 8 * qq)));
-                ha = _mm256_add_epi16(ha, _mm256_maddubs_epi16(hi, bcast8_here(qa + 64 * c + 32 + 8 * qq)));
-            }
-            /* sub-blocks 2c and 2c + 1: bytes 2c % 4 and 2c % 4 + 1 of the lo or hi words */
-            __m256i src = c < 2 ? sc_lo : sc_hi, sp = _mm256_add_epi8(spread0, _mm256_set1_epi8((char)(8 * x + 2 * c % 4)));
-            __m256i sl = _mm256_shuffle_epi8(src, sp), sh = _mm256_shuffle_epi8(src, _mm256_add_epi8(sp, _mm256_set1_epi8(1)));
-            __m256i sa = _mm256_add_epi32(_mm256_madd_epi16(la, sl), _mm256_madd_epi16(ha, sh));
-            if (x) a1 = _mm256_add_epi32(a1, sa);
-            else a0 = _mm256_add_epi32(a0, sa);
+    for (int c = 0; c < 4; c++) {
+        /* both loads x of a chunk take the same eight values of the token */
+        __m256i la0 = _mm256_setzero_si256(), ha0 = la0, la1 = la0, ha1 = la0;
+        for (int qq = 0; qq < 4; qq++) {
+            __m256i bl = bcast8_here(qa + 64 * c + 8 * qq), bh = bcast8_here(qa + 64 * c + 32 + 8 * qq);
+            const uint8_t *p = q + (size_t)((c * 4 + qq) * 2) * 32;
+            __m256i v = _mm256_loadu_si256((const __m256i *)p);
+            __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+            la0 = _mm256_add_epi16(la0, _mm256_maddubs_epi16(lo, bl));
+            ha0 = _mm256_add_epi16(ha0, _mm256_maddubs_epi16(hi, bh));
+            v = _mm256_loadu_si256((const __m256i *)(p + 32));
+            lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+            la1 = _mm256_add_epi16(la1, _mm256_maddubs_epi16(lo, bl));
+            ha1 = _mm256_add_epi16(ha1, _mm256_maddubs_epi16(hi, bh));
+            __asm__("" : "+x"(la0), "+x"(ha0), "+x"(la1), "+x"(ha1));
         }
+        /* sub-blocks 2c and 2c + 1: bytes 2c % 4 and 2c % 4 + 1 of the lo or hi words */
+        __m256i src = c < 2 ? sc_lo : sc_hi, sp = _mm256_add_epi8(spread0, _mm256_set1_epi8((char)(2 * c % 4)));
+        __m256i sl = _mm256_shuffle_epi8(src, sp), sh = _mm256_shuffle_epi8(src, _mm256_add_epi8(sp, _mm256_set1_epi8(1)));
+        a0 = _mm256_add_epi32(a0, _mm256_add_epi32(_mm256_madd_epi16(la0, sl), _mm256_madd_epi16(ha0, sh)));
+        sp = _mm256_add_epi8(sp, _mm256_set1_epi8(8));
+        sl = _mm256_shuffle_epi8(src, sp), sh = _mm256_shuffle_epi8(src, _mm256_add_epi8(sp, _mm256_set1_epi8(1)));
+        a1 = _mm256_add_epi32(a1, _mm256_add_epi32(_mm256_madd_epi16(la1, sl), _mm256_madd_epi16(ha1, sh)));
+    }
     /* qk_dot_int_of's float step, in its order: sum += d * d_x * isum - dmin * d_x * msum */
     __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk)),
            dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
@@ -1365,7 +1377,9 @@ static AVX2_FN void k8_tile4(const MatmulJob *j, int g, int t, int n0, int n1) {
  * byte position (values 128h + 32i + 8q + e, i < 4: the low nibbles of ql
  * and ql + 32, then their high ones, with bits 2i, 2i + 1 of qh above) are
  * built in four registers (13 instructions), each against the token's eight
- * values broadcast. Two loads q of a 16-value sub-block add in int16 (a lane
+ * values broadcast, two values i at a time so that both loads x (rows 0-3
+ * and 4-7 of the same byte positions) take the same broadcasts and the same
+ * scales' broadcast. Two loads q of a 16-value sub-block add in int16 (a lane
  * at most 2 * 2 * 63 * 128 = 32256), then one vpmaddwd by the rows' signed
  * scales (a byte shuffle of the sub-block's eight scales into the high byte
  * of each row's int16 lanes, shifted down with their sign). The offset of 32
@@ -1381,34 +1395,49 @@ AVX2_INLINE __m256 k6_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum) {
                                             -128, 4, -128, 4, -128, 4, -128, 4, -128, 5, -128, 5, -128, 5, -128, 5);
     const int8_t *xq = xb->qs;
     __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0;   /* load x = 0, 1 */
+    const __m256i sp1 = _mm256_add_epi8(spread, _mm256_set1_epi8(2));
     for (int h = 0; h < 2; h++)
-        for (int qp = 0; qp < 2; qp++)   /* loads q = 2 qp, 2 qp + 1: sub-blocks 8h + 2i + qp */
-            for (int xx = 0; xx < 2; xx++) {
+        for (int qp = 0; qp < 2; qp++)       /* loads q = 2 qp, 2 qp + 1: sub-blocks 8h + 2i + qp */
+            for (int ip = 0; ip < 2; ip++) { /* values i = 2 ip (ql's nibbles) and 2 ip + 1 (ql + 32's) */
+                /* value i of load x: s[2 x + i - 2 ip]; both loads x take
+                 * the same broadcast values of the token */
                 __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
                 for (int qq = 0; qq < 2; qq++) {
                     int q = 2 * qp + qq;
-                    const uint8_t *p = blk + 144 + (size_t)(((h * 4 + q) * 2 + xx) * 3) * 32;
-                    __m256i A = _mm256_loadu_si256((const __m256i *)p),
-                            B = _mm256_loadu_si256((const __m256i *)(p + 32)),
-                            C = _mm256_loadu_si256((const __m256i *)(p + 64));
-                    const int8_t *xp = xq + 128 * h + 8 * q;
-                    __m256i v = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(C, 4), m30));
-                    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(v, bcast8_here(xp)));
-                    v = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(C, 2), m30));
-                    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(v, bcast8_here(xp + 32)));
-                    v = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(C, m30));
-                    s2 = _mm256_add_epi16(s2, _mm256_maddubs_epi16(v, bcast8_here(xp + 64)));
-                    v = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
-                                        _mm256_and_si256(_mm256_srli_epi16(C, 2), m30));
-                    s3 = _mm256_add_epi16(s3, _mm256_maddubs_epi16(v, bcast8_here(xp + 96)));
+                    const int8_t *xp = xq + 128 * h + 8 * q + 64 * ip;
+                    __m256i b0 = bcast8_here(xp), b1 = bcast8_here(xp + 32);
+                    for (int xx = 0; xx < 2; xx++) {
+                        const uint8_t *p = blk + 144 + (size_t)(((h * 4 + q) * 2 + xx) * 3) * 32;
+                        __m256i A = _mm256_loadu_si256((const __m256i *)p),
+                                B = _mm256_loadu_si256((const __m256i *)(p + 32)),
+                                C = _mm256_loadu_si256((const __m256i *)(p + 64)), va, vb;
+                        if (ip == 0) {
+                            va = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(C, 4), m30));
+                            vb = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(C, 2), m30));
+                        } else {
+                            va = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(C, m30));
+                            vb = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
+                                                 _mm256_and_si256(_mm256_srli_epi16(C, 2), m30));
+                        }
+                        if (xx) {
+                            s2 = _mm256_add_epi16(s2, _mm256_maddubs_epi16(va, b0));
+                            s3 = _mm256_add_epi16(s3, _mm256_maddubs_epi16(vb, b1));
+                        } else {
+                            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(va, b0));
+                            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(vb, b1));
+                        }
+                    }
+                    __asm__("" : "+x"(s0), "+x"(s1), "+x"(s2), "+x"(s3));
                 }
-                __m256i sp = xx ? _mm256_add_epi8(spread, _mm256_set1_epi8(2)) : spread;
-#define K6_SCALE(I) _mm256_srai_epi16(_mm256_shuffle_epi8(bcast8_here((const int8_t *)blk + 16 + 8 * (8 * h + 2 * (I) + qp)), sp), 8)
-                __m256i a = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(s0, K6_SCALE(0)), _mm256_madd_epi16(s1, K6_SCALE(1))),
-                                             _mm256_add_epi32(_mm256_madd_epi16(s2, K6_SCALE(2)), _mm256_madd_epi16(s3, K6_SCALE(3))));
+                /* the scales of sub-blocks 8h + 2i + qp, i = 2 ip and 2 ip + 1 */
+                __m256i c0 = bcast8_here((const int8_t *)blk + 16 + 8 * (8 * h + 4 * ip + qp)),
+                        c1 = bcast8_here((const int8_t *)blk + 16 + 8 * (8 * h + 4 * ip + 2 + qp));
+#define K6_SCALE(C, SP) _mm256_srai_epi16(_mm256_shuffle_epi8(C, SP), 8)
+                acc0 = _mm256_add_epi32(acc0, _mm256_add_epi32(_mm256_madd_epi16(s0, K6_SCALE(c0, spread)),
+                                                               _mm256_madd_epi16(s1, K6_SCALE(c1, spread))));
+                acc1 = _mm256_add_epi32(acc1, _mm256_add_epi32(_mm256_madd_epi16(s2, K6_SCALE(c0, sp1)),
+                                                               _mm256_madd_epi16(s3, K6_SCALE(c1, sp1))));
 #undef K6_SCALE
-                if (xx) acc1 = _mm256_add_epi32(acc1, a);
-                else acc0 = _mm256_add_epi32(acc0, a);
             }
     /* sum_j sc[j] bsums[j] of rows 0 .. 7: scales j, j + 1 interleaved
      * a row at a time against bsums j, j + 1 */
