@@ -1809,10 +1809,11 @@ static void llm_amx_turns_the_tiles_off_and_a_bad_value_is_a_one_line_error(void
     free(x), free((void *)W.data);
 }
 
-/* LLM_ROWS8=0 turns the copies in eights off (ops_rows8 says no for every
- * matrix), 1 back on for Q4_0, Q4_K and Q6_K where the path reads them (AVX2, rows
- * a multiple of 8), 2 for Q8_0 as well; anything else is one line naming the
- * variable and changes nothing. */
+/* By default the path that reads copies in eights (AVX2, rows a multiple
+ * of 8) has them made for Q4_0, Q4_K, Q6_K and Q8_0 (ops_rows8); LLM_ROWS8=1
+ * leaves Q8_0's rows as they are (its common bits), 0 turns every copy off,
+ * 2 is the default again; anything else is one line naming the variable
+ * and changes nothing. */
 static void llm_rows8_turns_the_copies_off_and_a_bad_value_is_a_one_line_error(void **state) {
     (void)state;
     Err e;
@@ -1821,14 +1822,15 @@ static void llm_rows8_turns_the_copies_off_and_a_bad_value_is_a_one_line_error(v
     ops_set_isa(OPS_AVX2);   /* the generic path where the CPU lacks AVX2 */
     assert_int_equal(ops_rows8(DT_Q4_0, 64), avx2);
     assert_int_equal(ops_rows8(DT_Q4_0, 60), 0);
-    assert_int_equal(ops_rows8(DT_Q8_0, 64), 0);   /* its bits would change: asked for only */
+    assert_int_equal(ops_rows8(DT_Q8_0, 64), avx2);
+    assert_int_equal(ops_rows8(DT_Q8_0, 60), 0);
     assert_int_equal(ops_rows8(DT_Q4_K, 64), avx2);
     assert_int_equal(ops_rows8(DT_Q4_K, 60), 0);
     assert_int_equal(ops_rows8(DT_Q6_K, 64), avx2);
     assert_int_equal(ops_rows8(DT_Q5_K, 64), 0);
-    setenv("LLM_ROWS8", "2", 1);
+    setenv("LLM_ROWS8", "1", 1);
     assert_int_equal(ops_isa_from_env(&e), ST_OK);
-    assert_int_equal(ops_rows8(DT_Q8_0, 64), avx2);
+    assert_int_equal(ops_rows8(DT_Q8_0, 64), 0);   /* Q8_0's common bits */
     assert_int_equal(ops_rows8(DT_Q4_0, 64), avx2);
     assert_int_equal(ops_rows8(DT_Q4_K, 64), avx2);
     setenv("LLM_ROWS8", "0", 1);
@@ -1841,9 +1843,10 @@ static void llm_rows8_turns_the_copies_off_and_a_bad_value_is_a_one_line_error(v
     assert_non_null(strstr(e.msg, "'3'"));
     assert_null(strchr(e.msg, '\n'));
     assert_int_equal(ops_rows8(DT_Q4_0, 64), 0);
-    setenv("LLM_ROWS8", "1", 1);
+    setenv("LLM_ROWS8", "2", 1);
     assert_int_equal(ops_isa_from_env(&e), ST_OK);
     assert_int_equal(ops_rows8(DT_Q4_0, 64), avx2);
+    assert_int_equal(ops_rows8(DT_Q8_0, 64), avx2);
     ops_set_isa(OPS_PLAIN);
     assert_int_equal(ops_rows8(DT_Q4_0, 64), 0);
     unsetenv("LLM_ROWS8");

@@ -246,7 +246,7 @@ void ops_set_amx(int on) {
     g_amx = on;
 }
 
-static int g_rows8 = 1;   /* 0: none, 1: Q4_0, Q4_K, Q6_K, 2: those and Q8_0 */
+static int g_rows8 = 2;   /* 0: none, 1: Q4_0, Q4_K, Q6_K, 2: those and Q8_0 (the default) */
 
 int ops_rows8(DType type, int N) {
     int wanted = type == DT_Q4_0 || type == DT_Q4_K || type == DT_Q6_K ? g_rows8 >= 1 : type == DT_Q8_0 ? g_rows8 == 2 : 0;

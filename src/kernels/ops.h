@@ -35,8 +35,9 @@ int ops_threads(void);
  *   OPS_AVX512   AVX-512 and VNNI tiles (tiles_avx512.c), OpenBLAS from 36 tokens.
  *   OPS_BEST     the best of the three that the CPU has (the default of
  *                the fast and test builds).
- * Q8_0 gives the same bits on every path (but for the AMX tiles and, with
- * LLM_ROWS8=2, the AVX2 tiles in eights, which give matmul_blocks_ref's);
+ * Q8_0 gives the same bits on every path (but for the AMX tiles and the
+ * AVX2 tiles in eights, the AVX2 path's default, which give
+ * matmul_blocks_ref's; LLM_ROWS8=1 below);
  * F32 and F16 differ by float rounding only (sums in another order). The 4, 5 and 6-bit block formats
  * round activations on the generic and AVX-512 paths (the same integer sums,
  * float sums in another order) and not on the plain one (notes/formats.md). */
@@ -88,13 +89,15 @@ void ops_set_amx(int on);
  * instead of its rows: on the AVX2 path, for N a multiple of 8, by mode
  * (ops_set_rows8, or at start-up LLM_ROWS8 through ops_isa_from_env):
  *   0  none
- *   1  Q4_0, Q4_K and Q6_K (the default; Q4_0's AVX2 sums had an order of
- *      their own anyway, and the K formats', exact integers per
- *      super-block, keep the generic path's bits)
- *   2  those and Q8_0: Q8_0's products then give matmul_blocks_ref's bits,
- *      not the bits every other path gives, so a Q8_0 model's text may
- *      differ from another CPU kind's; 1.3 to 1.9 times as fast for
- *      batches and prompts (notes/formats.md, "In eights")
+ *   1  Q4_0, Q4_K and Q6_K (Q4_0's AVX2 sums had an order of their own
+ *      anyway, and the K formats', exact integers per super-block, keep
+ *      the generic path's bits); Q8_0 read in place, with the bits every
+ *      other path gives (but the AMX tiles)
+ *   2  those and Q8_0 (the default): Q8_0's products then give
+ *      matmul_blocks_ref's bits at every size, so a batch still gives each
+ *      token's bits alone, but a Q8_0 model's text may differ from another
+ *      CPU kind's; batches and prompts 1.5 to 1.9 times as fast, one token
+ *      about 5% slower (notes/formats.md, "In eights")
  * A matrix keeps its rows either way: every other path reads them. */
 int ops_rows8(DType type, int N);
 void ops_set_rows8(int mode);
