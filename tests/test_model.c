@@ -467,7 +467,7 @@ static int llama_cpp_exact_rows(const char *model_rel, const char *dir, const ch
     Model m;
     Err e;
     assert_int_equal(model_load(&m, path, NULL, &e), ST_OK);
-    /* Q4_0 on AVX2: the matrices were copied in eights at load, and the path reads the copies */
+    /* Q4_0, Q8_0 and the K formats on AVX2: the matrices were copied in eights at load, and the path reads the copies */
     int rows8 = ops_rows8(m.layers[0].wq.type, m.layers[0].wq.N);
     assert_int_equal(model_stats(&m).rows8 > 0, rows8);
     assert_int_equal(m.layers[0].wq.rows8 != NULL, rows8);
@@ -515,7 +515,7 @@ static int llama_cpp_exact_rows(const char *model_rel, const char *dir, const ch
     assert_int_equal(k, 3);
     print_message("           %s on the %s path%s: rows within 1e-5 of llama.cpp: %d and %d of %d "
                   "(decode, one prefill); worst %.3g\n", model_rel, ops_isa_name(ops_isa()),
-                  rows8 ? " (Q4_0 in eights)" : "", exact[0], exact[1], LLAMA_ROWS, worst);
+                  rows8 ? " (in eights)" : "", exact[0], exact[1], LLAMA_ROWS, worst);
     model_free(&m);
     free(g);
     return exact[0] < exact[1] ? exact[0] : exact[1];
