@@ -546,17 +546,19 @@ static void q8_0_matmul_matches_plain_reference(void **state) {
 
 /* Where the float paths change (ops.c): the 4 x 4 tiles below 16 tokens, the
  * k-blocked tiles from 16, sgemm from 36. K = 1000 is several k-blocks with
- * a short last one (K % 16 = 8); 130 rows are several chunks of rows with a
- * tail of 2 (N % 4 != 0); 35 tokens leave 3 over (T % 4 != 0). */
+ * a short last one (K % 16 = 8); K = 1024 the same in whole steps of 16,
+ * which AVX2 reads in place for F32; 130 rows are several chunks of rows
+ * with a tail of 2 (N % 4 != 0); 35 tokens leave 3 over (T % 4 != 0). */
 static void float_matmul_matches_reference_on_both_sides_of_each_path(void **state) {
     (void)state;
     DType types[] = {DT_F32, DT_F16, DT_BF16};
-    const int Ts[] = {15, 16, 35, 36}, Ks[] = {200, 1000}, Ns[] = {7, 130};
+    const int Ts[] = {15, 16, 35, 36}, Ks[] = {200, 1000, 1024}, Ns[] = {7, 130};
     for (int i = 0; i < 3; i++)
         for (int t = 0; t < 4; t++)
-            for (int k = 0; k < 2; k++)
+            for (int k = 0; k < 3; k++)
                 for (int n = 0; n < 2; n++)
-                    check_matmul(types[i], Ns[n], Ks[k], Ts[t], ops_best_isa(), 100u + 10u * (unsigned)t + (unsigned)k);
+                    if (Ks[k] != 1024 || types[i] == DT_F32)
+                        check_matmul(types[i], Ns[n], Ks[k], Ts[t], ops_best_isa(), 100u + 10u * (unsigned)t + (unsigned)k);
 }
 
 static void matmul_matches_reference_at_model_widths(void **state) {
@@ -701,6 +703,7 @@ static void small_float_batches_equal_single_tokens_bitwise(void **state) {
     /* k-blocked: K = 1000 in several blocks, a short last one; on AVX2 70
      * rows end in a group of one, 17 tokens in a group of one */
     check_batch_equals_single_tokens(DT_F32, 70, 1000, 17);
+    check_batch_equals_single_tokens(DT_F32, 70, 1024, 17);   /* read in place on AVX2 */
     check_batch_equals_single_tokens(DT_F16, 70, 1000, 35);
     check_batch_equals_single_tokens(DT_BF16, 70, 1000, 16);
 }
