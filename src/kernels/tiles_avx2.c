@@ -176,6 +176,52 @@ AVX2_INLINE void float_tile_at(const MatmulJob *job, const uint8_t *w, size_t ws
     }
 }
 
+/* One token by four rows, `gap` rows apart from row n at w (ws bytes a
+ * row): four streams, which this CPU kind reads best (notes/formats.md,
+ * "Four streams"). Each row's lanes take their products in float_tile_at's
+ * order, so the same bits. */
+AVX2_INLINE void float_four_at(const MatmulJob *job, const uint8_t *w, size_t ws, int gap, int n, DType type) {
+    int K = job->W->K;
+    size_t wsize = type == DT_F32 ? 4 : 2;
+    const float *x = job->x;
+    const uint8_t *w1 = w + (size_t)gap * ws, *w2 = w1 + (size_t)gap * ws, *w3 = w2 + (size_t)gap * ws;
+    __m256 a0l = _mm256_setzero_ps(), a0h = a0l, a1l = a0l, a1h = a0l, a2l = a0l, a2h = a0l, a3l = a0l, a3h = a0l;
+#define FOUR_STEP(P0, P1, P2, P3, X)                                                              \
+    do {                                                                                          \
+        __m256 xl_ = _mm256_loadu_ps(X), xh_ = _mm256_loadu_ps((X) + 8);                          \
+        a0l = _mm256_fmadd_ps(wide8(P0, type), xl_, a0l);                                         \
+        a1l = _mm256_fmadd_ps(wide8(P1, type), xl_, a1l);                                         \
+        a2l = _mm256_fmadd_ps(wide8(P2, type), xl_, a2l);                                         \
+        a3l = _mm256_fmadd_ps(wide8(P3, type), xl_, a3l);                                         \
+        a0h = _mm256_fmadd_ps(wide8((P0) + 8 * wsize, type), xh_, a0h);                          \
+        a1h = _mm256_fmadd_ps(wide8((P1) + 8 * wsize, type), xh_, a1h);                          \
+        a2h = _mm256_fmadd_ps(wide8((P2) + 8 * wsize, type), xh_, a2h);                          \
+        a3h = _mm256_fmadd_ps(wide8((P3) + 8 * wsize, type), xh_, a3h);                          \
+    } while (0)
+    int k = 0;
+    for (; k + 16 <= K; k += 16) {
+        size_t at = (size_t)k * wsize;
+        FOUR_STEP(w + at, w1 + at, w2 + at, w3 + at, x + k);
+    }
+    if (k < K) {
+        size_t left = (size_t)(K - k), at = (size_t)k * wsize;
+        uint8_t b0[64] = {0}, b1[64] = {0}, b2[64] = {0}, b3[64] = {0};
+        float xb[16] = {0};
+        memcpy(b0, w + at, left * wsize);
+        memcpy(b1, w1 + at, left * wsize);
+        memcpy(b2, w2 + at, left * wsize);
+        memcpy(b3, w3 + at, left * wsize);
+        memcpy(xb, x + k, left * sizeof(float));
+        FOUR_STEP(b0, b1, b2, b3, xb);
+    }
+#undef FOUR_STEP
+    float *o = job->out + n;
+    o[0] = lanes_sum_avx2(a0l, a0h);
+    o[gap] = lanes_sum_avx2(a1l, a1h);
+    o[2 * gap] = lanes_sum_avx2(a2l, a2h);
+    o[3 * gap] = lanes_sum_avx2(a3l, a3h);
+}
+
 AVX2_INLINE void float_tile_avx2(const MatmulJob *job, int n, int t0, DType type, int R, int TT) {
     float_tile_at(job, row_ptr(job->W, n), dtype_row_bytes(type, job->W->K), 1, n, t0, type, R, TT);
 }
@@ -190,11 +236,11 @@ AVX2_INLINE void float_tile_avx2(const MatmulJob *job, int n, int t0, DType type
     static AVX2_FN void name##_r2t3(const MatmulJob *j, int n, int t) { float_tile_avx2(j, n, t, TYPE, 2, 3); } \
     static AVX2_FN void name##_rows1(const MatmulJob *j, int n0, int n1) {                              \
         int n = n0;                                                                                     \
-        if (j->decode_rows == 4) {   /* two rows at once, half the range apart */             \
-            int h = (n1 - n0) / 2;                                                                      \
+        if (j->decode_rows == 4) {   /* four rows at once, a quarter of the range apart */    \
+            int q = (n1 - n0) / 4;                                                                      \
             size_t ws = dtype_row_bytes(TYPE, j->W->K);                                                 \
-            for (; n < n0 + h; n++) float_tile_at(j, row_ptr(j->W, n), ws, h, n, 0, TYPE, 2, 1);        \
-            n = n0 + 2 * h;                                                                             \
+            for (; n < n0 + q; n++) float_four_at(j, row_ptr(j->W, n), ws, q, n, TYPE);                \
+            n = n0 + 4 * q;                                                                             \
         }                                                                                               \
         for (; n < n1; n++) float_tile_avx2(j, n, 0, TYPE, 1, 1);                                        \
     }                                                                                                   \
