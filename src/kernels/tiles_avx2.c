@@ -1558,8 +1558,45 @@ DECODE_PAIR_OF(q8_0_decode, DT_Q8_0)
 DECODE_PAIR_OF(k8_decode, DT_Q4_K)
 DECODE_PAIR_OF(k6_decode, DT_Q6_K)
 
-/* One token, rows [n0, n1) of a matrix in eights: two streams, the groups
- * half the range apart. */
+/* Groups g[0 .. 3] of Q8_0 or Q4_0 in eights by token t, a block of each
+ * in turn: four streams, each asked for STREAM_AHEAD_BYTES ahead if ask. */
+AVX2_INLINE void decode_four(const MatmulJob *job, DType type, const int *g, int t, int n0, int n1, int ask) {
+    int K = job->W->K, nb = K / dtype_block(type);
+    size_t bb = rows8_block_bytes(type), group_bytes = (size_t)nb * bb;
+    const uint8_t *w0 = job->W->rows8 + (size_t)g[0] * group_bytes, *w1 = job->W->rows8 + (size_t)g[1] * group_bytes,
+                  *w2 = job->W->rows8 + (size_t)g[2] * group_bytes, *w3 = job->W->rows8 + (size_t)g[3] * group_bytes;
+    ActRow x8 = act_row(job->act, K, t);
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int b = 0; b < nb; b++) {
+        size_t at = (size_t)b * bb;
+        if (ask) {
+            prefetch_weights(w0 + at, bb, 1, 1, 0);
+            prefetch_weights(w1 + at, bb, 1, 1, 0);
+            prefetch_weights(w2 + at, bb, 1, 1, 0);
+            prefetch_weights(w3 + at, bb, 1, 1, 0);
+        }
+        s0 = x8_block1(type, w0 + at, x8, b, s0);
+        s1 = x8_block1(type, w1 + at, x8, b, s1);
+        s2 = x8_block1(type, w2 + at, x8, b, s2);
+        s3 = x8_block1(type, w3 + at, x8, b, s3);
+    }
+    float *o = job->out + (size_t)t * job->W->N;
+    rows8_store(o, g[0], s0, n0, n1);
+    rows8_store(o, g[1], s1, n0, n1);
+    rows8_store(o, g[2], s2, n0, n1);
+    rows8_store(o, g[3], s3, n0, n1);
+}
+static AVX2_FN void q4_0_decode4(const MatmulJob *j, const int *g, int n0, int n1) {
+    decode_four(j, DT_Q4_0, g, 0, n0, n1, 1);
+}
+static AVX2_FN void q8_0_decode4(const MatmulJob *j, const int *g, int n0, int n1) {
+    decode_four(j, DT_Q8_0, g, 0, n0, n1, 0);
+}
+
+/* One token, rows [n0, n1) of a matrix in eights: Q8_0 and Q4_0 in four
+ * streams, the groups a quarter of the range apart (Q4_0's asked for ahead,
+ * Q8_0's not), then Q4_K, Q6_K and what is left in two, half the range
+ * apart (notes/formats.md, "Four streams"). */
 static void rows8_decode(const MatmulJob *job, int n0, int n1) {
     DType type = job->W->type;
     void (*dec)(const MatmulJob *, int, int, int, int, int) = type == DT_Q4_0   ? q4_0_decode
@@ -1567,6 +1604,15 @@ static void rows8_decode(const MatmulJob *job, int n0, int n1) {
                                                                : type == DT_Q4_K ? k8_decode
                                                                                  : k6_decode;
     int g0 = n0 / 8, g1 = (n1 + 7) / 8, h = (g1 - g0) / 2;
+    if (type == DT_Q8_0 || type == DT_Q4_0) {
+        int q = (g1 - g0) / 4;
+        for (int i = 0; i < q; i++) {
+            int g[4] = {g0 + i, g0 + q + i, g0 + 2 * q + i, g0 + 3 * q + i};
+            if (type == DT_Q8_0) q8_0_decode4(job, g, n0, n1);
+            else q4_0_decode4(job, g, n0, n1);
+        }
+        g0 += 4 * q, h = (g1 - g0) / 2;
+    }
     for (int i = 0; i < h; i++) dec(job, g0 + i, g0 + h + i, 0, n0, n1);
     if ((g1 - g0) % 2) dec(job, g1 - 1, -1, 0, n0, n1);
 }
