@@ -10,9 +10,9 @@
  *   far        wide, each line asked for 4 KiB ahead
  *   streams    wide over two halves of the buffer at once (two streams for
  *              the prefetchers to follow)
- *   quarters   the same over its four quarters (four streams: on an AMD Zen
- *              3 core, the most a single core read, and how the float rows
- *              decode there)
+ *   quarters   the same over the four quarters of each 4 MiB of it in turn
+ *              (four streams: on an AMD Zen 3 core, the most a single core
+ *              read, and how the float rows decode there)
  *   rows       four streams 4 KiB apart, a 4 KiB stretch of each at a time,
  *              the next four stretches asked for into L2 (as decoding reads
  *              four rows side by side: on a Xeon Emerald Rapids core this
@@ -126,24 +126,30 @@ CEIL_AVX512 static inline uint64_t read_two_streams(const uint8_t *p, size_t byt
     return s;
 }
 
-/* Four streams, one a quarter: quarter q read from QUARTER_SKEW q bytes in,
- * round to its start, so that the streams are not a power of two apart (at
- * exactly a quarter, 256 MiB, one Zen 3 core read 8.6 GB/s, where the
- * rows of a matrix a quarter of its height apart, 11 MiB, read at 15.9). */
-enum { QUARTER_SKEW = 3 * 4096 + 640 };
+/* Four streams over each window of QUARTER_WINDOW bytes in turn, one a
+ * quarter of it: quarter q read from QUARTER_SKEW q bytes in, round to its
+ * start, so that the streams are not a power of two apart (quarters of the
+ * whole 1 GiB exactly 256 MiB apart read 8.6 GB/s on one Zen 3 core, where
+ * the rows of a matrix a quarter of its height apart, 11 MiB, read at
+ * 15.9; skewed, the whole buffer's quarters still read 15.0 where the
+ * kernel read 16.0, and a window's 16.2, as the kernel). */
+enum { QUARTER_SKEW = 3 * 4096 + 640, QUARTER_WINDOW = 4 << 20 };
 static inline size_t quarter_at(size_t quarter, int q, size_t i) {
     size_t at = i + (size_t)q * QUARTER_SKEW % quarter;
     return (size_t)q * quarter + (at >= quarter ? at - quarter : at);
 }
 
 CEIL_AVX512 static inline uint64_t read_four_streams(const uint8_t *p, size_t bytes) {
-    size_t quarter = bytes / 4;
     __m512i a[8];
     for (int v = 0; v < 8; v++) a[v] = _mm512_setzero_si512();
-    for (size_t i = 0; i < quarter; i += 128)
-        for (int q = 0; q < 4; q++)
-            for (int v = 0; v < 2; v++)
-                a[2 * q + v] = _mm512_add_epi64(a[2 * q + v], _mm512_loadu_si512(p + quarter_at(quarter, q, i) + 64 * v));
+    for (size_t at = 0; at < bytes; at += QUARTER_WINDOW) {
+        size_t quarter = (bytes - at < QUARTER_WINDOW ? bytes - at : QUARTER_WINDOW) / 4;
+        for (size_t i = 0; i < quarter; i += 128)
+            for (int q = 0; q < 4; q++)
+                for (int v = 0; v < 2; v++)
+                    a[2 * q + v] =
+                        _mm512_add_epi64(a[2 * q + v], _mm512_loadu_si512(p + at + quarter_at(quarter, q, i) + 64 * v));
+    }
     for (int v = 1; v < 8; v++) a[0] = _mm512_add_epi64(a[0], a[v]);
     uint64_t lanes[8], s = 0;
     _mm512_storeu_si512(lanes, a[0]);
@@ -215,14 +221,16 @@ CEIL_AVX2 static inline uint64_t read_two_streams_avx2(const uint8_t *p, size_t 
 }
 
 CEIL_AVX2 static inline uint64_t read_four_streams_avx2(const uint8_t *p, size_t bytes) {
-    size_t quarter = bytes / 4;
     __m256i a[16];
     for (int v = 0; v < 16; v++) a[v] = _mm256_setzero_si256();
-    for (size_t i = 0; i < quarter; i += 128)
-        for (int q = 0; q < 4; q++)
-            for (int v = 0; v < 4; v++)
-                a[4 * q + v] = _mm256_add_epi64(
-                    a[4 * q + v], _mm256_loadu_si256((const __m256i *)(p + quarter_at(quarter, q, i) + 32 * v)));
+    for (size_t at = 0; at < bytes; at += QUARTER_WINDOW) {
+        size_t quarter = (bytes - at < QUARTER_WINDOW ? bytes - at : QUARTER_WINDOW) / 4;
+        for (size_t i = 0; i < quarter; i += 128)
+            for (int q = 0; q < 4; q++)
+                for (int v = 0; v < 4; v++)
+                    a[4 * q + v] = _mm256_add_epi64(
+                        a[4 * q + v], _mm256_loadu_si256((const __m256i *)(p + at + quarter_at(quarter, q, i) + 32 * v)));
+    }
     return avx2_sum(a);
 }
 

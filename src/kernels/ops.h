@@ -66,10 +66,10 @@ int ops_isa_from_env(Err *e);
 /* How many weight rows a product of one token (decoding) reads side by side
  * on AVX-512: 1, one sequential stream that asks for the bytes ahead of it
  * itself, or 4, four streams that the hardware prefetcher follows (on AVX2,
- * 4 has the F32, F16 and BF16 tiles read two rows side by side). Each row's
- * sum is made the same way either way, so the bits do not change; the speed
- * does, by CPU kind (notes/formats.md): 4 on Intel and on a CPU without
- * AVX-512, 1 on any other. Set by
+ * 4 has the F32, F16 and BF16 tiles read four rows a quarter of the range
+ * apart, four streams). Each row's sum is made the same way either way, so
+ * the bits do not change; the speed does, by CPU kind (notes/formats.md):
+ * 4 on Intel and on a CPU without AVX-512, 1 on any other. Set by
  * ops_set_decode_rows (0: the CPU's choice again) or, at start-up, by
  * LLM_DECODE_ROWS=1|4 through ops_isa_from_env. */
 int ops_decode_rows(void);
