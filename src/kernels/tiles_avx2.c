@@ -75,19 +75,20 @@ typedef struct {
 } Avx2Tiles;
 
 /* Rows [n0, n1) for all T tokens: over a chunk of rows that stays in L2,
- * tokens ts->TT at a time and rows ts->R at a time. */
+ * tokens ts->TT at a time and rows ts->R at a time; one token (which reads
+ * each row once) over the whole range, whose streams are spread over it. */
 enum { AVX2_CHUNK_BYTES = 256 * 1024 };
 static void rows_by_tiles_avx2(const MatmulJob *job, const Avx2Tiles *ts, int n0, int n1) {
     int T = job->T, R = ts->R;
+    if (T == 1) {
+        ts->rows1(job, n0, n1);
+        return;
+    }
     size_t row_bytes = dtype_row_bytes(job->W->type, job->W->K);
     int chunk = (int)(AVX2_CHUNK_BYTES / row_bytes) / R * R;
     if (chunk < R) chunk = R;
     for (int c0 = n0; c0 < n1; c0 += chunk) {
         int c1 = c0 + chunk < n1 ? c0 + chunk : n1;
-        if (T == 1) {
-            ts->rows1(job, c0, c1);
-            continue;
-        }
         for (int t = 0; t < T; t += ts->TT) {
             int tt = T - t < ts->TT ? T - t : ts->TT, n = c0;
             for (; n + R <= c1; n += R) ts->tile[R - 1][tt - 1](job, n, t);
@@ -129,25 +130,20 @@ AVX2_INLINE __m256 wide8(const uint8_t *p, DType type) {
         }                                                                                      \
     } while (0)
 
-/* The second row (R == 2) is `gap` rows after the first (ws bytes a row):
- * the next one in tiles of tokens; half a range away when decoding
- * (FLOAT_TILES' rows1: two streams, which this CPU kind reads best, see
- * notes/formats.md), where no software prefetch is asked for. */
-AVX2_INLINE void float_tile_at(const MatmulJob *job, const uint8_t *w, size_t ws, int gap, int n, int t0, DType type,
-                               int R, int TT) {
+/* Rows n and (R == 2) n + 1 by tokens t0 .. t0 + TT - 1, each step asking
+ * for the bytes ahead (prefetch_weights). */
+AVX2_INLINE void float_tile_avx2(const MatmulJob *job, int n, int t0, DType type, int R, int TT) {
     int N = job->W->N, K = job->W->K;
-    size_t wsize = type == DT_F32 ? 4 : 2;
+    size_t wsize = type == DT_F32 ? 4 : 2, ws = dtype_row_bytes(type, K);
     const float *x0 = job->x + (size_t)t0 * K, *x1 = TT > 1 ? x0 + K : x0, *x2 = TT > 2 ? x0 + 2 * (size_t)K : x0;
-    const uint8_t *w1 = R > 1 ? w + (size_t)gap * ws : w;
+    const uint8_t *w = row_ptr(job->W, n), *w1 = R > 1 ? w + ws : w;
     __m256 a00l = _mm256_setzero_ps(), a00h = a00l, a01l = a00l, a01h = a00l, a02l = a00l, a02h = a00l,
            a10l = a00l, a10h = a00l, a11l = a00l, a11h = a00l, a12l = a00l, a12h = a00l;
     int k = 0;
     for (; k + 16 <= K; k += 16) {
         const uint8_t *p0 = w + k * wsize, *p1 = w1 + k * wsize;
-        if (gap == 1) {
-            prefetch_weights(p0, 16 * wsize, R, TT, ws);
-            if (R > 1) prefetch_weights(p1, 16 * wsize, R, TT, ws);
-        }
+        prefetch_weights(p0, 16 * wsize, R, TT, ws);
+        if (R > 1) prefetch_weights(p1, 16 * wsize, R, TT, ws);
         FLOAT_HALF(p0, p1, x0 + k, x1 + k, x2 + k, l);
         FLOAT_HALF(p0 + 8 * wsize, p1 + 8 * wsize, x0 + k + 8, x1 + k + 8, x2 + k + 8, h);
     }
@@ -165,21 +161,21 @@ AVX2_INLINE void float_tile_at(const MatmulJob *job, const uint8_t *w, size_t ws
     }
     float *o = job->out + (size_t)t0 * N + n;
     o[0] = lanes_sum_avx2(a00l, a00h);
-    if (R > 1) o[gap] = lanes_sum_avx2(a10l, a10h);
+    if (R > 1) o[1] = lanes_sum_avx2(a10l, a10h);
     if (TT > 1) {
         o[N] = lanes_sum_avx2(a01l, a01h);
-        if (R > 1) o[N + gap] = lanes_sum_avx2(a11l, a11h);
+        if (R > 1) o[N + 1] = lanes_sum_avx2(a11l, a11h);
     }
     if (TT > 2) {
         o[2 * (size_t)N] = lanes_sum_avx2(a02l, a02h);
-        if (R > 1) o[2 * (size_t)N + gap] = lanes_sum_avx2(a12l, a12h);
+        if (R > 1) o[2 * (size_t)N + 1] = lanes_sum_avx2(a12l, a12h);
     }
 }
 
 /* One token by four rows, `gap` rows apart from row n at w (ws bytes a
  * row): four streams, which this CPU kind reads best (notes/formats.md,
- * "Four streams"). Each row's lanes take their products in float_tile_at's
- * order, so the same bits. */
+ * "Four streams"), with no software prefetch. Each row's lanes take their
+ * products in float_tile_avx2's order, so the same bits. */
 AVX2_INLINE void float_four_at(const MatmulJob *job, const uint8_t *w, size_t ws, int gap, int n, DType type) {
     int K = job->W->K;
     size_t wsize = type == DT_F32 ? 4 : 2;
@@ -222,9 +218,6 @@ AVX2_INLINE void float_four_at(const MatmulJob *job, const uint8_t *w, size_t ws
     o[3 * gap] = lanes_sum_avx2(a3l, a3h);
 }
 
-AVX2_INLINE void float_tile_avx2(const MatmulJob *job, int n, int t0, DType type, int R, int TT) {
-    float_tile_at(job, row_ptr(job->W, n), dtype_row_bytes(type, job->W->K), 1, n, t0, type, R, TT);
-}
 
 /* The shapes, each compiled with constant sizes so that the loops unroll. */
 #define FLOAT_TILES(name, TYPE)                                                                         \
@@ -719,7 +712,7 @@ AVX2_INLINE __m256i q4_values(const uint8_t *qs) {
     } while (0)
 
 /* One row by up to four tokens: eight registers of sums, named (see
- * float_tile_at), and the block's weights, magnitudes and scale. */
+ * float_tile_avx2), and the block's weights, magnitudes and scale. */
 AVX2_INLINE void q8_tile_avx2(const MatmulJob *job, int n, int t0, DType type, int TT, const float *dw,
                               const float *dxt) {
     int N = job->W->N, K = job->W->K, nb = K / QK8_0;
@@ -1098,7 +1091,7 @@ AVX2_INLINE __m256i q6_values(const BlockQ6_K *b, int h, int i) {
 }
 
 /* F(t) for each token t < TT of a K tile: its sums are named variables acc0
- * .. acc7 (see float_tile_at). */
+ * .. acc7 (see float_tile_avx2). */
 #define QK_EACH(F)          \
     do {                    \
         F(0);               \
