@@ -218,7 +218,6 @@ AVX2_INLINE void float_four_at(const MatmulJob *job, const uint8_t *w, size_t ws
     o[3 * gap] = lanes_sum_avx2(a3l, a3h);
 }
 
-
 /* The shapes, each compiled with constant sizes so that the loops unroll. */
 #define FLOAT_TILES(name, TYPE)                                                                         \
     static AVX2_FN void name##_r1t1(const MatmulJob *j, int n, int t) { float_tile_avx2(j, n, t, TYPE, 1, 1); } \
