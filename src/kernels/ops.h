@@ -97,7 +97,7 @@ void ops_set_amx(int on);
  *      matmul_blocks_ref's bits at every size, so a batch still gives each
  *      token's bits alone, but a Q8_0 model's text may differ from another
  *      CPU kind's; batches and prompts 1.5 to 1.9 times as fast, one token
- *      about 5% slower (notes/formats.md, "In eights")
+ *      as fast or faster (four streams; notes/formats.md, "In eights")
  * A matrix keeps its rows either way: every other path reads them. */
 int ops_rows8(DType type, int N);
 void ops_set_rows8(int mode);
