@@ -1514,75 +1514,46 @@ AVX2_INLINE __m256 k6_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum) {
     return qk_float_step(sum, d, _mm256_setzero_ps(), _mm256_set1_ps(xb->d), isum, _mm256_setzero_si256());
 }
 
-/* Groups ga and gb (gb < 0: none) of any format in eights by token t, a
- * block (or super-block) of each in turn, each stream asked for
- * STREAM_AHEAD_BYTES ahead; rows in [n0, n1) written. */
-AVX2_INLINE void decode_pair(const MatmulJob *job, DType type, int ga, int gb, int t, int n0, int n1) {
+/* Groups g[0 .. ng - 1] (ng <= 4) of any format in eights by token t, a
+ * block (or super-block) of each in turn: ng streams, each asked for
+ * STREAM_AHEAD_BYTES ahead if ask; rows in [n0, n1) written. */
+AVX2_INLINE void decode_groups(const MatmulJob *job, DType type, const int *g, int ng, int ask, int t, int n0, int n1) {
     int K = job->W->K, nb = K / dtype_block(type), kq = type == DT_Q4_K || type == DT_Q6_K;
     size_t bb = rows8_block_bytes(type), group_bytes = (size_t)nb * bb;
-    const uint8_t *wa = job->W->rows8 + (size_t)ga * group_bytes, *wb = job->W->rows8 + (size_t)(gb < 0 ? ga : gb) * group_bytes;
     const BlockQ8_K *xk = kq ? (const BlockQ8_K *)(job->act + (size_t)t * small_act_stride(type, K)) : NULL;
     ActRow x8 = kq ? (ActRow){0} : act_row(job->act, K, t);   /* the 32-value formats' layout only */
-#define DECODE_STEP(BLK, SUM)                                  \
-    (type == DT_Q4_K   ? k8_sb1(BLK, xk + b, SUM)              \
-     : type == DT_Q6_K ? k6_sb1(BLK, xk + b, SUM)              \
-                       : x8_block1(type, BLK, x8, b, SUM))
-    __m256 sa = _mm256_setzero_ps(), sb = sa;
-    for (int b = 0; b < nb; b++) {
-        prefetch_weights(wa + (size_t)b * bb, bb, 1, 1, 0);
-        sa = DECODE_STEP(wa + (size_t)b * bb, sa);
-        if (gb >= 0) {
-            prefetch_weights(wb + (size_t)b * bb, bb, 1, 1, 0);
-            sb = DECODE_STEP(wb + (size_t)b * bb, sb);
+    const uint8_t *w[4];
+    __m256 s[4];
+    for (int i = 0; i < ng; i++) w[i] = job->W->rows8 + (size_t)g[i] * group_bytes, s[i] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++)
+        for (int i = 0; i < ng; i++) {
+            const uint8_t *blk = w[i] + (size_t)b * bb;
+            if (ask) prefetch_weights(blk, bb, 1, 1, 0);
+            s[i] = type == DT_Q4_K   ? k8_sb1(blk, xk + b, s[i])
+                   : type == DT_Q6_K ? k6_sb1(blk, xk + b, s[i])
+                                     : x8_block1(type, blk, x8, b, s[i]);
         }
-    }
-#undef DECODE_STEP
     float *o = job->out + (size_t)t * job->W->N;
-    rows8_store(o, ga, sa, n0, n1);
-    if (gb >= 0) rows8_store(o, gb, sb, n0, n1);
+    for (int i = 0; i < ng; i++) rows8_store(o, g[i], s[i], n0, n1);
 }
+/* Groups ga and gb (gb < 0: ga alone), each asked for ahead. */
 #define DECODE_PAIR_OF(name, TYPE)                                                        \
     static AVX2_FN void name(const MatmulJob *j, int ga, int gb, int t, int n0, int n1) { \
-        decode_pair(j, TYPE, ga, gb, t, n0, n1);                                          \
+        int g[2] = {ga, gb};                                                              \
+        if (gb < 0) decode_groups(j, TYPE, g, 1, 1, t, n0, n1);                           \
+        else decode_groups(j, TYPE, g, 2, 1, t, n0, n1);                                  \
     }
 DECODE_PAIR_OF(q4_0_decode, DT_Q4_0)
 DECODE_PAIR_OF(q8_0_decode, DT_Q8_0)
 DECODE_PAIR_OF(k8_decode, DT_Q4_K)
 DECODE_PAIR_OF(k6_decode, DT_Q6_K)
 
-/* Groups g[0 .. 3] of Q8_0 or Q4_0 in eights by token t, a block of each
- * in turn: four streams, each asked for STREAM_AHEAD_BYTES ahead if ask. */
-AVX2_INLINE void decode_four(const MatmulJob *job, DType type, const int *g, int t, int n0, int n1, int ask) {
-    int K = job->W->K, nb = K / dtype_block(type);
-    size_t bb = rows8_block_bytes(type), group_bytes = (size_t)nb * bb;
-    const uint8_t *w0 = job->W->rows8 + (size_t)g[0] * group_bytes, *w1 = job->W->rows8 + (size_t)g[1] * group_bytes,
-                  *w2 = job->W->rows8 + (size_t)g[2] * group_bytes, *w3 = job->W->rows8 + (size_t)g[3] * group_bytes;
-    ActRow x8 = act_row(job->act, K, t);
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    for (int b = 0; b < nb; b++) {
-        size_t at = (size_t)b * bb;
-        if (ask) {
-            prefetch_weights(w0 + at, bb, 1, 1, 0);
-            prefetch_weights(w1 + at, bb, 1, 1, 0);
-            prefetch_weights(w2 + at, bb, 1, 1, 0);
-            prefetch_weights(w3 + at, bb, 1, 1, 0);
-        }
-        s0 = x8_block1(type, w0 + at, x8, b, s0);
-        s1 = x8_block1(type, w1 + at, x8, b, s1);
-        s2 = x8_block1(type, w2 + at, x8, b, s2);
-        s3 = x8_block1(type, w3 + at, x8, b, s3);
-    }
-    float *o = job->out + (size_t)t * job->W->N;
-    rows8_store(o, g[0], s0, n0, n1);
-    rows8_store(o, g[1], s1, n0, n1);
-    rows8_store(o, g[2], s2, n0, n1);
-    rows8_store(o, g[3], s3, n0, n1);
-}
+/* Four groups of token 0: Q4_0's asked for ahead, Q8_0's not. */
 static AVX2_FN void q4_0_decode4(const MatmulJob *j, const int *g, int n0, int n1) {
-    decode_four(j, DT_Q4_0, g, 0, n0, n1, 1);
+    decode_groups(j, DT_Q4_0, g, 4, 1, 0, n0, n1);
 }
 static AVX2_FN void q8_0_decode4(const MatmulJob *j, const int *g, int n0, int n1) {
-    decode_four(j, DT_Q8_0, g, 0, n0, n1, 0);
+    decode_groups(j, DT_Q8_0, g, 4, 0, 0, n0, n1);
 }
 
 /* One token, rows [n0, n1) of a matrix in eights: Q8_0 and Q4_0 in four
