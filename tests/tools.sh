@@ -63,6 +63,16 @@ for arch in qwen2 qwen3; do
         || bad "infer on mkmodel's $arch file: $(cat "$tmp/err")"
 done
 grep -aq "qwen3.attention.key_length" "$tmp/qwen3.gguf" && ok || bad "mkmodel's qwen3 file names no key_length"
+# bench_batch on a small llama file: its table through the whole engine, the
+# limit column left out on request (--ceilings 0: measuring it reads 1 GiB
+# several times); a --ceilings that is not 0 or 1 is named, exit 2
+run mkmodel $small "$tmp/llama.gguf"
+run bench_batch --ceilings 0 --threads 1 --concurrency 1,2 --prompt 8 --decode 2 --kv 0 "$tmp/llama.gguf"
+[ $rc -eq 0 ] && grep -q '% of limit |$' "$tmp/out" && [ "$(grep -c '^| [12] | 8 | 2 | .* | - | - |$' "$tmp/out")" = 2 ] && ok \
+    || bad "bench_batch --ceilings 0 -> rc $rc, $(tail -c 600 "$tmp/out") $(cat "$tmp/err")"
+run bench_batch --ceilings 2 "$tmp/llama.gguf"
+[ $rc -eq 2 ] && grep -q -- "--ceilings wants an integer in 0..1, got '2'" "$tmp/err" && ok \
+    || bad "bench_batch --ceilings 2 -> rc $rc, $(cat "$tmp/err")"
 run mkmodel $small --arch mamba "$tmp/x.gguf"
 [ $rc -eq 2 ] && grep -q "wants llama, qwen2 or qwen3" "$tmp/err" && ok || bad "--arch mamba -> rc $rc, $(cat "$tmp/err")"
 # rows8_ab: a type it has no copy in eights for, or a shape the copy cannot

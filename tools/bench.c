@@ -220,33 +220,6 @@ static void print_machine(const Args *a, const Machine *mc, int argc, char **arg
 
 /* -------------------------------------------------------------- models */
 
-static double mat_bytes(const Mat *w) { return (double)dtype_row_bytes(w->type, w->K) * w->N; }
-static double mat_params(const Mat *w) { return (double)w->N * w->K; }
-
-/* Bytes one decode step reads (see the header comment). */
-static double bytes_per_token(const Model *m) {
-    int D = m->cfg.dim;
-    double b = 0.0;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        const Layer *y = &m->layers[l];
-        b += mat_bytes(&y->wq) + mat_bytes(&y->wk) + mat_bytes(&y->wv) + mat_bytes(&y->wo) +
-             mat_bytes(&y->w_gate) + mat_bytes(&y->w_down) + mat_bytes(&y->w_up) + 2.0 * D * 4;
-    }
-    return b + D * 4.0 + mat_bytes(&m->output) + (double)dtype_row_bytes(m->tok_embd.type, D);
-}
-
-/* Matmul FLOPs of one prefill call of T tokens (classifier for one row). */
-static double prefill_flops(const Model *m, int T) {
-    double layer_params = 0.0;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        const Layer *y = &m->layers[l];
-        layer_params += mat_params(&y->wq) + mat_params(&y->wk) + mat_params(&y->wv) +
-                        mat_params(&y->wo) + mat_params(&y->w_gate) + mat_params(&y->w_down) +
-                        mat_params(&y->w_up);
-    }
-    return 2.0 * T * layer_params + 2.0 * mat_params(&m->output);
-}
-
 static int argmax(const float *x, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)
@@ -361,7 +334,10 @@ static int bench_model(const char *path, const Args *a, Machine *mc, int *in_cac
 
     char label[48];
     model_label(&m, path, label, sizeof label);
-    double bpt = bytes_per_token(&m), flops = prefill_flops(&m, a->prompt);
+    double layer_params, classifier_params;
+    model_matmul_params(&m, &layer_params, &classifier_params);
+    /* the classifier for the last row only */
+    double bpt = model_step_bytes(&m), flops = 2.0 * a->prompt * layer_params + 2.0 * classifier_params;
     int fits = mc->l3_bytes > 0 && bpt <= (double)mc->l3_bytes;
     for (int i = 0; i < a->n_threads && st == ST_OK; i++) {
         ops_set_threads(a->threads[i]);
@@ -374,13 +350,7 @@ static int bench_model(const char *path, const Args *a, Machine *mc, int *in_cac
             break;
         }
         double gflops = flops * r.prefill_tps / a->prompt * 1e-9;
-        /* the peak of the instructions its products run on: FMA for the
-         * float types, int8 (VNNI, AVX2's vpmaddubsw, AMX where the tiles
-         * take the products) for the quantized ones */
-        DType wt = m.wtype;
-        int amx = (wt == DT_Q8_0 || wt == DT_Q4_0 || wt == DT_Q4_K) && ops_amx() && mc->amx_gops[i] > 0;
-        double peak = wt == DT_F32 || wt == DT_F16 || wt == DT_BF16 || wt == DT_BF16E ? mc->fma_gflops[i]
-                      : amx ? mc->amx_gops[i] : mc->vnni_gops[i];
+        double peak = type_peak(m.wtype, mc->fma_gflops[i], mc->vnni_gops[i], mc->amx_gops[i]);
         double gbs = bpt * r.decode_tps * 1e-9;
         /* The ceiling of this row: the same read as at the start, again now.
          * A virtual machine's bandwidth drifts by 10% between minutes;

@@ -2,7 +2,8 @@
  * concurrency grows, and how much of the paged KV cache is wasted.
  *
  *   bench_batch [--threads 2] [--concurrency 1,4,16,64] [--prompt 32] [--decode 32]
- *               [--block 16] [--runs 1] MODEL.gguf ...
+ *               [--block 16] [--runs 1] [--low-mem 0|1|2] [--kv 0|1] [--ceilings 0|1]
+ *               [--device cpu|cuda] MODEL.gguf ...
  *
  * Single-stream decode (tools/bench.c) reads every weight for one token, so
  * it is bound by memory bandwidth. A batched decode step reads them once for N
@@ -44,6 +45,25 @@
  *                   model), sample, output (engine: append, finish; runtime:
  *                   decode text, stream, stop checks). What is left to 100% is
  *                   rt_step's own overhead.
+ *   limit tok/s     the most a step of N tokens allows on this machine: N over
+ *                   the longer of two times, the weights' bytes that every
+ *                   step reads (bench.c's bytes per token) at the best read
+ *                   and the step's matmul operations (2 N per weight of the
+ *                   layers and the classifier, every sequence needing its
+ *                   logits) at the peak of the instruction its products run
+ *                   on (FMA for the float types, int8 for the quantized ones:
+ *                   VNNI, AVX2's vpmaddubsw, AMX where the engine's AMX
+ *                   tiles take them). Which of the three binds is named.
+ *                   The read and the peaks are tools/ceilings.h's, measured
+ *                   at the start in a child process (its 1 GiB buffer stays
+ *                   out of this process's peak RSS), with the CPU kind
+ *                   (cpuid vendor, family, model). Attention, norms and
+ *                   sampling are left out, so nothing passes the limit,
+ *                   except weights that fit in the last-level cache (marked
+ *                   *: they are read faster than memory). "-" with
+ *                   --ceilings 0, on a GPU, and for the rANS tier of
+ *                   --low-mem 2, whose limit is its decoding.
+ *   % of limit      decode tok/s over it.
  *
  * With --runs R > 1 each row is run R times and the run with the median decode
  * time is reported, all its figures together. Before the first row of each
@@ -90,13 +110,16 @@
  * exactly, so waste at the end of the prefill phase then comes only from the
  * tokens some requests already decoded in it.
  *
- * The closing lines check the two targets. A peer's figures are never
+ * The closing lines give 16 requests against one and the KV waste. A peer's figures are never
  * printed here: measured on another machine they would not compare;
  * tools/bench_llamacpp.sh runs llama.cpp on the same files, on this machine,
  * in the same run. Units: MB = 1e6 bytes. */
 #include "runtime.h"
 #include "bench_util.h"
+#include "ceilings.h"
+#include <errno.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/mem.h"
@@ -126,12 +149,90 @@ typedef struct {
     int n_conc;
     int prompt, decode, block, runs;
     int kv;               /* --kv 0: no KV-waste table (its runs take longer than the rest) */
+    int ceilings;         /* --ceilings 0: no limit column (its measurement takes about 5 s a thread count) */
     int low_mem;          /* --low-mem 1: compressed models stay compressed (model.h), on the
                              fast tier where it fits; 2: on the rANS tier, a layer at a time */
     int device;           /* --device cuda: the forward pass on the GPU (model.h) */
     char **models;
     int n_models;
 } Args;
+
+/* ------------------------------------------------------------ ceilings */
+
+#define BW_BYTES ((size_t)1 << 30)   /* the read's buffer: far beyond any cache */
+
+/* What bounds a step at one thread count (ceilings.h): the best of the read
+ * loops, and the peaks of FMA, int8 (VNNI, or AVX2's vpmaddubsw) and AMX
+ * (0 where the CPU lacks it). */
+typedef struct {
+    double read_gbs, fma_gflops, int8_gops, amx_gops;
+    int read_loop;
+    uint64_t sink;   /* the loops' sums, so that none is optimized away */
+} Ceilings;
+
+/* The ceilings at each of --threads, measured in a child process so that
+ * its 1 GiB buffer never counts in this process's peak RSS, which the
+ * tables print. */
+static int measure_ceilings(const Args *a, Ceilings *c, Err *e) {
+    Ceilings out[MAX_THREAD_COUNTS];
+    int fd[2];
+    if (pipe(fd)) return err_set(e, ST_IO, "ceilings: pipe: %s", strerror(errno));
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]);
+        close(fd[1]);
+        return err_set(e, ST_IO, "ceilings: fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        uint8_t *buf = malloc(BW_BYTES);
+        if (!buf) _exit(1);
+        memset(buf, 1, BW_BYTES);   /* every page written: untouched ones all map the zero page */
+        memset(out, 0, sizeof out);
+        double each[CEIL_READS];
+        for (int i = 0; i < a->n_threads; i++) {
+            Ceilings *o = &out[i];
+            o->read_gbs = ceil_read_best(buf, BW_BYTES, a->threads[i], &o->read_loop, each, &o->sink);
+            o->fma_gflops = ceil_peak(0, a->threads[i], &o->sink);
+            o->int8_gops = ceil_peak(1, a->threads[i], &o->sink);
+            o->amx_gops = ceil_peak(2, a->threads[i], &o->sink);
+        }
+        _exit(write(fd[1], out, sizeof out) == (ssize_t)sizeof out ? 0 : 1);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    while (got < sizeof out) {
+        ssize_t r = read(fd[0], (char *)out + got, sizeof out - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    if (got != sizeof out || !WIFEXITED(status) || WEXITSTATUS(status))
+        return err_set(e, ST_NOMEM, "ceilings: the measuring process failed (%zu of %zu bytes back, status %d): "
+                       "no memory for its %zu-byte buffer?", got, sizeof out, status, BW_BYTES);
+    memcpy(c, out, sizeof out);
+    return ST_OK;
+}
+
+static void print_ceilings(const Args *a, const Ceilings *c) {
+    int avx2 = !ceil_has_avx512() && ceil_has_avx2();
+    char kind[96];
+    cpu_kind(kind, sizeof kind);
+    printf("ceilings of this %s (tools/ceilings.h, measured before the models load):", kind);
+    for (int i = 0; i < a->n_threads; i++) {
+        printf("%s %d thread%s: best read %.1f GB/s (%s), FMA %.1f GFLOP/s, %s %.1f GOP/s", i ? ";" : "",
+               a->threads[i], a->threads[i] > 1 ? "s" : "", c[i].read_gbs, CEIL_READ_NAMES[c[i].read_loop],
+               c[i].fma_gflops, avx2 ? "int8 (vpmaddubsw)" : "int8 (VNNI)", c[i].int8_gops);
+        if (c[i].amx_gops > 0) printf(", AMX %.1f GOP/s", c[i].amx_gops);
+    }
+    printf("\nlimit tok/s = N / the longer of (the weights' bytes a step reads / best read) and (the "
+           "step's matmul operations, 2 N per weight, / the peak of the instruction its products run on); "
+           "attention, norms and sampling not counted, so no engine can pass it\n\n");
+}
 
 /* ------------------------------------------------------------- timing */
 
@@ -473,6 +574,7 @@ typedef struct {
 
 #define MAX_SUMMARIES 64
 static Summary SUMMARIES[MAX_SUMMARIES];
+static int ANY_FITS;   /* a model whose weights fit in the last-level cache had a limit printed */
 static int N_SUMMARIES;
 /* KV waste at N = 16 and 64 (index 0, 1), distinct prompts: end of decode and
  * mean over the decode steps; empty blocks seen anywhere. */
@@ -515,7 +617,21 @@ static int load_model(Model *m, const char *path, const Args *a, int low_mem, ch
     return ST_OK;
 }
 
-static int bench_model(const char *path, const Args *a, Err *e) {
+/* The limit of a step of N tokens and what binds it (print_ceilings). */
+static double step_limit(const Model *m, const Ceilings *c, int N, const char **binds) {
+    double layers, classifier;
+    model_matmul_params(m, &layers, &classifier);
+    double peak = type_peak(m->wtype, c->fma_gflops, c->int8_gops, c->amx_gops);
+    double read_s = model_step_bytes(m) / (c->read_gbs * 1e9), ops_s = 2.0 * N * (layers + classifier) / (peak * 1e9);
+    *binds = read_s >= ops_s                   ? "read"
+             : peak == c->fma_gflops           ? "FMA"
+             : peak == c->amx_gops             ? "AMX"
+                                               : "int8";
+    return N / (read_s > ops_s ? read_s : ops_s);
+}
+
+/* ceil: the ceilings at each of a->threads, or NULL (no limit column). */
+static int bench_model(const char *path, const Args *a, const Ceilings *ceil, Err *e) {
     Model m;
     char label[64];
     int st = load_model(&m, path, a, a->low_mem, label, sizeof label, e);
@@ -528,6 +644,14 @@ static int bench_model(const char *path, const Args *a, Err *e) {
         model_free(&m);
         return st;
     }
+    /* the limit needs the weights in memory as the products read them:
+     * not on a GPU, not decoded a layer at a time from the rANS tier */
+    if (m.gpu || m.lowmem) ceil = NULL;
+    /* weights that fit in the last-level cache can be read faster than
+     * memory allows: their limit is marked, and may be passed */
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    int fits = ceil && l3 > 0 && model_step_bytes(&m) <= (double)l3;
+    if (fits) ANY_FITS = 1;
     for (int ti = 0; ti < a->n_threads && st == ST_OK; ti++) {
         ops_set_threads(a->threads[ti]);
         if ((st = warm_up(&m, e))) break;
@@ -535,8 +659,9 @@ static int bench_model(const char *path, const Args *a, Err *e) {
                label, dtype_name(m.wtype), (double)m.weight_bytes * 1e-6, a->threads[ti],
                a->threads[ti] > 1 ? "s" : "", a->block, a->decode);
         printf("| N | prompt tok | steps | decode tok/s | per seq tok/s | ms/step | speed-up "
-               "| prefill s (steps) | schedule %% | build %% | forward %% | sample %% | output %% |\n");
-        printf("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+               "| prefill s (steps) | schedule %% | build %% | forward %% | sample %% | output %% "
+               "| limit tok/s (binds) | %% of limit |\n");
+        printf("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
         Summary *sm = N_SUMMARIES < MAX_SUMMARIES ? &SUMMARIES[N_SUMMARIES++] : NULL;
         if (sm) {
             memset(sm, 0, sizeof *sm);
@@ -574,9 +699,15 @@ static int bench_model(const char *path, const Args *a, Err *e) {
                 printf("%.2fx", tps / tps1);
             else
                 printf("-");
-            printf(" | %.2f (%d) | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r->prefill_s,
+            printf(" | %.2f (%d) | %.1f | %.1f | %.1f | %.1f | %.1f |", r->prefill_s,
                    r->prefill_steps, d * r->stages.schedule, d * r->stages.build,
                    d * r->stages.forward, d * r->stages.sample, d * r->stages.output);
+            if (ceil) {
+                const char *binds;
+                double limit = step_limit(&m, &ceil[ti], N, &binds);
+                printf(" %.1f (%s)%s | %.0f%% |\n", limit, binds, fits ? "*" : "", 100.0 * tps / limit);
+            } else
+                printf(" - | - |\n");
             fflush(stdout);
         }
         printf("\n");
@@ -783,7 +914,7 @@ static int parse_list(const char *flag, const char *val, int lo, int hi, int *v,
 
 static int parse_args(int argc, char **argv, Args *a, Err *e) {
     *a = (Args){.threads = {2}, .n_threads = 1, .conc = {1, 4, 16, 64}, .n_conc = 4, .prompt = 32,
-                .decode = 32, .block = 16, .runs = 1, .kv = 1};
+                .decode = 32, .block = 16, .runs = 1, .kv = 1, .ceilings = 1};
     int i = 1;
     for (; i < argc && argv[i][0] == '-' && argv[i][1]; i += 2) {
         const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -810,6 +941,8 @@ static int parse_args(int argc, char **argv, Args *a, Err *e) {
             if (parse_int(flag, val, 0, 2, &a->low_mem, e)) return ST_ARG;
         } else if (strcmp(flag, "--kv") == 0) {
             if (parse_int(flag, val, 0, 1, &a->kv, e)) return ST_ARG;
+        } else if (strcmp(flag, "--ceilings") == 0) {
+            if (parse_int(flag, val, 0, 1, &a->ceilings, e)) return ST_ARG;
         } else if (strcmp(flag, "--device") == 0) {
             if (strcmp(val, "cpu") && strcmp(val, "cuda"))
                 return err_set(e, ST_ARG, "--device: '%s' is not cpu or cuda", val);
@@ -829,19 +962,29 @@ int main(int argc, char **argv) {
     Err e = {{0}};
     if (argc == 1 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         printf("usage: bench_batch [--threads 2] [--concurrency 1,4,16,64] [--prompt 32] [--decode 32] "
-               "[--block 16] [--runs 1] [--low-mem 0|1|2] [--kv 0|1] [--device cpu|cuda] MODEL.gguf ...\n");
+               "[--block 16] [--runs 1] [--low-mem 0|1|2] [--kv 0|1] [--ceilings 0|1] [--device cpu|cuda] "
+               "MODEL.gguf ...\n");
         return 0;
     }
     if (parse_args(argc, argv, &a, &e) || ops_isa_from_env(&e)) {   /* LLM_ISA, LLM_DECODE_ROWS */
         fprintf(stderr, "bench_batch: %s\n", e.msg);
         return 2;
     }
+    /* first, before this process has started any thread (a child forked
+     * after OpenMP's threads exist may hang) */
+    Ceilings ceil[MAX_THREAD_COUNTS];
+    int with_ceil = a.ceilings && a.device != DEVICE_CUDA;
+    if (with_ceil && measure_ceilings(&a, ceil, &e)) {
+        fprintf(stderr, "bench_batch: %s\n", e.msg);
+        return 1;
+    }
     print_context(argc, argv);
+    if (with_ceil) print_ceilings(&a, ceil);
     int failed = 0;
     const char *smallest = NULL;
     long smallest_size = -1;
     for (int i = 0; i < a.n_models; i++) {
-        if (bench_model(a.models[i], &a, &e)) {
+        if (bench_model(a.models[i], &a, with_ceil ? ceil : NULL, &e)) {
             fprintf(stderr, "bench_batch: %s\n", e.msg);
             failed = 1;
             continue;
@@ -861,6 +1004,10 @@ int main(int argc, char **argv) {
            a.prompt, a.decode,
            a.runs > 1 ? "each row the run with the median decode time" : "one run per row");
     print_summary();
+    if (ANY_FITS)
+        printf("*: the weights fit in the last-level cache (%.0f MiB), where they are read faster than "
+               "memory allows: the read is not their limit, and the %% of limit can pass 100\n",
+               (double)sysconf(_SC_LEVEL3_CACHE_SIZE) / (1 << 20));
     if (WASTE_END[0] < 0)
         printf("KV waste, distinct prompts: not measured\n");
     else {

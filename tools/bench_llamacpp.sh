@@ -68,7 +68,7 @@ echo "bench_llamacpp.sh: BENCH_LLAMACPP_SHAPE=$shape BENCH_LLAMACPP_TYPES=\"$typ
 # ours_single MODEL THREADS; ours_batch MODEL SEQUENCES; ours_prefill MODEL PROMPT (2 threads)
 ours_single() { "$bin/bench" --threads "$2" --prompt 8 --decode "$steps" --runs 1 "$1" 2>/dev/null |
                 awk -F'|' '/^\| / && $3 ~ /[A-Z]/ && $10 + 0 > 0 { gsub(/ /, "", $10); print $10 }'; }
-ours_batch() { "$bin/bench_batch" --threads 2 --concurrency "$2" --prompt 8 --decode "$steps" "$1" 2>/dev/null |
+ours_batch() { "$bin/bench_batch" --threads 2 --concurrency "$2" --prompt 8 --decode "$steps" --ceilings 0 "$1" 2>/dev/null |
                awk -F'|' -v c="$2" '$2 + 0 == c && $3 ~ /^ 8 $/ { gsub(/ /, "", $5); print $5; exit }'; }
 ours_prefill() { "$bin/bench" --threads 2 --prompt "$2" --decode 1 --runs 1 "$1" 2>/dev/null |
                  awk -F'|' '/^\| / && $3 ~ /[A-Z]/ && $7 + 0 > 0 { gsub(/ /, "", $7); print $7 }'; }
