@@ -445,18 +445,10 @@ static void act_pack_on_avx2_is_bit_identical_to_reference(void **state) {
 #endif
 }
 
-/* The AVX-512 Q8_K rounding (quantize_row_q8_k on this path) against the
- * plain one, bit for bit: values of many sizes, exact ties (half-integer
- * products), the largest magnitude twice with both signs (the first one's
- * sign is the scale's), a NaN, an infinity, all zeros, and a block too
- * small to scale. */
-static void quantize_row_q8_k_fast_path_is_bit_identical_to_reference(void **state) {
-    (void)state;
 #if defined(__x86_64__)
-    if (ops_best_isa() != OPS_AVX512) {
-        print_message("skipped: this CPU has no AVX-512\n");
-        return;
-    }
+/* quantize_row_q8_k on isa against the plain rounding (below); returns 1. */
+static int quantize_q8_k_on(OpsIsa isa) {
+    ops_set_isa(isa);
     enum { K = 16 * QK_K };
     float *x = make_activations(1, K, 98);
     for (int i = 0; i < QK_K; i++) x[QK_K + i] = (float)(i % 9) - 4.0f;   /* ties: scale -127 / 4 */
@@ -477,6 +469,24 @@ static void quantize_row_q8_k_fast_path_is_bit_identical_to_reference(void **sta
         }
     }
     free(x);
+    return 1;
+}
+#endif
+
+/* The AVX-512 and AVX2 Q8_K rounding (quantize_row_q8_k on those paths,
+ * each this CPU runs) against the plain one, bit for bit: values of many
+ * sizes, exact ties (half-integer products), the largest magnitude twice
+ * with both signs (the first one's sign is the scale's), a NaN, an
+ * infinity, all zeros, and a block too small to scale. */
+static void quantize_row_q8_k_fast_path_is_bit_identical_to_reference(void **state) {
+    (void)state;
+#if defined(__x86_64__)
+    OpsIsa isas[4], saved = ops_isa();
+    int n_isas = cpu_isas(isas, 0), ran = 0;
+    for (int s = 0; s < n_isas; s++)
+        if (isas[s] == OPS_AVX512 || isas[s] == OPS_AVX2) ran += quantize_q8_k_on(isas[s]);
+    ops_set_isa(saved);
+    if (!ran) print_message("skipped: this CPU has neither AVX-512 nor AVX2\n");
 #else
     print_message("skipped: not x86-64\n");
 #endif
@@ -1957,6 +1967,49 @@ static void swiglu_is_silu_of_h_times_g(void **state) {
 }
 
 
+/* ops_exp as it was first written, its three choices conditional
+ * expressions: ops_pick's selects of bits must give the same bits. */
+static float exp_as_conditionals(float x) {
+    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    k = k == k ? k : 0.0f;
+    float r = x - k * 0.693145751953125f;
+    r -= k * 1.428606765330187e-06f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    union { uint32_t u; float f; } scale = {.u = (uint32_t)((int32_t)k + 127) << 23};
+    return p * scale.f;
+}
+
+/* swiglu's loop (vectorized where the compiler can) against one value at a
+ * time through the conditional form, bit for bit: values across the range,
+ * past both clamps, infinities and a NaN. */
+static void swiglu_vectorized_gives_the_bits_of_one_value_at_a_time(void **state) {
+    (void)state;
+    enum { N = 4099 };   /* not a multiple of any vector width */
+    float *h = malloc(sizeof(float) * N), *g = malloc(sizeof(float) * N), *want = malloc(sizeof(float) * N);
+    assert_true(h && g && want);
+    for (int i = 0; i < N; i++) {
+        h[i] = (float)(i - N / 2) * 0.0517f;   /* -106 .. 106 */
+        g[i] = 1.0f + (float)(i % 13) * 0.25f;
+    }
+    h[7] = NAN, h[8] = INFINITY, h[9] = -INFINITY, h[10] = -0.0f, h[11] = 1e-30f, h[12] = -1e4f;
+    for (int i = 0; i < N; i++) {
+        volatile float v = h[i];   /* one at a time */
+        want[i] = v / (1.0f + exp_as_conditionals(-v)) * g[i];
+        assert_memory_equal(&(float){ops_exp(-v)}, &(float){exp_as_conditionals(-v)}, sizeof(float));
+    }
+    swiglu(h, g, N);
+    assert_memory_equal(h, want, sizeof(float) * N);
+    free(h), free(g), free(want);
+}
+
 /* ops_exp against double-precision exp over the range softmax and SiLU use:
  * within 3 ulp (relative 3.6e-7) everywhere, clamped values beyond it. */
 static void fast_exp_is_within_three_ulp_of_exp(void **st) {
@@ -2053,6 +2106,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(rope_rotates_pairs_by_the_given_angles),
         cmocka_unit_test(rope_neox_rotates_the_halves_by_the_given_angles),
         cmocka_unit_test(swiglu_is_silu_of_h_times_g),
+        cmocka_unit_test(swiglu_vectorized_gives_the_bits_of_one_value_at_a_time),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -325,6 +325,10 @@ void quantize_row_q8_k(BlockQ8_K *out, const float *x, int K) {
         quantize_row_q8_k_avx512(out, x, K);
         return;
     }
+    if (ops_isa() == OPS_AVX2) {
+        quantize_row_q8_k_avx2(out, x, K);
+        return;
+    }
 #endif
     quantize_row_q8_k_ref(out, x, K);
 }
@@ -543,7 +547,9 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
             if (isa == OPS_AVX512) {
                 small_act_pack_k_avx512(scratch_base(scratch), x, T, K);
                 if (W->type != DT_Q6_K) qk_act_reorder_avx512(scratch_base(scratch), T, K);
-            } else
+            } else if (isa == OPS_AVX2)
+                small_act_pack_k_avx2(scratch_base(scratch), x, T, K);
+            else
 #endif
                 small_act_pack_k(scratch_base(scratch), x, T, K);
         }

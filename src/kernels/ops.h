@@ -187,17 +187,23 @@ void rmsnorm(float *out, const float *x, const float *w, int n, float eps);
  * that a loop of calls vectorizes: x = k ln2 + r with |r| <= ln2 / 2, e^r by
  * its Taylor polynomial of degree 7, 2^k built directly in the exponent bits.
  * libm's expf is exact to 1 ulp but is a call the compiler cannot vectorize,
- * and softmax over attention rows and vocabularies calls it millions of times. */
+ * and softmax over attention rows and vocabularies calls it millions of times.
+ * Its three choices are ops_pick's selects of bits (below), not conditional
+ * expressions: GCC keeps a conditional whose comparison could raise a
+ * floating-point exception as a branch (its default, -ftrapping-math), and a
+ * loop with a branch is not vectorized (SwiGLU's loop ran a value at a time). */
 #ifdef __CUDACC__   /* the CUDA kernels call this very function (src/kernels/) */
 #define OPS_HOST_DEVICE __host__ __device__
 #else
 #define OPS_HOST_DEVICE
 #endif
+static inline OPS_HOST_DEVICE float ops_pick(int c, float a, float b);
 static inline OPS_HOST_DEVICE float ops_exp(float x) {
-    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    x = ops_pick(x < -87.0f, -87.0f, x);   /* NaN stays NaN */
+    x = ops_pick(x > 88.0f, 88.0f, x);
     const float magic = 12582912.0f;                /* 1.5 * 2^23: adding it rounds to an integer */
     float k = (x * 1.44269504088896341f + magic) - magic;
-    k = k == k ? k : 0.0f;   /* x NaN: p below is NaN anyway, but NaN must not become an int */
+    k = ops_pick(k == k, k, 0.0f);   /* x NaN: p below is NaN anyway, but NaN must not become an int */
     float r = x - k * 0.693145751953125f;           /* ln 2 in two parts (Cody and Waite) so */
     r -= k * 1.428606765330187e-06f;                /* that r keeps its low bits */
     float p = 1.0f / 5040.0f;
@@ -210,6 +216,13 @@ static inline OPS_HOST_DEVICE float ops_exp(float x) {
     p = p * r + 1.0f;
     union { uint32_t u; float f; } scale = {.u = (uint32_t)((int32_t)k + 127) << 23};
     return p * scale.f;
+}
+/* c ? a : b, as the bits of a where c and of b elsewhere: a vector blend. */
+static inline OPS_HOST_DEVICE float ops_pick(int c, float a, float b) {
+    union { float f; uint32_t u; } x = {a}, y = {b};
+    uint32_t m = 0u - (uint32_t)(c != 0);
+    x.u = (x.u & m) | (y.u & ~m);
+    return x.f;
 }
 
 /* In place, numerically stable (subtracts the max); softmax_ref on the

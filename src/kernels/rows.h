@@ -263,6 +263,10 @@ void qk_rows_avx2(const MatmulJob *job, int part, int n0, int n1);
  * same bits. */
 void quantize_row_q8_0_avx2(BlockQ8_0 *out, const float *x, int K);
 void act_pack_avx2(uint8_t *act, const float *x, int T, int K);
+/* quantize_row_q8_k_ref and small_act_pack_k, eight values an instruction,
+ * the same bits. */
+void quantize_row_q8_k_avx2(BlockQ8_K *out, const float *x, int K);
+void small_act_pack_k_avx2(uint8_t *act, const float *x, int T, int K);
 #endif
 
 #ifdef OPS_X86

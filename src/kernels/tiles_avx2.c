@@ -676,6 +676,62 @@ AVX2_FN void act_pack_avx2(uint8_t *act, const float *x, int T, int K) {
     }
 }
 
+/* --- Q8_K activations: quantize_row_q8_k_ref (quant.c), eight values an
+ * instruction, the same bits: max the first value of the largest
+ * magnitude, the same multiply by -127 / max and rounding to nearest even,
+ * the same clamp (which the products never need), the sums of sixteen. */
+AVX2_FN void quantize_row_q8_k_avx2(BlockQ8_K *out, const float *x, int K) {
+    enum { NEAREST_EVEN = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC };
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int b = 0; b < K / QK_K; b++, x += QK_K) {
+        BlockQ8_K *y = &out[b];
+        __m256 amaxv = _mm256_setzero_ps(), nf = _mm256_setzero_ps();
+        for (int i = 0; i < QK_K; i += 8) {
+            __m256 v = _mm256_loadu_ps(x + i);
+            nf = _mm256_or_ps(nf, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));   /* NaN, inf */
+            amaxv = _mm256_max_ps(amaxv, _mm256_and_ps(v, abs));
+        }
+        memset(y->qs, 0, sizeof y->qs);
+        memset(y->bsums, 0, sizeof y->bsums);
+        int bad = _mm256_movemask_ps(nf) != 0;
+        y->d = bad ? NAN : 0.0f;
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(amaxv), _mm256_extractf128_ps(amaxv, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+        if (bad || amax == 0.0f) continue;
+        float max = 0.0f;
+        for (int i = 0; i < QK_K; i += 8) {
+            int at = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), abs), _mm256_set1_ps(amax),
+                                                      _CMP_EQ_OQ));
+            if (at) {
+                max = x[i + __builtin_ctz((unsigned)at)];
+                break;
+            }
+        }
+        float iscale = -127.0f / max;
+        if (isinf(iscale)) continue;
+        const __m256 sc = _mm256_set1_ps(iscale), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+        for (int g = 0; g < QK_K / 16; g++) {   /* sixteen values: two registers, one sum */
+            __m256i q0 = _mm256_cvtps_epi32(_mm256_min_ps(
+                        _mm256_max_ps(_mm256_round_ps(_mm256_mul_ps(sc, _mm256_loadu_ps(x + 16 * g)), NEAREST_EVEN), lo), hi)),
+                    q1 = _mm256_cvtps_epi32(_mm256_min_ps(
+                        _mm256_max_ps(_mm256_round_ps(_mm256_mul_ps(sc, _mm256_loadu_ps(x + 16 * g + 8)), NEAREST_EVEN), lo),
+                        hi));
+            /* packs work within 128-bit halves: 0-3 8-11 | 4-7 12-15, put back by a permute */
+            __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xd8);
+            __m128i b8 = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+            _mm_storeu_si128((__m128i *)(y->qs + 16 * g), b8);
+            y->bsums[g] = (int16_t)isum8(_mm256_add_epi32(q0, q1));
+        }
+        y->d = 1.0f / iscale;
+    }
+}
+
+AVX2_FN void small_act_pack_k_avx2(uint8_t *act, const float *x, int T, int K) {
+    for (int t = 0; t < T; t++)
+        quantize_row_q8_k_avx2((BlockQ8_K *)(act + (size_t)t * small_act_stride(DT_Q4_K, K)), x + (size_t)t * K, K);
+}
+
 /* --- Q8_0 and Q4_0 against Q8_0 activations (act_row) */
 
 /* A Q4_0 block's 16 bytes of nibbles as its 32 values in order, less 8
