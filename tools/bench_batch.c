@@ -55,9 +55,10 @@
  *                   VNNI, AVX2's vpmaddubsw, AMX where the engine's AMX
  *                   tiles take them). Which of the three binds is named.
  *                   The read and the peaks are tools/ceilings.h's, measured
- *                   at the start in a child process (its 1 GiB buffer stays
+ *                   at the start by a child process (its 1 GiB buffer stays
  *                   out of this process's peak RSS), with the CPU kind
- *                   (cpuid vendor, family, model). Attention, norms and
+ *                   (cpuid vendor, family, model); the read again by it
+ *                   right after each row, for that row. Attention, norms and
  *                   sampling are left out, so nothing passes the limit,
  *                   except weights that fit in the last-level cache (marked
  *                   *: they are read faster than memory). "-" with
@@ -119,6 +120,7 @@
 #include "ceilings.h"
 #include <errno.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include "base/clock.h"
 #include "base/err.h"
@@ -170,59 +172,88 @@ typedef struct {
     uint64_t sink;   /* the loops' sums, so that none is optimized away */
 } Ceilings;
 
-/* The ceilings at each of --threads, measured in a child process so that
- * its 1 GiB buffer never counts in this process's peak RSS, which the
- * tables print. */
-static int measure_ceilings(const Args *a, Ceilings *c, Err *e) {
-    Ceilings out[MAX_THREAD_COUNTS];
-    int fd[2];
-    if (pipe(fd)) return err_set(e, ST_IO, "ceilings: pipe: %s", strerror(errno));
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(fd[0]);
-        close(fd[1]);
-        return err_set(e, ST_IO, "ceilings: fork: %s", strerror(errno));
-    }
-    if (pid == 0) {
-        close(fd[0]);
-        uint8_t *buf = malloc(BW_BYTES);
-        if (!buf) _exit(1);
-        memset(buf, 1, BW_BYTES);   /* every page written: untouched ones all map the zero page */
-        memset(out, 0, sizeof out);
-        double each[CEIL_READS];
-        for (int i = 0; i < a->n_threads; i++) {
-            Ceilings *o = &out[i];
+/* The ceilings are measured by a child process, forked before this one has
+ * started any thread (a child forked after OpenMP's threads exist may
+ * hang), which keeps its 1 GiB buffer out of this process's peak RSS (the
+ * tables print it) and waits to read it again on request: a virtual
+ * machine's bandwidth drifts by 10% between minutes, so each row's limit
+ * takes the read measured right after it, as bench.c does. */
+typedef struct {
+    pid_t pid;
+    int fd;   /* a socket to it; requests: a thread count's index (its read again), -1 - index (all) */
+} Meter;
+
+static int meter_serve(const Args *a, int fd) {
+    uint8_t *buf = malloc(BW_BYTES);
+    if (!buf) return 1;
+    memset(buf, 1, BW_BYTES);   /* every page written: untouched ones all map the zero page */
+    Ceilings c[MAX_THREAD_COUNTS];
+    memset(c, 0, sizeof c);
+    int ask;
+    while (read(fd, &ask, sizeof ask) == (ssize_t)sizeof ask) {
+        int i = ask < 0 ? -1 - ask : ask;
+        if (i >= a->n_threads) return 1;
+        Ceilings *o = &c[i];
+        if (ask < 0) {
+            double each[CEIL_READS];
             o->read_gbs = ceil_read_best(buf, BW_BYTES, a->threads[i], &o->read_loop, each, &o->sink);
             o->fma_gflops = ceil_peak(0, a->threads[i], &o->sink);
             o->int8_gops = ceil_peak(1, a->threads[i], &o->sink);
             o->amx_gops = ceil_peak(2, a->threads[i], &o->sink);
-        }
-        _exit(write(fd[1], out, sizeof out) == (ssize_t)sizeof out ? 0 : 1);
+        } else
+            o->read_gbs = ceil_read_gbs(o->read_loop, buf, BW_BYTES, a->threads[i], &o->sink);
+        if (write(fd, o, sizeof *o) != (ssize_t)sizeof *o) return 1;
     }
-    close(fd[1]);
-    size_t got = 0;
-    while (got < sizeof out) {
-        ssize_t r = read(fd[0], (char *)out + got, sizeof out - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
+    return 0;
+}
+
+static int meter_start(const Args *a, Meter *mt, Err *e) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return err_set(e, ST_IO, "ceilings: socketpair: %s", strerror(errno));
+    fflush(stdout);
+    mt->pid = fork();
+    if (mt->pid < 0) {
+        close(sv[0]), close(sv[1]);
+        return err_set(e, ST_IO, "ceilings: fork: %s", strerror(errno));
     }
-    close(fd[0]);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    if (got != sizeof out || !WIFEXITED(status) || WEXITSTATUS(status))
-        return err_set(e, ST_NOMEM, "ceilings: the measuring process failed (%zu of %zu bytes back, status %d): "
-                       "no memory for its %zu-byte buffer?", got, sizeof out, status, BW_BYTES);
-    memcpy(c, out, sizeof out);
+    if (mt->pid == 0) {
+        close(sv[0]);
+        _exit(meter_serve(a, sv[1]));
+    }
+    close(sv[1]);
+    mt->fd = sv[0];
     return ST_OK;
+}
+
+/* Ask for ask (see Meter) and take the answer into c. */
+static int meter_ask(const Meter *mt, int ask, Ceilings *c, Err *e) {
+    size_t got = 0;
+    /* MSG_NOSIGNAL: a measuring process that has stopped is an error here, not a SIGPIPE */
+    if (send(mt->fd, &ask, sizeof ask, MSG_NOSIGNAL) == (ssize_t)sizeof ask)
+        while (got < sizeof *c) {
+            ssize_t r = read(mt->fd, (char *)c + got, sizeof *c - got);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) break;
+            got += (size_t)r;
+        }
+    if (got != sizeof *c)
+        return err_set(e, ST_NOMEM, "ceilings: the measuring process stopped (no memory for its %zu-byte buffer?)",
+                       BW_BYTES);
+    return ST_OK;
+}
+
+static void meter_stop(Meter *mt) {
+    close(mt->fd);
+    int status;
+    while (waitpid(mt->pid, &status, 0) < 0 && errno == EINTR) {}
 }
 
 static void print_ceilings(const Args *a, const Ceilings *c) {
     int avx2 = !ceil_has_avx512() && ceil_has_avx2();
     char kind[96];
     cpu_kind(kind, sizeof kind);
-    printf("ceilings of this %s (tools/ceilings.h, measured before the models load):", kind);
+    printf("ceilings of this %s (tools/ceilings.h, at the start; each row's limit takes the read measured "
+           "again right after the row):", kind);
     for (int i = 0; i < a->n_threads; i++) {
         printf("%s %d thread%s: best read %.1f GB/s (%s), FMA %.1f GFLOP/s, %s %.1f GOP/s", i ? ";" : "",
                a->threads[i], a->threads[i] > 1 ? "s" : "", c[i].read_gbs, CEIL_READ_NAMES[c[i].read_loop],
@@ -630,8 +661,9 @@ static double step_limit(const Model *m, const Ceilings *c, int N, const char **
     return N / (read_s > ops_s ? read_s : ops_s);
 }
 
-/* ceil: the ceilings at each of a->threads, or NULL (no limit column). */
-static int bench_model(const char *path, const Args *a, const Ceilings *ceil, Err *e) {
+/* ceil: the ceilings at each of a->threads, measured by mt, or NULL (no
+ * limit column). */
+static int bench_model(const char *path, const Args *a, Ceilings *ceil, const Meter *mt, Err *e) {
     Model m;
     char label[64];
     int st = load_model(&m, path, a, a->low_mem, label, sizeof label, e);
@@ -702,6 +734,7 @@ static int bench_model(const char *path, const Args *a, const Ceilings *ceil, Er
             printf(" | %.2f (%d) | %.1f | %.1f | %.1f | %.1f | %.1f |", r->prefill_s,
                    r->prefill_steps, d * r->stages.schedule, d * r->stages.build,
                    d * r->stages.forward, d * r->stages.sample, d * r->stages.output);
+            if (ceil && (st = meter_ask(mt, ti, &ceil[ti], e))) break;   /* the read again, now */
             if (ceil) {
                 const char *binds;
                 double limit = step_limit(&m, &ceil[ti], N, &binds);
@@ -970,21 +1003,27 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_batch: %s\n", e.msg);
         return 2;
     }
-    /* first, before this process has started any thread (a child forked
-     * after OpenMP's threads exist may hang) */
+    /* first, before this process has started any thread (Meter) */
     Ceilings ceil[MAX_THREAD_COUNTS];
+    Meter mt;
     int with_ceil = a.ceilings && a.device != DEVICE_CUDA;
-    if (with_ceil && measure_ceilings(&a, ceil, &e)) {
+    if (with_ceil && meter_start(&a, &mt, &e)) {
         fprintf(stderr, "bench_batch: %s\n", e.msg);
         return 1;
     }
+    for (int i = 0; with_ceil && i < a.n_threads; i++)
+        if (meter_ask(&mt, -1 - i, &ceil[i], &e)) {
+            fprintf(stderr, "bench_batch: %s\n", e.msg);
+            meter_stop(&mt);
+            return 1;
+        }
     print_context(argc, argv);
     if (with_ceil) print_ceilings(&a, ceil);
     int failed = 0;
     const char *smallest = NULL;
     long smallest_size = -1;
     for (int i = 0; i < a.n_models; i++) {
-        if (bench_model(a.models[i], &a, with_ceil ? ceil : NULL, &e)) {
+        if (bench_model(a.models[i], &a, with_ceil ? ceil : NULL, &mt, &e)) {
             fprintf(stderr, "bench_batch: %s\n", e.msg);
             failed = 1;
             continue;
@@ -1021,5 +1060,6 @@ int main(int argc, char **argv) {
                    a.block, a.block, (a.block - 1) / 2.0 / 0.04);
         printf("\n");
     }
+    if (with_ceil) meter_stop(&mt);
     return failed;
 }
