@@ -233,6 +233,10 @@ void model_attend_paged(float *out, const float *q, const float *kbase, const fl
 }
 
 
+/* Below this many (key, head) pairs in a step's attention, and 64 (token,
+ * head) pairs, one thread attends alone: waking the other costs more. */
+enum { ATTEND_SPLIT_KEYS = 4096 };
+
 /* Attention of token t's query head h over its sequence's cache, into its
  * row of att_out. Query head h reads KV head h / (H / Hkv): grouped-query
  * attention. kc, vc: this layer's keys and values. */
@@ -366,9 +370,13 @@ static float *forward_cpu(const Model *m, RunState *s, const KvStore *kv, const 
             memcpy(vc + (size_t)b->slot[t] * kvd, s->v + t * kvd, kvd * sizeof(float));
         }
         /* Every (token, head) pair is independent: threads share them out
-         * when there are enough, with the same results. On the plain path
-         * (ops.h) it is a plain loop, which a debugger steps straight into. */
-        if (ops_isa() == OPS_PLAIN || T * H < 64) {
+         * when there are enough, or when the keys they visit are (one
+         * sequence decoding over a long context), with the same results. On
+         * the plain path (ops.h) it is a plain loop, which a debugger steps
+         * straight into. */
+        long keys = 0;
+        for (int t = 0; t < T; t++) keys += b->pos[t] + 1;
+        if (ops_isa() == OPS_PLAIN || (T * H < 64 && keys * H < ATTEND_SPLIT_KEYS)) {
             for (int t = 0; t < T; t++)
                 for (int h = 0; h < H; h++) attend_head(c, s, b, kc, vc, BS, t, h);
         } else {

@@ -355,6 +355,10 @@ void ops_scores(float *s, const float *q, const float *rows, int n, int S, size_
         scores_avx512(s, q, rows, n, S, stride, scale);
         return;
     }
+    if (ops_isa() == OPS_AVX2) {
+        scores_avx2(s, q, rows, n, S, stride, scale);
+        return;
+    }
 #endif
     for (int j = 0; j < n; j++) {
         const float *k = rows + (size_t)j * stride;
@@ -369,6 +373,10 @@ void ops_add_weighted_rows(float *out, const float *w, const float *rows, int n,
 #ifdef OPS_X86
     if (ops_isa() == OPS_AVX512) {
         add_weighted_rows_avx512(out, w, rows, n, S, stride);
+        return;
+    }
+    if (ops_isa() == OPS_AVX2) {
+        add_weighted_rows_avx2(out, w, rows, n, S, stride);
         return;
     }
 #endif

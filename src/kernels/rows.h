@@ -267,6 +267,9 @@ void act_pack_avx2(uint8_t *act, const float *x, int T, int K);
  * the same bits. */
 void quantize_row_q8_k_avx2(BlockQ8_K *out, const float *x, int K);
 void small_act_pack_k_avx2(uint8_t *act, const float *x, int T, int K);
+/* ops_scores and ops_add_weighted_rows. */
+void scores_avx2(float *s, const float *q, const float *rows, int n, int S, size_t stride, float scale);
+void add_weighted_rows_avx2(float *out, const float *w, const float *rows, int n, int S, size_t stride);
 #endif
 
 #ifdef OPS_X86

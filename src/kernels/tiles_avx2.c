@@ -676,6 +676,74 @@ AVX2_FN void act_pack_avx2(uint8_t *act, const float *x, int T, int K) {
     }
 }
 
+/* --- attention's products (ops_scores, ops_add_weighted_rows), as on
+ * AVX-512 (tiles_avx512.c): GCC 12 ended each row's dot product of the
+ * plain loop with dependent scalar adds through the stack. Scores: four
+ * rows at a time, each in two accumulators (lanes of i % 16 below and from
+ * 8) added, then summed across by dot8, the one order of every row however
+ * it was grouped; a head's last S % 8 products one by one after. */
+AVX2_INLINE float dot8(__m256 a) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
+AVX2_INLINE float score_tail(float dot, const float *q, const float *k, int i, int S) {
+    for (; i < S; i++) dot += q[i] * k[i];
+    return dot;
+}
+
+AVX2_FN void scores_avx2(float *s, const float *q, const float *rows, int n, int S, size_t stride, float scale) {
+    int S16 = S / 16 * 16, S8 = S / 8 * 8, j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *k = rows + (size_t)j * stride;
+        __m256 a[4][2];
+        for (int r = 0; r < 4; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
+        for (int i = 0; i < S16; i += 16) {
+            __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
+            for (int r = 0; r < 4; r++) {
+                a[r][0] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(k + r * stride + i), a[r][0]);
+                a[r][1] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(k + r * stride + i + 8), a[r][1]);
+            }
+        }
+        if (S8 > S16)
+            for (int r = 0; r < 4; r++)
+                a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + S16), _mm256_loadu_ps(k + r * stride + S16), a[r][0]);
+        for (int r = 0; r < 4; r++)
+            s[j + r] = score_tail(dot8(_mm256_add_ps(a[r][0], a[r][1])), q, k + r * stride, S8, S) * scale;
+    }
+    for (; j < n; j++) {
+        const float *k = rows + (size_t)j * stride;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+        for (int i = 0; i < S16; i += 16) {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8), a1);
+        }
+        if (S8 > S16) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + S16), _mm256_loadu_ps(k + S16), a0);
+        s[j] = score_tail(dot8(_mm256_add_ps(a0, a1)), q, k, S8, S) * scale;
+    }
+}
+
+/* The output 32 floats at a time, in four registers across all n rows (one
+ * load and one store of each per call), each value's terms in row order by
+ * FMA; a head's last S % 8 the same way one by one. */
+AVX2_FN void add_weighted_rows_avx2(float *out, const float *w, const float *rows, int n, int S, size_t stride) {
+    int S8 = S / 8 * 8;
+    for (int i0 = 0; i0 < S8; i0 += 32) {
+        int nv = (S8 - i0) / 8 < 4 ? (S8 - i0) / 8 : 4;
+        __m256 acc[4];
+        for (int v = 0; v < nv; v++) acc[v] = _mm256_loadu_ps(out + i0 + 8 * v);
+        for (int j = 0; j < n; j++) {
+            const float *r = rows + (size_t)j * stride + i0;
+            __m256 wj = _mm256_set1_ps(w[j]);
+            for (int v = 0; v < nv; v++) acc[v] = _mm256_fmadd_ps(wj, _mm256_loadu_ps(r + 8 * v), acc[v]);
+        }
+        for (int v = 0; v < nv; v++) _mm256_storeu_ps(out + i0 + 8 * v, acc[v]);
+    }
+    for (int i = S8; i < S; i++)
+        for (int j = 0; j < n; j++) out[i] = fmaf(w[j], rows[(size_t)j * stride + i], out[i]);
+}
+
 /* --- Q8_K activations: quantize_row_q8_k_ref (quant.c), eight values an
  * instruction, the same bits: max the first value of the largest
  * magnitude, the same multiply by -127 / max and rounding to nearest even,
