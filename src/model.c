@@ -249,6 +249,46 @@ static void attend_head(const ModelConfig *c, RunState *s, const Batch *b, const
                        kc + off, vc + off, b->table[b->seq[t]], BS, b->pos[t] + 1, S, kvd, scale);
 }
 
+/* Token t's query heads h0 .. h0 + nh - 1, which share one KV head. On the
+ * chunked path each chunk of keys goes through all nh heads before the next
+ * chunk, so its keys and values come from memory once for the group where
+ * head by head they came once a head (eight times in TinyLlama); each
+ * head's operations are model_attend_paged's, in its order: the same bits.
+ * The plain path (and the exercise) takes the heads one by one. */
+enum { ATT_GROUP = 16 };   /* heads a call, at most */
+static void attend_heads(const ModelConfig *c, RunState *s, const Batch *b, const float *kc, const float *vc,
+                         int BS, int t, int h0, int nh) {
+#ifndef EXERCISE_ATTENTION
+    if (ops_isa() != OPS_PLAIN) {
+        int S = c->head_dim, H = c->n_heads, Hkv = c->n_kv_heads, n = b->pos[t] + 1;
+        size_t qd = (size_t)H * S, kvd = (size_t)Hkv * S, off = (size_t)(h0 / (H / Hkv)) * S;
+        float scale = 1.0f / sqrtf((float)S), *out = s->att_out + t * qd + (size_t)h0 * S;
+        const float *q = s->q + t * qd + (size_t)h0 * S;
+        const int *table = b->table[b->seq[t]];
+        Online st[ATT_GROUP];
+        for (int i = 0; i < nh; i++) st[i] = (Online){-INFINITY, 0.0f};
+        for (size_t i = 0; i < (size_t)nh * S; i++) out[i] = 0.0f;
+        for (int p = 0; p < n; p += ATT_CHUNK)
+            for (int i = 0; i < nh; i++)
+                attend_chunk(&st[i], out + (size_t)i * S, q + (size_t)i * S, kc + off, vc + off, table, BS, p,
+                             n - p < ATT_CHUNK ? n - p : ATT_CHUNK, S, kvd, scale);
+        for (int i = 0; i < nh; i++)
+            for (int k = 0; k < S; k++) out[(size_t)i * S + k] /= st[i].sum;
+        return;
+    }
+#endif
+    for (int h = h0; h < h0 + nh; h++) attend_head(c, s, b, kc, vc, BS, t, h);
+}
+
+/* Heads a call of attend_heads: the most (up to ATT_GROUP) that divide a KV
+ * head's group and still leave every thread two calls or more. */
+static int heads_a_call(const ModelConfig *c, int T) {
+    int G = c->n_heads / c->n_kv_heads;
+    for (int d = G < ATT_GROUP ? G : ATT_GROUP; d > 1; d--)
+        if (G % d == 0 && T * (c->n_heads / d) >= 2 * ops_threads()) return d;
+    return 1;
+}
+
 /* A decode that failed mid-run: no logits can be trusted (model.h). */
 static float *nan_logits(RunState *s, int V, int n_logits) {
     for (size_t i = 0; i < (size_t)n_logits * V; i++) s->logits[i] = NAN;
@@ -380,9 +420,10 @@ static float *forward_cpu(const Model *m, RunState *s, const KvStore *kv, const 
             for (int t = 0; t < T; t++)
                 for (int h = 0; h < H; h++) attend_head(c, s, b, kc, vc, BS, t, h);
         } else {
+            int nh = heads_a_call(c, T);   /* heads that share a KV head, together */
 #pragma omp parallel for collapse(2) schedule(static)
             for (int t = 0; t < T; t++)
-                for (int h = 0; h < H; h++) attend_head(c, s, b, kc, vc, BS, t, h);
+                for (int h = 0; h < H; h += nh) attend_heads(c, s, b, kc, vc, BS, t, h, nh);
         }
         matmul(s->proj, s->att_out, &w->wo, T, s->scratch);
         for (size_t i = 0; i < (size_t)T * D; i++) s->x[i] += s->proj[i];
