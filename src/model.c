@@ -168,6 +168,7 @@ static void attend_rows(Online *st, float *out, const float *q, const float *key
  * depend on how the cache is cut into blocks (nor on the batch). The sums
  * are the same terms as attend_rows' in another order: within float
  * rounding of it, not the same bits. */
+enum { ATT_GROUP = 16 };   /* query heads attended together, at most (attend_heads) */
 #ifndef EXERCISE_ATTENTION
 enum { ATT_CHUNK = 32 };
 
@@ -204,6 +205,23 @@ static void attend_chunk(Online *st, float *out, const float *q, const float *kb
         ops_add_weighted_rows(out, w + j, v, len, S, kvd);
     }
 }
+
+/* nh query heads over the same keys (q and out hold theirs S floats
+ * apart), a chunk at a time, each chunk through every head before the next:
+ * its keys and values come from memory once for all of them. Each head's
+ * steps are those of the head alone, in its order: the same bits. */
+static void attend_chunks(float *out, const float *q, int nh, const float *kbase, const float *vbase,
+                          const int *table, int BS, int n, int S, size_t kvd, float scale) {
+    Online st[ATT_GROUP];
+    for (int i = 0; i < nh; i++) st[i] = (Online){-INFINITY, 0.0f};
+    for (size_t i = 0; i < (size_t)nh * S; i++) out[i] = 0.0f;
+    for (int p = 0; p < n; p += ATT_CHUNK)
+        for (int i = 0; i < nh; i++)
+            attend_chunk(&st[i], out + (size_t)i * S, q + (size_t)i * S, kbase, vbase, table, BS, p,
+                         n - p < ATT_CHUNK ? n - p : ATT_CHUNK, S, kvd, scale);
+    for (int i = 0; i < nh; i++)
+        for (int k = 0; k < S; k++) out[(size_t)i * S + k] /= st[i].sum;
+}
 #endif
 
 /* Paged attention of one query head (model.h). kbase/vbase: this layer's
@@ -213,17 +231,14 @@ static void attend_chunk(Online *st, float *out, const float *q, const float *kb
  * the exercise's code is what runs. */
 void model_attend_paged(float *out, const float *q, const float *kbase, const float *vbase,
                         const int *table, int BS, int n, int S, size_t kvd, float scale) {
-    Online st = {-INFINITY, 0.0f};
-    for (int i = 0; i < S; i++) out[i] = 0.0f;
 #ifndef EXERCISE_ATTENTION
     if (ops_isa() != OPS_PLAIN) {
-        for (int p = 0; p < n; p += ATT_CHUNK)
-            attend_chunk(&st, out, q, kbase, vbase, table, BS, p, n - p < ATT_CHUNK ? n - p : ATT_CHUNK, S, kvd,
-                         scale);
-        for (int i = 0; i < S; i++) out[i] /= st.sum;
+        attend_chunks(out, q, 1, kbase, vbase, table, BS, n, S, kvd, scale);
         return;
     }
 #endif
+    Online st = {-INFINITY, 0.0f};
+    for (int i = 0; i < S; i++) out[i] = 0.0f;
     for (int p = 0; p < n; p += BS) {
         size_t row = (size_t)table[p / BS] * BS;
         int rows = n - p < BS ? n - p : BS;
@@ -249,31 +264,18 @@ static void attend_head(const ModelConfig *c, RunState *s, const Batch *b, const
                        kc + off, vc + off, b->table[b->seq[t]], BS, b->pos[t] + 1, S, kvd, scale);
 }
 
-/* Token t's query heads h0 .. h0 + nh - 1, which share one KV head. On the
- * chunked path each chunk of keys goes through all nh heads before the next
- * chunk, so its keys and values come from memory once for the group where
- * head by head they came once a head (eight times in TinyLlama); each
- * head's operations are model_attend_paged's, in its order: the same bits.
- * The plain path (and the exercise) takes the heads one by one. */
-enum { ATT_GROUP = 16 };   /* heads a call, at most */
+/* Token t's query heads h0 .. h0 + nh - 1, which share one KV head: on the
+ * chunked path together (attend_chunks), their keys read once for all of
+ * them where head by head they were read once a head (eight times in
+ * TinyLlama); on the plain path (and the exercise's build) one by one. */
 static void attend_heads(const ModelConfig *c, RunState *s, const Batch *b, const float *kc, const float *vc,
                          int BS, int t, int h0, int nh) {
 #ifndef EXERCISE_ATTENTION
     if (ops_isa() != OPS_PLAIN) {
-        int S = c->head_dim, H = c->n_heads, Hkv = c->n_kv_heads, n = b->pos[t] + 1;
+        int S = c->head_dim, H = c->n_heads, Hkv = c->n_kv_heads;
         size_t qd = (size_t)H * S, kvd = (size_t)Hkv * S, off = (size_t)(h0 / (H / Hkv)) * S;
-        float scale = 1.0f / sqrtf((float)S), *out = s->att_out + t * qd + (size_t)h0 * S;
-        const float *q = s->q + t * qd + (size_t)h0 * S;
-        const int *table = b->table[b->seq[t]];
-        Online st[ATT_GROUP];
-        for (int i = 0; i < nh; i++) st[i] = (Online){-INFINITY, 0.0f};
-        for (size_t i = 0; i < (size_t)nh * S; i++) out[i] = 0.0f;
-        for (int p = 0; p < n; p += ATT_CHUNK)
-            for (int i = 0; i < nh; i++)
-                attend_chunk(&st[i], out + (size_t)i * S, q + (size_t)i * S, kc + off, vc + off, table, BS, p,
-                             n - p < ATT_CHUNK ? n - p : ATT_CHUNK, S, kvd, scale);
-        for (int i = 0; i < nh; i++)
-            for (int k = 0; k < S; k++) out[(size_t)i * S + k] /= st[i].sum;
+        attend_chunks(s->att_out + t * qd + (size_t)h0 * S, s->q + t * qd + (size_t)h0 * S, nh, kc + off, vc + off,
+                      b->table[b->seq[t]], BS, b->pos[t] + 1, S, kvd, 1.0f / sqrtf((float)S));
         return;
     }
 #endif
@@ -359,6 +361,16 @@ static float *forward_cpu(const Model *m, RunState *s, const KvStore *kv, const 
         dequantize_row(s->x + (size_t)t * D, s->row, m->tok_embd.type, D);
     }
 
+    /* Every (token, head) pair of attention is independent: threads share
+     * them out when there are enough, or when the keys they visit are (one
+     * sequence decoding over a long context), with the same results, the
+     * heads that share a KV head nh at a time. On the plain path (ops.h) it
+     * is a plain loop, which a debugger steps straight into. */
+    long keys = 0;
+    for (int t = 0; t < T; t++) keys += b->pos[t] + 1;
+    int attend_alone = ops_isa() == OPS_PLAIN || (T * H < 64 && keys * H < ATTEND_SPLIT_KEYS);
+    int nh = heads_a_call(c, T);
+
     for (int l = 0; l < c->n_layers; l++) {
         const Layer *w = &m->layers[l];
         Layer coded;
@@ -409,18 +421,11 @@ static float *forward_cpu(const Model *m, RunState *s, const KvStore *kv, const 
             memcpy(kc + (size_t)b->slot[t] * kvd, s->k + t * kvd, kvd * sizeof(float));
             memcpy(vc + (size_t)b->slot[t] * kvd, s->v + t * kvd, kvd * sizeof(float));
         }
-        /* Every (token, head) pair is independent: threads share them out
-         * when there are enough, or when the keys they visit are (one
-         * sequence decoding over a long context), with the same results. On
-         * the plain path (ops.h) it is a plain loop, which a debugger steps
-         * straight into. */
-        long keys = 0;
-        for (int t = 0; t < T; t++) keys += b->pos[t] + 1;
-        if (ops_isa() == OPS_PLAIN || (T * H < 64 && keys * H < ATTEND_SPLIT_KEYS)) {
+        /* attention: its split chosen above */
+        if (attend_alone) {
             for (int t = 0; t < T; t++)
                 for (int h = 0; h < H; h++) attend_head(c, s, b, kc, vc, BS, t, h);
         } else {
-            int nh = heads_a_call(c, T);   /* heads that share a KV head, together */
 #pragma omp parallel for collapse(2) schedule(static)
             for (int t = 0; t < T; t++)
                 for (int h = 0; h < H; h += nh) attend_heads(c, s, b, kc, vc, BS, t, h, nh);

@@ -688,40 +688,32 @@ AVX2_INLINE float dot8(__m256 a) {
     return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
-AVX2_INLINE float score_tail(float dot, const float *q, const float *k, int i, int S) {
-    for (; i < S; i++) dot += q[i] * k[i];
-    return dot;
+/* R rows at k (stride apart) against q into s, scaled. */
+AVX2_INLINE void score_rows(float *s, const float *q, const float *k, int R, int S, size_t stride, float scale) {
+    int S16 = S / 16 * 16, S8 = S / 8 * 8;
+    __m256 a[4][2];
+    for (int r = 0; r < R; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
+    for (int i = 0; i < S16; i += 16) {
+        __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
+        for (int r = 0; r < R; r++) {
+            a[r][0] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(k + r * stride + i), a[r][0]);
+            a[r][1] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(k + r * stride + i + 8), a[r][1]);
+        }
+    }
+    if (S8 > S16)
+        for (int r = 0; r < R; r++)
+            a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + S16), _mm256_loadu_ps(k + r * stride + S16), a[r][0]);
+    for (int r = 0; r < R; r++) {
+        float dot = dot8(_mm256_add_ps(a[r][0], a[r][1]));
+        for (int i = S8; i < S; i++) dot += q[i] * k[r * stride + i];
+        s[r] = dot * scale;
+    }
 }
 
 AVX2_FN void scores_avx2(float *s, const float *q, const float *rows, int n, int S, size_t stride, float scale) {
-    int S16 = S / 16 * 16, S8 = S / 8 * 8, j = 0;
-    for (; j + 4 <= n; j += 4) {
-        const float *k = rows + (size_t)j * stride;
-        __m256 a[4][2];
-        for (int r = 0; r < 4; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
-        for (int i = 0; i < S16; i += 16) {
-            __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
-            for (int r = 0; r < 4; r++) {
-                a[r][0] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(k + r * stride + i), a[r][0]);
-                a[r][1] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(k + r * stride + i + 8), a[r][1]);
-            }
-        }
-        if (S8 > S16)
-            for (int r = 0; r < 4; r++)
-                a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + S16), _mm256_loadu_ps(k + r * stride + S16), a[r][0]);
-        for (int r = 0; r < 4; r++)
-            s[j + r] = score_tail(dot8(_mm256_add_ps(a[r][0], a[r][1])), q, k + r * stride, S8, S) * scale;
-    }
-    for (; j < n; j++) {
-        const float *k = rows + (size_t)j * stride;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-        for (int i = 0; i < S16; i += 16) {
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8), a1);
-        }
-        if (S8 > S16) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + S16), _mm256_loadu_ps(k + S16), a0);
-        s[j] = score_tail(dot8(_mm256_add_ps(a0, a1)), q, k, S8, S) * scale;
-    }
+    int j = 0;
+    for (; j + 4 <= n; j += 4) score_rows(s + j, q, rows + (size_t)j * stride, 4, S, stride, scale);
+    for (; j < n; j++) score_rows(s + j, q, rows + (size_t)j * stride, 1, S, stride, scale);
 }
 
 /* The output 32 floats at a time, in four registers across all n rows (one
