@@ -70,6 +70,14 @@ run mkmodel $small "$tmp/llama.gguf"
 run bench_batch --ceilings 0 --threads 1 --concurrency 1,2 --prompt 8 --decode 2 --kv 0 "$tmp/llama.gguf"
 [ $rc -eq 0 ] && grep -q '% of limit |$' "$tmp/out" && [ "$(grep -c '^| [12] | 8 | 2 | .* | - | - |$' "$tmp/out")" = 2 ] && ok \
     || bad "bench_batch --ceilings 0 -> rc $rc, $(tail -c 600 "$tmp/out") $(cat "$tmp/err")"
+# with the limit: the measuring process's ceilings line names the CPU kind,
+# and each row its limit (what binds; * as the weights fit in the cache) and
+# a share of it (the child reads 1 GiB several times: about 20 s here)
+timeout 120 "$BIN/bench_batch" --threads 1 --concurrency 1 --prompt 8 --decode 2 --kv 0 "$tmp/llama.gguf" \
+    > "$tmp/out" 2> "$tmp/err"; rc=$?
+[ $rc -eq 0 ] && grep -q '^ceilings of this .* family [0-9]* model [0-9]* .*best read [0-9.]* GB/s' "$tmp/out" \
+    && grep -Eq '^\| 1 \| 8 \| 2 \| .* \| [0-9.]+ \((read|int8|FMA|AMX)\)\*? \| [0-9]+% \|$' "$tmp/out" && ok \
+    || bad "bench_batch with its limit -> rc $rc, $(grep -E '^(ceil|\| 1 )' "$tmp/out") $(cat "$tmp/err")"
 run bench_batch --ceilings 2 "$tmp/llama.gguf"
 [ $rc -eq 2 ] && grep -q -- "--ceilings wants an integer in 0..1, got '2'" "$tmp/err" && ok \
     || bad "bench_batch --ceilings 2 -> rc $rc, $(cat "$tmp/err")"
