@@ -350,7 +350,7 @@ static int bench_model(const char *path, const Args *a, Machine *mc, int *in_cac
             break;
         }
         double gflops = flops * r.prefill_tps / a->prompt * 1e-9;
-        double peak = type_peak(m.wtype, mc->fma_gflops[i], mc->vnni_gops[i], mc->amx_gops[i]);
+        double peak = type_peak(m.wtype, mc->fma_gflops[i], mc->vnni_gops[i], mc->amx_gops[i], NULL);
         double gbs = bpt * r.decode_tps * 1e-9;
         /* The ceiling of this row: the same read as at the start, again now.
          * A virtual machine's bandwidth drifts by 10% between minutes;

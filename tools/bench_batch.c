@@ -652,12 +652,10 @@ static int load_model(Model *m, const char *path, const Args *a, int low_mem, ch
 static double step_limit(const Model *m, const Ceilings *c, int N, const char **binds) {
     double layers, classifier;
     model_matmul_params(m, &layers, &classifier);
-    double peak = type_peak(m->wtype, c->fma_gflops, c->int8_gops, c->amx_gops);
+    const char *peak_name;
+    double peak = type_peak(m->wtype, c->fma_gflops, c->int8_gops, c->amx_gops, &peak_name);
     double read_s = model_step_bytes(m) / (c->read_gbs * 1e9), ops_s = 2.0 * N * (layers + classifier) / (peak * 1e9);
-    *binds = read_s >= ops_s                   ? "read"
-             : peak == c->fma_gflops           ? "FMA"
-             : peak == c->amx_gops             ? "AMX"
-                                               : "int8";
+    *binds = read_s >= ops_s ? "read" : peak_name;
     return N / (read_s > ops_s ? read_s : ops_s);
 }
 

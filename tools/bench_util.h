@@ -70,10 +70,13 @@ static inline void model_matmul_params(const Model *m, double *layers, double *c
 /* The peak of the instruction a type's products run on (ceilings.h): FMA
  * for the float types, int8 (VNNI, or AVX2's vpmaddubsw) for the quantized
  * ones, AMX where the engine's AMX tiles take them (amx > 0 only where the
- * CPU has it). */
-static inline double type_peak(DType wt, double fma, double int8, double amx) {
-    if (wt == DT_F32 || wt == DT_F16 || wt == DT_BF16 || wt == DT_BF16E) return fma;
-    return (wt == DT_Q8_0 || wt == DT_Q4_0 || wt == DT_Q4_K) && ops_amx() && amx > 0 ? amx : int8;
+ * CPU has it); its name in *name unless name is NULL. */
+static inline double type_peak(DType wt, double fma, double int8, double amx, const char **name) {
+    const char *unused;
+    if (!name) name = &unused;
+    if (wt == DT_F32 || wt == DT_F16 || wt == DT_BF16 || wt == DT_BF16E) return *name = "FMA", fma;
+    if ((wt == DT_Q8_0 || wt == DT_Q4_0 || wt == DT_Q4_K) && ops_amx() && amx > 0) return *name = "AMX", amx;
+    return *name = "int8", int8;
 }
 
 /* The whole of text must be an integer in lo..hi (ST_ARG naming flag otherwise). */
