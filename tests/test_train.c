@@ -139,6 +139,9 @@ static double urand(void) {   /* uniform in [-1, 1) */
     return (double)(rng_state >> 11) * 0x1p-52 - 1.0;
 }
 
+/* An F32 matrix of N rows by K over data. */
+static Mat f32_mat(int N, int K, const float *data) { return (Mat){.type = DT_F32, .N = N, .K = K, .data = data}; }
+
 /* Compare analytic gradient a with numeric n: |a - n| <= atol + rtol * |n|. */
 static void check_close(const char *what, size_t i, double a, double n, double atol, double rtol) {
     if (fabs(a - n) > atol + rtol * fabs(n))
@@ -305,15 +308,19 @@ static void trainer_forward_equals_engine_forward(void **st) {
     int D = c.dim, F = c.hidden_dim, qd = 32, kvd = 16, V = c.vocab_size;
     m.cfg = c;
     m.layers = layers;
-    m.tok_embd = (Mat){.type = DT_F32, .N = V, .K = D, .data = t.P.emb};
-    m.output = (Mat){.type = DT_F32, .N = V, .K = D, .data = t.P.out};
+    m.tok_embd = f32_mat(V, D, t.P.emb);
+    m.output = f32_mat(V, D, t.P.out);
     m.out_norm = t.P.out_norm;
     for (int l = 0; l < 2; l++)
-        layers[l] = (Layer){t.P.attn_norm + l * D, {DT_F32, qd, D, t.P.wq + l * qd * D},
-                            {DT_F32, kvd, D, t.P.wk + l * kvd * D}, {DT_F32, kvd, D, t.P.wv + l * kvd * D},
-                            {DT_F32, D, qd, t.P.wo + l * D * qd}, t.P.ffn_norm + l * D,
-                            {DT_F32, F, D, t.P.w_gate + l * F * D}, {DT_F32, D, F, t.P.w_down + l * D * F},
-                            {DT_F32, F, D, t.P.w_up + l * F * D}};
+        layers[l] = (Layer){.attn_norm = t.P.attn_norm + l * D,
+                            .wq = f32_mat(qd, D, t.P.wq + l * qd * D),
+                            .wk = f32_mat(kvd, D, t.P.wk + l * kvd * D),
+                            .wv = f32_mat(kvd, D, t.P.wv + l * kvd * D),
+                            .wo = f32_mat(D, qd, t.P.wo + l * D * qd),
+                            .ffn_norm = t.P.ffn_norm + l * D,
+                            .w_gate = f32_mat(F, D, t.P.w_gate + l * F * D),
+                            .w_down = f32_mat(D, F, t.P.w_down + l * D * F),
+                            .w_up = f32_mat(F, D, t.P.w_up + l * F * D)};
     RunState s;
     assert_int_equal(runstate_init(&s, &m, T, &e), ST_OK);
     float *lg = model_forward(&m, &s, tok, T, 0, 1);
