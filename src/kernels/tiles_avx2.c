@@ -1427,8 +1427,15 @@ AVX2_INLINE __m256i bcast8_here(const int8_t *p) {
     } while (0)
 
 /* One super-block of rows 8g .. 8g+7 (at blk) by one token (its Q8_K
- * block xb): sum brought up to date. */
-AVX2_INLINE __m256 k8_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum) {
+ * block xb): sum brought up to date. With ahead, the K8_LINES lines from
+ * there are asked for as it goes, one after each load of values, rather than
+ * all of them before it starts: eighteen prefetches in a row fill the
+ * core's queue of misses, and the loads behind them wait (in `perf`, an
+ * eighth of the kernel's samples sat on that burst). Spread out, one Zen 3
+ * core decoded the TinyLlama-shaped Q4_K file 1.16 times as fast, two
+ * threads 1.06 (notes/formats.md, "Asking as it goes"). */
+enum { K8_LINES = 8 * 144 / 64 };   /* a Q4_K super-block of eight rows: 1152 bytes */
+AVX2_INLINE __m256 k8_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum, const uint8_t *ahead) {
     const __m256i nib = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     /* the byte shuffles that spread byte j of the rows' words of load x
      * (rows 2x, 2x + 1 in each half) to their four int16 lanes: add j */
@@ -1454,6 +1461,7 @@ AVX2_INLINE __m256 k8_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum) {
             la1 = _mm256_add_epi16(la1, _mm256_maddubs_epi16(lo, bl));
             ha1 = _mm256_add_epi16(ha1, _mm256_maddubs_epi16(hi, bh));
             __asm__("" : "+x"(la0), "+x"(ha0), "+x"(la1), "+x"(ha1));
+            if (ahead) _mm_prefetch((const char *)(ahead + 64 * (c * 4 + qq)), _MM_HINT_T0);
         }
         /* sub-blocks 2c and 2c + 1: bytes 2c % 4 and 2c % 4 + 1 of the lo or hi words */
         __m256i src = c < 2 ? sc_lo : sc_hi, sp = _mm256_add_epi8(spread0, _mm256_set1_epi8((char)(2 * c % 4)));
@@ -1466,6 +1474,7 @@ AVX2_INLINE __m256 k8_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum) {
     /* qk_dot_int_of's float step, in its order: sum += d * d_x * isum - dmin * d_x * msum */
     __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk)),
            dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
+    for (int l = 16; ahead && l < K8_LINES; l++) _mm_prefetch((const char *)(ahead + 64 * l), _MM_HINT_T0);
     K8_END(*xb, a0, a1, sum);
     return sum;
 }
@@ -1561,7 +1570,10 @@ static AVX2_FN void k8_tile4(const MatmulJob *j, int g, int t, int n0, int n1) {
  * comes off once: isum = sum_j sc[j] sum q x - 32 sum_j sc[j] bsums[j], the
  * second sum for all eight rows in eight vpmaddwd of a scale pair by a bsums
  * pair; exact, so the generic path's integers, and its float step. */
-AVX2_INLINE __m256 k6_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum) {
+/* With ahead, the K6_LINES lines from there asked for two at a time through
+ * the super-block's loads, as k8_sb1 does. */
+enum { K6_LINES = (8 * 210 + 63) / 64 };   /* a Q6_K super-block of eight rows: 1680 bytes */
+AVX2_INLINE __m256 k6_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum, const uint8_t *ahead) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     /* scale byte r of a sub-block's eight (broadcast) into the high byte of
      * the int16 lanes of row r: load x = 0 has rows 0, 1 | 4, 5; x = 1 rows
@@ -1603,6 +1615,9 @@ AVX2_INLINE __m256 k6_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum) {
                         }
                     }
                     __asm__("" : "+x"(s0), "+x"(s1), "+x"(s2), "+x"(s3));
+                    int l = 2 * (((h * 2 + qp) * 2 + ip) * 2 + qq);
+                    if (ahead && l < K6_LINES) _mm_prefetch((const char *)(ahead + 64 * l), _MM_HINT_T0);
+                    if (ahead && l + 1 < K6_LINES) _mm_prefetch((const char *)(ahead + 64 * (l + 1)), _MM_HINT_T0);
                 }
                 /* the scales of sub-blocks 8h + 2i + qp, i = 2 ip and 2 ip + 1 */
                 __m256i c0 = bcast8_here((const int8_t *)blk + 16 + 8 * (8 * h + 4 * ip + qp)),
@@ -1632,7 +1647,8 @@ AVX2_INLINE __m256 k6_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum) {
 
 /* Groups g[0 .. ng - 1] (ng <= 4) of any format in eights by token t, a
  * block (or super-block) of each in turn: ng streams, each asked for
- * STREAM_AHEAD_BYTES ahead if ask; rows in [n0, n1) written. */
+ * STREAM_AHEAD_BYTES ahead if ask (a block's lines before it, a K
+ * super-block's as it goes); rows in [n0, n1) written. */
 AVX2_INLINE void decode_groups(const MatmulJob *job, DType type, const int *g, int ng, int ask, int t, int n0, int n1) {
     int K = job->W->K, nb = K / dtype_block(type), kq = type == DT_Q4_K || type == DT_Q6_K;
     size_t bb = rows8_block_bytes(type), group_bytes = (size_t)nb * bb;
@@ -1644,9 +1660,9 @@ AVX2_INLINE void decode_groups(const MatmulJob *job, DType type, const int *g, i
     for (int b = 0; b < nb; b++)
         for (int i = 0; i < ng; i++) {
             const uint8_t *blk = w[i] + (size_t)b * bb;
-            if (ask) prefetch_weights(blk, bb, 1, 1, 0);
-            s[i] = type == DT_Q4_K   ? k8_sb1(blk, xk + b, s[i])
-                   : type == DT_Q6_K ? k6_sb1(blk, xk + b, s[i])
+            if (ask && !kq) prefetch_weights(blk, bb, 1, 1, 0);
+            s[i] = type == DT_Q4_K   ? k8_sb1(blk, xk + b, s[i], ask ? blk + STREAM_AHEAD_BYTES : NULL)
+                   : type == DT_Q6_K ? k6_sb1(blk, xk + b, s[i], ask ? blk + STREAM_AHEAD_BYTES : NULL)
                                      : x8_block1(type, blk, x8, b, s[i]);
         }
     float *o = job->out + (size_t)t * job->W->N;
