@@ -1434,7 +1434,7 @@ AVX2_INLINE __m256i bcast8_here(const int8_t *p) {
  * eighth of the kernel's samples sat on that burst). Spread out, one Zen 3
  * core decoded the TinyLlama-shaped Q4_K file 1.16 times as fast, two
  * threads 1.06 (notes/formats.md, "Asking as it goes"). */
-enum { K8_LINES = 8 * 144 / 64 };   /* a Q4_K super-block of eight rows: 1152 bytes */
+enum { K8_LINES = 8 * sizeof(BlockQ4_K) / 64 };   /* a Q4_K super-block of eight rows: 1152 bytes, 18 lines */
 AVX2_INLINE __m256 k8_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum, const uint8_t *ahead) {
     const __m256i nib = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     /* the byte shuffles that spread byte j of the rows' words of load x
@@ -1572,7 +1572,7 @@ static AVX2_FN void k8_tile4(const MatmulJob *j, int g, int t, int n0, int n1) {
  * pair; exact, so the generic path's integers, and its float step. */
 /* With ahead, the K6_LINES lines from there asked for two at a time through
  * the super-block's loads, as k8_sb1 does. */
-enum { K6_LINES = (8 * 210 + 63) / 64 };   /* a Q6_K super-block of eight rows: 1680 bytes */
+enum { K6_LINES = (8 * sizeof(BlockQ6_K) + 63) / 64 };   /* a Q6_K super-block of eight rows: 1680 bytes */
 AVX2_INLINE __m256 k6_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum, const uint8_t *ahead) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     /* scale byte r of a sub-block's eight (broadcast) into the high byte of
