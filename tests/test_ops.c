@@ -1822,6 +1822,60 @@ static void llm_amx_turns_the_tiles_off_and_a_bad_value_is_a_one_line_error(void
     free(x), free((void *)W.data);
 }
 
+/* Whether /proc/cpuinfo's flags name `flag` (-1: no such file), read
+ * apart from the compiler's CPU checks the code under test uses. */
+static int cpuinfo_has_flag(const char *flag) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return -1;
+    char line[8192];
+    int has = 0;
+    size_t n = strlen(flag);
+    while (!has && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "flags", 5)) continue;
+        for (const char *p = strstr(line, flag); p && !has; p = strstr(p + 1, flag))
+            has = p[-1] == ' ' && (p[n] == ' ' || p[n] == '\n');
+        break;
+    }
+    fclose(f);
+    return has;
+}
+
+/* OPENBLAS_CORETYPE naming a core whose OpenBLAS kernels this CPU cannot
+ * run (SkylakeX without AVX-512 ends in SIGILL at the first sgemm) is one
+ * line naming the variable; names this CPU can run, and names the check does
+ * not know, pass. Whether the CPU has AVX-512 and AVX2 is read from
+ * /proc/cpuinfo. */
+static void a_blas_coretype_this_cpu_cannot_run_is_a_one_line_error(void **state) {
+    (void)state;
+    int has512 = cpuinfo_has_flag("avx512f"), has2 = cpuinfo_has_flag("avx2");
+    if (has512 < 0) skip();
+    const char *was = getenv("OPENBLAS_CORETYPE");
+    char saved[64] = "";
+    if (was) snprintf(saved, sizeof saved, "%s", was);
+    static const struct {
+        const char *name;
+        int need;   /* 512: AVX-512, 2: AVX2, 0: nothing asked */
+    } cases[] = {{"SkylakeX", 512}, {"skylakex", 512}, {"SapphireRapids", 512}, {"Cooperlake", 512},
+                 {"Haswell", 2},    {"ZEN", 2},        {"Prescott", 0},       {"", 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        Err e;
+        setenv("OPENBLAS_CORETYPE", cases[i].name, 1);
+        int runs = cases[i].need == 512 ? has512 : cases[i].need == 2 ? has2 : 1;
+        int st = ops_isa_from_env(&e);
+        if (runs) {
+            assert_int_equal(st, ST_OK);
+            continue;
+        }
+        assert_int_equal(st, ST_UNSUPPORTED);
+        assert_int_equal(strncmp(e.msg, "OPENBLAS_CORETYPE=", 18), 0);
+        assert_non_null(strstr(e.msg, cases[i].name));
+        assert_non_null(strstr(e.msg, cases[i].need == 512 ? "AVX-512" : "AVX2"));
+        assert_null(strchr(e.msg, '\n'));
+    }
+    if (was) setenv("OPENBLAS_CORETYPE", saved, 1);
+    else unsetenv("OPENBLAS_CORETYPE");
+}
+
 /* By default the path that reads copies in eights (AVX2, rows a multiple
  * of 8) has them made for Q4_0, Q4_K, Q6_K and Q8_0 (ops_rows8); LLM_ROWS8=1
  * leaves Q8_0's rows as they are (its common bits), 0 turns every copy off,
@@ -2076,6 +2130,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(decoding_one_or_four_rows_at_a_time_gives_the_same_bits),
         cmocka_unit_test(llm_decode_rows_sets_the_rows_and_a_bad_value_is_a_one_line_error),
         cmocka_unit_test(llm_amx_turns_the_tiles_off_and_a_bad_value_is_a_one_line_error),
+        cmocka_unit_test(a_blas_coretype_this_cpu_cannot_run_is_a_one_line_error),
         cmocka_unit_test(llm_rows8_turns_the_copies_off_and_a_bad_value_is_a_one_line_error),
         cmocka_unit_test(matmul_scratch_does_not_depend_on_threads),
         cmocka_unit_test(matmul_group_gives_each_matmuls_results),

@@ -65,6 +65,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -258,12 +259,41 @@ void ops_set_rows8(int mode) {
     g_rows8 = mode;
 }
 
+/* OpenBLAS takes OPENBLAS_CORETYPE (any case) as the name of the core whose
+ * kernels to use, without asking whether this CPU runs them: SkylakeX on a
+ * CPU without AVX-512 dies of SIGILL at the first sgemm. The names whose
+ * kernels need AVX-512 or AVX2 (OpenBLAS's x86-64 list), checked here
+ * before anything runs: ST_UNSUPPORTED, e naming the variable, or ST_OK. */
+static int blas_coretype_check(Err *e) {
+    const char *v = getenv("OPENBLAS_CORETYPE");
+    if (!v || !*v) return ST_OK;
+    static const char *const avx512[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    static const char *const avx2[] = {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids"};
+    int need512 = 0, need2 = 0;
+    for (size_t i = 0; i < sizeof avx512 / sizeof *avx512; i++) need512 |= !strcasecmp(v, avx512[i]);
+    for (size_t i = 0; i < sizeof avx2 / sizeof *avx2; i++) need2 |= !strcasecmp(v, avx2[i]);
+#ifdef OPS_X86
+    __builtin_cpu_init();
+    int has512 = __builtin_cpu_supports("avx512f"), has2 = __builtin_cpu_supports("avx2");
+#else
+    int has512 = 0, has2 = 0;
+#endif
+    if ((need512 && !has512) || (need2 && !has2))
+        return err_set(e, ST_UNSUPPORTED,
+                       "OPENBLAS_CORETYPE=%.40s: OpenBLAS's kernels for that core need %s, which this CPU lacks "
+                       "(unset it, or name this CPU's kind)",
+                       v, need512 ? "AVX-512" : "AVX2");
+    return ST_OK;
+}
+
 int ops_isa_from_env(Err *e) {
+    int st = blas_coretype_check(e);
+    if (st) return st;
     const char *v = getenv("LLM_ISA");
     if (v && *v) {   /* unset: the build's default stands */
         OpsIsa isa;
         Err why;
-        int st = ops_parse_isa(v, &isa, &why);
+        st = ops_parse_isa(v, &isa, &why);
         if (st) return err_set(e, st, "LLM_ISA: %s", why.msg);
         ops_set_isa(isa);
     }

@@ -60,7 +60,10 @@ int ops_parse_isa(const char *s, OpsIsa *out, Err *e);
  * returns the error, its message starting "LLM_ISA: ". LLM_DECODE_ROWS,
  * LLM_AMX and LLM_ROWS8 likewise (below; "LLM_DECODE_ROWS: " for a value
  * other than 1 or 4, "LLM_AMX: " for one other than 0 or 1, "LLM_ROWS8: "
- * for one other than 0, 1 or 2). */
+ * for one other than 0, 1 or 2). First of all, OPENBLAS_CORETYPE naming a
+ * core whose OpenBLAS kernels this CPU cannot run (SkylakeX without
+ * AVX-512: OpenBLAS would die of SIGILL at its first sgemm) is
+ * ST_UNSUPPORTED, the message starting "OPENBLAS_CORETYPE=". */
 int ops_isa_from_env(Err *e);
 
 /* How many weight rows a product of one token (decoding) reads side by side
