@@ -267,11 +267,13 @@ void ops_set_rows8(int mode) {
 static int blas_coretype_check(Err *e) {
     const char *v = getenv("OPENBLAS_CORETYPE");
     if (!v || !*v) return ST_OK;
-    static const char *const avx512[] = {"skylakex", "cooperlake", "sapphirerapids"};
-    static const char *const avx2[] = {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids"};
+    static const struct {
+        const char *name;
+        int avx512;   /* 1: needs AVX-512 (and AVX2), 0: AVX2 */
+    } cores[] = {{"skylakex", 1}, {"cooperlake", 1}, {"sapphirerapids", 1}, {"haswell", 0}, {"zen", 0}};
     int need512 = 0, need2 = 0;
-    for (size_t i = 0; i < sizeof avx512 / sizeof *avx512; i++) need512 |= !strcasecmp(v, avx512[i]);
-    for (size_t i = 0; i < sizeof avx2 / sizeof *avx2; i++) need2 |= !strcasecmp(v, avx2[i]);
+    for (size_t i = 0; i < sizeof cores / sizeof *cores; i++)
+        if (!strcasecmp(v, cores[i].name)) need512 = cores[i].avx512, need2 = 1;
 #ifdef OPS_X86
     __builtin_cpu_init();
     int has512 = __builtin_cpu_supports("avx512f"), has2 = __builtin_cpu_supports("avx2");

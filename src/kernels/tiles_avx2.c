@@ -1671,10 +1671,10 @@ AVX2_INLINE void decode_groups(const MatmulJob *job, DType type, const int *g, i
     for (int i = 0; i < ng; i++) w[i] = job->W->rows8 + (size_t)g[i] * group_bytes, s[i] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++)
         for (int i = 0; i < ng; i++) {
-            const uint8_t *blk = w[i] + (size_t)b * bb;
-            s[i] = type == DT_Q4_K   ? k8_sb1(blk, xk + b, s[i], ask ? blk + STREAM_AHEAD_BYTES : NULL)
-                   : type == DT_Q6_K ? k6_sb1(blk, xk + b, s[i], ask ? blk + STREAM_AHEAD_BYTES : NULL)
-                                     : x8_block1(type, blk, x8, b, s[i], ask ? blk + STREAM_AHEAD_BYTES : NULL);
+            const uint8_t *blk = w[i] + (size_t)b * bb, *ahead = ask ? blk + STREAM_AHEAD_BYTES : NULL;
+            s[i] = type == DT_Q4_K   ? k8_sb1(blk, xk + b, s[i], ahead)
+                   : type == DT_Q6_K ? k6_sb1(blk, xk + b, s[i], ahead)
+                                     : x8_block1(type, blk, x8, b, s[i], ahead);
         }
     float *o = job->out + (size_t)t * job->W->N;
     for (int i = 0; i < ng; i++) rows8_store(o, g[i], s[i], n0, n1);
