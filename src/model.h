@@ -106,6 +106,9 @@ typedef struct {
                                  ops_rows8 asks for them (formats.h); their rows' pages of
                                  the mapping are given back */
     size_t rows8_bytes;
+    uint8_t *copies;          /* (copies_bytes) the matrices read in place otherwise, copied at load into
+                                 huge pages (LLM_COPY=0: none); their pages of the mapping are given back */
+    size_t copies_bytes;
 } Model;
 
 /* Where the forward pass runs. */
@@ -123,8 +126,10 @@ typedef struct {
 
 /* Load a model by content: GGUF ("GGUF" magic) or a llama2.c checkpoint, whose
  * tokenizer.bin is tokenizer_path (NULL: tokenizer.bin beside the model).
- * Weights stay in the mapping; nothing big is copied, but for the Q4_0
- * and Q8_0 matrices that the AVX2 path reads in eights (Model.rows8). */
+ * On the CPU the big matrices are copied out of the mapping at load, into
+ * huge pages: in eights where the AVX2 path reads them so (Model.rows8),
+ * as they are otherwise (Model.copies; LLM_COPY=0 reads those in place).
+ * The embedding stays in the mapping. */
 int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e);
 /* The same with options (NULL: the defaults, as model_load). low_mem is
  * refused for a file that has no coded matrices. */
@@ -141,6 +146,7 @@ typedef struct {
     int fast_tier;               /* low_mem on the fast tier: 1 built at load here (decoded: its bytes),
                                     2 built on the GPU from the file's rANS planes */
     size_t rows8;                /* bytes of Q4_0 and Q8_0 matrices copied in eights at load */
+    size_t copied;               /* bytes of the other matrices copied at load into huge pages */
     LmStats lm;
 } ModelStats;
 ModelStats model_stats(const Model *m);

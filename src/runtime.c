@@ -608,7 +608,7 @@ TraceMemory rt_memory(const Runtime *rt, MemStats ready) {
         .heap_peak = now.peak_bytes, .peak_rss_kb = ru.ru_maxrss,
         .allocs_in_steps = es.step_allocations,
         .allocs_outside = now.total_count - ready.total_count - es.step_allocations,
-        .weights_coded = ms.coded, .weights_decoded = ms.decoded, .weights_rows8 = ms.rows8,
+        .weights_coded = ms.coded, .weights_decoded = ms.decoded, .weights_rows8 = ms.rows8, .weights_copied = ms.copied,
         .decode_load_s = ms.decode_load_s, .fast_tier = ms.fast_tier};
     if (ms.low_mem) {
         LmStats ls = ms.lm;

@@ -746,6 +746,117 @@ static void model_load_survives_every_allocation_failure(void **st) {
     assert_int_equal(mem_stats().live_count, before.live_count);
 }
 
+/* ---- where the weights live (model.h: copied out of the mapping at load) ---- */
+
+static int in_file(const Model *m, const void *p, size_t n) {
+    uintptr_t d = (uintptr_t)p, map = (uintptr_t)(m->gguf.map ? m->gguf.map : m->map);
+    size_t size = m->gguf.map ? m->gguf.size : m->map_size;
+    return d >= map && d + n <= map + size;
+}
+
+static size_t mat_bytes(const Mat *x) { return dtype_row_bytes(x->type, x->K) * x->N; }
+
+/* The logits of the last of four tokens, into out (V floats). */
+static void last_logits(Model *m, float *out) {
+    int seq[4] = {1, 5, 9, 13};
+    RunState s;
+    Err e;
+    assert_int_equal(runstate_init(&s, m, 4, &e), ST_OK);
+    memcpy(out, model_forward(m, &s, seq, 4, 0, 0), sizeof(float) * (size_t)m->cfg.vocab_size);
+    runstate_free(&s);
+}
+
+/* Loaded as usual, every big matrix the steps read in place is a copy
+ * outside the mapped file, the embedding is not, and the logits are the
+ * bits of the same model with LLM_COPY=0, whose matrices stay in the file. */
+static void check_copied_weights(const char *rel) {
+    char path[512];
+    if (!fixture(path, sizeof path, rel)) return;
+    Model a, b;
+    Err e;
+    assert_int_equal(model_load(&a, path, NULL, &e), ST_OK);
+    setenv("LLM_COPY", "0", 1);
+    int st = model_load(&b, path, NULL, &e);
+    unsetenv("LLM_COPY");
+    assert_int_equal(st, ST_OK);
+    assert_true(model_stats(&a).copied > 0);
+    assert_int_equal(model_stats(&b).copied, 0);
+    for (int l = 0; l <= a.cfg.n_layers; l++) {
+        int last = l == a.cfg.n_layers;
+        Layer *la = &a.layers[last ? 0 : l], *lb = &b.layers[last ? 0 : l];
+        const Mat *xa[] = {&la->wq, &la->wk, &la->wv, &la->wo, &la->w_gate, &la->w_up, &la->w_down},
+                  *xb[] = {&lb->wq, &lb->wk, &lb->wv, &lb->wo, &lb->w_gate, &lb->w_up, &lb->w_down};
+        for (int i = 0; i < (last ? 1 : 7); i++) {
+            const Mat *ma = last ? &a.output : xa[i], *mb = last ? &b.output : xb[i];
+            if (ma->rows8) continue;   /* read from the copy in eights either way */
+            assert_false(in_file(&a, ma->data, mat_bytes(ma)));
+            assert_true(in_file(&b, mb->data, mat_bytes(mb)));
+            assert_memory_equal(ma->data, mb->data, mat_bytes(ma));
+        }
+    }
+    assert_true(in_file(&a, a.tok_embd.data, mat_bytes(&a.tok_embd)));
+    int V = a.cfg.vocab_size;
+    float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V);
+    last_logits(&a, la);
+    last_logits(&b, lb);
+    assert_memory_equal(la, lb, sizeof(float) * (size_t)V);
+    free(la), free(lb);
+    model_free(&a), model_free(&b);
+}
+
+static void gguf_f32_weights_are_copied_out_of_the_mapping(void **st) { check_copied_weights("rand/rand-f32.gguf"); }
+static void tied_bf16_weights_are_copied_out_of_the_mapping(void **st) { check_copied_weights("tiny/tiny-bf16.gguf"); }
+static void llama2c_weights_are_copied_out_of_the_mapping(void **st) { check_copied_weights("tiny/tiny.bin"); }
+
+static void llm_copy_other_than_0_or_1_is_refused(void **st) {
+    char path[512];
+    if (!fixture(path, sizeof path, "rand/rand-f16.gguf")) return;
+    Model m;
+    Err e;
+    setenv("LLM_COPY", "yes", 1);
+    int rc = model_load(&m, path, NULL, &e);
+    unsetenv("LLM_COPY");
+    assert_int_equal(rc, ST_ARG);
+    assert_non_null(strstr(e.msg, "LLM_COPY: 'yes' is not 0 or 1"));
+}
+
+/* mem_advise_huge before the first touch: the kernel backs the block with
+ * huge pages (/proc/self/smaps, AnonHugePages of the mapping that holds it),
+ * where transparent huge pages are not off. */
+static void advised_memory_is_backed_by_huge_pages(void **st) {
+    char mode[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) {
+        if (!fgets(mode, sizeof mode, f)) mode[0] = 0;
+        fclose(f);
+    }
+    if (!strstr(mode, "[always]") && !strstr(mode, "[madvise]")) {
+        print_message("[  SKIP    ] transparent huge pages are off here (%s)\n", mode[0] ? "never" : "no sysfs");
+        skip();
+    }
+    size_t n = 16u << 20;
+    uint8_t *p = mem_alloc(n);
+    assert_non_null(p);
+    assert_int_equal(mem_advise_huge(p, n), 1);
+    memset(p, 1, n);
+    f = fopen("/proc/self/smaps", "r");
+    assert_non_null(f);
+    char line[512];
+    long huge_kb = -1;
+    int inside = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            inside = (uintptr_t)p + n / 2 >= lo && (uintptr_t)p + n / 2 < hi;
+        else if (inside && sscanf(line, "AnonHugePages: %ld kB", &huge_kb) == 1)
+            break;
+    }
+    fclose(f);
+    mem_free(p);
+    print_message("           %ld kB of the 16 MiB block in huge pages\n", huge_kb);
+    assert_true(huge_kb >= 2048);
+}
+
 /* ---- attention alone: model_attend_paged against a two-pass softmax ----
  *
  * The tests above compare whole models with other engines; these take one
@@ -958,6 +1069,11 @@ int main(int argc, char **argv) {
         cmocka_unit_test(attention_weights_sum_to_one_when_the_maximum_keeps_changing),
         cmocka_unit_test(long_attention_is_right_and_independent_of_the_block_size),
         cmocka_unit_test(model_load_survives_every_allocation_failure),
+        cmocka_unit_test(gguf_f32_weights_are_copied_out_of_the_mapping),
+        cmocka_unit_test(tied_bf16_weights_are_copied_out_of_the_mapping),
+        cmocka_unit_test(llama2c_weights_are_copied_out_of_the_mapping),
+        cmocka_unit_test(llm_copy_other_than_0_or_1_is_refused),
+        cmocka_unit_test(advised_memory_is_backed_by_huge_pages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -80,6 +80,17 @@ MemStats mem_stats(void) {
 
 void mem_fail_after(long n) { __atomic_store_n(&g_fail_countdown, n, __ATOMIC_RELAXED); }
 
+int mem_advise_huge(void *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = ((uintptr_t)p + page - 1) / page * page,
+              hi = ((uintptr_t)p + n) / page * page;
+    return p && hi > lo && madvise((void *)lo, hi - lo, MADV_HUGEPAGE) == 0;
+#else
+    (void)p, (void)n;
+    return 0;
+#endif
+}
+
 size_t mem_resident_bytes(const void *p, size_t n) {
     if (!p || n == 0) return 0;
     long page = sysconf(_SC_PAGESIZE);

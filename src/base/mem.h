@@ -24,6 +24,13 @@ MemStats mem_stats(void);
 /* Make the n-th allocation from now fail (n = 1: the next one). 0 disarms. */
 void mem_fail_after(long n);
 
+/* Ask the kernel to back [p, p + n) with huge pages (Linux's transparent
+ * huge pages, MADV_HUGEPAGE) before its pages are first touched: a matrix
+ * read from end to end each step then crosses a page every 2 MiB rather than
+ * every 4 KiB. Advice only: where huge pages are off, or the pages were
+ * touched already, nothing changes. Returns 1 if the advice was taken. */
+int mem_advise_huge(void *p, size_t n);
+
 /* Bytes of [p, p + n) resident in physical memory (mincore, page by page):
  * how much of a mapped file has really been read. 0 if it cannot tell. */
 size_t mem_resident_bytes(const void *p, size_t n);
