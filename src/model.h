@@ -107,7 +107,7 @@ typedef struct {
                                  the mapping are given back */
     size_t rows8_bytes;
     uint8_t *copies;          /* (copies_bytes) the matrices read in place otherwise, copied at load into
-                                 huge pages (LLM_COPY=0: none); their pages of the mapping are given back */
+                                 huge pages (LLM_COPY=1; else none); their pages of the mapping are given back */
     size_t copies_bytes;
 } Model;
 
@@ -126,10 +126,9 @@ typedef struct {
 
 /* Load a model by content: GGUF ("GGUF" magic) or a llama2.c checkpoint, whose
  * tokenizer.bin is tokenizer_path (NULL: tokenizer.bin beside the model).
- * On the CPU the big matrices are copied out of the mapping at load, into
- * huge pages: in eights where the AVX2 path reads them so (Model.rows8),
- * as they are otherwise (Model.copies; LLM_COPY=0 reads those in place).
- * The embedding stays in the mapping. */
+ * Weights stay in the mapping, but for the matrices that the AVX2 path reads
+ * in eights (Model.rows8), copied at load into huge pages, and with
+ * LLM_COPY=1 the other big matrices too, as they are (Model.copies). */
 int model_load(Model *m, const char *path, const char *tokenizer_path, Err *e);
 /* The same with options (NULL: the defaults, as model_load). low_mem is
  * refused for a file that has no coded matrices. */

@@ -723,9 +723,9 @@ static void chunked_prefill_equals_one_prefill(void **st) {
 
 /* Every allocation of loading can fail; each failure is reported and frees
  * everything taken so far. */
-static void model_load_survives_every_allocation_failure(void **st) {
-    char path[512];
-    if (!fixture(path, sizeof path, "tiny/tiny-f32.gguf")) return;
+/* Each allocation of a load failed in turn: every one is refused with
+ * ST_NOMEM and leaves nothing allocated. Returns how many there were. */
+static int load_failures(const char *path) {
     MemStats before = mem_stats();
     int failures = 0;
     for (long n = 1; n < 10000; n++) {
@@ -742,8 +742,19 @@ static void model_load_survives_every_allocation_failure(void **st) {
         assert_int_equal(mem_stats().live_count, before.live_count);
         failures++;
     }
-    assert_true(failures > 3);
     assert_int_equal(mem_stats().live_count, before.live_count);
+    return failures;
+}
+
+static void model_load_survives_every_allocation_failure(void **st) {
+    char path[512];
+    if (!fixture(path, sizeof path, "tiny/tiny-f32.gguf")) return;
+    int plain = load_failures(path);
+    setenv("LLM_COPY", "1", 1);   /* three more: the list of matrices, their offsets, the copies */
+    int copied = load_failures(path);
+    unsetenv("LLM_COPY");
+    assert_true(plain > 3);
+    assert_int_equal(copied, plain + 3);
 }
 
 /* ---- where the weights live (model.h: copied out of the mapping at load) ---- */
@@ -766,19 +777,19 @@ static void last_logits(Model *m, float *out) {
     runstate_free(&s);
 }
 
-/* Loaded as usual, every big matrix the steps read in place is a copy
- * outside the mapped file, the embedding is not, and the logits are the
- * bits of the same model with LLM_COPY=0, whose matrices stay in the file. */
+/* Loaded with LLM_COPY=1, every big matrix the steps read in place is a
+ * copy outside the mapped file, the embedding is not, and the logits are
+ * the bits of the same model loaded as usual, whose matrices stay there. */
 static void check_copied_weights(const char *rel) {
     char path[512];
     if (!fixture(path, sizeof path, rel)) return;
     Model a, b;
     Err e;
-    assert_int_equal(model_load(&a, path, NULL, &e), ST_OK);
-    setenv("LLM_COPY", "0", 1);
-    int st = model_load(&b, path, NULL, &e);
+    setenv("LLM_COPY", "1", 1);
+    int st = model_load(&a, path, NULL, &e);
     unsetenv("LLM_COPY");
     assert_int_equal(st, ST_OK);
+    assert_int_equal(model_load(&b, path, NULL, &e), ST_OK);
     assert_true(model_stats(&a).copied > 0);
     assert_int_equal(model_stats(&b).copied, 0);
     for (int l = 0; l <= a.cfg.n_layers; l++) {
@@ -804,9 +815,9 @@ static void check_copied_weights(const char *rel) {
     model_free(&a), model_free(&b);
 }
 
-static void gguf_f32_weights_are_copied_out_of_the_mapping(void **st) { check_copied_weights("rand/rand-f32.gguf"); }
-static void tied_bf16_weights_are_copied_out_of_the_mapping(void **st) { check_copied_weights("tiny/tiny-bf16.gguf"); }
-static void llama2c_weights_are_copied_out_of_the_mapping(void **st) { check_copied_weights("tiny/tiny.bin"); }
+static void gguf_f32_weights_are_copied_out_of_the_mapping_with_llm_copy(void **st) { check_copied_weights("rand/rand-f32.gguf"); }
+static void tied_bf16_weights_are_copied_out_of_the_mapping_with_llm_copy(void **st) { check_copied_weights("tiny/tiny-bf16.gguf"); }
+static void llama2c_weights_are_copied_out_of_the_mapping_with_llm_copy(void **st) { check_copied_weights("tiny/tiny.bin"); }
 
 static void llm_copy_other_than_0_or_1_is_refused(void **st) {
     char path[512];
@@ -1069,9 +1080,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(attention_weights_sum_to_one_when_the_maximum_keeps_changing),
         cmocka_unit_test(long_attention_is_right_and_independent_of_the_block_size),
         cmocka_unit_test(model_load_survives_every_allocation_failure),
-        cmocka_unit_test(gguf_f32_weights_are_copied_out_of_the_mapping),
-        cmocka_unit_test(tied_bf16_weights_are_copied_out_of_the_mapping),
-        cmocka_unit_test(llama2c_weights_are_copied_out_of_the_mapping),
+        cmocka_unit_test(gguf_f32_weights_are_copied_out_of_the_mapping_with_llm_copy),
+        cmocka_unit_test(tied_bf16_weights_are_copied_out_of_the_mapping_with_llm_copy),
+        cmocka_unit_test(llama2c_weights_are_copied_out_of_the_mapping_with_llm_copy),
         cmocka_unit_test(llm_copy_other_than_0_or_1_is_refused),
         cmocka_unit_test(advised_memory_is_backed_by_huge_pages),
     };

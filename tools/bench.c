@@ -125,6 +125,7 @@ static int measure_machine(const Args *a, Machine *mc, Err *e) {
     size_t n = BW_BYTES / sizeof(float);
     float *buf = mem_alloc(BW_BYTES);
     if (!buf) return err_set(e, ST_NOMEM, "out of memory for the %zu-byte bandwidth buffer", BW_BYTES);
+    mem_advise_huge(buf, BW_BYTES);   /* in pages like the weights' copies (model.h) */
     /* Write every page: untouched pages all map the one zero page, which
      * would be read from cache and report a bandwidth no DRAM has. */
     for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 1023);

@@ -186,6 +186,7 @@ typedef struct {
 static int meter_serve(const Args *a, int fd) {
     uint8_t *buf = malloc(BW_BYTES);
     if (!buf) return 1;
+    mem_advise_huge(buf, BW_BYTES);   /* in pages like the weights' copies (model.h) */
     memset(buf, 1, BW_BYTES);   /* every page written: untouched ones all map the zero page */
     Ceilings c[MAX_THREAD_COUNTS];
     memset(c, 0, sizeof c);

@@ -9,6 +9,7 @@
  * GFLOP/s of FMA and GOP/s of VNNI and AMX. */
 #include "bench_util.h"
 #include "ceilings.h"
+#include "base/mem.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ceilings [--threads 1,2] [--gib N]\n"
@@ -61,6 +62,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ceilings: cannot allocate %d GiB\n", gib);
         return 1;
     }
+    mem_advise_huge(buf, bytes);   /* as the engine's weights (model.h): 2 MiB pages where the system gives them */
     for (size_t i = 0; i < bytes; i += 8) *(uint64_t *)(buf + i) = i * 0x9e3779b97f4a7c15ull;   /* no zero pages */
     char kind[96], name[160];
     cpu_kind(kind, sizeof kind);

@@ -164,7 +164,10 @@ static const uint8_t *pool_rows8(const Cell *c, const uint8_t *pool, size_t pool
     static const uint8_t *copy_of;
     static int copy_K;
     if (!ops_rows8(c->type, c->N)) return NULL;
-    if (!g_copy && !(g_copy = mem_alloc(pool_bytes))) return NULL;   /* then the rows as they are */
+    if (!g_copy) {
+        if (!(g_copy = mem_alloc(pool_bytes))) return NULL;   /* then the rows as they are */
+        mem_advise_huge(g_copy, pool_bytes);
+    }
     if (copy_K != c->K || copy_of != pool) {
         size_t row = dtype_row_bytes(c->type, c->K);
         Mat all = {.type = c->type, .N = (int)(pool_bytes / row / 8 * 8), .K = c->K, .data = pool};
@@ -304,6 +307,7 @@ int main(int argc, char **argv) {
         if (!type_wanted(o.type, t)) continue;
         pools[t] = any_pool = mem_alloc(pool_bytes);
         ok = pools[t] != NULL;
+        if (ok) mem_advise_huge(pools[t], pool_bytes);   /* as the engine's weights (model.h) */
         if (ok) fill_weights(pools[t], pool_bytes, TYPES[t]);
     }
     if (!ok) {

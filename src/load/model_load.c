@@ -490,19 +490,21 @@ static int wants_copy(const Model *m, const Mat *x) {
     return !x->rows8 && in_mapping(m, x->data, dtype_row_bytes(x->type, x->K) * x->N);
 }
 
-/* The matrices still read in place from the mapping, copied into one
- * allocation in huge pages (mem_advise_huge), their pages of the mapping
- * given back as with the copies in eights: the resident weights stay about
- * the file's size, and a step that reads every matrix from end to end
- * crosses a page every 2 MiB, not every 4 KiB (the file's pages are 4 KiB
- * ones). The same bytes, so the same bits. On the Zen 3 core one stream's
- * decoding ran 1.1 to 1.3 times as fast (notes/formats.md, "Huge pages").
- * LLM_COPY=0 reads them in place; the embedding's rows are always looked up
- * in the mapping, and a tied classifier gets its copy and keeps its pages. */
+/* With LLM_COPY=1, the matrices still read in place from the mapping are
+ * copied into one allocation in huge pages (mem_advise_huge), their pages of
+ * the mapping given back as with the copies in eights, so the resident
+ * weights stay about the file's size: a step that reads every matrix from
+ * end to end then crosses a page every 2 MiB, not every 4 KiB (the file's
+ * pages are 4 KiB ones). The same bytes, so the same bits. Off by default:
+ * on the Zen 3 core the copies in eights decode 1.1 to 1.3 times as fast in
+ * huge pages, but the matrices read in place gained 0-8% from them, and
+ * copying a 4.4 GB F32 file made its load 3 to 5 times as long
+ * (notes/formats.md, "Huge pages"). The embedding's rows are always looked
+ * up in the mapping; a tied classifier gets its copy and keeps its pages. */
 static int copy_weights(Model *m, const char *path, Err *e) {
     const char *v = getenv("LLM_COPY");
     if (v && *v && strcmp(v, "0") && strcmp(v, "1")) return err_set(e, ST_ARG, "LLM_COPY: '%.40s' is not 0 or 1", v);
-    if (v && !strcmp(v, "0")) return ST_OK;
+    if (!v || strcmp(v, "1")) return ST_OK;
     Mat **mats;
     size_t *at, total;
     int n, st = list_mats(m, wants_copy, path, &mats, &at, &n, &total, e);

@@ -655,10 +655,10 @@ int trace_memory_text(const Trace *t, const TraceMemory *m, char *buf, int cap) 
          m->activations / 1e6, m->heap_peak / 1e6, rss, m->allocs_in_steps, m->allocs_outside);
     if (m->weights_rows8 && !t->virtual_clock)   /* the CPU's path decides it */
         addf(buf, cap, &n, "weights: %.1f MB of Q4_0, Q4_K, Q6_K and Q8_0 matrices copied in eights at load for the AVX2 tiles "
-             "(their pages of the mapping given back)\n", m->weights_rows8 / 1e6);
+             "(in huge pages where the system gives them; their pages of the mapping given back)\n", m->weights_rows8 / 1e6);
     if (m->weights_copied && !t->virtual_clock)
-        addf(buf, cap, &n, "weights: %.1f MB of matrices copied at load into huge pages where the system gives them "
-             "(their pages of the mapping given back; LLM_COPY=0 reads them in place)\n", m->weights_copied / 1e6);
+        addf(buf, cap, &n, "weights: %.1f MB of matrices copied at load (LLM_COPY=1; in huge pages where the system "
+             "gives them; their pages of the mapping given back)\n", m->weights_copied / 1e6);
     if (!m->weights_coded) return n;
     /* a compressed model: what is held coded, what decoded, and what decoding cost */
     addf(buf, cap, &n, "codec: %.1f MB of coded matrices in the file; ", m->weights_coded / 1e6);

@@ -109,7 +109,7 @@ typedef struct {
      * the classifier) decoded: the count, the time, and the forward pass's wait */
     size_t weights_coded, weights_decoded;
     size_t weights_rows8;    /* Q4_0, Q4_K, Q6_K, Q8_0 matrices copied in eights at load (formats.h), or 0 */
-    size_t weights_copied;   /* the other matrices copied at load into huge pages (LLM_COPY=0: 0) */
+    size_t weights_copied;   /* the other matrices copied at load into huge pages (LLM_COPY=1), or 0 */
     int low_mem;
     int fast_tier;           /* --low-mem on the fast tier: 1 built at load here, 2 on the GPU */
     long decodes;
