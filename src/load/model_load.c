@@ -412,11 +412,6 @@ static int finish_coded(Model *m, const ModelOpts *o, int tied, Err *e) {
     return st;
 }
 
-/* The Q4_0 and Q8_0 matrices that the path in use reads in eights
- * (ops_rows8; formats.h, "In eights"): copied into one allocation, a matrix a
- * thread, and their pages of the mapping given back, so that the resident
- * weights stay about the file's size. The embedding's rows are looked up in
- * the mapping: a tied classifier gets its copy and keeps its pages. */
 /* The matrices every step reads from end to end, each layer's seven and the
  * classifier, of them those `want` takes, into mats (7 L + 1 of room, the
  * caller's to free) with their offsets in one allocation of *total bytes,
@@ -459,6 +454,12 @@ static int wants_rows8(const Model *m, const Mat *x) {
     return ops_rows8(x->type, x->N) && !(x == &m->output && m->head_coded);
 }
 
+/* The matrices that the path in use reads in eights (ops_rows8; formats.h,
+ * "In eights"): copied into one allocation, a matrix a thread, in huge pages
+ * where the system gives them (mem_advise_huge; notes/formats.md, "Huge
+ * pages"), and their pages of the mapping given back, so that the resident
+ * weights stay about the file's size. The embedding's rows are looked up in
+ * the mapping: a tied classifier gets its copy and keeps its pages. */
 static int make_rows8(Model *m, int tied, Err *e) {
     Mat **mats;
     size_t *at, total;
@@ -496,9 +497,9 @@ static int wants_copy(const Model *m, const Mat *x) {
  * weights stay about the file's size: a step that reads every matrix from
  * end to end then crosses a page every 2 MiB, not every 4 KiB (the file's
  * pages are 4 KiB ones). The same bytes, so the same bits. Off by default:
- * on the Zen 3 core the copies in eights decode 1.1 to 1.3 times as fast in
- * huge pages, but the matrices read in place gained 0-8% from them, and
- * copying a 4.4 GB F32 file made its load 3 to 5 times as long
+ * on the Zen 3 core one stream decoded 1.06 to 1.33 times as fast from the
+ * copies in eights in huge pages, but the matrices read in place gained
+ * 0-8%, and copying a 4.4 GB F32 file made its load 3 to 5 times as long
  * (notes/formats.md, "Huge pages"). The embedding's rows are always looked
  * up in the mapping; a tied classifier gets its copy and keeps its pages. */
 static int copy_weights(Model *m, const char *path, Err *e) {
@@ -514,8 +515,8 @@ static int copy_weights(Model *m, const char *path, Err *e) {
     }
     if (!(m->copies = mem_alloc(total))) {
         mem_free(mats), mem_free(at);
-        return err_set(e, ST_NOMEM, "%s: cannot allocate %zu bytes to copy the matrices out of the mapping (LLM_COPY=0 "
-                       "reads them in place)", path, total);
+        return err_set(e, ST_NOMEM, "%s: cannot allocate %zu bytes to copy the matrices out of the mapping (without "
+                       "LLM_COPY=1 they are read in place)", path, total);
     }
     m->copies_bytes = total;
     mem_advise_huge(m->copies, total);
