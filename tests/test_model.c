@@ -721,10 +721,8 @@ static void chunked_prefill_equals_one_prefill(void **st) {
     model_free(&m);
 }
 
-/* Every allocation of loading can fail; each failure is reported and frees
- * everything taken so far. */
-/* Each allocation of a load failed in turn: every one is refused with
- * ST_NOMEM and leaves nothing allocated. Returns how many there were. */
+/* Each allocation of a load failed in turn: every one is reported
+ * (ST_NOMEM) and frees everything taken so far. Returns how many there were. */
 static int load_failures(const char *path) {
     MemStats before = mem_stats();
     int failures = 0;
@@ -746,6 +744,7 @@ static int load_failures(const char *path) {
     return failures;
 }
 
+/* Every allocation of loading can fail, the copies of LLM_COPY=1 too. */
 static void model_load_survives_every_allocation_failure(void **st) {
     char path[512];
     if (!fixture(path, sizeof path, "tiny/tiny-f32.gguf")) return;
@@ -857,7 +856,7 @@ static void advised_memory_is_backed_by_huge_pages(void **st) {
     int inside = 0;
     while (fgets(line, sizeof line, f)) {
         unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)   /* a mapping's first line: its range */
             inside = (uintptr_t)p + n / 2 >= lo && (uintptr_t)p + n / 2 < hi;
         else if (inside && sscanf(line, "AnonHugePages: %ld kB", &huge_kb) == 1)
             break;
