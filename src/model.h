@@ -144,7 +144,7 @@ typedef struct {
     int low_mem;                 /* 1: weights decoded on demand; lm holds the decoder's figures */
     int fast_tier;               /* low_mem on the fast tier: 1 built at load here (decoded: its bytes),
                                     2 built on the GPU from the file's rANS planes */
-    size_t rows8;                /* bytes of Q4_0 and Q8_0 matrices copied in eights at load */
+    size_t rows8;                /* bytes of matrices copied in eights at load (Q4_0, Q8_0, Q4_K, Q6_K) */
     size_t copied;               /* bytes of the other matrices copied at load into huge pages */
     LmStats lm;
 } ModelStats;

@@ -440,11 +440,17 @@ static int list_mats(Model *m, int (*want)(const Model *, const Mat *), const ch
     return ST_OK;
 }
 
+/* The mapped file, a GGUF's or a llama2.c checkpoint's, and its *size. */
+static const void *mapping(const Model *m, size_t *size) {
+    *size = m->gguf.map ? m->gguf.size : m->map_size;
+    return m->gguf.map ? (const void *)m->gguf.map : m->map;
+}
+
 /* Whether p .. p + bytes lies in the file's mapping (not on the heap, as a
  * matrix decoded at load does). */
 static int in_mapping(const Model *m, const void *p, size_t bytes) {
-    uintptr_t d = (uintptr_t)p, map = (uintptr_t)(m->gguf.map ? m->gguf.map : m->map);
-    size_t size = m->gguf.map ? m->gguf.size : m->map_size;
+    size_t size;
+    uintptr_t d = (uintptr_t)p, map = (uintptr_t)mapping(m, &size);
     return map && d >= map && d + bytes <= map + size;
 }
 
@@ -901,7 +907,9 @@ void model_free(Model *m) {
 }
 
 ModelStats model_stats(const Model *m) {
-    ModelStats s = {.mapped = m->gguf.map ? m->gguf.size : m->map_size, .coded = m->coded_bytes,
+    size_t mapped;
+    mapping(m, &mapped);
+    ModelStats s = {.mapped = mapped, .coded = m->coded_bytes,
                     .decoded = m->decoded_bytes, .decode_load_s = m->decode_load_s, .fast_tier = m->fast_tier + m->tier_on_gpu,
                     .rows8 = m->rows8_bytes, .copied = m->copies_bytes};
     if (m->lowmem) {
@@ -912,8 +920,9 @@ ModelStats model_stats(const Model *m) {
 }
 
 size_t model_resident_bytes(const Model *m) {
-    const void *map = m->gguf.map ? (const void *)m->gguf.map : m->map;
-    return mem_resident_bytes(map, m->gguf.map ? m->gguf.size : m->map_size);
+    size_t size;
+    const void *map = mapping(m, &size);
+    return mem_resident_bytes(map, size);
 }
 
 const char *model_arch_name(ModelArch a) {
