@@ -205,7 +205,7 @@ static void print_machine(const Args *a, const Machine *mc, int argc, char **arg
             printf(" %dx%dx%d %.1f", SGEMM_SHAPES[s][0], SGEMM_SHAPES[s][1], SGEMM_SHAPES[s][2],
                    mc->sgemm_gflops[i][s]);
     }
-    printf(" GFLOP/s\ninstruction peaks (independent chains, median of %d):", CEIL_RUNS);
+    printf(" GFLOP/s\ninstruction peaks (independent chains, best of %d):", CEIL_RUNS);
     for (int i = 0; i < a->n_threads; i++) {
         int avx2 = !ceil_has_avx512() && ceil_has_avx2();   /* ceilings.h: the AVX2 forms */
         printf("%s %d thread%s %s FMA %.1f GFLOP/s, %s %.1f GOP/s", i ? ";" : "", a->threads[i],

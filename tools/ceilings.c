@@ -72,31 +72,32 @@ int main(int argc, char **argv) {
            : ceil_has_avx512() ? ", no VNNI"
            : ceil_has_avx2()   ? ", no AVX-512: AVX2 loops, FMA and int8 (vpmaddubsw)"
                                : ", no AVX-512 or AVX2");
-    printf("read: %d GiB, median of %d runs a loop; peaks: median of %d\n\n", gib, CEIL_RUNS, CEIL_RUNS);
+    printf("read: %d GiB, median of %d runs a loop; peaks: best of %d\n\n", gib, CEIL_RUNS, CEIL_RUNS);
     printf("| threads |");
     for (int w = 0; w < CEIL_READS; w++) printf(" %s GB/s |", CEIL_READ_NAMES[w]);
     printf(" best read GB/s | FMA GFLOP/s | VNNI GOP/s | AMX GOP/s |\n|--:|");
     for (int w = 0; w < CEIL_READS; w++) printf("--:|");
     printf("--:|--:|--:|--:|\n");
     uint64_t sink = 0;
+    double int8[sizeof threads / sizeof *threads];   /* each row's int8 peak, for the dot products' line below */
     for (int i = 0; i < n_threads; i++) {
         double each[CEIL_READS];
         int which = 0;
         double best = ceil_read_best(buf, bytes, threads[i], &which, each, &sink);
         printf("| %d |", threads[i]);
         for (int w = 0; w < CEIL_READS; w++) printf(" %.1f |", each[w]);
-        double amx = ceil_peak(2, threads[i], &sink);
-        printf(" %.1f (%s) | %.1f | %.1f |", best, CEIL_READ_NAMES[which], ceil_peak(0, threads[i], &sink),
-               ceil_peak(1, threads[i], &sink));
+        double amx = ceil_peak(2, threads[i], &sink), fma = ceil_peak(0, threads[i], &sink);
+        int8[i] = ceil_peak(1, threads[i], &sink);
+        printf(" %.1f (%s) | %.1f | %.1f |", best, CEIL_READ_NAMES[which], fma, int8[i]);
         if (amx > 0) printf(" %.1f |\n", amx);
         else printf(" - (no AMX) |\n");
     }
     if (!ceil_has_avx512() && ceil_has_avx2()) {   /* what int8 products cost inside a dot product there */
         printf("\nint8 as a dot product uses it on AVX2 (each vpmaddubsw followed by a vpaddw into the sums):\n");
         for (int i = 0; i < n_threads; i++) {
-            double alone = ceil_peak(1, threads[i], &sink), dot = ceil_peak(3, threads[i], &sink);
+            double dot = ceil_peak(3, threads[i], &sink);   /* against the table's vpmaddubsw alone */
             printf("  %d thread%s: %.1f GOP/s, %.2f of vpmaddubsw alone (%.1f)\n", threads[i], threads[i] > 1 ? "s" : "",
-                   dot, dot / alone, alone);
+                   dot, dot / int8[i], int8[i]);
         }
     }
     if (sink == 0x9e3779b9u) printf("(checksum %llu)\n", (unsigned long long)sink);

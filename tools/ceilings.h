@@ -38,9 +38,12 @@
  *              quantized products use it there, so its peak is the ceiling
  *              of int8 work on such a CPU (the engine has no AMX kernels)
  *
- * Each figure is the median of CEIL_RUNS runs after one untimed run; with
- * several threads each thread reads its own part of the buffer (or runs its
- * own chain), all at once. The CPU kind (vendor, family, model: cpuid) is
+ * Each read is the median of CEIL_RUNS runs after one untimed run, each
+ * peak the best of them: an instruction's chains take the same cycles every
+ * run, so a slower run is only the machine taking the core away (a virtual
+ * machine's other guests), and a median of runs disturbed that way once put
+ * two threads' FMA peak at half of it. With several threads each thread
+ * reads its own part of the buffer (or runs its own chain), all at once. The CPU kind (vendor, family, model: cpuid) is
  * printed beside them, since figures of another kind do not compare. */
 #ifndef CEILINGS_H
 #define CEILINGS_H
@@ -465,7 +468,7 @@ static inline double ceil_peak(int kind, int threads, uint64_t *sink) {
         if (r >= 0) g[r] = ops * (double)steps * threads / t * 1e-9;
     }
     qsort(g, CEIL_RUNS, sizeof *g, cmp_double);
-    return g[CEIL_RUNS / 2];
+    return g[CEIL_RUNS - 1];   /* the best run (above) */
 }
 
 #endif
