@@ -57,8 +57,9 @@
  *                   The read and the peaks are tools/ceilings.h's, measured
  *                   at the start by a child process (its 1 GiB buffer stays
  *                   out of this process's peak RSS), with the CPU kind
- *                   (cpuid vendor, family, model); the read again by it
- *                   right after each row, for that row. Attention, norms and
+ *                   (cpuid vendor, family, model); both again by it
+ *                   right after each row, the row taking the best of all
+ *                   their measurements so far. Attention, norms and
  *                   sampling are left out, so nothing passes the limit,
  *                   except weights that fit in the last-level cache (marked
  *                   *: they are read faster than memory). "-" with
@@ -119,6 +120,7 @@
 #include "bench_util.h"
 #include "ceilings.h"
 #include <errno.h>
+#include <math.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -176,8 +178,10 @@ typedef struct {
  * started any thread (a child forked after OpenMP's threads exist may
  * hang), which keeps its 1 GiB buffer out of this process's peak RSS (the
  * tables print it) and waits to read it again on request: a virtual
- * machine's bandwidth drifts by 10% between minutes, so each row's limit
- * takes the read measured right after it, as bench.c does. */
+ * machine's bandwidth drifts by 10% between minutes, so the read and the
+ * peaks are measured again right after each row, and the row's limit takes
+ * the best of all their measurements so far (a ceiling is the most the
+ * machine has given). */
 typedef struct {
     pid_t pid;
     int fd;   /* a socket to it; requests: a thread count's index (its read again), -1 - index (all) */
@@ -201,8 +205,14 @@ static int meter_serve(const Args *a, int fd) {
             o->fma_gflops = ceil_peak(0, a->threads[i], &o->sink);
             o->int8_gops = ceil_peak(1, a->threads[i], &o->sink);
             o->amx_gops = ceil_peak(2, a->threads[i], &o->sink);
-        } else
-            o->read_gbs = ceil_read_gbs(o->read_loop, buf, BW_BYTES, a->threads[i], &o->sink);
+        } else {
+            /* each again, the best so far kept: a core lent elsewhere
+             * while one was measured would understate it */
+            o->read_gbs = fmax(o->read_gbs, ceil_read_gbs(o->read_loop, buf, BW_BYTES, a->threads[i], &o->sink));
+            o->fma_gflops = fmax(o->fma_gflops, ceil_peak(0, a->threads[i], &o->sink));
+            o->int8_gops = fmax(o->int8_gops, ceil_peak(1, a->threads[i], &o->sink));
+            o->amx_gops = fmax(o->amx_gops, ceil_peak(2, a->threads[i], &o->sink));
+        }
         if (write(fd, o, sizeof *o) != (ssize_t)sizeof *o) return 1;
     }
     return 0;
@@ -253,8 +263,8 @@ static void print_ceilings(const Args *a, const Ceilings *c) {
     int avx2 = !ceil_has_avx512() && ceil_has_avx2();
     char kind[96];
     cpu_kind(kind, sizeof kind);
-    printf("ceilings of this %s (tools/ceilings.h, at the start; each row's limit takes the read measured "
-           "again right after the row):", kind);
+    printf("ceilings of this %s (tools/ceilings.h, at the start; each row's limit takes the best of "
+           "these and of the same measured again after each row so far):", kind);
     for (int i = 0; i < a->n_threads; i++) {
         printf("%s %d thread%s: best read %.1f GB/s (%s), FMA %.1f GFLOP/s, %s %.1f GOP/s", i ? ";" : "",
                a->threads[i], a->threads[i] > 1 ? "s" : "", c[i].read_gbs, CEIL_READ_NAMES[c[i].read_loop],
