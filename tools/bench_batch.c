@@ -184,7 +184,7 @@ typedef struct {
  * machine has given). */
 typedef struct {
     pid_t pid;
-    int fd;   /* a socket to it; requests: a thread count's index (its read again), -1 - index (all) */
+    int fd;   /* a socket to it; requests: a thread count's index (its read and peaks again), -1 - index (all) */
 } Meter;
 
 static int meter_serve(const Args *a, int fd) {
