@@ -35,16 +35,18 @@
  *   amx        where the CPU has AMX (Intel since Sapphire Rapids): tdpbssd
  *              on 4 tiles of 16 x 16 int32, 16 x 16 x 64 s8 x s8 products
  *              and sums each, 32768 operations; llama.cpp's batched
- *              quantized products use it there, so its peak is the ceiling
- *              of int8 work on such a CPU (the engine has no AMX kernels)
+ *              quantized products use it there, and so do the engine's
+ *              from 16 tokens (src/kernels/tiles_amx.c), so its peak is the
+ *              ceiling of int8 work on such a CPU
  *
  * Each read is the median of CEIL_RUNS runs after one untimed run, each
  * peak the best of them: an instruction's chains take the same cycles every
  * run, so a slower run is only the machine taking the core away (a virtual
  * machine's other guests), and a median of runs disturbed that way once put
  * two threads' FMA peak at half of it. With several threads each thread
- * reads its own part of the buffer (or runs its own chain), all at once. The CPU kind (vendor, family, model: cpuid) is
- * printed beside them, since figures of another kind do not compare. */
+ * reads its own part of the buffer (or runs its own chain), all at once.
+ * The CPU kind (vendor, family, model: cpuid) is printed beside them, since
+ * figures of another kind do not compare. */
 #ifndef CEILINGS_H
 #define CEILINGS_H
 #include "base/clock.h"
@@ -453,7 +455,7 @@ static inline double ceil_peak(int kind, int threads, uint64_t *sink) {
                        : kind == 3 ? 8 * 64.0
                        : kind      ? (avx2 ? CEIL_INT8_CHAINS_AVX2 * 64.0 : 16.0 * 128.0)
                                    : (avx2 ? CEIL_FMA_CHAINS_AVX2 * 16.0 : 16.0 * 32.0);
-    double g[CEIL_RUNS];
+    double best = 0.0;
     for (int r = -1; r < CEIL_RUNS; r++) {
         uint64_t s = 0;
         double t0 = clock_seconds();
@@ -465,10 +467,10 @@ static inline double ceil_peak(int kind, int threads, uint64_t *sink) {
                             : (uint64_t)(avx2 ? fma_chains_avx2(steps) : fma_chains(steps));
         double t = clock_seconds() - t0;
         *sink += s;
-        if (r >= 0) g[r] = ops * (double)steps * threads / t * 1e-9;
+        double rate = ops * (double)steps * threads / t * 1e-9;
+        if (r >= 0 && rate > best) best = rate;   /* the best run (above) */
     }
-    qsort(g, CEIL_RUNS, sizeof *g, cmp_double);
-    return g[CEIL_RUNS - 1];   /* the best run (above) */
+    return best;
 }
 
 #endif
