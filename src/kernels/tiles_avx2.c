@@ -1583,8 +1583,69 @@ static AVX2_FN void k8_tile4(const MatmulJob *j, int g, int t, int n0, int n1) {
  * second sum for all eight rows in eight vpmaddwd of a scale pair by a bsums
  * pair; exact, so the generic path's integers, and its float step. */
 /* With ahead, the K6_LINES lines from there asked for two at a time through
- * the super-block's loads, as k8_sb1 does. */
+ * the super-block's loads, as k8_sb1 does.
+ *
+ * Written as macros with the value pair IP a constant, not as loops over
+ * ip, qq and x: GCC 12 kept the ip loop rolled and branched on it inside
+ * (which pair of values, which sums), about 1.6 instructions a cycle; the
+ * body below has no branch but the loops over h and qp (notes/formats.md,
+ * "Q6_K in eights"). */
 enum { K6_LINES = (8 * sizeof(BlockQ6_K) + 63) / 64 };   /* a Q6_K super-block of eight rows: 1680 bytes */
+/* values i = 2 IP (VA, from ql's nibbles) and 2 IP + 1 (VB, ql + 32's) of
+ * loads A (ql), B (ql + 32), C (qh), bits 2i, 2i + 1 of qh above */
+#define K6_VALUES(IP, A, B, C, VA, VB)                                                                          \
+    do {                                                                                                        \
+        if ((IP) == 0) {                                                                                        \
+            VA = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(C, 4), m30));     \
+            VB = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(C, 2), m30));     \
+        } else {                                                                                                \
+            VA = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(C, m30));     \
+            VB = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),                                \
+                                 _mm256_and_si256(_mm256_srli_epi16(C, 2), m30));                               \
+        }                                                                                                       \
+    } while (0)
+/* load x = XX of load q's bytes: its values of pair IP against the
+ * broadcasts b0_, b1_ into the int16 sums SA, SB */
+#define K6_LOAD(q, XX, IP, SA, SB)                                                                              \
+    do {                                                                                                        \
+        const uint8_t *p_ = blk + 144 + (size_t)(((h * 4 + (q)) * 2 + (XX)) * 3) * 32;                          \
+        __m256i A_ = _mm256_loadu_si256((const __m256i *)p_), B_ = _mm256_loadu_si256((const __m256i *)(p_ + 32)), \
+                C_ = _mm256_loadu_si256((const __m256i *)(p_ + 64)), va_, vb_;                                  \
+        K6_VALUES(IP, A_, B_, C_, va_, vb_);                                                                    \
+        SA = _mm256_add_epi16(SA, _mm256_maddubs_epi16(va_, b0_));                                              \
+        SB = _mm256_add_epi16(SB, _mm256_maddubs_epi16(vb_, b1_));                                              \
+    } while (0)
+/* load q = 2 qp + QQ, both loads x, pair IP; two lines asked for (the last
+ * pairs ask again for the last two lines, a prefetch instead of a branch) */
+#define K6_QQ(IP, QQ)                                                                                           \
+    do {                                                                                                        \
+        const int8_t *xp_ = xq + 128 * h + 8 * (2 * qp + (QQ)) + 64 * (IP);                                     \
+        __m256i b0_ = bcast8_here(xp_), b1_ = bcast8_here(xp_ + 32);                                            \
+        K6_LOAD(2 * qp + (QQ), 0, IP, s0, s1);                                                                  \
+        K6_LOAD(2 * qp + (QQ), 1, IP, s2, s3);                                                                  \
+        __asm__("" : "+x"(s0), "+x"(s1), "+x"(s2), "+x"(s3));                                                   \
+        int l_ = 2 * (((h * 2 + qp) * 2 + (IP)) * 2 + (QQ));                                                    \
+        l_ = l_ < K6_LINES - 1 ? l_ : K6_LINES - 2;                                                             \
+        _mm_prefetch((const char *)(pf + 64 * l_), _MM_HINT_T0);                                                \
+        _mm_prefetch((const char *)(pf + 64 * (l_ + 1)), _MM_HINT_T0);                                          \
+    } while (0)
+/* the scale byte of each row (a shuffle by SP) into the high byte of its
+ * int16 lanes, shifted down with its sign */
+#define K6_SCALE(C, SP) _mm256_srai_epi16(_mm256_shuffle_epi8(C, SP), 8)
+/* pair IP of loads q = 2 qp, 2 qp + 1 (sub-blocks 8h + 2i + qp), times
+ * their scales into acc0 (x = 0) and acc1 (x = 1) */
+#define K6_PAIR(IP)                                                                                             \
+    do {                                                                                                        \
+        __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;                                        \
+        K6_QQ(IP, 0);                                                                                           \
+        K6_QQ(IP, 1);                                                                                           \
+        __m256i c0 = bcast8_here((const int8_t *)blk + 16 + 8 * (8 * h + 4 * (IP) + qp)),                       \
+                c1 = bcast8_here((const int8_t *)blk + 16 + 8 * (8 * h + 4 * (IP) + 2 + qp));                   \
+        acc0 = _mm256_add_epi32(acc0, _mm256_add_epi32(_mm256_madd_epi16(s0, K6_SCALE(c0, spread)),             \
+                                                       _mm256_madd_epi16(s1, K6_SCALE(c1, spread))));           \
+        acc1 = _mm256_add_epi32(acc1, _mm256_add_epi32(_mm256_madd_epi16(s2, K6_SCALE(c0, sp1)),                \
+                                                       _mm256_madd_epi16(s3, K6_SCALE(c1, sp1))));              \
+    } while (0)
 AVX2_INLINE __m256 k6_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum, const uint8_t *ahead) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     /* scale byte r of a sub-block's eight (broadcast) into the high byte of
@@ -1592,55 +1653,15 @@ AVX2_INLINE __m256 k6_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum, c
      * 2, 3 | 6, 7 (add 2) */
     const __m256i spread = _mm256_setr_epi8(-128, 0, -128, 0, -128, 0, -128, 0, -128, 1, -128, 1, -128, 1, -128, 1,
                                             -128, 4, -128, 4, -128, 4, -128, 4, -128, 5, -128, 5, -128, 5, -128, 5);
-    const int8_t *xq = xb->qs;
-    __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0;   /* load x = 0, 1 */
     const __m256i sp1 = _mm256_add_epi8(spread, _mm256_set1_epi8(2));
+    const int8_t *xq = xb->qs;
+    const uint8_t *pf = ahead ? ahead : blk;   /* without ahead, lines of the block itself: no branch */
+    __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0;   /* load x = 0, 1 */
     for (int h = 0; h < 2; h++)
-        for (int qp = 0; qp < 2; qp++)       /* loads q = 2 qp, 2 qp + 1: sub-blocks 8h + 2i + qp */
-            for (int ip = 0; ip < 2; ip++) { /* values i = 2 ip (ql's nibbles) and 2 ip + 1 (ql + 32's) */
-                /* value i of load x: s[2 x + i - 2 ip]; both loads x take
-                 * the same broadcast values of the token */
-                __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
-                for (int qq = 0; qq < 2; qq++) {
-                    int q = 2 * qp + qq;
-                    const int8_t *xp = xq + 128 * h + 8 * q + 64 * ip;
-                    __m256i b0 = bcast8_here(xp), b1 = bcast8_here(xp + 32);
-                    for (int xx = 0; xx < 2; xx++) {
-                        const uint8_t *p = blk + 144 + (size_t)(((h * 4 + q) * 2 + xx) * 3) * 32;
-                        __m256i A = _mm256_loadu_si256((const __m256i *)p),
-                                B = _mm256_loadu_si256((const __m256i *)(p + 32)),
-                                C = _mm256_loadu_si256((const __m256i *)(p + 64)), va, vb;
-                        if (ip == 0) {
-                            va = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(C, 4), m30));
-                            vb = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(C, 2), m30));
-                        } else {
-                            va = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(C, m30));
-                            vb = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
-                                                 _mm256_and_si256(_mm256_srli_epi16(C, 2), m30));
-                        }
-                        if (xx) {
-                            s2 = _mm256_add_epi16(s2, _mm256_maddubs_epi16(va, b0));
-                            s3 = _mm256_add_epi16(s3, _mm256_maddubs_epi16(vb, b1));
-                        } else {
-                            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(va, b0));
-                            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(vb, b1));
-                        }
-                    }
-                    __asm__("" : "+x"(s0), "+x"(s1), "+x"(s2), "+x"(s3));
-                    int l = 2 * (((h * 2 + qp) * 2 + ip) * 2 + qq);
-                    if (ahead && l < K6_LINES) _mm_prefetch((const char *)(ahead + 64 * l), _MM_HINT_T0);
-                    if (ahead && l + 1 < K6_LINES) _mm_prefetch((const char *)(ahead + 64 * (l + 1)), _MM_HINT_T0);
-                }
-                /* the scales of sub-blocks 8h + 2i + qp, i = 2 ip and 2 ip + 1 */
-                __m256i c0 = bcast8_here((const int8_t *)blk + 16 + 8 * (8 * h + 4 * ip + qp)),
-                        c1 = bcast8_here((const int8_t *)blk + 16 + 8 * (8 * h + 4 * ip + 2 + qp));
-#define K6_SCALE(C, SP) _mm256_srai_epi16(_mm256_shuffle_epi8(C, SP), 8)
-                acc0 = _mm256_add_epi32(acc0, _mm256_add_epi32(_mm256_madd_epi16(s0, K6_SCALE(c0, spread)),
-                                                               _mm256_madd_epi16(s1, K6_SCALE(c1, spread))));
-                acc1 = _mm256_add_epi32(acc1, _mm256_add_epi32(_mm256_madd_epi16(s2, K6_SCALE(c0, sp1)),
-                                                               _mm256_madd_epi16(s3, K6_SCALE(c1, sp1))));
-#undef K6_SCALE
-            }
+        for (int qp = 0; qp < 2; qp++) {
+            K6_PAIR(0);
+            K6_PAIR(1);
+        }
     /* sum_j sc[j] bsums[j] of rows 0 .. 7: scales j, j + 1 interleaved
      * a row at a time against bsums j, j + 1 */
     __m256i off = _mm256_setzero_si256();
@@ -1656,6 +1677,11 @@ AVX2_INLINE __m256 k6_sb1(const uint8_t *blk, const BlockQ8_K *xb, __m256 sum, c
     __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
     return qk_float_step(sum, d, _mm256_setzero_ps(), _mm256_set1_ps(xb->d), isum, _mm256_setzero_si256());
 }
+#undef K6_PAIR
+#undef K6_SCALE
+#undef K6_QQ
+#undef K6_LOAD
+#undef K6_VALUES
 
 /* Groups g[0 .. ng - 1] (ng <= 4) of any format in eights by token t, a
  * block (or super-block) of each in turn: ng streams, each asked for
