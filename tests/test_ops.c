@@ -555,16 +555,16 @@ static void q8_0_matmul_matches_plain_reference(void **state) {
 }
 
 /* Where the float paths change (ops.c): the 4 x 4 tiles below 16 tokens, the
- * k-blocked tiles from 16, sgemm from 36. K = 1000 is several k-blocks with
+ * k-blocked tiles from 16, sgemm from 36 (48 on AVX2). K = 1000 is several k-blocks with
  * a short last one (K % 16 = 8); K = 1024 the same in whole steps of 16,
  * which AVX2 reads in place for F32; 130 rows are several chunks of rows
  * with a tail of 2 (N % 4 != 0); 35 tokens leave 3 over (T % 4 != 0). */
 static void float_matmul_matches_reference_on_both_sides_of_each_path(void **state) {
     (void)state;
     DType types[] = {DT_F32, DT_F16, DT_BF16};
-    const int Ts[] = {15, 16, 35, 36}, Ks[] = {200, 1000, 1024}, Ns[] = {7, 130};
+    const int Ts[] = {15, 16, 35, 36, 47, 48}, Ks[] = {200, 1000, 1024}, Ns[] = {7, 130};
     for (int i = 0; i < 3; i++)
-        for (int t = 0; t < 4; t++)
+        for (int t = 0; t < 6; t++)
             for (int k = 0; k < 3; k++)
                 for (int n = 0; n < 2; n++)
                     if (Ks[k] != 1024 || types[i] == DT_F32)
@@ -671,9 +671,9 @@ static void q8_0_q4_0_and_q4_k_on_amx_tiles_give_the_blocks_reference_bits(void 
 
 /* Each (row, token) goes through the same instructions whatever the tile,
  * so several tokens processed at once give the bits of one token at a time.
- * That holds for Q8_0 at any T, and for F32 and F16 below 36 tokens, where
- * our tiles run instead of sgemm (batched decoding of a few sequences),
- * k-blocked from 16 tokens on. */
+ * That holds for Q8_0 at any T, and for F32 and F16 below 36 tokens (48 on
+ * AVX2), where our tiles run instead of sgemm (batched decoding of a few
+ * sequences), k-blocked from 16 tokens on. */
 static void check_batch_equals_single_tokens_on(DType type, int N, int K, int T, OpsIsa isa) {
     Mat W = {.type = type, .N = N, .K = K, .data = make_weights(type, N, K, 21)};
     float *x = make_activations(T, K, 22);
@@ -716,6 +716,12 @@ static void small_float_batches_equal_single_tokens_bitwise(void **state) {
     check_batch_equals_single_tokens(DT_F32, 70, 1024, 17);   /* read in place on AVX2 */
     check_batch_equals_single_tokens(DT_F16, 70, 1000, 35);
     check_batch_equals_single_tokens(DT_BF16, 70, 1000, 16);
+    /* the AVX2 tiles keep batches to 47 tokens from sgemm (ops.c,
+     * SGEMM_MIN_T_AVX2), whose sums are in another order */
+    if (skipped_without_avx2()) return;
+    check_batch_equals_single_tokens_on(DT_F32, 70, 1024, 40, OPS_AVX2);
+    check_batch_equals_single_tokens_on(DT_F16, 70, 1000, 47, OPS_AVX2);
+    check_batch_equals_single_tokens_on(DT_BF16, 70, 520, 36, OPS_AVX2);
 }
 
 static void half_rows_of_one_token_give_the_same_bits_on_every_fast_path(void **state) {
@@ -1000,9 +1006,9 @@ static void matmul_gives_same_results_on_one_and_two_threads(void **state) {
                 run_matmul(a, x, &W, T, isas[s]);
                 ops_set_threads(2);
                 run_matmul(b, x, &W, T, isas[s]);
-                /* ours: Q8_0 always; F32 and F16 below 36 tokens on AVX-512
-                 * and AVX2; the generic F16 loop at T == 1; the plain path always */
-                int ours = types[i] == DT_Q8_0 || ((isas[s] == OPS_AVX512 || isas[s] == OPS_AVX2) && T < 36) ||
+                /* ours: Q8_0 always; F32 and F16 below 36 tokens on AVX-512,
+                 * 48 on AVX2; the generic F16 loop at T == 1; the plain path always */
+                int ours = types[i] == DT_Q8_0 || (isas[s] == OPS_AVX512 && T < 36) || (isas[s] == OPS_AVX2 && T < 48) ||
                            ((types[i] == DT_F16 || types[i] == DT_BF16) && T == 1) ||
                            isas[s] == OPS_PLAIN;
                 for (int t = 0; t < T; t++) {
@@ -1654,16 +1660,17 @@ static void read_sum_adds_every_word_of_every_length(void **state) {
 }
 
 /* Without a choice, the test build runs the best path the CPU has: on an
- * AVX-512 or AVX2 CPU its kernels, and sgemm from 36 tokens of F32. */
+ * AVX-512 or AVX2 CPU its kernels, and sgemm from 36 tokens of F32 (48 on
+ * AVX2). */
 static void default_isa_is_the_best_the_cpu_has(void **state) {
     (void)state;
     assert_int_equal(ops_isa(), ops_best_isa());
     Mat W = {.type = DT_F32, .N = 37, .K = 96, .data = make_weights(DT_F32, 37, 96, 61)};
-    float *x = make_activations(40, 96, 62), out[40 * 37];
+    float *x = make_activations(48, 96, 62), out[48 * 37];
     OpsStats a = ops_stats();
     matmul(out, x, &W, 4, NULL);
     OpsStats b = ops_stats();
-    matmul(out, x, &W, 40, NULL);
+    matmul(out, x, &W, 48, NULL);
     OpsStats c = ops_stats();
     if (ops_best_isa() == OPS_AVX512) {
         assert_int_equal(b.avx512 - a.avx512, 1);

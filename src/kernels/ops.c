@@ -490,8 +490,12 @@ size_t matmul_scratch_bytes(DType type, int T, int K) {
  * threads, the k-blocked tiles against sgemm: T = 32: 95 against 76 GFLOP/s,
  * T = 34: 90 against 78, T = 36: 88 against 91, T = 40: 85 against 95,
  * T = 48: 75 against 109 (1 thread alike); F16 (widened for sgemm) at T = 32:
- * 101 against 73, T = 40: 94 against 91. Prefill (T >= 64) stays on sgemm. */
-enum { SGEMM_MIN_T = 36 };
+ * 101 against 73, T = 40: 94 against 91. Prefill (T >= 64) stays on sgemm.
+ * The AVX2 tiles, with k-blocks of x that stay whole up to 64 tokens
+ * (tiles_avx2.c, "from KB2_MIN_T tokens"), were level with sgemm or ahead up to 47
+ * tokens on an AMD Zen 3 and behind it at 64; so they keep F32, F16 and
+ * BF16 to SGEMM_MIN_T_AVX2, and with them each token's bits alone. */
+enum { SGEMM_MIN_T = 36, SGEMM_MIN_T_AVX2 = 48 };
 
 /* The path of a product of x by a matrix of W's type and K (not plain):
  * rounds x into the scratch where the path reads it rounded, fills in the
@@ -524,7 +528,7 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
             count_call(isa, 0);
             return f32_rows_avx512;
         }
-        if (isa == OPS_AVX2 && T < SGEMM_MIN_T) {
+        if (isa == OPS_AVX2 && T < SGEMM_MIN_T_AVX2) {
             count_call(isa, 0);
             return f32_rows_avx2;
         }
@@ -539,7 +543,7 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
             count_call(isa, 0);
             return W->type == DT_F16 ? f16_rows_avx512 : W->type == DT_BF16 ? bf16_rows_avx512 : bf16e_rows_avx512;
         }
-        if (isa == OPS_AVX2 && T < SGEMM_MIN_T && W->type != DT_BF16E) {
+        if (isa == OPS_AVX2 && T < SGEMM_MIN_T_AVX2 && W->type != DT_BF16E) {
             count_call(isa, 0);
             return W->type == DT_F16 ? f16_rows_avx2 : bf16_rows_avx2;
         }

@@ -31,7 +31,8 @@ int ops_threads(void);
  *                plain loops for Q8_0. The fast path without AVX-512.
  *   OPS_AVX2     AVX2, FMA and F16C tiles (tiles_avx2.c) for F32, F16, BF16,
  *                Q8_0, Q4_0, Q4_K and Q6_K, the generic path for the rest:
- *                the fast path of an x86-64 CPU without AVX-512.
+ *                the fast path of an x86-64 CPU without AVX-512. OpenBLAS
+ *                for F32, F16 and BF16 from 48 tokens.
  *   OPS_AVX512   AVX-512 and VNNI tiles (tiles_avx512.c), OpenBLAS from 36 tokens.
  *   OPS_BEST     the best of the three that the CPU has (the default of
  *                the fast and test builds).

@@ -247,7 +247,7 @@ void q8_0_rows_avx512(const MatmulJob *job, int part, int n0, int n1);
 
 #ifdef OPS_X86
 /* From tiles_avx2.c; call them only when ops_best_isa() is OPS_AVX2 or
- * OPS_AVX512. F32, F16 and BF16 for T < SGEMM_MIN_T; Q8_0 and Q4_0 after
+ * OPS_AVX512. F32, F16 and BF16 for T < SGEMM_MIN_T_AVX2; Q8_0 and Q4_0 after
  * act_pack_avx2 or act_pack_ref (the Q8_0 layout above); Q4_K and Q6_K
  * after small_act_pack_k. */
 void f32_rows_avx2(const MatmulJob *job, int part, int n0, int n1);

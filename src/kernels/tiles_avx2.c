@@ -1,6 +1,6 @@
 /* tiles_avx2.c - the AVX2 kernels of matmul: the fast path of an x86-64 CPU
  * without AVX-512 (an AMD Zen 2 or Zen 3, an Intel core before Ice Lake):
- * F32, F16 and BF16 register tiles below SGEMM_MIN_T tokens, Q8_0 and Q4_0
+ * F32, F16 and BF16 register tiles below SGEMM_MIN_T_AVX2 tokens, Q8_0 and Q4_0
  * at any number of tokens, and Q4_K and Q6_K against Q8_K activations.
  *
  * What the AVX-512 file explains (tiles_avx512.c: why decoding is a memory
@@ -290,13 +290,33 @@ AVX2_INLINE void float_four_at(const MatmulJob *job, const uint8_t *w, size_t ws
  * 24 tokens 1.33-1.40, 32 1.28-1.43, 35 1.27-1.35; 8 and 12 tokens
  * 0.95-1.12, hence KB2_MIN_T. OpenBLAS's sgemm was as fast at 16 tokens
  * and faster at 32 (59 GFLOP/s against 40), but adds in its own order:
- * below SGEMM_MIN_T a batch keeps the bits of each token alone. */
+ * below SGEMM_MIN_T_AVX2 a batch keeps the bits of each token alone.
+ *
+ * The k-block is KB2_MAX floats up to 64 tokens: its x (128 KiB at 64
+ * tokens) lives in L2 anyway, and a k-block of 32 KiB of x, as it was,
+ * shrank to 256 floats at 32 tokens (each tile loading and storing its
+ * twelve sums twice as often). From KB2_BIG_T tokens the chunk of rows is
+ * 256 KiB of sums rather than 64, so that a packed k-block of x serves more
+ * rows. With both, on the Zen 3 (`kbench --isa avx2 --type T --shape
+ * 5632x2048 --threads both --prefill-t N`, before and after alternated,
+ * three rounds, medians on two threads), F32 at 24, 32, 40 and 47 tokens:
+ * 72.2, 68.4, 75.3 (sgemm), 68.6 (sgemm) GFLOP/s before, 76.9, 80.0, 79.1,
+ * 79.8 after; F16 63.7, 61.8, 72.3, 70.1 before, 69.3, 79.9, 88.3, 77.5
+ * after. At 16 tokens the k-block was KB2_MAX already, and 256 KiB of sums
+ * was slower on two threads (F32, four rounds: medians about 62 GFLOP/s
+ * against 68-71 with 64 or 128 KiB), hence KB2_BIG_T; at 64 tokens sgemm
+ * stayed ahead (84-95 GFLOP/s against 78-83), hence SGEMM_MIN_T_AVX2 = 48
+ * in ops.c. BF16E takes the same sizes, not measured apart. The price is a
+ * stack frame of about 390 KiB here (the sums and x), which every thread
+ * that multiplies has room for (2 MiB or more). */
 enum {
     KB2_MIN_T = 16,             /* below this the tiles above */
     BF16E_KB_MIN_T = 8,         /* BF16E from here: a k-block decoded once serves 8 tokens and more (4: slower) */
-    KB2_X_BYTES = 32 * 1024,    /* a k-block of x for all T tokens */
+    KB2_X_BYTES = 128 * 1024,   /* a k-block of x for all T tokens */
     KB2_MAX = 512,              /* floats in a k-block, at most */
-    KB2_ACC_BYTES = 64 * 1024,  /* partial sums of one chunk of rows (64 bytes a row and token) */
+    KB2_BIG_T = 24,             /* from here the larger chunk of rows */
+    KB2_ACC_SMALL = 64 * 1024,  /* partial sums of one chunk of rows below KB2_BIG_T (64 bytes a row and token) */
+    KB2_ACC_BYTES = 256 * 1024, /* and from KB2_BIG_T: the buffer */
 };
 
 /* len values of a float row from k0 as floats into buf, len16 (len rounded
@@ -484,7 +504,8 @@ static AVX2_FN void kb2_tile_of(__m256 *acc, int rs, const float *w, size_t wrow
 }
 
 /* Rows [n0, n1) for all T tokens: chunks of rows whose sums fit
- * KB2_ACC_BYTES (acc[2 (T r + t) + h]: row r of the chunk, token t, half h),
+ * KB2_ACC_BYTES (KB2_ACC_SMALL below KB2_BIG_T tokens; acc[2 (T r + t) + h]:
+ * row r of the chunk, token t, half h),
  * k-blocks of kb floats, groups of 3 rows, each half, groups of 4 tokens.
  * F32 rows of whole steps of 16 are read where they are, not packed. */
 static AVX2_FN void float_rows_kblocked_avx2(const MatmulJob *job, int n0, int n1, DType type) {
@@ -493,7 +514,7 @@ static AVX2_FN void float_rows_kblocked_avx2(const MatmulJob *job, int n0, int n
     kb = kb > KB2_MAX ? KB2_MAX : kb < 16 ? 16 : kb;
     int coded = type == DT_BF16E;   /* decoded as packed: k-blocks of whole blocks of 64 */
     if (coded) kb = kb < BF16E_BLOCK ? BF16E_BLOCK : kb / BF16E_BLOCK * BF16E_BLOCK;
-    int rows = KB2_ACC_BYTES / (2 * (int)sizeof(__m256)) / T / 3 * 3;
+    int rows = (T < KB2_BIG_T ? KB2_ACC_SMALL : KB2_ACC_BYTES) / (2 * (int)sizeof(__m256)) / T / 3 * 3;
     rows = rows < 3 ? 3 : rows;
     assert(2 * 3 * T <= KB2_ACC_BYTES / (int)sizeof(__m256) && T * kb <= KB2_X_BYTES / (int)sizeof(float));
     __m256 acc[KB2_ACC_BYTES / sizeof(__m256)];
