@@ -166,7 +166,7 @@ static void check_products(const Mat *W, const Mat *B, const uint16_t *w, int T,
 static void every_path_gives_the_bits_of_bf16(void **state) {
     (void)state;
     int saved = ops_threads();
-    static const int Ts[] = {1, 2, 3, 4, 5, 7, 8, 16, 17, 20, 33, 36, 40};
+    static const int Ts[] = {1, 2, 3, 4, 5, 7, 8, 16, 17, 20, 33, 36, 40, 48};
     static const int shapes[][2] = {{37, 128}, {130, 640}};
     OpsIsa isas[4];
     int n_isas = cpu_isas(isas, 1);

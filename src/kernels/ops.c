@@ -548,8 +548,9 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
             return W->type == DT_F16 ? f16_rows_avx2 : bf16_rows_avx2;
         }
         /* BF16E decoded in AVX2 registers (also on an AVX-512 CPU without
-         * VBMI2, such as Cascade Lake) */
-        if ((isa == OPS_AVX2 || isa == OPS_AVX512) && T < SGEMM_MIN_T) {
+         * VBMI2, such as Cascade Lake), to where BF16 on the same path
+         * goes to sgemm: the same bits */
+        if ((isa == OPS_AVX2 || isa == OPS_AVX512) && T < (isa == OPS_AVX2 ? SGEMM_MIN_T_AVX2 : SGEMM_MIN_T)) {
             count_call(isa, 0);
             return bf16e_rows_avx2;
         }
