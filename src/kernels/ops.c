@@ -492,9 +492,10 @@ size_t matmul_scratch_bytes(DType type, int T, int K) {
  * T = 48: 75 against 109 (1 thread alike); F16 (widened for sgemm) at T = 32:
  * 101 against 73, T = 40: 94 against 91. Prefill (T >= 64) stays on sgemm.
  * The AVX2 tiles, with k-blocks of x that stay whole up to 64 tokens
- * (tiles_avx2.c, "from KB2_MIN_T tokens"), were level with sgemm or ahead up to 47
- * tokens on an AMD Zen 3 and behind it at 64; so they keep F32, F16 and
- * BF16 to SGEMM_MIN_T_AVX2, and with them each token's bits alone. */
+ * (tiles_avx2.c, "from KB2_MIN_T tokens"), were level with sgemm or ahead
+ * up to 47 tokens on an AMD Zen 3 and behind it at 64; so they keep F32,
+ * F16, BF16 and BF16E to SGEMM_MIN_T_AVX2, and with them each token's bits
+ * alone. */
 enum { SGEMM_MIN_T = 36, SGEMM_MIN_T_AVX2 = 48 };
 
 /* The path of a product of x by a matrix of W's type and K (not plain):
