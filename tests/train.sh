@@ -53,7 +53,7 @@ grep -q "kernels: generic" "$tmp/g.err" && cmp -s "$tmp/a.gguf" "$tmp/g.gguf" &&
 curve="--tokenizer $FIX/tiny/tiny-f32.gguf --corpus $CORPUS --dim 32 --hidden 64 --layers 2 --heads 4
        --kv-heads 2 --ctx 32 --batch 4 --steps 40 --warmup 5 --eval-every 10 --f32 --seed 5 --threads 2
        --train-fraction 0.99"
-$TRAIN $curve --out "$tmp/ca.gguf" --log "$tmp/ca.csv" 2> /dev/null
+$FAST_TRAIN $curve --out "$tmp/ca.gguf" --log "$tmp/ca.csv" 2> /dev/null
 LLM_ISA=plain $FAST_TRAIN $curve --out "$tmp/cp.gguf" --log "$tmp/cp.csv" 2> /dev/null
 cmp -s "$tmp/ca.gguf" "$tmp/cp.gguf" && bad "the plain loops wrote the fast path's bytes (were they taken?)" || ok
 worst=$(paste -d, "$tmp/ca.csv" "$tmp/cp.csv" | awk -F, 'NR > 1 { d = $4 - $9; if (d < 0) d = -d; if (d > w) w = d }
@@ -105,7 +105,7 @@ fi
 # agree; a finished run resumed after its file was removed writes it again.
 ev="--tokenizer $FIX/tiny/tiny-f32.gguf --corpus $CORPUS --dim 32 --hidden 64 --layers 1 --heads 4
     --kv-heads 2 --ctx 32 --batch 4 --steps 10 --eval-every 100 --f32 --threads 2 --seed 5
-    --out $tmp/v.gguf --checkpoint $tmp/v.ckpt"
+    --train-fraction 0.99 --out $tmp/v.gguf --checkpoint $tmp/v.ckpt"
 $TRAIN $ev 2> "$tmp/v.err"
 line=$(grep "holds the best" "$tmp/v.err")
 t=$(echo "$line" | sed -n 's/.*validation \([0-9.]*\) nats\/char in training.*/\1/p')
