@@ -15,15 +15,14 @@ includes() { sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".
 
 # forbid "FILES" "HEADERS" RULE: none of FILES may include any of HEADERS
 forbid() {
+    hs=" $(echo $2) "
     for f in $1; do
         [ -f "$dir/$f" ] || continue
         for h in $(includes "$dir/$f"); do
-            for bad in $2; do
-                if [ "$h" = "$bad" ]; then
-                    echo "check_layers: $dir/$f includes $h: $3"
-                    fails=$((fails + 1))
-                fi
-            done
+            case "$hs" in
+                *" $h "*) echo "check_layers: $dir/$f includes $h: $3"
+                          fails=$((fails + 1)) ;;
+            esac
         done
     done
 }
