@@ -509,6 +509,8 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
     all.N = rows;
     *team = ops_team_size(&all, T);
 #ifdef OPS_X86
+    /* F32, F16, BF16 and BF16E: the path's own tiles below this many tokens, sgemm from there */
+    int sgemm_from = isa == OPS_AVX2 ? SGEMM_MIN_T_AVX2 : SGEMM_MIN_T;
     /* Q8_0, Q4_0, Q4_K batches on AMX tiles (matmul_group sees that every
      * matrix of a group has 16 rows or more) */
     if (amx_type(W->type) && isa == OPS_AVX512 && T >= AMX_MIN_T && W->N >= AMX_TOKENS && ops_amx()) {
@@ -525,11 +527,11 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
     switch (W->type) {
     case DT_F32:
 #ifdef OPS_X86
-        if (isa == OPS_AVX512 && T < SGEMM_MIN_T) {
+        if (isa == OPS_AVX512 && T < sgemm_from) {
             count_call(isa, 0);
             return f32_rows_avx512;
         }
-        if (isa == OPS_AVX2 && T < SGEMM_MIN_T_AVX2) {
+        if (isa == OPS_AVX2 && T < sgemm_from) {
             count_call(isa, 0);
             return f32_rows_avx2;
         }
@@ -540,18 +542,18 @@ static RowsFn matmul_path(MatmulJob *job, const Mat *W, int rows, void *scratch,
     case DT_BF16:   /* the same paths; the halves are widened by their own rule */
     case DT_BF16E:  /* BF16's paths, its blocks decoded where BF16 widens */
 #ifdef OPS_X86
-        if (isa == OPS_AVX512 && T < SGEMM_MIN_T && (W->type != DT_BF16E || bf16e_avx512_ok())) {
+        if (isa == OPS_AVX512 && T < sgemm_from && (W->type != DT_BF16E || bf16e_avx512_ok())) {
             count_call(isa, 0);
             return W->type == DT_F16 ? f16_rows_avx512 : W->type == DT_BF16 ? bf16_rows_avx512 : bf16e_rows_avx512;
         }
-        if (isa == OPS_AVX2 && T < SGEMM_MIN_T_AVX2 && W->type != DT_BF16E) {
+        if (isa == OPS_AVX2 && T < sgemm_from && W->type != DT_BF16E) {
             count_call(isa, 0);
             return W->type == DT_F16 ? f16_rows_avx2 : bf16_rows_avx2;
         }
         /* BF16E decoded in AVX2 registers (also on an AVX-512 CPU without
          * VBMI2, such as Cascade Lake), to where BF16 on the same path
          * goes to sgemm: the same bits */
-        if ((isa == OPS_AVX2 || isa == OPS_AVX512) && T < (isa == OPS_AVX2 ? SGEMM_MIN_T_AVX2 : SGEMM_MIN_T)) {
+        if ((isa == OPS_AVX2 || isa == OPS_AVX512) && T < sgemm_from) {
             count_call(isa, 0);
             return bf16e_rows_avx2;
         }
