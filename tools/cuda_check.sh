@@ -15,7 +15,9 @@
 #   6. benchmarks: TinyLlama-shaped F16 and Q8_0 (made by mkmodel): decode of
 #      one sequence as a share of the copy bandwidth, prefill of 512 tokens,
 #      kernels per token; the same decode under each launch setting
-#      (LLM_CUDA_PDL, _EARLY, _FUSE_ROPE, _ONE_PASS, _DEEP, _SWIGLU_APART, _READY_T); batched decode at 1, 16 and 64
+#      (LLM_CUDA_PDL, _EARLY, _FUSE_ROPE, _ONE_PASS, _DEEP, _SWIGLU_EPI, _SPLIT_MIN), and with
+#      each stage left out in turn (LLM_CUDA_OMIT: what a stage costs in the
+#      overlapped step, a difference of two runs); batched decode at 1, 16 and 64
 #      sequences ("quick" skips this part)
 #   7. where ncu is: its view of ten kernels of a decode step, into $OUT
 #   8. coded weights (--low-mem: the fast tier, BF16E, kept coded on the GPU,
@@ -152,13 +154,13 @@ for d in 0 2 3 6; do
     [ $d = 0 ] && grep "GB/s" "$tmp/kd" | sed 's/^/LLM_CUDA_DEEP=0: /'
 done
 for f in tiny/tiny-f16.gguf tiny/tiny-q8_0.gguf llama3/llama3-q8_0.gguf; do
-    for cfg in LLM_CUDA_SWIGLU_APART=0 LLM_CUDA_READY_T=1; do
+    for cfg in LLM_CUDA_SWIGLU_APART=0 LLM_CUDA_READY_T=1 LLM_CUDA_SWIGLU_EPI=0 LLM_CUDA_SWIGLU_EPI=2; do
         if env $cfg timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 64 > "$tmp/ga" 2>&1; then
             ok "$f, $cfg"; else bad "$f, $cfg"; cat "$tmp/ga"; fi
     done
 done
 for f in tiny/tiny-f16.gguf tiny/tiny-q8_0.gguf; do
-    if LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_PDL=0 LLM_CUDA_ONE_PASS=0 LLM_CUDA_DEEP=0 LLM_CUDA_SWIGLU_APART=0 timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 16 \
+    if LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_PDL=0 LLM_CUDA_ONE_PASS=0 LLM_CUDA_DEEP=0 LLM_CUDA_SWIGLU_APART=0 LLM_CUDA_SWIGLU_EPI=0 timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 16 \
         > "$tmp/g0" 2>&1; then ok "$f, every launch setting off"; else bad "$f, every launch setting off"; cat "$tmp/g0"; fi
 done
 
@@ -283,9 +285,10 @@ for t in f16 q8_0; do
         [ -x "$base" ] && timeout 100 "$base" --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 16 --decode 128 --runs 5 \
             | grep -e "^| /" | cut -d'|' -f3,6-9 | sed "s|^|$(basename "$base"): |"
     done
-    for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_DEEP=0 LLM_CUDA_DEEP=3 LLM_CUDA_DEEP=4 LLM_CUDA_DEEP=6 \
-               LLM_CUDA_SWIGLU_APART=0 LLM_CUDA_READY_T=1 LLM_CUDA_SPLIT_MIN=1 LLM_CUDA_SPLIT_MIN=2 LLM_CUDA_ONE_PASS=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 \
-               "LLM_CUDA_PDL=0 LLM_CUDA_EARLY=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_ONE_PASS=0 LLM_CUDA_DEEP=0 LLM_CUDA_SWIGLU_APART=0"; do
+    for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_SWIGLU_EPI=0 LLM_CUDA_SWIGLU_EPI=2 LLM_CUDA_DEEP=0 LLM_CUDA_DEEP=3 LLM_CUDA_DEEP=6 \
+               LLM_CUDA_SPLIT_MIN=1 LLM_CUDA_ONE_PASS=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 \
+               "LLM_CUDA_PDL=0 LLM_CUDA_EARLY=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_ONE_PASS=0 LLM_CUDA_DEEP=0 LLM_CUDA_SWIGLU_APART=0 LLM_CUDA_SWIGLU_EPI=0" \
+               LLM_CUDA_OMIT=1 LLM_CUDA_OMIT=2 LLM_CUDA_OMIT=4 LLM_CUDA_OMIT=8 LLM_CUDA_OMIT=16 LLM_CUDA_OMIT=32 LLM_CUDA_DEFAULTS=2; do
         env $cfg timeout 100 "$BIN/gpucheck" --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 16 --decode 128 --runs 5 \
             | grep -e "^| /" | cut -d'|' -f3,6-9 | sed "s/^/$cfg: /"
     done

@@ -151,6 +151,10 @@ typedef struct {
     RopeKv rope;
     int late;                /* W was written by a kernel of this step (decoded BF16E): read it only after
                                 pdl_wait, where it would otherwise be asked for before */
+    int swiglu_out;          /* W is gate|up stacked (N = 2F, F even): each group of 4 rows is gate p,
+                                p+1 and up p, p+1, and the product writes silu(gate) * up of its two
+                                pairs into out (F floats a row, ldo apart) instead of the rows; no
+                                accumulate, no RoPE */
 } MvArgs;
 
 /* out = pre(x) @ W^T as matmul_ref (ops.c), one token tile of up to 8 rows per
@@ -238,7 +242,18 @@ size_t gpu_attention_part_floats(int T, int H, int S, int nsplit);
  *   overlap   LLM_CUDA_CODED_OVERLAP (default 1): BF16E weights (--low-mem)
  *             are decoded into one buffer while the product before reads
  *             the other (gpu_model.cu product_coded); 0: each right before
- *             its product */
+ *             its product
+ *   swiglu_epi LLM_CUDA_SWIGLU_EPI (default 1): where gate|up and down run
+ *             on the kernels and down has float weights, the gate|up
+ *             product computes SwiGLU as it writes its rows
+ *             (MvArgs.swiglu_out) and the down product copies it: one
+ *             kernel fewer a layer than swiglu_apart, the same bits; 2:
+ *             also where down is Q8_0 (its prologue rounds h); 0: never
+ *   omit      LLM_CUDA_OMIT (default 0; for measurement only: the logits
+ *             are wrong): a step leaves out the kernels of the bits set,
+ *             1 q|k|v, 2 attention, 4 wo, 8 gate|up, 16 down and its
+ *             SwiGLU, 32 the logits, so that the time of a stage in the
+ *             overlapped step is a difference of two runs */
 typedef struct {
     int pdl;
     int prefetch;
@@ -251,6 +266,8 @@ typedef struct {
     int ready_t;
     int split_min;
     int overlap;
+    int swiglu_epi;
+    int omit;
 } GpuTune;
 extern GpuTune gpu_tune;
 void gpu_tune_from_env(void);

@@ -53,7 +53,7 @@ enum { MV_WARPS = 8, MV_THREADS = MV_WARPS * 32, MV_ROWS = 4, PRO_LOADS = 8 };
 /* Shared memory a block may use for its tokens' activations. */
 enum { MV_SMEM = 96 * 1024 };
 
-GpuTune gpu_tune = {1, 0, 1, 1, 1, -1, 1, 1, 4, 4, 1};
+GpuTune gpu_tune = {1, 0, 1, 1, 1, -1, 1, 1, 4, 4, 1, 1, 0};
 
 void gpu_tune_from_env(void) {
     const char *v = getenv("LLM_CUDA_PDL");
@@ -76,6 +76,10 @@ void gpu_tune_from_env(void) {
     if (v) gpu_tune.split_min = atoi(v) < 1 ? 1 : atoi(v);
     v = getenv("LLM_CUDA_CODED_OVERLAP");
     if (v) gpu_tune.overlap = atoi(v) != 0;
+    v = getenv("LLM_CUDA_SWIGLU_EPI");
+    if (v) gpu_tune.swiglu_epi = atoi(v) < 0 ? 0 : atoi(v) > 2 ? 2 : atoi(v);
+    v = getenv("LLM_CUDA_OMIT");
+    if (v) gpu_tune.omit = atoi(v) & 63;
     v = getenv("LLM_CUDA_PREFETCH");
     if (v) gpu_tune.prefetch = atoi(v) < 0 ? 0 : atoi(v) > (1 << 24) ? 1 << 24 : atoi(v);
 }
@@ -407,6 +411,12 @@ __device__ static void mv_finish(const DevMat &W, const MvArgs &a, float acc[MV_
             v[r] = acc[r][j];
             for (int i = 1; i < ks; i++) v[r] += part[warp + i][r][j];   /* the slices in order */
         }
+        if (a.swiglu_out) {   /* v: gate p, p + 1, up p, p + 1 (mv_lane); swiglu_apart_kernel's operations */
+            int F = W.N / 2, p = n0 / 2;
+            for (int i = 0; i < 2 && p + i < F; i++)
+                a.out[(size_t)(t0 + j) * a.ldo + p + i] = pre_value(PRE_SWIGLU, v[i], v[2 + i], 1.0f);
+            continue;
+        }
         if (a.use_rope) rope_rows(a.rope, t0 + j, n0, v);
 #pragma unroll
         for (int r = 0; r < MV_ROWS; r++) {
@@ -421,7 +431,11 @@ __device__ static void mv_finish(const DevMat &W, const MvArgs &a, float acc[MV_
  * sl taking the slice [kb, ke) of K (a whole number of 256 values); the
  * lane's chunks (16 bytes each) are cb, cb + 32, ... < ce. Rows past N read
  * row 0 (no branch in the loop); their sums are dropped. vec: rows are
- * 16-byte aligned (every real model; other widths take dot_scalar). */
+ * 16-byte aligned (every real model; other widths take dot_scalar).
+ * pair (MvArgs.swiglu_out, W gate|up stacked, N = 2F): group n0 / 4 holds
+ * gate rows p, p + 1 and up rows F + p, F + p + 1, p = n0 / 2, so the lane
+ * that finishes the group has both halves of two SwiGLU values. A row's sum
+ * does not depend on which group holds it: the same bits either way. */
 typedef struct {
     const char *row[MV_ROWS];
     const uint16_t *drow[MV_ROWS];
@@ -430,7 +444,7 @@ typedef struct {
 } MvLane;
 
 template <DType TYPE>
-__device__ static inline MvLane mv_lane(const DevMat &W, int ks) {
+__device__ static inline MvLane mv_lane(const DevMat &W, int ks, bool pair) {
     MvLane L;
     int K = W.K, warp = threadIdx.x / 32, g = warp / ks, sl = warp % ks;
     L.n0 = (blockIdx.x * (MV_WARPS / ks) + g) * MV_ROWS;
@@ -438,9 +452,12 @@ __device__ static inline MvLane mv_lane(const DevMat &W, int ks) {
     L.kb = min(K, sl * per);
     L.ke = min(K, L.kb + per);
     size_t rb = dev_row_bytes(TYPE, K), es = rb / K;
+    int F = W.N / 2, p = L.n0 / 2;
 #pragma unroll
     for (int r = 0; r < MV_ROWS; r++) {
-        size_t n = L.n0 + r < W.N ? L.n0 + r : 0;
+        int want = pair ? (r < 2 ? p + r : F + p + r - 2) : L.n0 + r;
+        bool in = pair ? p + r % 2 < F : L.n0 + r < W.N;
+        size_t n = in ? want : 0;
         L.row[r] = (const char *)W.w + n * rb;
         L.drow[r] = TYPE == DT_Q8_0 ? W.d + n * (K / 32) : nullptr;
     }
@@ -465,7 +482,7 @@ __global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
     int8_t *aq = (int8_t *)smem;
     float *ad = (float *)(smem + (size_t)TTmax * K);
 
-    MvLane L = mv_lane<TYPE>(W, ks);
+    MvLane L = mv_lane<TYPE>(W, ks, a.swiglu_out);
     int lane = threadIdx.x % 32, n0 = L.n0, kb = L.kb, ke = L.ke, cb = L.cb, ce = L.ce;
     const char *const *row = L.row;
     const uint16_t *const *drow = L.drow;
@@ -533,7 +550,7 @@ __global__ void __launch_bounds__(MV_THREADS, 3) mv_deep_kernel(DevMat W, MvArgs
     unsigned char *act = (unsigned char *)(sring + (q8 ? (size_t)D * MV_ROWS * MV_THREADS : 0));
     float *af = (float *)act, *ad = (float *)(act + W.K);
     int8_t *aq = (int8_t *)act;
-    MvLane L = mv_lane<TYPE>(W, ks);
+    MvLane L = mv_lane<TYPE>(W, ks, a.swiglu_out);
     int steps = L.cb < L.ce ? (L.ce - L.cb + 31) / 32 : 0;
     /* step s is chunk c = cb + 32 s of each of the lane's rows, in slot s % D
      * (Q8_0: and the 4 bytes at scale (c / 2) & ~1, which hold c's scale) */

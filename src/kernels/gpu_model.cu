@@ -339,6 +339,8 @@ extern "C" int gpu_model_create(GpuModel **out, const GpuModelDesc *d, Err *e) {
     g->stats.fuse_rope = gpu_tune.fuse_rope;
     g->stats.one_pass = gpu_tune.one_pass;
     g->stats.deep = gpu_tune.deep;
+    g->stats.swiglu_epi = gpu_tune.swiglu_epi;
+    g->stats.omit = gpu_tune.omit;
     open_blas(g);
 
     g->layers = (DevLayer *)calloc(d->L, sizeof *g->layers);
@@ -551,6 +553,7 @@ static int product(GpuModel *g, const DevMat *W, MvArgs a, const DevMat *next, i
 
 static int product_on(GpuModel *g, const DevMat *W, MvArgs a) {
     if (on_kernels(g, W, a.T)) {
+        if (a.pre == PRE_READY) return gpu_matvec(W, &a, g->st);   /* SwiGLU from the gate|up epilogue */
         bool apart = a.pre == PRE_SWIGLU && gpu_tune.swiglu_apart;
         if (a.T < gpu_tune.ready_t && !apart) return gpu_matvec(W, &a, g->st);
         /* the prologue once for every row, not once per block of rows */
@@ -577,6 +580,21 @@ static int product_on(GpuModel *g, const DevMat *W, MvArgs a) {
     return k + 1;
 }
 
+/* SwiGLU in the gate|up product's epilogue (MvArgs.swiglu_out), as floats
+ * (gpu_prepare's layout; F a multiple of 8, so its rows need no padding):
+ * 1 where both products run on the kernels, neither BF16E (decoded in
+ * pieces of rows, which would part gate from up) and down has float
+ * weights, which copy h (PRE_READY); with LLM_CUDA_SWIGLU_EPI=2 also where
+ * down is Q8_0, whose prologue then rounds h to blocks of 32 (no one group
+ * of rows holds a block, so the epilogue cannot). Else 0: gpu_swiglu_apart. */
+static bool swiglu_in_epilogue(const GpuModel *g, const DevLayer *w, int T) {
+    const DevMat *gu = &w->gu, *down = &w->down;
+    if (!gpu_tune.swiglu_epi || g->d.F % 8 || gu->type == DT_BF16E || down->type == DT_BF16E ||
+        !on_kernels(g, gu, T) || !on_kernels(g, down, T))
+        return false;
+    return down->type != DT_Q8_0 || gpu_tune.swiglu_epi >= 2;
+}
+
 /* Every kernel of the step for T rows and nl logit rows; returns their count. */
 static int record(GpuModel *g, int T, int nl, int nsplit) {
     g->pend = NULL;   /* no decode crosses steps */
@@ -591,24 +609,31 @@ static int record(GpuModel *g, int T, int nl, int nsplit) {
         const DevLayer *w = &g->layers[l];
         AttnArgs at = {g->qkv, qd + 2 * kvd, g->kc + l * layer, g->vc + l * layer, pos, slot, seq, tables,
                        g->tstride, g->BS, g->rope_cs, d->H, d->Hkv, d->S, d->n_rot, T};
-        MvArgs a = {g->qkv, qd + 2 * kvd, 0, g->x, D, NULL, PRE_NORM, w->attn_norm, d->eps, NULL, T, 0, {}, 0};
+        MvArgs a = {g->qkv, qd + 2 * kvd, 0, g->x, D, NULL, PRE_NORM, w->attn_norm, d->eps, NULL, T, 0, {}, 0, 0};
         /* RoPE and the K/V store in the product's epilogue where the kernels
          * run it; after cuBLAS, their own kernel */
         a.use_rope = gpu_tune.fuse_rope && on_kernels(g, &w->qkv, T);
         a.rope = (RopeKv){at.kc, at.vc, pos, slot, g->rope_cs, d->H, d->Hkv, d->S, d->n_rot};
-        k += product(g, &w->qkv, a, &w->wo, T);
-        if (!a.use_rope) k += gpu_rope_store(&at, g->st);
-        k += gpu_attention(g->att, &at, nsplit, g->part, g->st);
-        a = (MvArgs){g->x, D, 1, g->att, qd, NULL, PRE_NONE, NULL, 0.0f, NULL, T, 0, {}, 0};
-        k += product(g, &w->wo, a, &w->gu, T);
-        a = (MvArgs){g->gu, 2 * F, 0, g->x, D, NULL, PRE_NORM, w->ffn_norm, d->eps, NULL, T, 0, {}, 0};
-        k += product(g, &w->gu, a, &w->down, T);
-        a = (MvArgs){g->x, D, 1, g->gu, 2 * F, NULL, PRE_SWIGLU, NULL, 0.0f, g->gu + F, T, 0, {}, 0};
+        int omit = gpu_tune.omit;   /* measurement only (GpuTune) */
+        if (!(omit & 1)) k += product(g, &w->qkv, a, &w->wo, T);
+        if (!a.use_rope && !(omit & 1)) k += gpu_rope_store(&at, g->st);
+        if (!(omit & 2)) k += gpu_attention(g->att, &at, nsplit, g->part, g->st);
+        a = (MvArgs){g->x, D, 1, g->att, qd, NULL, PRE_NONE, NULL, 0.0f, NULL, T, 0, {}, 0, 0};
+        if (!(omit & 4)) k += product(g, &w->wo, a, &w->gu, T);
+        /* gu = gate|up, or, with SwiGLU in its epilogue, h = swiglu(gate, up)
+         * in gpu_prepare's layout (F floats a row), which down copies */
+        bool epi = swiglu_in_epilogue(g, w, T);
+        a = (MvArgs){g->gu, epi ? F : 2 * F, 0, g->x, D, NULL, PRE_NORM, w->ffn_norm, d->eps, NULL, T, 0, {}, 0, epi};
+        if (!(omit & 8)) k += product(g, &w->gu, a, &w->down, T);
+        a = (MvArgs){g->x, D, 1, g->gu, 2 * F, NULL, PRE_SWIGLU, NULL, 0.0f, g->gu + F, T, 0, {}, 0, 0};
+        if (epi && w->down.type == DT_Q8_0) a = (MvArgs){g->x, D, 1, g->gu, F, NULL, PRE_NONE, NULL, 0.0f, NULL, T, 0, {}, 0, 0};
+        else if (epi) a = (MvArgs){g->x, D, 1, g->gu, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}, 0, 0};
+        if (omit & 16) continue;
         if (l + 1 < d->L) k += product(g, &w->down, a, &g->layers[l + 1].qkv, T);
         else k += product(g, &w->down, a, &g->output, nl);
     }
-    MvArgs a = {g->logits, d->V, 0, g->x, D, logit_row, PRE_NORM, g->out_norm, d->eps, NULL, nl, 0, {}, 0};
-    k += product(g, &g->output, a, NULL, 0);
+    MvArgs a = {g->logits, d->V, 0, g->x, D, logit_row, PRE_NORM, g->out_norm, d->eps, NULL, nl, 0, {}, 0, 0};
+    if (!(gpu_tune.omit & 32)) k += product(g, &g->output, a, NULL, 0);
     return k;
 }
 
