@@ -225,11 +225,13 @@ static int bench(const char *path, int prompt_len, int decode, int runs, Err *e)
     if (gs.deep >= 0) snprintf(deep, sizeof deep, "%d", gs.deep);
     char omitted[80] = "";   /* LLM_CUDA_OMIT: a measurement, not a model */
     if (gs.omit) snprintf(omitted, sizeof omitted, "; kernels left out (LLM_CUDA_OMIT=%d): the logits are wrong", gs.omit);
+    char ahead[48] = "";
+    if (gs.l2_ahead) snprintf(ahead, sizeof ahead, ", %d MB asked into L2 by attention", gs.l2_ahead);
     printf("(%ld steps, %ld from CUDA graphs, %ld cuBLAS products; runs %d; programmatic dependent launch %s, "
            "L2 prefetch %d bytes a row slice, early weights %s, RoPE in the q|k|v epilogue %s, "
-           "one-pass norm %s, deep pipeline %s, SwiGLU in the gate|up epilogue %s%s%s; scratch %.0f MB)\n",
+           "one-pass norm %s, deep pipeline %s, SwiGLU in the gate|up epilogue %s%s%s%s; scratch %.0f MB)\n",
            gs.steps, gs.graph_steps, gs.gemm_calls, runs, gs.pdl ? "on" : "off", gs.prefetch, gs.early ? "on" : "off",
-           gs.fuse_rope ? "on" : "off", gs.one_pass ? "on" : "off", deep, gs.swiglu_epi ? "on" : "off", omitted,
+           gs.fuse_rope ? "on" : "off", gs.one_pass ? "on" : "off", deep, gs.swiglu_epi ? "on" : "off", ahead, omitted,
            gs.coded ? "; weights coded (BF16E), decoded a product at a time" : "", gs.scratch_bytes / 1e6);
     mem_free(tok);
     runstate_free(&s);

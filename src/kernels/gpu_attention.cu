@@ -102,7 +102,7 @@ __device__ static inline void att_load(const AttnArgs &a, int kvd, int off, int 
  * G value rows travel together: a decode at a short context is a chain of
  * latencies, and this makes it two (the block table, then the rows). */
 template <int DIMS>
-__global__ void __launch_bounds__(32 * ATT_WARPS) attn_kernel(float *out, AttnArgs a, int nsplit, float *part) {
+__global__ void __launch_bounds__(32 * ATT_WARPS) attn_kernel(float *out, AttnArgs a, int nsplit, float *part, L2Ahead ah) {
     enum { G = DIMS <= 2 ? 32 : 64 / DIMS, KB = 8 * DIMS < 16 ? 8 * DIMS : 16 };
     __shared__ float qs[ATT_MAX_S];
     __shared__ float wm[ATT_WARPS], wl[ATT_WARPS], wo[ATT_WARPS][ATT_MAX_S];
@@ -119,6 +119,8 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attn_kernel(float *out, AttnAr
     int c0 = sp * per, c1 = min(chunks, c0 + per);
     int p = (c0 + warp) * 32 + lane;
     int slot = c0 + warp < c1 && p < n ? table[p / a.BS] * a.BS + p % a.BS : 0;   /* this lane's position's row */
+    /* memory is idle while attention works: the next products' weights into L2 */
+    l2_ahead(ah, (sp * gridDim.y + t) * gridDim.x + h, gridDim.x * gridDim.y * gridDim.z);
     pdl_wait();
     pdl_release();
 
@@ -239,14 +241,15 @@ __global__ void attn_reduce_kernel(float *out, const float *part, int H, int S, 
     }
 }
 
-int gpu_attention(float *out, const AttnArgs *a, int nsplit, float *part, cudaStream_t st) {
+int gpu_attention(float *out, const AttnArgs *a, int nsplit, float *part, const L2Ahead *ahead, cudaStream_t st) {
     if (nsplit < 1) nsplit = 1;
     dim3 grid(a->H, a->T, nsplit);
     int dims = (a->S + 31) / 32;
-    if (dims <= 1) gpu_launch(attn_kernel<1>, grid, 32 * ATT_WARPS, 0, st, out, *a, nsplit, part);
-    else if (dims <= 2) gpu_launch(attn_kernel<2>, grid, 32 * ATT_WARPS, 0, st, out, *a, nsplit, part);
-    else if (dims <= 4) gpu_launch(attn_kernel<4>, grid, 32 * ATT_WARPS, 0, st, out, *a, nsplit, part);
-    else gpu_launch(attn_kernel<8>, grid, 32 * ATT_WARPS, 0, st, out, *a, nsplit, part);
+    L2Ahead ah = ahead ? *ahead : L2Ahead{{NULL, NULL}, {0, 0}};
+    if (dims <= 1) gpu_launch(attn_kernel<1>, grid, 32 * ATT_WARPS, 0, st, out, *a, nsplit, part, ah);
+    else if (dims <= 2) gpu_launch(attn_kernel<2>, grid, 32 * ATT_WARPS, 0, st, out, *a, nsplit, part, ah);
+    else if (dims <= 4) gpu_launch(attn_kernel<4>, grid, 32 * ATT_WARPS, 0, st, out, *a, nsplit, part, ah);
+    else gpu_launch(attn_kernel<8>, grid, 32 * ATT_WARPS, 0, st, out, *a, nsplit, part, ah);
     if (nsplit == 1) return 1;
     gpu_launch(attn_reduce_kernel, dim3(a->H, a->T), 128, 0, st, out, (const float *)part, a->H, a->S, nsplit);
     return 2;

@@ -197,12 +197,20 @@ typedef struct {
 } AttnArgs;
 int gpu_rope_store(const AttnArgs *a, cudaStream_t st);
 
+/* Weights a kernel asks into L2 for products still to come (gpu_util.cuh
+ * l2_ahead): up to two ranges, bytes 0 for none. */
+typedef struct {
+    const void *p[2];
+    size_t bytes[2];
+} L2Ahead;
+
 /* Paged attention of every (row, query head) (model.c model_attend_paged)
  * into out (T, H*S). nsplit > 1 cuts each row's positions into nsplit
  * ranges, each folded by its own thread block into a partial (max, sum,
  * output) in `part`, then merged (Flash-Decoding). part holds
- * gpu_attention_part_floats(T, H, S, nsplit) floats. */
-int gpu_attention(float *out, const AttnArgs *a, int nsplit, float *part, cudaStream_t st);
+ * gpu_attention_part_floats(T, H, S, nsplit) floats. ahead (or NULL):
+ * weights of the products to come, asked into L2 while it runs. */
+int gpu_attention(float *out, const AttnArgs *a, int nsplit, float *part, const L2Ahead *ahead, cudaStream_t st);
 size_t gpu_attention_part_floats(int T, int H, int S, int nsplit);
 
 #define GPU_MAX_TT 8
@@ -249,6 +257,9 @@ size_t gpu_attention_part_floats(int T, int H, int S, int nsplit);
  *             (MvArgs.swiglu_out) and the down product copies it: one
  *             kernel fewer a layer than swiglu_apart, the same bits; 2:
  *             also where down is Q8_0 (its prologue rounds h); 0: never
+ *   l2_ahead  LLM_CUDA_L2_AHEAD (default 0): MB of weights the attention
+ *             kernel asks into L2 for the products after it (wo, then the
+ *             start of gate|up), while memory would otherwise idle
  *   omit      LLM_CUDA_OMIT (default 0; for measurement only: the logits
  *             are wrong): a step leaves out the kernels of the bits set,
  *             1 q|k|v, 2 attention, 4 wo, 8 gate|up, 16 down and its
@@ -268,6 +279,7 @@ typedef struct {
     int overlap;
     int swiglu_epi;
     int omit;
+    int l2_ahead;
 } GpuTune;
 extern GpuTune gpu_tune;
 void gpu_tune_from_env(void);

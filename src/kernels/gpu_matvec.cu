@@ -53,7 +53,7 @@ enum { MV_WARPS = 8, MV_THREADS = MV_WARPS * 32, MV_ROWS = 4, PRO_LOADS = 8 };
 /* Shared memory a block may use for its tokens' activations. */
 enum { MV_SMEM = 96 * 1024 };
 
-GpuTune gpu_tune = {1, 0, 1, 1, 1, -1, 1, 1, 4, 4, 1, 1, 0};
+GpuTune gpu_tune = {1, 0, 1, 1, 1, -1, 1, 1, 4, 4, 1, 1, 0, 0};
 
 void gpu_tune_from_env(void) {
     const char *v = getenv("LLM_CUDA_PDL");
@@ -80,6 +80,8 @@ void gpu_tune_from_env(void) {
     if (v) gpu_tune.swiglu_epi = atoi(v) < 0 ? 0 : atoi(v) > 2 ? 2 : atoi(v);
     v = getenv("LLM_CUDA_OMIT");
     if (v) gpu_tune.omit = atoi(v) & 63;
+    v = getenv("LLM_CUDA_L2_AHEAD");
+    if (v) gpu_tune.l2_ahead = atoi(v) < 0 ? 0 : atoi(v) > 4096 ? 4096 : atoi(v);
     v = getenv("LLM_CUDA_PREFETCH");
     if (v) gpu_tune.prefetch = atoi(v) < 0 ? 0 : atoi(v) > (1 << 24) ? 1 << 24 : atoi(v);
 }

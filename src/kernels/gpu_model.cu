@@ -341,6 +341,7 @@ extern "C" int gpu_model_create(GpuModel **out, const GpuModelDesc *d, Err *e) {
     g->stats.deep = gpu_tune.deep;
     g->stats.swiglu_epi = gpu_tune.swiglu_epi;
     g->stats.omit = gpu_tune.omit;
+    g->stats.l2_ahead = gpu_tune.l2_ahead;
     open_blas(g);
 
     g->layers = (DevLayer *)calloc(d->L, sizeof *g->layers);
@@ -595,6 +596,23 @@ static bool swiglu_in_epilogue(const GpuModel *g, const DevLayer *w, int T) {
     return down->type != DT_Q8_0 || gpu_tune.swiglu_epi >= 2;
 }
 
+/* What attention asks into L2 for the products after it (LLM_CUDA_L2_AHEAD
+ * MB): wo's weights, then the first rows of gate|up, where they run on the
+ * kernels from the weights as uploaded (not BF16E, decoded into scratch). */
+static L2Ahead l2_ahead_of(const GpuModel *g, const DevLayer *w, int T) {
+    L2Ahead ah = {{NULL, NULL}, {0, 0}};
+    size_t budget = (size_t)gpu_tune.l2_ahead << 20;
+    const DevMat *m[2] = {&w->wo, &w->gu};
+    for (int i = 0; i < 2 && budget; i++) {
+        if (m[i]->type == DT_BF16E || !on_kernels(g, m[i], T)) break;
+        size_t n = (size_t)m[i]->N * dev_row_bytes(m[i]->type, m[i]->K);
+        ah.p[i] = m[i]->w;
+        ah.bytes[i] = n < budget ? n : budget;
+        budget -= ah.bytes[i];
+    }
+    return ah;
+}
+
 /* Every kernel of the step for T rows and nl logit rows; returns their count. */
 static int record(GpuModel *g, int T, int nl, int nsplit) {
     g->pend = NULL;   /* no decode crosses steps */
@@ -617,7 +635,8 @@ static int record(GpuModel *g, int T, int nl, int nsplit) {
         int omit = gpu_tune.omit;   /* measurement only (GpuTune) */
         if (!(omit & 1)) k += product(g, &w->qkv, a, &w->wo, T);
         if (!a.use_rope && !(omit & 1)) k += gpu_rope_store(&at, g->st);
-        if (!(omit & 2)) k += gpu_attention(g->att, &at, nsplit, g->part, g->st);
+        L2Ahead ah = l2_ahead_of(g, w, T);
+        if (!(omit & 2)) k += gpu_attention(g->att, &at, nsplit, g->part, &ah, g->st);
         a = (MvArgs){g->x, D, 1, g->att, qd, NULL, PRE_NONE, NULL, 0.0f, NULL, T, 0, {}, 0, 0};
         if (!(omit & 4)) k += product(g, &w->wo, a, &w->gu, T);
         /* gu = gate|up, or, with SwiGLU in its epilogue, h = swiglu(gate, up)

@@ -51,6 +51,18 @@ __device__ static inline void prefetch_l2(const void *p, size_t bytes) {
 #endif
 }
 
+/* L2Ahead (gpu_kernels.cuh) shared out among a kernel's nb blocks: block b
+ * asks for the b-th share of each range, in pieces of 64 KB, a piece a
+ * thread. Call it before pdl_wait: it reads only weights. */
+__device__ static inline void l2_ahead(const L2Ahead &ah, int b, int nb) {
+    const size_t piece = 64 * 1024;
+    for (int r = 0; r < 2; r++) {
+        size_t n = ah.bytes[r], share = (n / nb + 15) / 16 * 16, lo = (size_t)b * share, hi = lo + share < n ? lo + share : n;
+        for (size_t o = lo + threadIdx.x * piece; o < hi; o += blockDim.x * piece)
+            prefetch_l2((const char *)ah.p[r] + o, hi - o < piece ? hi - o : piece);
+    }
+}
+
 /* Asynchronous copies of 16 bytes (or 4) from global to shared memory
  * (Ampere's cp.async; .cg: through L2 only). A thread groups the copies it has issued
  * (cp_async_commit); cp_async_wait<N>() returns once at most N of its groups
