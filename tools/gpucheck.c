@@ -225,10 +225,8 @@ static int bench(const char *path, int prompt_len, int decode, int runs, Err *e)
     if (gs.deep >= 0) snprintf(deep, sizeof deep, "%d", gs.deep);
     char omitted[80] = "";   /* LLM_CUDA_OMIT: a measurement, not a model */
     if (gs.omit) snprintf(omitted, sizeof omitted, "; kernels left out (LLM_CUDA_OMIT=%d): the logits are wrong", gs.omit);
-    char ahead[128] = "";
-    if (gs.l2_ahead || gs.l2_wo || gs.l2_qkv)
-        snprintf(ahead, sizeof ahead, ", weights asked into L2: %d MB by attention, %d MB by wo%s", gs.l2_ahead, gs.l2_wo,
-                 gs.l2_qkv ? ", the next q|k|v by down" : "");
+    char ahead[48] = "";
+    if (gs.l2_ahead) snprintf(ahead, sizeof ahead, ", %d MB asked into L2 by attention", gs.l2_ahead);
     printf("(%ld steps, %ld from CUDA graphs, %ld cuBLAS products; runs %d; programmatic dependent launch %s, "
            "L2 prefetch %d bytes a row slice, early weights %s, RoPE in the q|k|v epilogue %s, "
            "one-pass norm %s, deep pipeline %s, SwiGLU in the gate|up epilogue %s%s%s%s; scratch %.0f MB)\n",

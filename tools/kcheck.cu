@@ -155,7 +155,7 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
     DevMat W = upload_mat(t, N, K, w);
     float *dx = to_dev(x.data(), x.size()), *dn = to_dev(norm.data(), norm.size());
     float *dout = to_dev(out0.data(), out0.size());
-    MvArgs a = {dout, N, accumulate, dx, ldx, NULL, pre, dn, 1e-5f, pre == PRE_SWIGLU ? dx + K : NULL, T, 0, {}, 0, 0, {}};
+    MvArgs a = {dout, N, accumulate, dx, ldx, NULL, pre, dn, 1e-5f, pre == PRE_SWIGLU ? dx + K : NULL, T, 0, {}, 0, 0};
     if (!accumulate) poison(dout, out0.size());
     gpu_matvec(&W, &a, 0);
     CK(cudaGetLastError());
@@ -166,7 +166,7 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
     CK(cudaMemcpy(dout, out0.data(), out0.size() * 4, cudaMemcpyHostToDevice));
     if (!accumulate) poison(dout, out0.size());
     gpu_prepare(ready, &W, &a, 0);
-    MvArgs ra = {dout, N, accumulate, (const float *)ready, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}, 0, 0, {}};
+    MvArgs ra = {dout, N, accumulate, (const float *)ready, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}, 0, 0};
     gpu_matvec(&W, &ra, 0);
     CK(cudaGetLastError());
     std::vector<float> got2 = to_host(dout, out0.size());
@@ -205,7 +205,7 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
         a.accumulate = 0;
         char *rb;   /* timed as the engine runs it: from 4 rows on, the prologue apart */
         CK(cudaMalloc((void **)&rb, gpu_ready_bytes(&W, T)));
-        MvArgs r2 = {dout, N, 0, (const float *)rb, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}, 0, 0, {}};
+        MvArgs r2 = {dout, N, 0, (const float *)rb, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}, 0, 0};
         for (int i = 0; i < 23; i++) {
             CK(cudaEventRecord(e0));
             if (T >= 4) {
@@ -255,7 +255,7 @@ static void check_alone_bits(DType t, int N, int K, int pre) {
     DevMat W = upload_mat(t, N, K, w);
     float *dx = to_dev(x.data(), x.size()), *dn = to_dev(norm.data(), norm.size()), *dout;
     CK(cudaMalloc((void **)&dout, (size_t)T * N * 4));
-    MvArgs a = {dout, N, 0, dx, ldx, NULL, pre, dn, 1e-5f, pre == PRE_SWIGLU ? dx + K : NULL, T, 0, {}, 0, 0, {}};
+    MvArgs a = {dout, N, 0, dx, ldx, NULL, pre, dn, 1e-5f, pre == PRE_SWIGLU ? dx + K : NULL, T, 0, {}, 0, 0};
     gpu_matvec(&W, &a, 0);
     std::vector<float> batch = to_host(dout, (size_t)T * N);
     int same = 1;
@@ -307,7 +307,7 @@ static void check_swiglu_epilogue(DType t, int F, int K, int T, int time_it) {
     CK(cudaMalloc((void **)&dh, (size_t)T * F * 4));
     CK(cudaMalloc((void **)&ready, gpu_ready_bytes(&down, T)));
     if (T >= 4) CK(cudaMalloc((void **)&pre, gpu_ready_bytes(&W, T)));
-    MvArgs a = {dgu, N, 0, dx, K, NULL, PRE_NORM, dn, 1e-5f, NULL, T, 0, {}, 0, 0, {}};
+    MvArgs a = {dgu, N, 0, dx, K, NULL, PRE_NORM, dn, 1e-5f, NULL, T, 0, {}, 0, 0};
     auto run = [&](int epi) {
         MvArgs b = a;
         if (epi) {
@@ -324,7 +324,7 @@ static void check_swiglu_epilogue(DType t, int F, int K, int T, int time_it) {
         }
         gpu_matvec(&W, &b, 0);
         if (epi) return;
-        MvArgs sa = {NULL, 0, 0, dgu, N, NULL, PRE_SWIGLU, NULL, 0.0f, dgu + F, T, 0, {}, 0, 0, {}};
+        MvArgs sa = {NULL, 0, 0, dgu, N, NULL, PRE_SWIGLU, NULL, 0.0f, dgu + F, T, 0, {}, 0, 0};
         gpu_swiglu_apart(ready, &down, &sa, 0);
     };
     poison((float *)ready, (size_t)T * F);
@@ -396,7 +396,7 @@ static void check_rope_fused(DType t, int H, int Hkv, int S, int n_rot, int T) {
     for (int fused = 0; fused < 2; fused++) {
         float *dq, *dkc = to_dev(kc.data(), kc.size()), *dvc = to_dev(kc.data(), kc.size());
         CK(cudaMalloc((void **)&dq, (size_t)T * N * 4));
-        MvArgs a = {dq, N, 0, dx, K, NULL, PRE_NORM, dn, 1e-5f, NULL, T, 0, {}, 0, 0, {}};
+        MvArgs a = {dq, N, 0, dx, K, NULL, PRE_NORM, dn, 1e-5f, NULL, T, 0, {}, 0, 0};
         a.use_rope = fused;
         a.rope = (RopeKv){dkc, dvc, dpos, dslot, dcs, H, Hkv, S, n_rot};
         char *ready = NULL;

@@ -117,13 +117,6 @@ void gpu_rest_free(GpuRestPart *p);
  * planes of a DevMat, on the host. */
 void gpu_pack_q8_0(int8_t *qs, uint16_t *d, const void *rows, int N, int K);
 
-/* Weights a kernel asks into L2 for products still to come (gpu_util.cuh
- * l2_ahead): up to two ranges, bytes 0 for none. */
-typedef struct {
-    const void *p[2];
-    size_t bytes[2];
-} L2Ahead;
-
 /* What a product does to its input before the weights see it: nothing, the
  * RMSNorm of the row (ops.c rmsnorm), or SwiGLU of its two halves (ops.c
  * swiglu; x2 the up half). Fusing them into the product saves a kernel and
@@ -162,7 +155,6 @@ typedef struct {
                                 p+1 and up p, p+1, and the product writes silu(gate) * up of its two
                                 pairs into out (F floats a row, ldo apart) instead of the rows; no
                                 accumulate, no RoPE */
-    L2Ahead ahead;           /* weights of products to come, asked into L2 before the wait (LLM_CUDA_L2_*) */
 } MvArgs;
 
 /* out = pre(x) @ W^T as matmul_ref (ops.c), one token tile of up to 8 rows per
@@ -204,6 +196,13 @@ typedef struct {
     int H, Hkv, S, n_rot, T;
 } AttnArgs;
 int gpu_rope_store(const AttnArgs *a, cudaStream_t st);
+
+/* Weights a kernel asks into L2 for products still to come (gpu_util.cuh
+ * l2_ahead): up to two ranges, bytes 0 for none. */
+typedef struct {
+    const void *p[2];
+    size_t bytes[2];
+} L2Ahead;
 
 /* Paged attention of every (row, query head) (model.c model_attend_paged)
  * into out (T, H*S). nsplit > 1 cuts each row's positions into nsplit
@@ -261,10 +260,6 @@ size_t gpu_attention_part_floats(int T, int H, int S, int nsplit);
  *   l2_ahead  LLM_CUDA_L2_AHEAD (default 0): MB of weights the attention
  *             kernel asks into L2 for the products after it (wo, then the
  *             start of gate|up), while memory would otherwise idle
- *   l2_wo     LLM_CUDA_L2_WO (default 0): MB more of gate|up (after what
- *             attention asked for) that the wo product asks into L2
- *   l2_qkv    LLM_CUDA_L2_QKV (default 0): 1: the down product asks the
- *             next layer's q|k|v weights into L2
  *   omit      LLM_CUDA_OMIT (default 0; for measurement only: the logits
  *             are wrong): a step leaves out the kernels of the bits set,
  *             1 q|k|v, 2 attention, 4 wo, 8 gate|up, 16 down and its
@@ -285,8 +280,6 @@ typedef struct {
     int swiglu_epi;
     int omit;
     int l2_ahead;
-    int l2_wo;
-    int l2_qkv;
 } GpuTune;
 extern GpuTune gpu_tune;
 void gpu_tune_from_env(void);

@@ -53,7 +53,7 @@ enum { MV_WARPS = 8, MV_THREADS = MV_WARPS * 32, MV_ROWS = 4, PRO_LOADS = 8 };
 /* Shared memory a block may use for its tokens' activations. */
 enum { MV_SMEM = 96 * 1024 };
 
-GpuTune gpu_tune = {1, 0, 1, 1, 1, -1, 1, 1, 4, 4, 1, 1, 0, 0, 0, 0};
+GpuTune gpu_tune = {1, 0, 1, 1, 1, -1, 1, 1, 4, 4, 1, 1, 0, 0};
 
 void gpu_tune_from_env(void) {
     const char *v = getenv("LLM_CUDA_PDL");
@@ -82,10 +82,6 @@ void gpu_tune_from_env(void) {
     if (v) gpu_tune.omit = atoi(v) & 63;
     v = getenv("LLM_CUDA_L2_AHEAD");
     if (v) gpu_tune.l2_ahead = atoi(v) < 0 ? 0 : atoi(v) > 4096 ? 4096 : atoi(v);
-    v = getenv("LLM_CUDA_L2_WO");
-    if (v) gpu_tune.l2_wo = atoi(v) < 0 ? 0 : atoi(v) > 4096 ? 4096 : atoi(v);
-    v = getenv("LLM_CUDA_L2_QKV");
-    if (v) gpu_tune.l2_qkv = atoi(v) != 0;
     v = getenv("LLM_CUDA_PREFETCH");
     if (v) gpu_tune.prefetch = atoi(v) < 0 ? 0 : atoi(v) > (1 << 24) ? 1 << 24 : atoi(v);
 }
@@ -512,7 +508,6 @@ __global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
         if (cb < ce) load_chunk<TYPE>(pipe[0], row, drow, cb);
         if (cb + 32 < ce) load_chunk<TYPE>(pipe[1], row, drow, cb + 32);
     }
-    l2_ahead(a.ahead, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y);
     pdl_wait();
     pdl_release();
     if (a.pre == PRE_READY) copy_ready<q8>(a, K, Kp, t0, TT, af, aq, ad);
@@ -574,7 +569,6 @@ __global__ void __launch_bounds__(MV_THREADS, 3) mv_deep_kernel(DevMat W, MvArgs
     };
     if (!a.late)   /* late: W is written by the kernel ahead, so only after the wait */
         for (int s = 0; s < D; s++) fetch(s);
-    l2_ahead(a.ahead, blockIdx.x, gridDim.x);
     pdl_wait();
     pdl_release();
     if (a.late)

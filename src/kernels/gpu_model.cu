@@ -342,8 +342,6 @@ extern "C" int gpu_model_create(GpuModel **out, const GpuModelDesc *d, Err *e) {
     g->stats.swiglu_epi = gpu_tune.swiglu_epi;
     g->stats.omit = gpu_tune.omit;
     g->stats.l2_ahead = gpu_tune.l2_ahead;
-    g->stats.l2_wo = gpu_tune.l2_wo;
-    g->stats.l2_qkv = gpu_tune.l2_qkv;
     open_blas(g);
 
     g->layers = (DevLayer *)calloc(d->L, sizeof *g->layers);
@@ -598,16 +596,21 @@ static bool swiglu_in_epilogue(const GpuModel *g, const DevLayer *w, int T) {
     return down->type != DT_Q8_0 || gpu_tune.swiglu_epi >= 2;
 }
 
-/* Bytes [from, from + budget) of W's weights as an L2Ahead range (slot i),
- * where W runs on the kernels from its weights as uploaded (not BF16E,
- * decoded into scratch; not cuBLAS, which reads a widened copy); returns
- * the bytes taken. */
-static size_t l2_range(const GpuModel *g, const DevMat *W, int T, size_t from, size_t budget, L2Ahead *ah, int i) {
-    size_t n = (size_t)W->N * dev_row_bytes(W->type, W->K);
-    if (!budget || W->type == DT_BF16E || !on_kernels(g, W, T) || from >= n) return 0;
-    ah->p[i] = (const char *)W->w + from;
-    ah->bytes[i] = n - from < budget ? n - from : budget;
-    return ah->bytes[i];
+/* What attention asks into L2 for the products after it (LLM_CUDA_L2_AHEAD
+ * MB): wo's weights, then the first rows of gate|up, where they run on the
+ * kernels from the weights as uploaded (not BF16E, decoded into scratch). */
+static L2Ahead l2_ahead_of(const GpuModel *g, const DevLayer *w, int T) {
+    L2Ahead ah = {{NULL, NULL}, {0, 0}};
+    size_t budget = (size_t)gpu_tune.l2_ahead << 20;
+    const DevMat *m[2] = {&w->wo, &w->gu};
+    for (int i = 0; i < 2 && budget; i++) {
+        if (m[i]->type == DT_BF16E || !on_kernels(g, m[i], T)) break;
+        size_t n = (size_t)m[i]->N * dev_row_bytes(m[i]->type, m[i]->K);
+        ah.p[i] = m[i]->w;
+        ah.bytes[i] = n < budget ? n : budget;
+        budget -= ah.bytes[i];
+    }
+    return ah;
 }
 
 /* Every kernel of the step for T rows and nl logit rows; returns their count. */
@@ -624,7 +627,7 @@ static int record(GpuModel *g, int T, int nl, int nsplit) {
         const DevLayer *w = &g->layers[l];
         AttnArgs at = {g->qkv, qd + 2 * kvd, g->kc + l * layer, g->vc + l * layer, pos, slot, seq, tables,
                        g->tstride, g->BS, g->rope_cs, d->H, d->Hkv, d->S, d->n_rot, T};
-        MvArgs a = {g->qkv, qd + 2 * kvd, 0, g->x, D, NULL, PRE_NORM, w->attn_norm, d->eps, NULL, T, 0, {}, 0, 0, {}};
+        MvArgs a = {g->qkv, qd + 2 * kvd, 0, g->x, D, NULL, PRE_NORM, w->attn_norm, d->eps, NULL, T, 0, {}, 0, 0};
         /* RoPE and the K/V store in the product's epilogue where the kernels
          * run it; after cuBLAS, their own kernel */
         a.use_rope = gpu_tune.fuse_rope && on_kernels(g, &w->qkv, T);
@@ -632,31 +635,23 @@ static int record(GpuModel *g, int T, int nl, int nsplit) {
         int omit = gpu_tune.omit;   /* measurement only (GpuTune) */
         if (!(omit & 1)) k += product(g, &w->qkv, a, &w->wo, T);
         if (!a.use_rope && !(omit & 1)) k += gpu_rope_store(&at, g->st);
-        /* weights of the products to come asked into L2 while memory idles
-         * (LLM_CUDA_L2_*): by attention, wo's then the first of gate|up's;
-         * by wo, more of gate|up's; by down, the next layer's q|k|v */
-        L2Ahead ah = {{NULL, NULL}, {0, 0}};
-        size_t budget = (size_t)gpu_tune.l2_ahead << 20;
-        budget -= l2_range(g, &w->wo, T, 0, budget, &ah, 0);
-        size_t gu_from = l2_range(g, &w->gu, T, 0, budget, &ah, 1);
+        L2Ahead ah = l2_ahead_of(g, w, T);
         if (!(omit & 2)) k += gpu_attention(g->att, &at, nsplit, g->part, &ah, g->st);
-        a = (MvArgs){g->x, D, 1, g->att, qd, NULL, PRE_NONE, NULL, 0.0f, NULL, T, 0, {}, 0, 0, {}};
-        l2_range(g, &w->gu, T, gu_from, (size_t)gpu_tune.l2_wo << 20, &a.ahead, 0);
+        a = (MvArgs){g->x, D, 1, g->att, qd, NULL, PRE_NONE, NULL, 0.0f, NULL, T, 0, {}, 0, 0};
         if (!(omit & 4)) k += product(g, &w->wo, a, &w->gu, T);
         /* gu = gate|up, or, with SwiGLU in its epilogue, h = swiglu(gate, up)
          * in gpu_prepare's layout (F floats a row), which down copies */
         bool epi = swiglu_in_epilogue(g, w, T);
-        a = (MvArgs){g->gu, epi ? F : 2 * F, 0, g->x, D, NULL, PRE_NORM, w->ffn_norm, d->eps, NULL, T, 0, {}, 0, epi, {}};
+        a = (MvArgs){g->gu, epi ? F : 2 * F, 0, g->x, D, NULL, PRE_NORM, w->ffn_norm, d->eps, NULL, T, 0, {}, 0, epi};
         if (!(omit & 8)) k += product(g, &w->gu, a, &w->down, T);
-        a = (MvArgs){g->x, D, 1, g->gu, 2 * F, NULL, PRE_SWIGLU, NULL, 0.0f, g->gu + F, T, 0, {}, 0, 0, {}};
-        if (epi && w->down.type == DT_Q8_0) a = (MvArgs){g->x, D, 1, g->gu, F, NULL, PRE_NONE, NULL, 0.0f, NULL, T, 0, {}, 0, 0, {}};
-        else if (epi) a = (MvArgs){g->x, D, 1, g->gu, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}, 0, 0, {}};
-        if (l + 1 < d->L && gpu_tune.l2_qkv) l2_range(g, &g->layers[l + 1].qkv, T, 0, (size_t)1 << 40, &a.ahead, 0);
+        a = (MvArgs){g->x, D, 1, g->gu, 2 * F, NULL, PRE_SWIGLU, NULL, 0.0f, g->gu + F, T, 0, {}, 0, 0};
+        if (epi && w->down.type == DT_Q8_0) a = (MvArgs){g->x, D, 1, g->gu, F, NULL, PRE_NONE, NULL, 0.0f, NULL, T, 0, {}, 0, 0};
+        else if (epi) a = (MvArgs){g->x, D, 1, g->gu, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}, 0, 0};
         if (omit & 16) continue;
         if (l + 1 < d->L) k += product(g, &w->down, a, &g->layers[l + 1].qkv, T);
         else k += product(g, &w->down, a, &g->output, nl);
     }
-    MvArgs a = {g->logits, d->V, 0, g->x, D, logit_row, PRE_NORM, g->out_norm, d->eps, NULL, nl, 0, {}, 0, 0, {}};
+    MvArgs a = {g->logits, d->V, 0, g->x, D, logit_row, PRE_NORM, g->out_norm, d->eps, NULL, nl, 0, {}, 0, 0};
     if (!(gpu_tune.omit & 32)) k += product(g, &g->output, a, NULL, 0);
     return k;
 }
