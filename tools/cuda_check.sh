@@ -15,7 +15,7 @@
 #   6. benchmarks: TinyLlama-shaped F16 and Q8_0 (made by mkmodel): decode of
 #      one sequence as a share of the copy bandwidth, prefill of 512 tokens,
 #      kernels per token; the same decode under each launch setting
-#      (LLM_CUDA_PDL, _EARLY, _FUSE_ROPE, _ONE_PASS, _DEEP, _SWIGLU_EPI, _SPLIT_MIN), and with
+#      (LLM_CUDA_PDL, _EARLY, _FUSE_ROPE, _ONE_PASS, _DEEP, _SWIGLU_EPI, _SPLIT_MIN, _L2_AHEAD), and with
 #      each stage left out in turn (LLM_CUDA_OMIT: what a stage costs in the
 #      overlapped step, a difference of two runs); batched decode at 1, 16 and 64
 #      sequences ("quick" skips this part)
@@ -285,9 +285,9 @@ for t in f16 q8_0; do
         [ -x "$base" ] && timeout 100 "$base" --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 16 --decode 128 --runs 5 \
             | grep -e "^| /" | cut -d'|' -f3,6-9 | sed "s|^|$(basename "$base"): |"
     done
-    for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_SWIGLU_EPI=0 LLM_CUDA_SWIGLU_EPI=2 LLM_CUDA_DEEP=0 LLM_CUDA_DEEP=3 LLM_CUDA_DEEP=6 \
+    for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_L2_AHEAD=0 LLM_CUDA_L2_AHEAD=32 LLM_CUDA_SWIGLU_EPI=0 LLM_CUDA_SWIGLU_EPI=2 LLM_CUDA_DEEP=0 LLM_CUDA_DEEP=3 LLM_CUDA_DEEP=6 \
                LLM_CUDA_SPLIT_MIN=1 LLM_CUDA_ONE_PASS=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 \
-               "LLM_CUDA_PDL=0 LLM_CUDA_EARLY=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_ONE_PASS=0 LLM_CUDA_DEEP=0 LLM_CUDA_SWIGLU_APART=0 LLM_CUDA_SWIGLU_EPI=0" \
+               "LLM_CUDA_PDL=0 LLM_CUDA_EARLY=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_ONE_PASS=0 LLM_CUDA_DEEP=0 LLM_CUDA_SWIGLU_APART=0 LLM_CUDA_SWIGLU_EPI=0 LLM_CUDA_L2_AHEAD=0" \
                LLM_CUDA_OMIT=1 LLM_CUDA_OMIT=2 LLM_CUDA_OMIT=4 LLM_CUDA_OMIT=8 LLM_CUDA_OMIT=16 LLM_CUDA_OMIT=32 LLM_CUDA_DEFAULTS=2; do
         env $cfg timeout 100 "$BIN/gpucheck" --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 16 --decode 128 --runs 5 \
             | grep -e "^| /" | cut -d'|' -f3,6-9 | sed "s/^/$cfg: /"

@@ -257,9 +257,9 @@ size_t gpu_attention_part_floats(int T, int H, int S, int nsplit);
  *             (MvArgs.swiglu_out) and the down product copies it: one
  *             kernel fewer a layer than swiglu_apart, the same bits; 2:
  *             also where down is Q8_0 (its prologue rounds h); 0: never
- *   l2_ahead  LLM_CUDA_L2_AHEAD (default 0): MB of weights the attention
- *             kernel asks into L2 for the products after it (wo, then the
- *             start of gate|up), while memory would otherwise idle
+ *   l2_ahead  LLM_CUDA_L2_AHEAD (default 16): MB of weights the attention
+ *             kernel asks into L2 for the products after it (wo's, then the
+ *             first of gate|up's) while memory would otherwise idle; 0: none
  *   omit      LLM_CUDA_OMIT (default 0; for measurement only: the logits
  *             are wrong): a step leaves out the kernels of the bits set,
  *             1 q|k|v, 2 attention, 4 wo, 8 gate|up, 16 down and its
