@@ -300,7 +300,7 @@ static void check_swiglu_epilogue(DType t, int F, int K, int T, int time_it) {
         swiglu(ref.data() + (size_t)r * F, gu.data() + (size_t)r * N + F, F);
     }
     DevMat W = upload_mat(t, N, K, w);
-    DevMat down = {DT_F32, 1, F, W.w, NULL, NULL};   /* gpu_swiglu_apart reads only its type (floats out) and K */
+    DevMat down = {t, 1, F, W.w, NULL, NULL};   /* gpu_swiglu_apart reads only its type and K */
     float *dx = to_dev(x.data(), x.size()), *dn = to_dev(norm.data(), norm.size()), *dgu, *dh;
     char *ready, *pre = NULL;
     CK(cudaMalloc((void **)&dgu, (size_t)T * N * 4));
@@ -354,8 +354,7 @@ static void check_swiglu_epilogue(DType t, int F, int K, int T, int time_it) {
     }
     char what[128];
     snprintf(what, sizeof what, "gate|up + swiglu epilogue %-4s F %5d K %5d T %2d", dtype_name(t), F, K, T);
-    double limit = t == DT_Q8_0 ? 2e-3 : 2.0 * std::max(2e-6, 1e-6 * sqrt(K / 128.0));   /* as check_matvec's */
-    report(what, rel_err(got.data(), ref.data(), ref.size()), limit, gbs);
+    report(what, rel_err(got.data(), ref.data(), ref.size()), 2.0 * std::max(2e-6, 1e-6 * sqrt(K / 128.0)), gbs);
     int same = memcmp(got.data(), apart.data(), got.size() * 4) == 0;
     failures += !same;
     printf("%-58s %s\n", what, same ? "the same bits as the product + swiglu apart" : "FAIL: bits differ from swiglu apart");
@@ -906,11 +905,13 @@ int main(int argc, char **argv) {
         check_matvec(t, 96, 128, 17, PRE_NONE, 1, 0);
         check_matvec(t, 70, 320, 1, PRE_NORM, 1, 0);   /* K a multiple of 64: the deep pipeline, every type */
         check_dequant_embed(t, 300, t == DT_Q8_0 ? 256 : 200);
-        check_swiglu_epilogue(t, 88, 320, 1, 0);    /* the deep pipeline; groups past F in the last block */
-        if (t != DT_Q8_0) check_swiglu_epilogue(t, 48, 200, 3, 0);    /* rows not 16-byte aligned (F32: they are) */
-        check_swiglu_epilogue(t, 176, 256, 9, 0);   /* two tiles, the prologue apart */
+        if (t != DT_Q8_0) {
+            check_swiglu_epilogue(t, 88, 320, 1, 0);    /* the deep pipeline; groups past F in the last block */
+            check_swiglu_epilogue(t, 48, 200, 3, 0);    /* rows not 16-byte aligned (F32: they are) */
+            check_swiglu_epilogue(t, 176, 256, 9, 0);   /* two tiles, the prologue apart */
+        }
         if (quick) continue;
-        check_swiglu_epilogue(t, 5632, 2048, 1, 1);   /* TinyLlama's gate|up */   /* for compute-sanitizer, which runs each kernel far slower */
+        if (t != DT_Q8_0) check_swiglu_epilogue(t, 5632, 2048, 1, 1);   /* TinyLlama's gate|up */   /* for compute-sanitizer, which runs each kernel far slower */
         check_matvec(t, 2560, 2048, 1, PRE_NORM, 0, 1);     /* TinyLlama q|k|v */
         check_matvec(t, 2048, 5632, 1, PRE_SWIGLU, 1, 1);   /* down, + the residual */
         check_matvec(t, 11264, 2048, 1, PRE_NORM, 0, 1);    /* gate|up */

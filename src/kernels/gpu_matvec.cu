@@ -77,7 +77,7 @@ void gpu_tune_from_env(void) {
     v = getenv("LLM_CUDA_CODED_OVERLAP");
     if (v) gpu_tune.overlap = atoi(v) != 0;
     v = getenv("LLM_CUDA_SWIGLU_EPI");
-    if (v) gpu_tune.swiglu_epi = atoi(v) < 0 ? 0 : atoi(v) > 2 ? 2 : atoi(v);
+    if (v) gpu_tune.swiglu_epi = atoi(v) != 0;
     v = getenv("LLM_CUDA_OMIT");
     if (v) gpu_tune.omit = atoi(v) & 63;
     v = getenv("LLM_CUDA_L2_AHEAD");
@@ -392,7 +392,7 @@ __device__ static void rope_rows(const RopeKv &R, int t, int n0, float v[MV_ROWS
  * the result written (or added, for the residual). */
 template <int TTC>
 __device__ static void mv_finish(const DevMat &W, const MvArgs &a, float acc[MV_ROWS][TTC],
-                                 float part[MV_WARPS][MV_ROWS][TTC], int ks, int n0, int t0, int TT) {
+                                 float part[MV_WARPS][MV_ROWS][TTC], int ks, int n0, int t0, int TT, bool pair) {
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sl = warp % ks;
 #pragma unroll
     for (int r = 0; r < MV_ROWS; r++)
@@ -413,7 +413,7 @@ __device__ static void mv_finish(const DevMat &W, const MvArgs &a, float acc[MV_
             v[r] = acc[r][j];
             for (int i = 1; i < ks; i++) v[r] += part[warp + i][r][j];   /* the slices in order */
         }
-        if (a.swiglu_out) {   /* v: gate p, p + 1, up p, p + 1 (mv_lane); swiglu_apart_kernel's operations */
+        if (pair) {   /* v: gate p, p + 1, up p, p + 1 (mv_lane); swiglu_apart_kernel's operations */
             int F = W.N / 2, p = n0 / 2;
             for (int i = 0; i < 2 && p + i < F; i++)
                 a.out[(size_t)(t0 + j) * a.ldo + p + i] = pre_value(PRE_SWIGLU, v[i], v[2 + i], 1.0f);
@@ -484,7 +484,7 @@ __global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
     int8_t *aq = (int8_t *)smem;
     float *ad = (float *)(smem + (size_t)TTmax * K);
 
-    MvLane L = mv_lane<TYPE>(W, ks, a.swiglu_out);
+    MvLane L = mv_lane<TYPE>(W, ks, TYPE != DT_Q8_0 && a.swiglu_out);
     int lane = threadIdx.x % 32, n0 = L.n0, kb = L.kb, ke = L.ke, cb = L.cb, ce = L.ce;
     const char *const *row = L.row;
     const uint16_t *const *drow = L.drow;
@@ -524,7 +524,7 @@ __global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
         for (int j = 0; j < TTC; j++) acc[r][j] = 0.0f;
     if (vec) dot_chunks<TYPE, TTC>(pipe, row, drow, cb, ce, af, Kp, aq, ad, K, TT, acc);
     else if (!q8) dot_scalar<TYPE, TTC>(row, kb, ke, af, Kp, TT, acc);
-    mv_finish<TTC>(W, a, acc, part, ks, n0, t0, TT);
+    mv_finish<TTC>(W, a, acc, part, ks, n0, t0, TT, TYPE != DT_Q8_0 && a.swiglu_out);
 }
 
 /* The one-token product with a deeper pipeline (LLM_CUDA_DEEP = D steps):
@@ -552,7 +552,7 @@ __global__ void __launch_bounds__(MV_THREADS, 3) mv_deep_kernel(DevMat W, MvArgs
     unsigned char *act = (unsigned char *)(sring + (q8 ? (size_t)D * MV_ROWS * MV_THREADS : 0));
     float *af = (float *)act, *ad = (float *)(act + W.K);
     int8_t *aq = (int8_t *)act;
-    MvLane L = mv_lane<TYPE>(W, ks, a.swiglu_out);
+    MvLane L = mv_lane<TYPE>(W, ks, TYPE != DT_Q8_0 && a.swiglu_out);
     int steps = L.cb < L.ce ? (L.ce - L.cb + 31) / 32 : 0;
     /* step s is chunk c = cb + 32 s of each of the lane's rows, in slot s % D
      * (Q8_0: and the 4 bytes at scale (c / 2) & ~1, which hold c's scale) */
@@ -589,7 +589,7 @@ __global__ void __launch_bounds__(MV_THREADS, 3) mv_deep_kernel(DevMat W, MvArgs
         fma_chunk<TYPE, 1>(ch, c, af, Kp, aq, ad, W.K, 1, acc);
         fetch(s + D);   /* into the slot just read, whose values are already used */
     }
-    mv_finish<1>(W, a, acc, part, ks, L.n0, 0, 1);
+    mv_finish<1>(W, a, acc, part, ks, L.n0, 0, 1, TYPE != DT_Q8_0 && a.swiglu_out);
 }
 
 /* Shared memory of mv_deep_kernel<type, D> for a width K (Kp: K rounded up to 8). */

@@ -11,16 +11,19 @@
  *     att = paged attention                       gpu_attention (+ a merge when split)
  *     x += att Wo^T                               one product, the residual add fused
  *     gu = rmsnorm(x) [Wgate; Wup]^T              one product, the norm fused
- *     h = swiglu(gu)                              gpu_swiglu_apart, spread over many blocks
+ *     h = swiglu(gu)                              in that product's epilogue (or gpu_swiglu_apart)
  *     x += h Wdown^T                              one product, the add fused
  *   logits = rmsnorm(x[logit rows]) Wout^T        one product, the gather and norm fused
  *
- * Six kernels a layer (seven when attention is split; RoPE and the K/V store
+ * Five kernels a layer (six when attention is split; RoPE and the K/V store
  * are the q|k|v product's epilogue, a kernel of their own after cuBLAS) and
- * two more per step: on TinyLlama's 22 layers, 134 to 156 per decoded token.
- * (LLM_CUDA_SWIGLU_APART=0 fuses SwiGLU into the down product's prologue, as
- * every block of its rows then computes it: five a layer.) A step of 4 rows
- * or more runs each product's prologue as a kernel of its own (gpu_prepare). 
+ * two more per step: on TinyLlama's 22 layers, 112 to 134 per decoded token.
+ * SwiGLU is the gate|up product's epilogue where down has float weights; a
+ * Q8_0 down product wants h rounded in blocks of 32 values, which no group
+ * of gate|up rows holds, so there gpu_swiglu_apart runs it, spread over
+ * many blocks: six a layer (LLM_CUDA_SWIGLU_APART=0 computes it in every
+ * block of the down product's prologue instead). A step of 4 rows or more
+ * runs each product's prologue as a kernel of its own (gpu_prepare). 
  *
  * Weights: q, k and v are stored as one matrix of H*S + 2*Hkv*S rows, gate
  * and up as one of 2F rows, so each pair of products is one launch. F32,
@@ -582,18 +585,19 @@ static int product_on(GpuModel *g, const DevMat *W, MvArgs a) {
 }
 
 /* SwiGLU in the gate|up product's epilogue (MvArgs.swiglu_out), as floats
- * (gpu_prepare's layout; F a multiple of 8, so its rows need no padding):
- * 1 where both products run on the kernels, neither BF16E (decoded in
- * pieces of rows, which would part gate from up) and down has float
- * weights, which copy h (PRE_READY); with LLM_CUDA_SWIGLU_EPI=2 also where
- * down is Q8_0, whose prologue then rounds h to blocks of 32 (no one group
- * of rows holds a block, so the epilogue cannot). Else 0: gpu_swiglu_apart. */
+ * in gpu_prepare's layout (F a multiple of 8, so its rows need no padding),
+ * which the down product copies (PRE_READY): where both products run on
+ * the kernels with float weights. Not Q8_0: its down product wants h
+ * rounded in blocks of 32 values, which no group of gate|up rows holds
+ * (rounding it in each block of the down product's prologue instead was
+ * slower than gpu_swiglu_apart: notes/cuda.md). Not BF16E: decoded in
+ * pieces of rows, which would part gate from up. */
 static bool swiglu_in_epilogue(const GpuModel *g, const DevLayer *w, int T) {
-    const DevMat *gu = &w->gu, *down = &w->down;
-    if (!gpu_tune.swiglu_epi || g->d.F % 8 || gu->type == DT_BF16E || down->type == DT_BF16E ||
-        !on_kernels(g, gu, T) || !on_kernels(g, down, T))
-        return false;
-    return down->type != DT_Q8_0 || gpu_tune.swiglu_epi >= 2;
+    const DevMat *m[2] = {&w->gu, &w->down};
+    for (int i = 0; i < 2; i++)
+        if ((m[i]->type != DT_F32 && m[i]->type != DT_F16 && m[i]->type != DT_BF16) || !on_kernels(g, m[i], T))
+            return false;
+    return gpu_tune.swiglu_epi && g->d.F % 8 == 0;
 }
 
 /* What attention asks into L2 for the products after it (LLM_CUDA_L2_AHEAD
@@ -645,8 +649,7 @@ static int record(GpuModel *g, int T, int nl, int nsplit) {
         a = (MvArgs){g->gu, epi ? F : 2 * F, 0, g->x, D, NULL, PRE_NORM, w->ffn_norm, d->eps, NULL, T, 0, {}, 0, epi};
         if (!(omit & 8)) k += product(g, &w->gu, a, &w->down, T);
         a = (MvArgs){g->x, D, 1, g->gu, 2 * F, NULL, PRE_SWIGLU, NULL, 0.0f, g->gu + F, T, 0, {}, 0, 0};
-        if (epi && w->down.type == DT_Q8_0) a = (MvArgs){g->x, D, 1, g->gu, F, NULL, PRE_NONE, NULL, 0.0f, NULL, T, 0, {}, 0, 0};
-        else if (epi) a = (MvArgs){g->x, D, 1, g->gu, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}, 0, 0};
+        if (epi) a = (MvArgs){g->x, D, 1, g->gu, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}, 0, 0};
         if (omit & 16) continue;
         if (l + 1 < d->L) k += product(g, &w->down, a, &g->layers[l + 1].qkv, T);
         else k += product(g, &w->down, a, &g->output, nl);
