@@ -151,10 +151,11 @@ typedef struct {
     RopeKv rope;
     int late;                /* W was written by a kernel of this step (decoded BF16E): read it only after
                                 pdl_wait, where it would otherwise be asked for before */
-    int swiglu_out;          /* W is gate|up stacked (N = 2F, F even), float weights: each group of 4
-                                rows is gate p, p+1 and up p, p+1, and the product writes silu(gate) *
-                                up of its two pairs into out (F floats a row, ldo apart) instead of
-                                the rows; no accumulate, no RoPE; Q8_0 ignores it */
+    int swiglu_out;          /* one token (T = 1), W gate|up stacked (N = 2F, F even), float weights:
+                                each group of 4 rows is gate p, p+1 and up p, p+1, and the product
+                                writes silu(gate) * up of its two pairs into out (F floats, gpu_prepare's
+                                layout) instead of the rows; no accumulate, no RoPE; ignored (rows
+                                written) for Q8_0 and for more tokens */
 } MvArgs;
 
 /* out = pre(x) @ W^T as matmul_ref (ops.c), one token tile of up to 8 rows per
@@ -251,8 +252,8 @@ size_t gpu_attention_part_floats(int T, int H, int S, int nsplit);
  *             are decoded into one buffer while the product before reads
  *             the other (gpu_model.cu product_coded); 0: each right before
  *             its product
- *   swiglu_epi LLM_CUDA_SWIGLU_EPI (default 1): where gate|up and down run
- *             on the kernels with float weights, the gate|up product
+ *   swiglu_epi LLM_CUDA_SWIGLU_EPI (default 1): in a step of one row, where
+ *             gate|up and down have float weights, the gate|up product
  *             computes SwiGLU as it writes its rows (MvArgs.swiglu_out)
  *             and the down product copies it: one kernel fewer a layer
  *             than swiglu_apart, the same bits; 0: never

@@ -484,7 +484,8 @@ __global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
     int8_t *aq = (int8_t *)smem;
     float *ad = (float *)(smem + (size_t)TTmax * K);
 
-    MvLane L = mv_lane<TYPE>(W, ks, TYPE != DT_Q8_0 && a.swiglu_out);
+    const bool pair = TTC == 1 && TYPE != DT_Q8_0 && a.swiglu_out;   /* one token, float weights */
+    MvLane L = mv_lane<TYPE>(W, ks, pair);
     int lane = threadIdx.x % 32, n0 = L.n0, kb = L.kb, ke = L.ke, cb = L.cb, ce = L.ce;
     const char *const *row = L.row;
     const uint16_t *const *drow = L.drow;
@@ -524,7 +525,7 @@ __global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
         for (int j = 0; j < TTC; j++) acc[r][j] = 0.0f;
     if (vec) dot_chunks<TYPE, TTC>(pipe, row, drow, cb, ce, af, Kp, aq, ad, K, TT, acc);
     else if (!q8) dot_scalar<TYPE, TTC>(row, kb, ke, af, Kp, TT, acc);
-    mv_finish<TTC>(W, a, acc, part, ks, n0, t0, TT, TYPE != DT_Q8_0 && a.swiglu_out);
+    mv_finish<TTC>(W, a, acc, part, ks, n0, t0, TT, pair);
 }
 
 /* The one-token product with a deeper pipeline (LLM_CUDA_DEEP = D steps):

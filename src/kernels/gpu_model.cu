@@ -15,15 +15,17 @@
  *     x += h Wdown^T                              one product, the add fused
  *   logits = rmsnorm(x[logit rows]) Wout^T        one product, the gather and norm fused
  *
- * Five kernels a layer (six when attention is split; RoPE and the K/V store
- * are the q|k|v product's epilogue, a kernel of their own after cuBLAS) and
- * two more per step: on TinyLlama's 22 layers, 112 to 134 per decoded token.
- * SwiGLU is the gate|up product's epilogue where down has float weights; a
- * Q8_0 down product wants h rounded in blocks of 32 values, which no group
- * of gate|up rows holds, so there gpu_swiglu_apart runs it, spread over
- * many blocks: six a layer (LLM_CUDA_SWIGLU_APART=0 computes it in every
- * block of the down product's prologue instead). A step of 4 rows or more
- * runs each product's prologue as a kernel of its own (gpu_prepare). 
+ * Five kernels a layer (one more when attention is split; RoPE and the K/V
+ * store are the q|k|v product's epilogue, a kernel of their own after
+ * cuBLAS) and two more per step: on TinyLlama's 22 layers, 112 per decoded
+ * token of one sequence.
+ * SwiGLU is the gate|up product's epilogue in a decode of one sequence with
+ * float weights; otherwise gpu_swiglu_apart runs it, spread over many
+ * blocks (a Q8_0 down product wants h rounded in blocks of 32 values, which
+ * no group of gate|up rows holds): six a layer (LLM_CUDA_SWIGLU_APART=0
+ * computes it in every block of the down product's prologue instead). A
+ * step of 4 rows or more runs each product's prologue as a kernel of its
+ * own (gpu_prepare). 
  *
  * Weights: q, k and v are stored as one matrix of H*S + 2*Hkv*S rows, gate
  * and up as one of 2F rows, so each pair of products is one launch. F32,
@@ -586,8 +588,10 @@ static int product_on(GpuModel *g, const DevMat *W, MvArgs a) {
 
 /* SwiGLU in the gate|up product's epilogue (MvArgs.swiglu_out), as floats
  * in gpu_prepare's layout (F a multiple of 8, so its rows need no padding),
- * which the down product copies (PRE_READY): where both products run on
- * the kernels with float weights. Not Q8_0: its down product wants h
+ * which the down product copies (PRE_READY): in a step of one row (a decode
+ * of one sequence, where the kernel it saves is a twentieth of the step;
+ * batched steps keep the tile kernels as they were measured) where both
+ * products run on the kernels with float weights. Not Q8_0: its down product wants h
  * rounded in blocks of 32 values, which no group of gate|up rows holds
  * (rounding it in each block of the down product's prologue instead was
  * slower than gpu_swiglu_apart: notes/cuda.md). Not BF16E: decoded in
@@ -597,7 +601,7 @@ static bool swiglu_in_epilogue(const GpuModel *g, const DevLayer *w, int T) {
     for (int i = 0; i < 2; i++)
         if ((m[i]->type != DT_F32 && m[i]->type != DT_F16 && m[i]->type != DT_BF16) || !on_kernels(g, m[i], T))
             return false;
-    return gpu_tune.swiglu_epi && g->d.F % 8 == 0;
+    return gpu_tune.swiglu_epi && T == 1 && g->d.F % 8 == 0;
 }
 
 /* What attention asks into L2 for the products after it (LLM_CUDA_L2_AHEAD
