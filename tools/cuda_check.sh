@@ -15,7 +15,7 @@
 #   6. benchmarks: TinyLlama-shaped F16 and Q8_0 (made by mkmodel): decode of
 #      one sequence as a share of the copy bandwidth, prefill of 512 tokens,
 #      kernels per token; the same decode under each launch setting
-#      (LLM_CUDA_PDL, _EARLY, _FUSE_ROPE, _ONE_PASS, _DEEP, _SWIGLU_EPI, _SPLIT_MIN, _L2_AHEAD), and with
+#      (LLM_CUDA_PDL, _EARLY, _FUSE_ROPE, _ONE_PASS, _DEEP, _SWIGLU_EPI, _SPLIT_MIN, _L2_AHEAD, _FLAGS), and with
 #      each stage left out in turn (LLM_CUDA_OMIT: what a stage costs in the
 #      overlapped step, a difference of two runs); batched decode at 1, 16 and 64
 #      sequences ("quick" skips this part)
@@ -154,7 +154,7 @@ for d in 0 2 3 6; do
     [ $d = 0 ] && grep "GB/s" "$tmp/kd" | sed 's/^/LLM_CUDA_DEEP=0: /'
 done
 for f in tiny/tiny-f16.gguf tiny/tiny-q8_0.gguf llama3/llama3-q8_0.gguf; do
-    for cfg in LLM_CUDA_SWIGLU_APART=0 LLM_CUDA_READY_T=1 LLM_CUDA_SWIGLU_EPI=0; do
+    for cfg in LLM_CUDA_SWIGLU_APART=0 LLM_CUDA_READY_T=1 LLM_CUDA_SWIGLU_EPI=0 LLM_CUDA_FLAGS=1; do
         if env $cfg timeout 120 "$BIN/gpucheck" --model "$FIXTURES/$f" --prompt "ROMEO:" --steps 64 > "$tmp/ga" 2>&1; then
             ok "$f, $cfg"; else bad "$f, $cfg"; cat "$tmp/ga"; fi
     done
@@ -175,6 +175,9 @@ if command -v compute-sanitizer >/dev/null; then
     if timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/gpucheck" --model "$FIXTURES/tiny/tiny-q8_0.gguf" \
         --steps 8 > "$tmp/ms2" 2>&1; then ok "memcheck gpucheck tiny-q8_0: $(tail -1 "$tmp/ms2")"
     else bad "memcheck gpucheck"; tail -20 "$tmp/ms2"; fi
+    if LLM_CUDA_FLAGS=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/gpucheck" \
+        --model "$FIXTURES/tiny/tiny-f16.gguf" --steps 8 > "$tmp/ms5" 2>&1; then ok "memcheck gpucheck tiny-f16, LLM_CUDA_FLAGS=1: $(tail -1 "$tmp/ms5")"
+    else bad "memcheck gpucheck, LLM_CUDA_FLAGS=1"; tail -20 "$tmp/ms5"; fi
 else bad "compute-sanitizer is not installed"; fi
 
 step "3. logits on the GPU against the CPU's, teacher-forced"
@@ -207,8 +210,9 @@ same_or_tie() {
 }
 
 step "4. greedy text: --device cuda against --device cpu"
-for deep in "" 0; do
-[ -n "$deep" ] && { export LLM_CUDA_DEEP=$deep; echo "(again with LLM_CUDA_DEEP=$deep)"; }
+for deep in "" 0 flags; do
+[ "$deep" = 0 ] && { export LLM_CUDA_DEEP=$deep; echo "(again with LLM_CUDA_DEEP=$deep)"; }
+[ "$deep" = flags ] && { unset LLM_CUDA_DEEP; export LLM_CUDA_FLAGS=1; echo "(again with LLM_CUDA_FLAGS=1)"; }
 for f in tiny/tiny-f32.gguf tiny/tiny-f16.gguf tiny/tiny-bf16.gguf tiny/tiny-q8_0.gguf rand/rand-f32.gguf \
          quant/quant-q4_k_m.gguf; do
     for d in cpu cuda; do
@@ -223,7 +227,7 @@ for d in cpu cuda; do
 done
 same_or_tie $M 300
 done
-unset LLM_CUDA_DEEP
+unset LLM_CUDA_DEEP LLM_CUDA_FLAGS
 
 step "5. a batch against each request alone, on the GPU"
 i=0
@@ -285,7 +289,7 @@ for t in f16 q8_0; do
         [ -x "$base" ] && timeout 100 "$base" --bench "$MODELS/tinyllama-$t.gguf" --prompt-len 16 --decode 128 --runs 5 \
             | grep -e "^| /" | cut -d'|' -f3,6-9 | sed "s|^|$(basename "$base"): |"
     done
-    for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_L2_AHEAD=0 LLM_CUDA_L2_AHEAD=32 LLM_CUDA_SWIGLU_EPI=0 LLM_CUDA_DEEP=0 LLM_CUDA_DEEP=3 LLM_CUDA_DEEP=6 \
+    for cfg in LLM_CUDA_DEFAULTS=1 LLM_CUDA_FLAGS=1 LLM_CUDA_L2_AHEAD=0 LLM_CUDA_L2_AHEAD=32 LLM_CUDA_SWIGLU_EPI=0 LLM_CUDA_DEEP=0 LLM_CUDA_DEEP=3 LLM_CUDA_DEEP=6 \
                LLM_CUDA_SPLIT_MIN=1 LLM_CUDA_ONE_PASS=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_EARLY=0 LLM_CUDA_PDL=0 \
                "LLM_CUDA_PDL=0 LLM_CUDA_EARLY=0 LLM_CUDA_FUSE_ROPE=0 LLM_CUDA_ONE_PASS=0 LLM_CUDA_DEEP=0 LLM_CUDA_SWIGLU_APART=0 LLM_CUDA_SWIGLU_EPI=0 LLM_CUDA_L2_AHEAD=0" \
                LLM_CUDA_OMIT=1 LLM_CUDA_OMIT=2 LLM_CUDA_OMIT=4 LLM_CUDA_OMIT=8 LLM_CUDA_OMIT=16 LLM_CUDA_OMIT=32 LLM_CUDA_DEFAULTS=2; do

@@ -225,8 +225,9 @@ static int bench(const char *path, int prompt_len, int decode, int runs, Err *e)
     if (gs.deep >= 0) snprintf(deep, sizeof deep, "%d", gs.deep);
     char omitted[80] = "";   /* LLM_CUDA_OMIT: a measurement, not a model */
     if (gs.omit) snprintf(omitted, sizeof omitted, "; kernels left out (LLM_CUDA_OMIT=%d): the logits are wrong", gs.omit);
-    char ahead[48] = "";
+    char ahead[112] = "";
     if (gs.l2_ahead) snprintf(ahead, sizeof ahead, ", %d MB asked into L2 by attention", gs.l2_ahead);
+    if (gs.flags) snprintf(ahead + strlen(ahead), sizeof ahead - strlen(ahead), ", counters between q|k|v, attention and wo");
     printf("(%ld steps, %ld from CUDA graphs, %ld cuBLAS products; runs %d; programmatic dependent launch %s, "
            "L2 prefetch %d bytes a row slice, early weights %s, RoPE in the q|k|v epilogue %s, "
            "one-pass norm %s, deep pipeline %s, SwiGLU in the gate|up epilogue %s%s%s%s; scratch %.0f MB)\n",

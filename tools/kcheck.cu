@@ -155,7 +155,7 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
     DevMat W = upload_mat(t, N, K, w);
     float *dx = to_dev(x.data(), x.size()), *dn = to_dev(norm.data(), norm.size());
     float *dout = to_dev(out0.data(), out0.size());
-    MvArgs a = {dout, N, accumulate, dx, ldx, NULL, pre, dn, 1e-5f, pre == PRE_SWIGLU ? dx + K : NULL, T, 0, {}, 0, 0};
+    MvArgs a = {dout, N, accumulate, dx, ldx, NULL, pre, dn, 1e-5f, pre == PRE_SWIGLU ? dx + K : NULL, T, 0, {}, 0, 0, NULL, NULL, 0};
     if (!accumulate) poison(dout, out0.size());
     gpu_matvec(&W, &a, 0);
     CK(cudaGetLastError());
@@ -166,7 +166,7 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
     CK(cudaMemcpy(dout, out0.data(), out0.size() * 4, cudaMemcpyHostToDevice));
     if (!accumulate) poison(dout, out0.size());
     gpu_prepare(ready, &W, &a, 0);
-    MvArgs ra = {dout, N, accumulate, (const float *)ready, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}, 0, 0};
+    MvArgs ra = {dout, N, accumulate, (const float *)ready, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}, 0, 0, NULL, NULL, 0};
     gpu_matvec(&W, &ra, 0);
     CK(cudaGetLastError());
     std::vector<float> got2 = to_host(dout, out0.size());
@@ -205,7 +205,7 @@ static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, 
         a.accumulate = 0;
         char *rb;   /* timed as the engine runs it: from 4 rows on, the prologue apart */
         CK(cudaMalloc((void **)&rb, gpu_ready_bytes(&W, T)));
-        MvArgs r2 = {dout, N, 0, (const float *)rb, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}, 0, 0};
+        MvArgs r2 = {dout, N, 0, (const float *)rb, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}, 0, 0, NULL, NULL, 0};
         for (int i = 0; i < 23; i++) {
             CK(cudaEventRecord(e0));
             if (T >= 4) {
@@ -255,7 +255,7 @@ static void check_alone_bits(DType t, int N, int K, int pre) {
     DevMat W = upload_mat(t, N, K, w);
     float *dx = to_dev(x.data(), x.size()), *dn = to_dev(norm.data(), norm.size()), *dout;
     CK(cudaMalloc((void **)&dout, (size_t)T * N * 4));
-    MvArgs a = {dout, N, 0, dx, ldx, NULL, pre, dn, 1e-5f, pre == PRE_SWIGLU ? dx + K : NULL, T, 0, {}, 0, 0};
+    MvArgs a = {dout, N, 0, dx, ldx, NULL, pre, dn, 1e-5f, pre == PRE_SWIGLU ? dx + K : NULL, T, 0, {}, 0, 0, NULL, NULL, 0};
     gpu_matvec(&W, &a, 0);
     std::vector<float> batch = to_host(dout, (size_t)T * N);
     int same = 1;
@@ -304,12 +304,12 @@ static void check_swiglu_epilogue(DType t, int F, int K, int time_it = 0) {
     CK(cudaMalloc((void **)&dgu, (size_t)N * 4));
     CK(cudaMalloc((void **)&dh, (size_t)F * 4));
     CK(cudaMalloc((void **)&ready, gpu_ready_bytes(&down, 1)));
-    MvArgs a = {dgu, N, 0, dx, K, NULL, PRE_NORM, dn, 1e-5f, NULL, 1, 0, {}, 0, 0};
+    MvArgs a = {dgu, N, 0, dx, K, NULL, PRE_NORM, dn, 1e-5f, NULL, 1, 0, {}, 0, 0, NULL, NULL, 0};
     MvArgs e = a;
     e.out = dh;
     e.ldo = F;
     e.swiglu_out = 1;
-    MvArgs sa = {NULL, 0, 0, dgu, N, NULL, PRE_SWIGLU, NULL, 0.0f, dgu + F, 1, 0, {}, 0, 0};
+    MvArgs sa = {NULL, 0, 0, dgu, N, NULL, PRE_SWIGLU, NULL, 0.0f, dgu + F, 1, 0, {}, 0, 0, NULL, NULL, 0};
     poison((float *)ready, F);
     poison(dh, F);
     gpu_matvec(&W, &a, 0);
@@ -378,7 +378,7 @@ static void check_rope_fused(DType t, int H, int Hkv, int S, int n_rot, int T) {
     for (int fused = 0; fused < 2; fused++) {
         float *dq, *dkc = to_dev(kc.data(), kc.size()), *dvc = to_dev(kc.data(), kc.size());
         CK(cudaMalloc((void **)&dq, (size_t)T * N * 4));
-        MvArgs a = {dq, N, 0, dx, K, NULL, PRE_NORM, dn, 1e-5f, NULL, T, 0, {}, 0, 0};
+        MvArgs a = {dq, N, 0, dx, K, NULL, PRE_NORM, dn, 1e-5f, NULL, T, 0, {}, 0, 0, NULL, NULL, 0};
         a.use_rope = fused;
         a.rope = (RopeKv){dkc, dvc, dpos, dslot, dcs, H, Hkv, S, n_rot};
         char *ready = NULL;
@@ -390,7 +390,7 @@ static void check_rope_fused(DType t, int H, int Hkv, int S, int n_rot, int T) {
             a.norm = NULL;
         }
         gpu_matvec(&W, &a, 0);
-        AttnArgs at = {dq, N, dkc, dvc, dpos, dslot, NULL, NULL, 0, 1, dcs, H, Hkv, S, n_rot, T};
+        AttnArgs at = {dq, N, dkc, dvc, dpos, dslot, NULL, NULL, 0, 1, dcs, H, Hkv, S, n_rot, T, NULL, NULL};
         if (!fused) gpu_rope_store(&at, 0);
         CK(cudaGetLastError());
         got[fused][0] = to_host(dq, (size_t)T * N);
@@ -517,7 +517,7 @@ static void check_attention(int H, int Hkv, int S, int BS, int maxlen, int nspli
     CK(cudaMalloc((void **)&dout, (size_t)T * qd * 4));
     CK(cudaMalloc((void **)&dpart, gpu_attention_part_floats(T, H, S, nsplit) * 4 + 4));
     poison(dout, (size_t)T * qd);
-    AttnArgs a = {dqkv, ld, dkc, dvc, dpos, dslot, dseq, dtab, tstride, BS, dcs, H, Hkv, S, n_rot, T};
+    AttnArgs a = {dqkv, ld, dkc, dvc, dpos, dslot, dseq, dtab, tstride, BS, dcs, H, Hkv, S, n_rot, T, NULL, NULL};
     gpu_rope_store(&a, 0);
     CK(cudaGetLastError());
     std::vector<float> gq = to_host(dqkv, qkv.size()), gk = to_host(dkc, kc.size()), gv = to_host(dvc, vc.size());
@@ -534,6 +534,88 @@ static void check_attention(int H, int Hkv, int S, int BS, int maxlen, int nspli
     report(what, rel_err(got.data(), ref.data(), ref.size()), 2e-6, 0);
     cudaFree(dqkv); cudaFree(dkc); cudaFree(dvc); cudaFree(dcs); cudaFree(dout); cudaFree(dpart);
     cudaFree(dpos); cudaFree(dslot); cudaFree(dseq); cudaFree(dtab);
+}
+
+/* LLM_CUDA_FLAGS: q|k|v (its norm, RoPE and the K/V store), attention and
+ * wo handing over through counters (MvArgs.signal and wait_on, AttnArgs
+ * wait_on and signal) instead of waiting for the whole kernel before, as
+ * gpu_model.cu runs a decode step of one row: q|k|v, the caches, attention's
+ * output and x after wo the very same bits as the usual launches. Launched
+ * with programmatic dependent launch (as the model does, LLM_CUDA_PDL), so
+ * attention and wo start while the kernel before still runs. */
+static void check_flags(DType t, int H, int Hkv, int S, int D, int pos) {
+    const int BS = 16, NB = pos / BS + 2;
+    int qd = H * S, kvd = Hkv * S, N = qd + 2 * kvd, P = pos + 1;
+    std::vector<uint8_t> wqkv = random_weights(t, N, D), wo = random_weights(t, D, qd);
+    std::vector<float> x(D), norm(D), kc((size_t)NB * BS * kvd), cs((size_t)P * S);
+    for (auto &v : x) v = uniform() * 3.0f;
+    for (auto &v : norm) v = 0.5f + uniform() * 0.5f;
+    for (auto &v : kc) v = uniform();
+    for (int p = 0; p < P; p++)
+        for (int i = 0; i < S / 2; i++) {
+            double a = p * pow(10000.0, -2.0 * i / S);
+            cs[((size_t)p * (S / 2) + i) * 2] = (float)cos(a);
+            cs[((size_t)p * (S / 2) + i) * 2 + 1] = (float)sin(a);
+        }
+    std::vector<int> table(NB);
+    for (int b = 0; b < NB; b++) table[b] = NB - 1 - b;   /* blocks in reverse: the table matters */
+    int slot = table[pos / BS] * BS + pos % BS, seq = 0;
+    DevMat Wqkv = upload_mat(t, N, D, wqkv), Wo = upload_mat(t, D, qd, wo);
+    float *dn = to_dev(norm.data(), norm.size()), *dcs = to_dev(cs.data(), cs.size());
+    int *dpos = to_dev(&pos, 1), *dslot = to_dev(&slot, 1), *dseq = to_dev(&seq, 1), *dtab = to_dev(table.data(), NB);
+    std::vector<float> got[2][5];
+    for (int fl = 0; fl < 2; fl++) {
+        float *dx = to_dev(x.data(), x.size()), *dkc = to_dev(kc.data(), kc.size()), *dvc = to_dev(kc.data(), kc.size());
+        float *dq, *datt;
+        int *cnt;
+        CK(cudaMalloc((void **)&dq, (size_t)N * 4));
+        CK(cudaMalloc((void **)&datt, (size_t)qd * 4));
+        CK(cudaMalloc((void **)&cnt, (size_t)(Hkv + 1) * 4));
+        CK(cudaMemset(cnt, 0, (size_t)(Hkv + 1) * 4));
+        poison(dq, N);
+        poison(datt, qd);
+        MvArgs a = {dq, N, 0, dx, D, NULL, PRE_NORM, dn, 1e-5f, NULL, 1, 1, {}, 0, 0, NULL, NULL, 0};
+        a.rope = (RopeKv){dkc, dvc, dpos, dslot, dcs, H, Hkv, S, S};
+        AttnArgs at = {dq, N, dkc, dvc, dpos, dslot, dseq, dtab, NB, BS, dcs, H, Hkv, S, S, 1, NULL, NULL};
+        MvArgs o = {dx, D, 1, datt, qd, NULL, PRE_NONE, NULL, 0.0f, NULL, 1, 0, {}, 0, 0, NULL, NULL, 0};
+        if (fl) {
+            a.signal = cnt;
+            at.wait_on = cnt;
+            at.signal = cnt + Hkv;
+            o.wait_on = cnt + Hkv;
+            o.wait_for = H;
+        }
+        gpu_matvec(&Wqkv, &a, 0);
+        gpu_attention(datt, &at, 1, NULL, NULL, 0);
+        gpu_matvec(&Wo, &o, 0);
+        CK(cudaDeviceSynchronize());
+        CK(cudaGetLastError());
+        got[fl][0] = to_host(dq, N);
+        got[fl][1] = to_host(dkc, kc.size());
+        got[fl][2] = to_host(dvc, kc.size());
+        got[fl][3] = to_host(datt, qd);
+        got[fl][4] = to_host(dx, D);
+        std::vector<int> c = to_host(cnt, Hkv + 1);
+        int counts = 1;
+        for (int g = 0; g < Hkv; g++) counts &= c[g] == (fl ? (H / Hkv + 2) * S : 0);
+        counts &= c[Hkv] == (fl ? H : 0);
+        if (!counts) {
+            failures++;
+            printf("flags: FAIL: the counters read %d (group 0) and %d (heads)\n", c[0], c[Hkv]);
+        }
+        cudaFree(dx); cudaFree(dkc); cudaFree(dvc); cudaFree(dq); cudaFree(datt); cudaFree(cnt);
+    }
+    int same = 1;
+    for (int i = 0; i < 5; i++) same &= memcmp(got[0][i].data(), got[1][i].data(), got[0][i].size() * 4) == 0;
+    for (float v : got[0][4]) same &= isfinite(v);   /* every value written */
+    failures += !same;
+    char what[128];
+    snprintf(what, sizeof what, "flags %-4s H %d Hkv %d S %d D %d pos %d", dtype_name(t), H, Hkv, S, D, pos);
+    printf("%-58s %s\n", what, same ? "q|k|v, caches, attention, x: the same bits as kernel waits"
+                                    : "FAIL: bits differ from kernel waits");
+    free_mat(&Wqkv);
+    free_mat(&Wo);
+    cudaFree(dn); cudaFree(dcs); cudaFree(dpos); cudaFree(dslot); cudaFree(dseq); cudaFree(dtab);
 }
 
 /* ------------------------------------------------------------ coded weights */
@@ -911,6 +993,9 @@ int main(int argc, char **argv) {
     check_attention(32, 4, 64, 16, 700, 5);
     check_attention(32, 4, 64, 7, 300, 13);    /* a block size that is not a power of two */
     check_attention(8, 8, 128, 32, 400, 4);
+    check_flags(DT_F16, 8, 2, 16, 128, 37);       /* the tiny fixture's heads */
+    check_flags(DT_Q8_0, 4, 1, 24, 96, 5);        /* multi-query, a head of 24 */
+    if (!quick) check_flags(DT_F16, 32, 4, 64, 2048, 300);   /* TinyLlama */
     }
     if (coded_only) {   /* the products a decoded BF16E matrix feeds, its weights read late among the checks */
         check_matvec(DT_BF16, 70, 320, 1, PRE_NORM, 1, 0);

@@ -105,7 +105,7 @@ typedef struct {
     size_t kv_bytes;                        /* bytes of the KV pool on the GPU */
     int last_kernels;                       /* kernels of the last step */
     int pdl, prefetch, early, fuse_rope, one_pass, deep;   /* launch settings (gpu_kernels.cuh GpuTune) */
-    int swiglu_epi, omit, l2_ahead;
+    int swiglu_epi, omit, l2_ahead, flags;
 } GpuStats;
 
 /* Upload the weights. ST_UNSUPPORTED where this build or machine has no

@@ -121,8 +121,13 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attn_kernel(float *out, AttnAr
     int slot = c0 + warp < c1 && p < n ? table[p / a.BS] * a.BS + p % a.BS : 0;   /* this lane's position's row */
     /* memory is idle while attention works: the next products' weights into L2 */
     l2_ahead(ah, (sp * gridDim.y + t) * gridDim.x + h, gridDim.x * gridDim.y * gridDim.z);
-    pdl_wait();
-    pdl_release();
+    if (a.wait_on) {   /* LLM_CUDA_FLAGS: the rows of this head's group written, not all of q|k|v */
+        pdl_release();
+        flag_wait(a.wait_on + h / (a.H / a.Hkv), (a.H / a.Hkv + 2) * S);
+    } else {
+        pdl_wait();
+        pdl_release();
+    }
 
     float4 kk[KB];
     float vv[G][DIMS];
@@ -217,6 +222,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) attn_kernel(float *out, AttnAr
         pp[0] = M;
         pp[1] = L;
     }
+    if (a.signal) flag_add(a.signal, 1);
 }
 
 /* grid (H, T), block 128: the splits' partials merged, as the warps were. */

@@ -156,6 +156,12 @@ typedef struct {
                                 writes silu(gate) * up of its two pairs into out (F floats, gpu_prepare's
                                 layout) instead of the rows; no accumulate, no RoPE; ignored (rows
                                 written) for Q8_0 and for more tokens */
+    int *signal;             /* LLM_CUDA_FLAGS, with use_rope: after its rows are written, a block adds
+                                how many rows of each key/value group it wrote (q heads of the group, its
+                                k and v) to signal[group] */
+    const int *wait_on;      /* LLM_CUDA_FLAGS: wait until *wait_on >= wait_for instead of for the whole
+                                kernel ahead (pdl_wait); NULL: pdl_wait */
+    int wait_for;
 } MvArgs;
 
 /* out = pre(x) @ W^T as matmul_ref (ops.c), one token tile of up to 8 rows per
@@ -195,6 +201,9 @@ typedef struct {
     int tstride, BS;
     const float *rope_cs;    /* (P, n_rot / 2, 2) */
     int H, Hkv, S, n_rot, T;
+    const int *wait_on;      /* LLM_CUDA_FLAGS: head h waits until wait_on[h / (H / Hkv)] counts the rows of
+                                its group, (H / Hkv + 2) S, instead of for the kernel ahead; NULL: pdl_wait */
+    int *signal;             /* and each block adds 1 to *signal once its output is written */
 } AttnArgs;
 int gpu_rope_store(const AttnArgs *a, cudaStream_t st);
 
@@ -260,6 +269,11 @@ size_t gpu_attention_part_floats(int T, int H, int S, int nsplit);
  *   l2_ahead  LLM_CUDA_L2_AHEAD (default 16): MB of weights the attention
  *             kernel asks into L2 for the products after it (wo's, then the
  *             first of gate|up's) while memory would otherwise idle; 0: none
+ *   flags     LLM_CUDA_FLAGS (default 0): in a decode step of one row, q|k|v,
+ *             attention and wo hand over through counters in memory
+ *             (gpu_util.cuh flag_add, flag_wait) instead of each waiting
+ *             for the whole kernel before it: a head's attention starts
+ *             once its group's rows are written, wo once every head is
  *   omit      LLM_CUDA_OMIT (default 0; for measurement only: the logits
  *             are wrong): a step leaves out the kernels of the bits set,
  *             1 q|k|v, 2 attention, 4 wo, 8 gate|up, 16 down and its
@@ -280,6 +294,7 @@ typedef struct {
     int swiglu_epi;
     int omit;
     int l2_ahead;
+    int flags;
 } GpuTune;
 extern GpuTune gpu_tune;
 void gpu_tune_from_env(void);

@@ -53,7 +53,7 @@ enum { MV_WARPS = 8, MV_THREADS = MV_WARPS * 32, MV_ROWS = 4, PRO_LOADS = 8 };
 /* Shared memory a block may use for its tokens' activations. */
 enum { MV_SMEM = 96 * 1024 };
 
-GpuTune gpu_tune = {1, 0, 1, 1, 1, -1, 1, 1, 4, 4, 1, 1, 0, 16};
+GpuTune gpu_tune = {1, 0, 1, 1, 1, -1, 1, 1, 4, 4, 1, 1, 0, 16, 0};
 
 void gpu_tune_from_env(void) {
     const char *v = getenv("LLM_CUDA_PDL");
@@ -82,6 +82,8 @@ void gpu_tune_from_env(void) {
     if (v) gpu_tune.omit = atoi(v) & 63;
     v = getenv("LLM_CUDA_L2_AHEAD");
     if (v) gpu_tune.l2_ahead = atoi(v) < 0 ? 0 : atoi(v) > 4096 ? 4096 : atoi(v);
+    v = getenv("LLM_CUDA_FLAGS");
+    if (v) gpu_tune.flags = atoi(v) != 0;
     v = getenv("LLM_CUDA_PREFETCH");
     if (v) gpu_tune.prefetch = atoi(v) < 0 ? 0 : atoi(v) > (1 << 24) ? 1 << 24 : atoi(v);
 }
@@ -429,6 +431,36 @@ __device__ static void mv_finish(const DevMat &W, const MvArgs &a, float acc[MV_
     }
 }
 
+/* The kernel ahead, finished: pdl_wait, or (MvArgs.wait_on) the counter
+ * it fills. Then the next kernel may start. */
+__device__ static inline void mv_wait(const MvArgs &a) {
+    if (a.wait_on) {
+        pdl_release();
+        flag_wait(a.wait_on, a.wait_for);
+    } else {
+        pdl_wait();
+        pdl_release();
+    }
+}
+
+/* MvArgs.signal: the block's rows [r0, r1) of q|k|v written, each counted
+ * to its key/value group (a q head's group, or the k or v head itself). */
+__device__ static void signal_rows(const MvArgs &a, int r0, int r1) {
+    const RopeKv &R = a.rope;
+    int qd = R.H * R.S, kvd = R.Hkv * R.S, per = R.H / R.Hkv;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    int cur = -1, run = 0;
+    for (int n = r0; n < r1; n++) {
+        int grp = n < qd ? n / R.S / per : n < qd + kvd ? (n - qd) / R.S : (n - qd - kvd) / R.S;
+        if (grp != cur && run) atomicAdd(a.signal + cur, run), run = 0;
+        cur = grp;
+        run++;
+    }
+    if (run) atomicAdd(a.signal + cur, run);
+}
+
 /* Where a lane works: ks warps share a group of MV_ROWS rows (n0..), warp
  * sl taking the slice [kb, ke) of K (a whole number of 256 values); the
  * lane's chunks (16 bytes each) are cb, cb + 32, ... < ce. Rows past N read
@@ -509,8 +541,7 @@ __global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
         if (cb < ce) load_chunk<TYPE>(pipe[0], row, drow, cb);
         if (cb + 32 < ce) load_chunk<TYPE>(pipe[1], row, drow, cb + 32);
     }
-    pdl_wait();
-    pdl_release();
+    mv_wait(a);
     if (a.pre == PRE_READY) copy_ready<q8>(a, K, Kp, t0, TT, af, aq, ad);
     else load_tokens<q8>(a, K, Kp, t0, TT, af, aq, ad, red, one_pass);
     __syncthreads();
@@ -526,6 +557,7 @@ __global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
     if (vec) dot_chunks<TYPE, TTC>(pipe, row, drow, cb, ce, af, Kp, aq, ad, K, TT, acc);
     else if (!q8) dot_scalar<TYPE, TTC>(row, kb, ke, af, Kp, TT, acc);
     mv_finish<TTC>(W, a, acc, part, ks, n0, t0, TT, pair);
+    if (a.signal) signal_rows(a, blockIdx.x * (MV_WARPS / ks) * MV_ROWS, min(W.N, (blockIdx.x + 1) * (MV_WARPS / ks) * MV_ROWS));
 }
 
 /* The one-token product with a deeper pipeline (LLM_CUDA_DEEP = D steps):
@@ -570,8 +602,7 @@ __global__ void __launch_bounds__(MV_THREADS, 3) mv_deep_kernel(DevMat W, MvArgs
     };
     if (!a.late)   /* late: W is written by the kernel ahead, so only after the wait */
         for (int s = 0; s < D; s++) fetch(s);
-    pdl_wait();
-    pdl_release();
+    mv_wait(a);
     if (a.late)
         for (int s = 0; s < D; s++) fetch(s);
     if (a.pre == PRE_READY) copy_ready<q8>(a, W.K, Kp, 0, 1, af, aq, ad);
@@ -591,6 +622,7 @@ __global__ void __launch_bounds__(MV_THREADS, 3) mv_deep_kernel(DevMat W, MvArgs
         fetch(s + D);   /* into the slot just read, whose values are already used */
     }
     mv_finish<1>(W, a, acc, part, ks, L.n0, 0, 1, TYPE != DT_Q8_0 && a.swiglu_out);
+    if (a.signal) signal_rows(a, blockIdx.x * (MV_WARPS / ks) * MV_ROWS, min(W.N, (blockIdx.x + 1) * (MV_WARPS / ks) * MV_ROWS));
 }
 
 /* Shared memory of mv_deep_kernel<type, D> for a width K (Kp: K rounded up to 8). */

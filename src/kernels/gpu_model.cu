@@ -95,6 +95,7 @@ struct GpuModel {
     /* activations, for cap_T rows and cap_nl logit rows */
     int cap_T, cap_nl, tstride;
     float *x, *qkv, *att, *gu, *logits, *part, *rope_cs, *ascratch, *wscratch;
+    int *flags;               /* LLM_CUDA_FLAGS: per layer, Hkv counters of q|k|v rows written and one of heads attended */
     size_t wscratch_floats;
     int *meta, *meta_h;       /* device, pinned host: token | pos | seq | slot | logit_row | tables */
     size_t meta_ints;
@@ -347,6 +348,7 @@ extern "C" int gpu_model_create(GpuModel **out, const GpuModelDesc *d, Err *e) {
     g->stats.swiglu_epi = gpu_tune.swiglu_epi;
     g->stats.omit = gpu_tune.omit;
     g->stats.l2_ahead = gpu_tune.l2_ahead;
+    g->stats.flags = gpu_tune.flags;
     open_blas(g);
 
     g->layers = (DevLayer *)calloc(d->L, sizeof *g->layers);
@@ -412,6 +414,7 @@ static int ensure_acts(GpuModel *g, int T, int nl, int tstride, const float *rop
         size_t n = (size_t)d->P * (d->n_rot / 2) * 2;
         CK(cudaMalloc((void **)&g->rope_cs, n * 4));
         CK(cudaMemcpy(g->rope_cs, rope_cs, n * 4, cudaMemcpyHostToDevice));
+        CK(cudaMalloc((void **)&g->flags, (size_t)d->L * (d->Hkv + 1) * 4));
     }
     if (T <= g->cap_T && nl <= g->cap_nl && tstride == g->tstride) return ST_OK;
     drop_graphs(g);
@@ -629,36 +632,50 @@ static int record(GpuModel *g, int T, int nl, int nsplit) {
     const int *token = g->meta, *pos = token + g->cap_T, *seq = pos + g->cap_T, *slot = seq + g->cap_T;
     const int *logit_row = slot + g->cap_T, *tables = logit_row + g->cap_nl;
     size_t layer = (size_t)g->NB * g->BS * kvd;
+    /* LLM_CUDA_FLAGS: q|k|v, attention and wo hand over through counters,
+     * zeroed here, where the step is one row on the kernels, attention in
+     * one piece, the weights not coded (decoded in pieces of rows) */
+    const DevLayer *w0 = &g->layers[0];
+    bool flags = gpu_tune.flags && T == 1 && nsplit == 1 && !g->coded && !gpu_tune.omit && gpu_tune.fuse_rope &&
+                 on_kernels(g, &w0->qkv, T) && on_kernels(g, &w0->wo, T);
+    if (flags) cudaMemsetAsync(g->flags, 0, (size_t)d->L * (d->Hkv + 1) * 4, g->st);
     if (g->embd.type == DT_BF16E) k += gpu_bf16e_decode(g->x, DT_F32, &g->embd.coded->part[0], D, 0, T, token, 0, g->st);
     else k += gpu_embed(g->x, &g->embd, token, T, g->st);
     for (int l = 0; l < d->L; l++) {
         const DevLayer *w = &g->layers[l];
         AttnArgs at = {g->qkv, qd + 2 * kvd, g->kc + l * layer, g->vc + l * layer, pos, slot, seq, tables,
-                       g->tstride, g->BS, g->rope_cs, d->H, d->Hkv, d->S, d->n_rot, T};
-        MvArgs a = {g->qkv, qd + 2 * kvd, 0, g->x, D, NULL, PRE_NORM, w->attn_norm, d->eps, NULL, T, 0, {}, 0, 0};
+                       g->tstride, g->BS, g->rope_cs, d->H, d->Hkv, d->S, d->n_rot, T, NULL, NULL};
+        MvArgs a = {g->qkv, qd + 2 * kvd, 0, g->x, D, NULL, PRE_NORM, w->attn_norm, d->eps, NULL, T, 0, {}, 0, 0, NULL, NULL, 0};
         /* RoPE and the K/V store in the product's epilogue where the kernels
          * run it; after cuBLAS, their own kernel */
         a.use_rope = gpu_tune.fuse_rope && on_kernels(g, &w->qkv, T);
         a.rope = (RopeKv){at.kc, at.vc, pos, slot, g->rope_cs, d->H, d->Hkv, d->S, d->n_rot};
+        int *rows_done = g->flags + (size_t)l * (d->Hkv + 1), *heads_done = rows_done + d->Hkv;
+        if (flags) {
+            a.signal = rows_done;
+            at.wait_on = rows_done;
+            at.signal = heads_done;
+        }
         int omit = gpu_tune.omit;   /* measurement only (GpuTune) */
         if (!(omit & 1)) k += product(g, &w->qkv, a, &w->wo, T);
         if (!a.use_rope && !(omit & 1)) k += gpu_rope_store(&at, g->st);
         L2Ahead ah = l2_ahead_of(g, w, T);
         if (!(omit & 2)) k += gpu_attention(g->att, &at, nsplit, g->part, &ah, g->st);
-        a = (MvArgs){g->x, D, 1, g->att, qd, NULL, PRE_NONE, NULL, 0.0f, NULL, T, 0, {}, 0, 0};
+        a = (MvArgs){g->x, D, 1, g->att, qd, NULL, PRE_NONE, NULL, 0.0f, NULL, T, 0, {}, 0, 0, NULL,
+                     flags ? heads_done : NULL, d->H};
         if (!(omit & 4)) k += product(g, &w->wo, a, &w->gu, T);
         /* gu = gate|up, or, with SwiGLU in its epilogue, h = swiglu(gate, up)
          * in gpu_prepare's layout (F floats a row), which down copies */
         bool epi = swiglu_in_epilogue(g, w, T);
-        a = (MvArgs){g->gu, epi ? F : 2 * F, 0, g->x, D, NULL, PRE_NORM, w->ffn_norm, d->eps, NULL, T, 0, {}, 0, epi};
+        a = (MvArgs){g->gu, epi ? F : 2 * F, 0, g->x, D, NULL, PRE_NORM, w->ffn_norm, d->eps, NULL, T, 0, {}, 0, epi, NULL, NULL, 0};
         if (!(omit & 8)) k += product(g, &w->gu, a, &w->down, T);
-        a = (MvArgs){g->x, D, 1, g->gu, 2 * F, NULL, PRE_SWIGLU, NULL, 0.0f, g->gu + F, T, 0, {}, 0, 0};
-        if (epi) a = (MvArgs){g->x, D, 1, g->gu, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}, 0, 0};
+        a = (MvArgs){g->x, D, 1, g->gu, 2 * F, NULL, PRE_SWIGLU, NULL, 0.0f, g->gu + F, T, 0, {}, 0, 0, NULL, NULL, 0};
+        if (epi) a = (MvArgs){g->x, D, 1, g->gu, 0, NULL, PRE_READY, NULL, 0.0f, NULL, T, 0, {}, 0, 0, NULL, NULL, 0};
         if (omit & 16) continue;
         if (l + 1 < d->L) k += product(g, &w->down, a, &g->layers[l + 1].qkv, T);
         else k += product(g, &w->down, a, &g->output, nl);
     }
-    MvArgs a = {g->logits, d->V, 0, g->x, D, logit_row, PRE_NORM, g->out_norm, d->eps, NULL, nl, 0, {}, 0, 0};
+    MvArgs a = {g->logits, d->V, 0, g->x, D, logit_row, PRE_NORM, g->out_norm, d->eps, NULL, nl, 0, {}, 0, 0, NULL, NULL, 0};
     if (!(gpu_tune.omit & 32)) k += product(g, &g->output, a, NULL, 0);
     return k;
 }
@@ -775,6 +792,7 @@ extern "C" void gpu_model_free(GpuModel *g) {
     drop_graphs(g);
     free_acts(g);
     cudaFree(g->rope_cs);
+    cudaFree(g->flags);
     cudaFree(g->kc);
     cudaFree(g->vc);
     for (int i = 0; i < g->n_alloc; i++) cudaFree(g->alloc[i]);

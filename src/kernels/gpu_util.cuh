@@ -51,6 +51,35 @@ __device__ static inline void prefetch_l2(const void *p, size_t bytes) {
 #endif
 }
 
+/* Counters in memory instead of a wait for the whole kernel before
+ * (LLM_CUDA_FLAGS). flag_add: every thread of the block has written its
+ * part; their writes are made visible (each thread's fence, then the
+ * barrier), then one thread adds v. flag_wait: one thread waits until the
+ * counter reaches target (an acquiring load), then the barrier lets the
+ * block go on. The counters are zeroed at the start of each step. Both
+ * must be reached by every thread of the block. A counter that has not
+ * arrived after about 4 s means the step is broken: the kernel traps, and
+ * the step fails with a CUDA error instead of hanging. */
+__device__ static inline void flag_add(int *cnt, int v) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) atomicAdd(cnt, v);
+}
+__device__ static inline void flag_wait(const int *cnt, int target) {
+    if (threadIdx.x == 0) {
+        long spins = 0;
+        for (;;) {
+            int v;
+            asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(cnt) : "memory");
+            if (v >= target) break;
+            if (++spins > (1L << 26)) __trap();
+            __nanosleep(64);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
 /* L2Ahead (gpu_kernels.cuh) shared out among a kernel's nb blocks: block b
  * asks for the b-th share of each range, in pieces of 64 KB, a piece a
  * thread. Call it before pdl_wait: it reads only weights. */
