@@ -127,6 +127,39 @@ static float median_ms(std::vector<float> t) {
     return t[t.size() / 2];
 }
 
+/* The median of `reps` timings of launch() on the default stream, in ms. */
+template <typename F> static float launch_ms(int reps, F launch) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<float> ms;
+    for (int r = 0; r < reps; r++) {
+        CK(cudaEventRecord(a));
+        launch();
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float t;
+        CK(cudaEventElapsedTime(&t, a, b));
+        ms.push_back(t);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return median_ms(ms);
+}
+
+/* RoPE's table as the RunState holds it: (P, n_rot / 2, 2) cos and sin of
+ * p * 10000^(-2i / n_rot). */
+static std::vector<float> rope_table(int P, int n_rot) {
+    std::vector<float> cs((size_t)P * n_rot);
+    for (int p = 0; p < P; p++)
+        for (int i = 0; i < n_rot / 2; i++) {
+            double a = p * pow(10000.0, -2.0 * i / n_rot);
+            cs[((size_t)p * (n_rot / 2) + i) * 2] = (float)cos(a);
+            cs[((size_t)p * (n_rot / 2) + i) * 2 + 1] = (float)sin(a);
+        }
+    return cs;
+}
+
 /* ------------------------------------------------------------ products */
 
 static void check_matvec(DType t, int N, int K, int T, int pre, int accumulate, int time_it) {
@@ -319,22 +352,8 @@ static void check_swiglu_epilogue(DType t, int F, int K, int time_it = 0) {
     std::vector<float> apart = to_host((const float *)ready, F), got = to_host((const float *)dh, F);
     double gbs = 0.0;
     if (time_it) {
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
-        std::vector<float> ms;
-        for (int i = 0; i < 23; i++) {
-            CK(cudaEventRecord(e0));
-            gpu_matvec(&W, &e, 0);
-            CK(cudaEventRecord(e1));
-            CK(cudaEventSynchronize(e1));
-            float m;
-            CK(cudaEventElapsedTime(&m, e0, e1));
-            if (i >= 3) ms.push_back(m);
-        }
-        gbs = (double)w.size() / (median_ms(ms) * 1e-3) / 1e9;
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
+        launch_ms(3, [&] { gpu_matvec(&W, &e, 0); });   /* warm-up */
+        gbs = (double)w.size() / (launch_ms(20, [&] { gpu_matvec(&W, &e, 0); }) * 1e-3) / 1e9;
     }
     char what[128];
     snprintf(what, sizeof what, "gate|up + swiglu epilogue %-4s F %5d K %5d", dtype_name(t), F, K);
@@ -360,12 +379,7 @@ static void check_rope_fused(DType t, int H, int Hkv, int S, int n_rot, int T) {
     for (auto &v : x) v = uniform() * 3.0f;
     for (auto &v : norm) v = 0.5f + uniform() * 0.5f;
     for (auto &v : kc) v = uniform();
-    for (int p = 0; p < P; p++)
-        for (int i = 0; i < n_rot / 2; i++) {
-            double a = p * pow(10000.0, -2.0 * i / n_rot);
-            cs[((size_t)p * (n_rot / 2) + i) * 2] = (float)cos(a);
-            cs[((size_t)p * (n_rot / 2) + i) * 2 + 1] = (float)sin(a);
-        }
+    cs = rope_table(P, n_rot);
     std::vector<int> pos(T), slot(T);
     for (int j = 0; j < T; j++) {
         pos[j] = (int)(next_u64() % P);
@@ -482,12 +496,7 @@ static void check_attention(int H, int Hkv, int S, int BS, int maxlen, int nspli
     for (auto &v : kc) v = uniform() * 2.0f;
     for (auto &v : vc) v = uniform();
     for (auto &v : qkv) v = uniform() * 2.0f;
-    for (int p = 0; p < P; p++)
-        for (int i = 0; i < n_rot / 2; i++) {
-            double a = p * pow(10000.0, -2.0 * i / n_rot);
-            cs[((size_t)p * (n_rot / 2) + i) * 2] = (float)cos(a);
-            cs[((size_t)p * (n_rot / 2) + i) * 2 + 1] = (float)sin(a);
-        }
+    cs = rope_table(P, n_rot);
     /* the reference, as model_forward_batch: rope, store every row, then attend */
     std::vector<float> rq = qkv, rkc = kc, rvc = vc, ref((size_t)T * qd);
     int ld = qd + 2 * kvd;
@@ -551,12 +560,7 @@ static void check_flags(DType t, int H, int Hkv, int S, int D, int pos) {
     for (auto &v : x) v = uniform() * 3.0f;
     for (auto &v : norm) v = 0.5f + uniform() * 0.5f;
     for (auto &v : kc) v = uniform();
-    for (int p = 0; p < P; p++)
-        for (int i = 0; i < S / 2; i++) {
-            double a = p * pow(10000.0, -2.0 * i / S);
-            cs[((size_t)p * (S / 2) + i) * 2] = (float)cos(a);
-            cs[((size_t)p * (S / 2) + i) * 2 + 1] = (float)sin(a);
-        }
+    cs = rope_table(P, S);
     std::vector<int> table(NB);
     for (int b = 0; b < NB; b++) table[b] = NB - 1 - b;   /* blocks in reverse: the table matters */
     int slot = table[pos / BS] * BS + pos % BS, seq = 0;
@@ -619,26 +623,6 @@ static void check_flags(DType t, int H, int Hkv, int S, int D, int pos) {
 }
 
 /* ------------------------------------------------------------ coded weights */
-
-/* The median of `reps` timings of launch() on the default stream, in ms. */
-template <typename F> static float launch_ms(int reps, F launch) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    std::vector<float> ms;
-    for (int r = 0; r < reps; r++) {
-        CK(cudaEventRecord(a));
-        launch();
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
-        float t;
-        CK(cudaEventElapsedTime(&t, a, b));
-        ms.push_back(t);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return median_ms(ms);
-}
 
 /* BF16 bits of a matrix whose exponents spread like a trained layer's, with
  * some that no table of 7 holds: tiny values, zeros, and 1 in 64 any 16 bits
