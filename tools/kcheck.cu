@@ -454,7 +454,7 @@ static void check_dequant_embed(DType t, int N, int K) {
     }
     int *dt = to_dev(tok.data(), T);
     poison(dout, eref.size());
-    gpu_embed(dout, &W, dt, T, 0);
+    gpu_embed(dout, &W, dt, T, NULL, 0, 0);
     CK(cudaGetLastError());
     got = to_host(dout, eref.size());
     snprintf(what, sizeof what, "embed %-4s V %5d D %5d T %d", dtype_name(t), N, K, T);

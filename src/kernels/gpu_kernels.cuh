@@ -186,8 +186,9 @@ int gpu_swiglu_apart(void *ready, const DevMat *W, const MvArgs *a, cudaStream_t
 int gpu_prologue(float *out, const DevMat *W, const MvArgs *a, cudaStream_t st);
 /* W widened to (N, K) floats (ops.c dequantize_row, every row). */
 int gpu_dequantize(float *out, const DevMat *W, cudaStream_t st);
-/* x[t] = row token[t] of the embedding, widened (model.c's first loop). */
-int gpu_embed(float *x, const DevMat *E, const int *token, int T, cudaStream_t st);
+/* x[t] = row token[t] of the embedding, widened (model.c's first loop);
+ * and zero[0 .. nzero) set to 0 (the step's counters; NULL, 0: none). */
+int gpu_embed(float *x, const DevMat *E, const int *token, int T, int *zero, int nzero, cudaStream_t st);
 
 /* RoPE on q and k of each row (ops.c rope, with the RunState's table), then
  * k and v stored at the row's slot of this layer's cache (model.c's loop

@@ -850,15 +850,18 @@ int gpu_dequantize(float *out, const DevMat *W, cudaStream_t st) {
     return 1;
 }
 
-/* grid (T), block 256: x[t] = embedding row token[t], widened. */
-__global__ void embed_kernel(float *x, DevMat E, const int *token) {
+/* grid (T), block 256: x[t] = embedding row token[t], widened; block 0
+ * also zeroes zero[0 .. nzero) (the step's counters, LLM_CUDA_FLAGS). */
+__global__ void embed_kernel(float *x, DevMat E, const int *token, int *zero, int nzero) {
     pdl_wait();
     pdl_release();
     int t = blockIdx.x;
+    if (t == 0)
+        for (int i = threadIdx.x; i < nzero; i += blockDim.x) zero[i] = 0;
     for (int k = threadIdx.x; k < E.K; k += blockDim.x) x[(size_t)t * E.K + k] = dequant_at(E, token[t], k);
 }
 
-int gpu_embed(float *x, const DevMat *E, const int *token, int T, cudaStream_t st) {
-    gpu_launch(embed_kernel, T, 256, 0, st, x, *E, token);
+int gpu_embed(float *x, const DevMat *E, const int *token, int T, int *zero, int nzero, cudaStream_t st) {
+    gpu_launch(embed_kernel, T, 256, 0, st, x, *E, token, zero, nzero);
     return 1;
 }

@@ -633,14 +633,15 @@ static int record(GpuModel *g, int T, int nl, int nsplit) {
     const int *logit_row = slot + g->cap_T, *tables = logit_row + g->cap_nl;
     size_t layer = (size_t)g->NB * g->BS * kvd;
     /* LLM_CUDA_FLAGS: q|k|v, attention and wo hand over through counters,
-     * zeroed here, where the step is one row on the kernels, attention in
-     * one piece, the weights not coded (decoded in pieces of rows) */
+     * zeroed by the embedding's kernel, where the step is one row on the
+     * kernels, attention in one piece, the weights not coded (decoded in
+     * pieces of rows; the embedding then is a decode) */
     const DevLayer *w0 = &g->layers[0];
-    bool flags = gpu_tune.flags && T == 1 && nsplit == 1 && !g->coded && !gpu_tune.omit && gpu_tune.fuse_rope &&
-                 on_kernels(g, &w0->qkv, T) && on_kernels(g, &w0->wo, T);
-    if (flags) cudaMemsetAsync(g->flags, 0, (size_t)d->L * (d->Hkv + 1) * 4, g->st);
+    bool flags = gpu_tune.flags && T == 1 && nsplit == 1 && !g->coded && g->embd.type != DT_BF16E && !gpu_tune.omit &&
+                 gpu_tune.fuse_rope && on_kernels(g, &w0->qkv, T) && on_kernels(g, &w0->wo, T);
+    int nflags = flags ? d->L * (d->Hkv + 1) : 0;
     if (g->embd.type == DT_BF16E) k += gpu_bf16e_decode(g->x, DT_F32, &g->embd.coded->part[0], D, 0, T, token, 0, g->st);
-    else k += gpu_embed(g->x, &g->embd, token, T, g->st);
+    else k += gpu_embed(g->x, &g->embd, token, T, g->flags, nflags, g->st);
     for (int l = 0; l < d->L; l++) {
         const DevLayer *w = &g->layers[l];
         AttnArgs at = {g->qkv, qd + 2 * kvd, g->kc + l * layer, g->vc + l * layer, pos, slot, seq, tables,

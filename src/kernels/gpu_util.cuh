@@ -56,7 +56,7 @@ __device__ static inline void prefetch_l2(const void *p, size_t bytes) {
  * part; their writes are made visible (each thread's fence, then the
  * barrier), then one thread adds v. flag_wait: one thread waits until the
  * counter reaches target (an acquiring load), then the barrier lets the
- * block go on. The counters are zeroed at the start of each step. Both
+ * block go on. The counters are zeroed by the step's first kernel. Both
  * must be reached by every thread of the block. A counter that has not
  * arrived after about 4 s means the step is broken: the kernel traps, and
  * the step fails with a CUDA error instead of hanging. */
