@@ -156,10 +156,10 @@ typedef struct {
                                 writes silu(gate) * up of its two pairs into out (F floats, gpu_prepare's
                                 layout) instead of the rows; no accumulate, no RoPE; ignored (rows
                                 written) for Q8_0 and for more tokens */
-    int *signal;             /* LLM_CUDA_FLAGS, with use_rope: after its rows are written, a block adds
+    int *signal;             /* LLM_CUDA_FLAGS, one token, with use_rope: after its rows are written, a block adds
                                 how many rows of each key/value group it wrote (q heads of the group, its
                                 k and v) to signal[group] */
-    const int *wait_on;      /* LLM_CUDA_FLAGS: wait until *wait_on >= wait_for instead of for the whole
+    const int *wait_on;      /* LLM_CUDA_FLAGS, one token: wait until *wait_on >= wait_for instead of for the whole
                                 kernel ahead (pdl_wait); NULL: pdl_wait */
     int wait_for;
 } MvArgs;

@@ -443,10 +443,12 @@ __device__ static inline void mv_wait(const MvArgs &a) {
     }
 }
 
-/* MvArgs.signal: the block's rows [r0, r1) of q|k|v written, each counted
- * to its key/value group (a q head's group, or the k or v head itself). */
-__device__ static void signal_rows(const MvArgs &a, int r0, int r1) {
+/* MvArgs.signal: the block's rows of q|k|v (N of them in all, MV_WARPS /
+ * ks groups of MV_ROWS a block) written, each counted to its key/value
+ * group (a q head's group, or the k or v head itself). */
+__device__ static void signal_rows(const MvArgs &a, int ks, int N) {
     const RopeKv &R = a.rope;
+    int per_block = MV_WARPS / ks * MV_ROWS, r0 = blockIdx.x * per_block, r1 = min(N, r0 + per_block);
     int qd = R.H * R.S, kvd = R.Hkv * R.S, per = R.H / R.Hkv;
     __threadfence();
     __syncthreads();
@@ -541,7 +543,8 @@ __global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
         if (cb < ce) load_chunk<TYPE>(pipe[0], row, drow, cb);
         if (cb + 32 < ce) load_chunk<TYPE>(pipe[1], row, drow, cb + 32);
     }
-    mv_wait(a);
+    if (TTC == 1) mv_wait(a);   /* counters (LLM_CUDA_FLAGS): one-row steps only */
+    else pdl_wait(), pdl_release();
     if (a.pre == PRE_READY) copy_ready<q8>(a, K, Kp, t0, TT, af, aq, ad);
     else load_tokens<q8>(a, K, Kp, t0, TT, af, aq, ad, red, one_pass);
     __syncthreads();
@@ -557,7 +560,7 @@ __global__ void __launch_bounds__(MV_THREADS, TTC == 1 ? (EARLY ? 3 : 4) : 2)
     if (vec) dot_chunks<TYPE, TTC>(pipe, row, drow, cb, ce, af, Kp, aq, ad, K, TT, acc);
     else if (!q8) dot_scalar<TYPE, TTC>(row, kb, ke, af, Kp, TT, acc);
     mv_finish<TTC>(W, a, acc, part, ks, n0, t0, TT, pair);
-    if (a.signal) signal_rows(a, blockIdx.x * (MV_WARPS / ks) * MV_ROWS, min(W.N, (blockIdx.x + 1) * (MV_WARPS / ks) * MV_ROWS));
+    if (TTC == 1 && a.signal) signal_rows(a, ks, W.N);
 }
 
 /* The one-token product with a deeper pipeline (LLM_CUDA_DEEP = D steps):
@@ -585,7 +588,8 @@ __global__ void __launch_bounds__(MV_THREADS, 3) mv_deep_kernel(DevMat W, MvArgs
     unsigned char *act = (unsigned char *)(sring + (q8 ? (size_t)D * MV_ROWS * MV_THREADS : 0));
     float *af = (float *)act, *ad = (float *)(act + W.K);
     int8_t *aq = (int8_t *)act;
-    MvLane L = mv_lane<TYPE>(W, ks, TYPE != DT_Q8_0 && a.swiglu_out);
+    const bool pair = TYPE != DT_Q8_0 && a.swiglu_out;   /* float weights */
+    MvLane L = mv_lane<TYPE>(W, ks, pair);
     int steps = L.cb < L.ce ? (L.ce - L.cb + 31) / 32 : 0;
     /* step s is chunk c = cb + 32 s of each of the lane's rows, in slot s % D
      * (Q8_0: and the 4 bytes at scale (c / 2) & ~1, which hold c's scale) */
@@ -621,8 +625,8 @@ __global__ void __launch_bounds__(MV_THREADS, 3) mv_deep_kernel(DevMat W, MvArgs
         fma_chunk<TYPE, 1>(ch, c, af, Kp, aq, ad, W.K, 1, acc);
         fetch(s + D);   /* into the slot just read, whose values are already used */
     }
-    mv_finish<1>(W, a, acc, part, ks, L.n0, 0, 1, TYPE != DT_Q8_0 && a.swiglu_out);
-    if (a.signal) signal_rows(a, blockIdx.x * (MV_WARPS / ks) * MV_ROWS, min(W.N, (blockIdx.x + 1) * (MV_WARPS / ks) * MV_ROWS));
+    mv_finish<1>(W, a, acc, part, ks, L.n0, 0, 1, pair);
+    if (a.signal) signal_rows(a, ks, W.N);
 }
 
 /* Shared memory of mv_deep_kernel<type, D> for a width K (Kp: K rounded up to 8). */

@@ -633,12 +633,11 @@ static int record(GpuModel *g, int T, int nl, int nsplit) {
     const int *logit_row = slot + g->cap_T, *tables = logit_row + g->cap_nl;
     size_t layer = (size_t)g->NB * g->BS * kvd;
     /* LLM_CUDA_FLAGS: q|k|v, attention and wo hand over through counters,
-     * zeroed by the embedding's kernel, where the step is one row on the
-     * kernels, attention in one piece, the weights not coded (decoded in
-     * pieces of rows; the embedding then is a decode) */
-    const DevLayer *w0 = &g->layers[0];
-    bool flags = gpu_tune.flags && T == 1 && nsplit == 1 && !g->coded && g->embd.type != DT_BF16E && !gpu_tune.omit &&
-                 gpu_tune.fuse_rope && on_kernels(g, &w0->qkv, T) && on_kernels(g, &w0->wo, T);
+     * zeroed by the embedding's kernel, where the step is one row,
+     * attention in one piece, the weights not coded (decoded in pieces of
+     * rows; the embedding then is a decode); each layer also needs both
+     * products on the kernels, RoPE in q|k|v's epilogue (layer_flags) */
+    bool flags = gpu_tune.flags && T == 1 && nsplit == 1 && !g->coded && g->embd.type != DT_BF16E && !gpu_tune.omit;
     int nflags = flags ? d->L * (d->Hkv + 1) : 0;
     if (g->embd.type == DT_BF16E) k += gpu_bf16e_decode(g->x, DT_F32, &g->embd.coded->part[0], D, 0, T, token, 0, g->st);
     else k += gpu_embed(g->x, &g->embd, token, T, g->flags, nflags, g->st);
@@ -652,7 +651,8 @@ static int record(GpuModel *g, int T, int nl, int nsplit) {
         a.use_rope = gpu_tune.fuse_rope && on_kernels(g, &w->qkv, T);
         a.rope = (RopeKv){at.kc, at.vc, pos, slot, g->rope_cs, d->H, d->Hkv, d->S, d->n_rot};
         int *rows_done = g->flags + (size_t)l * (d->Hkv + 1), *heads_done = rows_done + d->Hkv;
-        if (flags) {
+        bool layer_flags = flags && a.use_rope && on_kernels(g, &w->wo, T);   /* layers' types may differ */
+        if (layer_flags) {
             a.signal = rows_done;
             at.wait_on = rows_done;
             at.signal = heads_done;
@@ -663,7 +663,7 @@ static int record(GpuModel *g, int T, int nl, int nsplit) {
         L2Ahead ah = l2_ahead_of(g, w, T);
         if (!(omit & 2)) k += gpu_attention(g->att, &at, nsplit, g->part, &ah, g->st);
         a = (MvArgs){g->x, D, 1, g->att, qd, NULL, PRE_NONE, NULL, 0.0f, NULL, T, 0, {}, 0, 0, NULL,
-                     flags ? heads_done : NULL, d->H};
+                     layer_flags ? heads_done : NULL, d->H};
         if (!(omit & 4)) k += product(g, &w->wo, a, &w->gu, T);
         /* gu = gate|up, or, with SwiGLU in its epilogue, h = swiglu(gate, up)
          * in gpu_prepare's layout (F floats a row), which down copies */
