@@ -591,20 +591,21 @@ static int product_on(GpuModel *g, const DevMat *W, MvArgs a) {
 
 /* SwiGLU in the gate|up product's epilogue (MvArgs.swiglu_out), as floats
  * in gpu_prepare's layout (F a multiple of 8, so its rows need no padding),
- * which the down product copies (PRE_READY): in a step of one row (a decode
- * of one sequence, where the kernel it saves is a twentieth of the step;
- * batched steps keep the tile kernels as they were measured) where both
- * products run on the kernels with float weights. Not Q8_0: its down product wants h
+ * which the down product copies (PRE_READY): in a step of one row, where
+ * the kernel it saves is 8% of a decode step on the H200 (batched steps
+ * keep their tile kernels as measured), and where both products run on
+ * the kernels with float weights. Not Q8_0: its down product wants h
  * rounded in blocks of 32 values, which no group of gate|up rows holds
  * (rounding it in each block of the down product's prologue instead was
  * slower than gpu_swiglu_apart: notes/cuda.md). Not BF16E: decoded in
  * pieces of rows, which would part gate from up. */
 static bool swiglu_in_epilogue(const GpuModel *g, const DevLayer *w, int T) {
+    if (!gpu_tune.swiglu_epi || T != 1 || g->d.F % 8) return false;
     const DevMat *m[2] = {&w->gu, &w->down};
     for (int i = 0; i < 2; i++)
         if ((m[i]->type != DT_F32 && m[i]->type != DT_F16 && m[i]->type != DT_BF16) || !on_kernels(g, m[i], T))
             return false;
-    return gpu_tune.swiglu_epi && T == 1 && g->d.F % 8 == 0;
+    return true;
 }
 
 /* What attention asks into L2 for the products after it (LLM_CUDA_L2_AHEAD
